@@ -1,0 +1,101 @@
+"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat``.
+
+The gateway and the workers run under their own servers (gunicorn, Celery); this module only
+hands over to them with ``exec``, so the core never imports a framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from app.config import Settings
+
+
+def _exec(argv: list[str]) -> None:
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    os.environ.setdefault("ANTWORT_GATEWAY_WORKERS", str(args.workers or settings.gateway_workers))
+    _exec(
+        ["-m", "gunicorn", "--config", "python:gateway.gunicorn_conf", "gateway.wsgi:application"]
+    )
+    return 0  # pragma: no cover - exec does not return
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    extra = [f"--queues={args.queues}"]
+    if args.concurrency:
+        extra.append(f"--concurrency={args.concurrency}")
+    if args.pool:
+        extra.append(f"--pool={args.pool}")
+    _exec(["-m", "workers.main", *extra])
+    return 0  # pragma: no cover
+
+
+def _sim(args: argparse.Namespace, settings: Settings) -> int:
+    from app.simulator import SimConfig, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = SimConfig(
+        ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, default_tokens=args.tokens
+    )
+    serve(args.host, args.port or settings.sim_port, config)
+    return 0
+
+
+def _up(args: argparse.Namespace, settings: Settings) -> int:
+    from app.supervisor import run
+
+    return run(settings)
+
+
+def _chat(args: argparse.Namespace, settings: Settings) -> int:
+    from app.chat import run_chat
+
+    return run_chat(args, settings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``antwort`` command line."""
+    parser = argparse.ArgumentParser(
+        prog="antwort", description="Antwort Fleet: the Responses API on a Celery fleet"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="run the whole fleet in the foreground").set_defaults(run=_up)
+    gateway = sub.add_parser("gateway", help="run the HTTP gateway (gunicorn + gevent)")
+    gateway.add_argument("--workers", type=int, default=None)
+    gateway.set_defaults(run=_gateway)
+    worker = sub.add_parser("worker", help="run a worker on the given queues")
+    worker.add_argument("--queues", default="inference")
+    worker.add_argument("--concurrency", type=int, default=None)
+    worker.add_argument("--pool", default=None)
+    worker.set_defaults(run=_worker)
+    sim = sub.add_parser("sim", help="run the model simulator (not a real model)")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=None)
+    sim.add_argument("--ttft-ms", type=float, default=0.0)
+    sim.add_argument("--token-delay-ms", type=float, default=0.0)
+    sim.add_argument("--tokens", type=int, default=20)
+    sim.set_defaults(run=_sim)
+    chat = sub.add_parser("chat", help="chat with a gateway from the terminal")
+    chat.add_argument("prompt", nargs="?", default=None)
+    chat.add_argument("--base-url", default=None)
+    chat.add_argument("--model", default=None)
+    chat.add_argument("--json", action="store_true", help="print the raw events")
+    chat.set_defaults(run=_chat)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``antwort`` script."""
+    args = build_parser().parse_args(argv)
+    return int(args.run(args, Settings()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Settings, read once from the environment (``ANTWORT_*``) at process start."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ClientToolStatus = Literal["auto", "requires_action", "completed"]
+
+
+class Settings(BaseSettings):
+    """Every tunable of the fleet; the names marked *contract* are fixed (DESIGN.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="ANTWORT_", extra="ignore")
+
+    redis_url: str | None = None
+    """*Contract.* Redis for broker, store, events; unset: an embedded Redis (``antwort up``)."""
+    llm_base_url: str | None = None
+    """*Contract.* OpenAI-compatible base URL (``…/v1``); unset: the built-in simulator."""
+    llm_api_key: str | None = None
+    """*Contract.* Bearer key sent to the model server."""
+    default_model: str | None = None
+    """*Contract.* Model used when a request names none."""
+    host: str = "127.0.0.1"
+    """*Contract.* Gateway bind address."""
+    port: int = 8080
+    """*Contract.* Gateway port."""
+    max_turns: int = Field(default=10, ge=1)
+    """*Contract.* Model turns one response may take."""
+    client_tool_status: ClientToolStatus = "auto"
+    """*Contract.* Status of a response paused for client function calls."""
+    api_keys: str | None = None
+    """*Contract.* Comma-separated bearer keys the gateway accepts; unset: open."""
+    mcp_allowed_hosts: str | None = None
+    """*Contract.* Hosts MCP ``server_url`` may name."""
+
+    key_prefix: str = "antwort:"
+    """Prefix of every Redis key the fleet writes."""
+    response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    """How long responses, their input items and their events live."""
+    unstored_ttl_seconds: int = Field(default=300, ge=1)
+    """How long a ``store: false`` response lingers after it ends (for its stream only)."""
+    event_stream_maxlen: int = Field(default=20_000, ge=100)
+    """Events kept per response for replay (``starting_after``)."""
+    coalesce_ms: float = Field(default=5.0, ge=0)
+    """Window in which text deltas are merged before they reach Redis."""
+    keepalive_seconds: float = Field(default=15.0, gt=0)
+    """Interval of SSE ``: keepalive`` comments."""
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest accepted request body."""
+    sync_timeout_seconds: float = Field(default=600.0, gt=0)
+    """How long a non-streaming, non-background request waits for its answer."""
+    llm_timeout_seconds: float = Field(default=300.0, gt=0)
+    """Read timeout of one model call."""
+    llm_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Connect timeout of one model call."""
+    llm_max_retries: int = Field(default=2, ge=0)
+    """Retries of a model call on 429, 5xx and connection errors."""
+    llm_retry_max_wait_seconds: float = Field(default=20.0, ge=0)
+    """Cap on a ``Retry-After`` the fleet honours."""
+    task_visibility_timeout_seconds: int = Field(default=3600, ge=60)
+    """Redis broker visibility timeout; above the longest task."""
+    max_task_deliveries: int = Field(default=3, ge=1)
+    """Deliveries of one task before the response is failed (a task that kills its worker)."""
+    lease_seconds: float = Field(default=30.0, gt=1)
+    """A turn's lease; a turn whose lease lapses is re-run by the sweeper."""
+    inference_concurrency: int = Field(default=32, ge=1)
+    """Threads of an inference worker (model calls are I/O-bound)."""
+    gateway_workers: int = Field(default=1, ge=1)
+    """gunicorn worker processes of ``antwort gateway``."""
+    sim_port: int = 8090
+    """Port of the simulator that ``antwort up`` starts when no model is configured."""
+
+    @property
+    def api_key_set(self) -> frozenset[str]:
+        """The accepted bearer keys (empty: the gateway is open)."""
+        return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())

@@ -1,0 +1,129 @@
+"""The error tree of the fleet.
+
+Every error a client can cause or see is an ``AppError``; the gateway renders each as OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` with the error's ``status``::
+
+    AppError
+    ├── InvalidRequestError        400  the client's request is wrong
+    │   ├── PreviousResponseNotFoundError   previous_response_id names nothing usable
+    │   └── UnsupportedMediaTypeError / PayloadTooLargeError   415 / 413
+    ├── AuthenticationError        401  missing or wrong bearer key
+    ├── NotFoundError              404  unknown response id or route
+    ├── MethodNotAllowedError      405
+    ├── UpstreamError              model server or MCP transport failed (retryable)
+    ├── ModelBehaviorError         the model answered something unusable (→ response failed)
+    └── ServerError                500  our own fault; never for client mistakes
+
+Exceptions carry only strings and ints so they pickle across Celery (STYLE.md rule 23).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AppError(Exception):
+    """Root of every error the fleet raises on purpose."""
+
+    status: int = 500
+    type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.param, self.code))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The OpenAI error body."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def _rebuild(cls: type[AppError], message: str, param: str | None, code: str | None) -> AppError:
+    return cls(message, param=param, code=code)
+
+
+class InvalidRequestError(AppError):
+    """The request is malformed or asks for something impossible (400)."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class PreviousResponseNotFoundError(InvalidRequestError):
+    """``previous_response_id`` names no stored response (400, OpenAI's code)."""
+
+    default_code = "previous_response_not_found"
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """The body is not ``application/json`` (415)."""
+
+    status = 415
+    default_code = "unsupported_media_type"
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    """The body is larger than the configured limit (413)."""
+
+    status = 413
+    default_code = "payload_too_large"
+
+
+class AuthenticationError(AppError):
+    """Missing or wrong bearer key (401)."""
+
+    status = 401
+    type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class NotFoundError(AppError):
+    """Unknown response id or route (404)."""
+
+    status = 404
+    type = "not_found"
+    default_code = "not_found"
+
+
+class MethodNotAllowedError(AppError):
+    """The route exists but not for this method (405)."""
+
+    status = 405
+    type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
+class UpstreamError(AppError):
+    """The model server (or another upstream) could not answer; retryable."""
+
+    status = 502
+    type = "model_error"
+    default_code = "upstream_error"
+
+
+class ModelBehaviorError(AppError):
+    """The model answered something the fleet cannot use; the response fails."""
+
+    status = 500
+    type = "model_error"
+    default_code = "model_behavior_error"
+
+
+class ServerError(AppError):
+    """A fault of the fleet itself."""
+
+    status = 500
+    type = "server_error"
+    default_code = "server_error"

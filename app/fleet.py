@@ -1,0 +1,63 @@
+"""Building the collaborators a process needs from its settings (Redis, store, provider)."""
+
+from __future__ import annotations
+
+import httpx
+import redis
+
+from app.config import Settings
+from app.keys import Keys
+from app.providers.openai_chat import ChatCompletionsProvider
+from app.run import RunDeps
+from app.store import ResponseStore
+
+QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
+"""Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
+
+
+def require_redis_url(settings: Settings) -> str:
+    """The Redis URL; processes other than ``antwort up`` need one configured."""
+    if not settings.redis_url:
+        raise SystemExit("ANTWORT_REDIS_URL is not set (antwort up starts an embedded Redis).")
+    return settings.redis_url
+
+
+def make_redis(settings: Settings) -> redis.Redis:
+    """A pooled Redis client."""
+    return redis.Redis.from_url(
+        require_redis_url(settings), health_check_interval=30, socket_keepalive=True
+    )
+
+
+def make_store(settings: Settings, client: redis.Redis | None = None) -> ResponseStore:
+    """The response store under the configured key prefix."""
+    return ResponseStore(
+        client or make_redis(settings),
+        keys=Keys(settings.key_prefix),
+        ttl_seconds=settings.response_ttl_seconds,
+        unstored_ttl_seconds=settings.unstored_ttl_seconds,
+        stream_maxlen=settings.event_stream_maxlen,
+    )
+
+
+def llm_base_url(settings: Settings) -> str:
+    """The model server's base URL; the simulator's when none is configured."""
+    return settings.llm_base_url or f"http://127.0.0.1:{settings.sim_port}/v1"
+
+
+def make_provider(settings: Settings) -> ChatCompletionsProvider:
+    """The Chat Completions provider for the configured model server."""
+    return ChatCompletionsProvider(
+        base_url=llm_base_url(settings),
+        api_key=settings.llm_api_key,
+        max_retries=settings.llm_max_retries,
+        retry_max_wait=settings.llm_retry_max_wait_seconds,
+        timeout=httpx.Timeout(
+            settings.llm_timeout_seconds, connect=settings.llm_connect_timeout_seconds
+        ),
+    )
+
+
+def make_run_deps(settings: Settings) -> RunDeps:
+    """Everything a turn needs."""
+    return RunDeps(store=make_store(settings), provider=make_provider(settings), settings=settings)

@@ -1,0 +1,62 @@
+"""The Redis keyspace: every key the fleet writes is built here, and only here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key builders under one prefix (``ANTWORT_KEY_PREFIX``; tests use their own)."""
+
+    prefix: str
+
+    def record(self, response_id: str) -> str:
+        """Hash: status, version, the response object (JSON), run bookkeeping."""
+        return f"{self.prefix}r:{response_id}"
+
+    def inputs(self, response_id: str) -> str:
+        """List: the response's own input items (JSON), in order."""
+        return f"{self.prefix}r:{response_id}:in"
+
+    def events(self, response_id: str) -> str:
+        """Stream: every event of the response, entry id ``1-<sequence_number>``."""
+        return f"{self.prefix}r:{response_id}:ev"
+
+    def sequence(self, response_id: str) -> str:
+        """Counter: the next ``sequence_number``."""
+        return f"{self.prefix}r:{response_id}:seq"
+
+    def channel(self, response_id: str) -> str:
+        """Pub/sub channel of the response's live events."""
+        return f"{self.prefix}ev:{response_id}"
+
+    @property
+    def channel_pattern(self) -> str:
+        """Pattern one gateway process subscribes to for every response's events."""
+        return f"{self.prefix}ev:*"
+
+    def response_id_of_channel(self, channel: str) -> str:
+        """Inverse of :meth:`channel`."""
+        return channel[len(self.prefix) + 3 :]
+
+    def deliveries(self, task_id: str) -> str:
+        """Counter: how often a task was delivered (poison-message guard)."""
+        return f"{self.prefix}deliveries:{task_id}"
+
+    def lease(self, response_id: str) -> str:
+        """String with TTL: the worker currently running the response's turn."""
+        return f"{self.prefix}r:{response_id}:lease"
+
+    @property
+    def active(self) -> str:
+        """Sorted set: active responses by the time their lease lapses (for the sweeper)."""
+        return f"{self.prefix}active"
+
+    def workers(self, queue: str) -> str:
+        """Sorted set: live worker hostnames on a queue, by last heartbeat."""
+        return f"{self.prefix}workers:{queue}"
+
+    def tool_result(self, response_id: str, call_id: str) -> str:
+        """String: the stored result of one tool call (idempotent tool tasks)."""
+        return f"{self.prefix}r:{response_id}:tool:{call_id}"

@@ -1,0 +1,199 @@
+"""Turns a model's streamed chunks into output items and their streaming events."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from app.protocol import events as ev
+from app.protocol.items import (
+    function_call_item,
+    message_item,
+    output_text_part,
+    reasoning_item,
+)
+from app.protocol.response import Usage
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.sink import EventSink
+
+
+def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
+    """A deterministic item id: a re-run turn names its items as the first run did."""
+    digest = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=12)
+    return f"{prefix}_{digest.hexdigest()}"
+
+
+@dataclass(slots=True)
+class _OpenText:
+    kind: str  # "message" or "reasoning"
+    item_id: str
+    output_index: int
+    text: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    item_id: str
+    output_index: int
+    call_id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnOutput:
+    """What one model call produced."""
+
+    items: list[dict[str, Any]]
+    """Completed output items, in output order."""
+    finish_reason: str
+    usage: Usage
+
+    @property
+    def function_calls(self) -> list[dict[str, Any]]:
+        """The ``function_call`` items, in the order the model made them."""
+        return [item for item in self.items if item["type"] == "function_call"]
+
+
+class OutputBuilder:
+    """Feeds on provider chunks; emits item events to a sink; collects the finished items."""
+
+    def __init__(self, *, response_id: str, turn: int, first_output_index: int, sink: EventSink):
+        self._response_id = response_id
+        self._turn = turn
+        self._next_index = first_output_index
+        self._sink = sink
+        self._items: dict[int, dict[str, Any]] = {}
+        self._text: _OpenText | None = None
+        self._calls: dict[int, _OpenCall] = {}
+        self._finish_reason = "stop"
+        self._usage = Usage()
+
+    def feed(self, chunk: Chunk) -> None:
+        """Take one chunk of the model's answer."""
+        if isinstance(chunk, TextDelta):
+            self._text_delta("message", chunk.text)
+        elif isinstance(chunk, ReasoningDelta):
+            self._text_delta("reasoning", chunk.text)
+        elif isinstance(chunk, ToolCallDelta):
+            self._tool_call_delta(chunk)
+        elif isinstance(chunk, Finish):
+            self._finish_reason = chunk.reason
+        elif isinstance(chunk, UsageReport):
+            self._usage = chunk.usage
+        else:
+            assert_never(chunk)
+
+    def close(self) -> TurnOutput:
+        """Finish every open item and return the turn's output."""
+        self._close_text()
+        for index in sorted(self._calls):
+            self._close_call(self._calls[index])
+        self._calls.clear()
+        items = [self._items[index] for index in sorted(self._items)]
+        return TurnOutput(items=items, finish_reason=self._finish_reason, usage=self._usage)
+
+    # -- text and reasoning --------------------------------------------------------------------
+
+    def _text_delta(self, kind: str, text: str) -> None:
+        if self._text is None or self._text.kind != kind:
+            self._close_text()
+            self._text = self._open_text(kind)
+        self._text.text.append(text)
+        if kind == "message":
+            self._sink.emit(
+                ev.output_text_delta(self._text.item_id, self._text.output_index, 0, text)
+            )
+        else:
+            self._sink.emit(
+                ev.reasoning_delta(self._text.item_id, self._text.output_index, 0, text)
+            )
+
+    def _open_text(self, kind: str) -> _OpenText:
+        index = self._take_index()
+        prefix = "msg" if kind == "message" else "rs"
+        opened = _OpenText(kind, item_id(prefix, self._response_id, self._turn, index), index)
+        if kind == "message":
+            item = message_item(opened.item_id, text=None, status="in_progress")
+            self._sink.emit(ev.output_item_added(index, item))
+            self._sink.emit(ev.content_part_added(opened.item_id, index, 0, output_text_part("")))
+        else:
+            item = reasoning_item(opened.item_id, text=None, status="in_progress")
+            self._sink.emit(ev.output_item_added(index, item))
+        return opened
+
+    def _close_text(self) -> None:
+        opened, self._text = self._text, None
+        if opened is None:
+            return
+        text = "".join(opened.text)
+        index, iid = opened.output_index, opened.item_id
+        if opened.kind == "message":
+            status = "incomplete" if self._finish_reason == "length" else "completed"
+            part = output_text_part(text)
+            self._sink.emit(ev.output_text_done(iid, index, 0, text))
+            self._sink.emit(ev.content_part_done(iid, index, 0, part))
+            item = message_item(iid, text=None, status=status, parts=[part])
+        else:
+            self._sink.emit(ev.reasoning_done(iid, index, 0, text))
+            item = reasoning_item(iid, text=text, status="completed")
+        self._items[index] = item
+        self._sink.emit(ev.output_item_done(index, item))
+
+    # -- tool calls ----------------------------------------------------------------------------
+
+    def _tool_call_delta(self, chunk: ToolCallDelta) -> None:
+        call = self._calls.get(chunk.index)
+        if call is None:
+            self._close_text()
+            call = self._open_call(chunk)
+        if chunk.arguments:
+            call.arguments.append(chunk.arguments)
+            self._sink.emit(
+                ev.function_call_arguments_delta(call.item_id, call.output_index, chunk.arguments)
+            )
+
+    def _open_call(self, chunk: ToolCallDelta) -> _OpenCall:
+        index = self._take_index()
+        iid = item_id("fc", self._response_id, self._turn, index)
+        call_id = chunk.call_id or f"call_{iid[3:27]}"
+        call = _OpenCall(iid, index, call_id, chunk.name or "")
+        self._calls[chunk.index] = call
+        item = function_call_item(
+            iid, call_id=call_id, name=call.name, arguments="", status="in_progress"
+        )
+        self._sink.emit(ev.output_item_added(index, item))
+        return call
+
+    def _close_call(self, call: _OpenCall) -> None:
+        arguments = _normalise_arguments("".join(call.arguments))
+        self._sink.emit(
+            ev.function_call_arguments_done(call.item_id, call.output_index, arguments, call.name)
+        )
+        item = function_call_item(
+            call.item_id,
+            call_id=call.call_id,
+            name=call.name,
+            arguments=arguments,
+            status="completed",
+        )
+        self._items[call.output_index] = item
+        self._sink.emit(ev.output_item_done(call.output_index, item))
+
+    def _take_index(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+
+def _normalise_arguments(arguments: str) -> str:
+    """Empty arguments become ``{}``; anything else is passed on as the model wrote it."""
+    return arguments if arguments.strip() else "{}"

@@ -1,0 +1,1 @@
+"""Wire protocol: the Responses API's request, items, response object and events."""

@@ -1,0 +1,161 @@
+"""Builders of the streaming events, as dicts without ``sequence_number``.
+
+``sequence_number`` is assigned in exactly one place, the emit script of ``app.events``. Each
+builder puts ``type`` first so the serialised event reads naturally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+RESPONSE_EVENT_BY_STATUS = {
+    "completed": "response.completed",
+    "requires_action": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
+
+Event = dict[str, Any]
+
+
+def response_event(event_type: str, response: dict[str, Any]) -> Event:
+    """``response.created|queued|in_progress|completed|failed|incomplete``."""
+    return {"type": event_type, "response": response}
+
+
+def output_item_added(output_index: int, item: dict[str, Any]) -> Event:
+    """``response.output_item.added``."""
+    return {"type": "response.output_item.added", "output_index": output_index, "item": item}
+
+
+def output_item_done(output_index: int, item: dict[str, Any]) -> Event:
+    """``response.output_item.done``."""
+    return {"type": "response.output_item.done", "output_index": output_index, "item": item}
+
+
+def content_part_added(
+    item_id: str, output_index: int, content_index: int, part: dict[str, Any]
+) -> Event:
+    """``response.content_part.added``."""
+    return {
+        "type": "response.content_part.added",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "part": part,
+    }
+
+
+def content_part_done(
+    item_id: str, output_index: int, content_index: int, part: dict[str, Any]
+) -> Event:
+    """``response.content_part.done``."""
+    return {
+        "type": "response.content_part.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "part": part,
+    }
+
+
+def output_text_delta(item_id: str, output_index: int, content_index: int, delta: str) -> Event:
+    """``response.output_text.delta`` (with the ``logprobs: []`` OpenAI's SDK requires)."""
+    return {
+        "type": "response.output_text.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "delta": delta,
+        "logprobs": [],
+    }
+
+
+def output_text_done(item_id: str, output_index: int, content_index: int, text: str) -> Event:
+    """``response.output_text.done``."""
+    return {
+        "type": "response.output_text.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "text": text,
+        "logprobs": [],
+    }
+
+
+def reasoning_delta(item_id: str, output_index: int, content_index: int, delta: str) -> Event:
+    """``response.reasoning.delta``: raw reasoning text from the provider."""
+    return {
+        "type": "response.reasoning.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "delta": delta,
+    }
+
+
+def reasoning_done(item_id: str, output_index: int, content_index: int, text: str) -> Event:
+    """``response.reasoning.done``."""
+    return {
+        "type": "response.reasoning.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": content_index,
+        "text": text,
+    }
+
+
+def function_call_arguments_delta(item_id: str, output_index: int, delta: str) -> Event:
+    """``response.function_call_arguments.delta``."""
+    return {
+        "type": "response.function_call_arguments.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "delta": delta,
+    }
+
+
+def function_call_arguments_done(
+    item_id: str, output_index: int, arguments: str, name: str
+) -> Event:
+    """``response.function_call_arguments.done``."""
+    return {
+        "type": "response.function_call_arguments.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "arguments": arguments,
+        "name": name,
+    }
+
+
+def error_event(*, code: str, message: str, error_type: str = "server_error") -> Event:
+    """``error``: nested (Open Responses) and flat (OpenAI) at once."""
+    return {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "error": {"type": error_type, "code": code, "message": message, "param": None},
+    }
+
+
+MERGEABLE_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+
+
+def try_merge(previous: Event, event: Event) -> bool:
+    """Fold ``event``'s delta into ``previous`` when both are deltas of the same part."""
+    if event["type"] not in MERGEABLE_DELTAS or previous["type"] != event["type"]:
+        return False
+    if previous["item_id"] != event["item_id"]:
+        return False
+    if previous.get("content_index") != event.get("content_index"):
+        return False
+    previous["delta"] += event["delta"]
+    return True

@@ -1,0 +1,180 @@
+"""Items: what goes into a response (input) and what comes out of it (output).
+
+Input items are validated strictly (``extra="forbid"``) but accept everything the official SDK
+sends back when a client passes a previous response's output as input (ids, statuses,
+annotations, logprobs). An input item without ``type`` is a message.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputText(_Strict):
+    """A text part of an input message."""
+
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(_Strict):
+    """An image part: an URL (``data:`` URLs included) or an uploaded file id."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto", "original"] = "auto"
+
+
+class InputFile(_Strict):
+    """A file part: inline data (base64 ``data:`` URL), an URL or a file id."""
+
+    type: Literal["input_file"]
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+
+
+class OutputText(_Strict):
+    """Text the model wrote (also accepted in assistant input messages)."""
+
+    type: Literal["output_text"]
+    text: str
+    annotations: list[dict[str, Any]] = Field(default_factory=list)
+    logprobs: list[dict[str, Any]] | None = None
+
+
+class Refusal(_Strict):
+    """A refusal the model wrote."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Annotated[
+    InputText | InputImage | InputFile | OutputText | Refusal, Field(discriminator="type")
+]
+
+
+class MessageItem(_Strict):
+    """A message; roles as in the spec. ``phase`` marks assistant commentary vs final answer."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[ContentPart]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+class FunctionCallItem(_Strict):
+    """A call the model made to a function tool."""
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallOutputItem(_Strict):
+    """The result of a function call, sent back by whoever ran it."""
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str | list[InputText | InputImage | InputFile]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ReasoningSummaryText(_Strict):
+    """One summary paragraph of a reasoning item."""
+
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(_Strict):
+    """Raw reasoning text of a reasoning item."""
+
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(_Strict):
+    """The model's reasoning, as a provider returned it."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[ReasoningSummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+def _item_type(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("type", "message"))
+    return str(getattr(value, "type", "message"))
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(
+        _item_type,
+        custom_error_type="invalid_item_type",
+        custom_error_message="unsupported input item type",
+    ),
+]
+
+INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    """An ``output_text`` content part as the wire carries it."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(
+    item_id: str, *, text: str | None, status: str, parts: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """An assistant output message item."""
+    content = parts if parts is not None else ([] if text is None else [output_text_part(text)])
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def function_call_item(
+    item_id: str, *, call_id: str, name: str, arguments: str, status: str
+) -> dict[str, Any]:
+    """A ``function_call`` output item."""
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def reasoning_item(item_id: str, *, text: str | None, status: str) -> dict[str, Any]:
+    """A ``reasoning`` output item carrying the provider's reasoning text."""
+    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}

@@ -1,0 +1,138 @@
+"""The body of ``POST /v1/responses``, as the official SDK sends it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.protocol.items import InputItem
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionTool(_Strict):
+    """A function the client executes itself (the response pauses on a call)."""
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+Tool = Annotated[FunctionTool, Field(discriminator="type")]
+
+
+class FunctionChoice(_Strict):
+    """Force one named function."""
+
+    type: Literal["function"]
+    name: str
+
+
+class AllowedToolRef(BaseModel):
+    """A reference to a tool in an ``allowed_tools`` choice."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    name: str | None = None
+    server_label: str | None = None
+
+
+class AllowedToolsChoice(_Strict):
+    """Restrict which of the declared tools may run."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required", "none"] = "auto"
+    tools: list[AllowedToolRef]
+
+
+class McpChoice(_Strict):
+    """Force a tool of one MCP server."""
+
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
+
+
+class HostedChoice(_Strict):
+    """Force a hosted tool type (e.g. ``code_interpreter``)."""
+
+    type: Literal["code_interpreter", "file_search", "web_search_preview", "image_generation"]
+
+
+ToolChoice = (
+    Literal["auto", "required", "none"]
+    | Annotated[
+        FunctionChoice | AllowedToolsChoice | McpChoice | HostedChoice,
+        Field(discriminator="type"),
+    ]
+)
+
+
+class TextFormat(BaseModel):
+    """``text.format``: plain text, a JSON object, or a named JSON schema."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(_Strict):
+    """``text``: the output format and verbosity."""
+
+    format: TextFormat = Field(default_factory=lambda: TextFormat(type="text"))
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(_Strict):
+    """``reasoning``: effort and summary preferences."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class StreamOptions(_Strict):
+    """``stream_options``."""
+
+    include_obfuscation: bool | None = None
+    include_usage: bool | None = None
+
+
+class CreateResponseRequest(_Strict):
+    """``POST /v1/responses``. Unknown fields are refused with ``param`` naming them."""
+
+    model: str | None = None
+    input: str | list[InputItem] = Field(default_factory=list)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    background: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    tools: list[Tool] = Field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = None
+    safety_identifier: str | None = Field(default=None, max_length=64)
+    prompt_cache_key: str | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    include: list[str] | None = None

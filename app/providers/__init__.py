@@ -1,0 +1,1 @@
+"""Model providers: where a turn's model call goes."""

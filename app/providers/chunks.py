@@ -1,0 +1,54 @@
+"""What a provider yields while a model answers: a closed union of chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.protocol.response import Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of the answer's text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta:
+    """A piece of reasoning text (``reasoning_content`` of vLLM's reasoning parsers)."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta:
+    """A fragment of a tool call; the first fragment of an ``index`` carries ``id`` and name."""
+
+    type: Literal["tool_call"] = "tool_call"
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """The model stopped: ``stop``, ``tool_calls``, ``length`` or ``content_filter``."""
+
+    type: Literal["finish"] = "finish"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReport:
+    """Token counts of the call (the last chunk, with ``include_usage``)."""
+
+    type: Literal["usage"] = "usage"
+    usage: Usage
+
+
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | Finish | UsageReport

@@ -1,0 +1,183 @@
+"""Any OpenAI-compatible Chat Completions server (vLLM, Ollama, llama.cpp, OpenAI) over httpx."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from app.errors import UpstreamError
+from app.protocol.response import InputTokensDetails, OutputTokensDetails, Usage
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.providers.translate import ModelRequest, build_chat_body
+
+logger = logging.getLogger(__name__)
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class ChatCompletionsProvider:
+    """Streams one model call and yields provider-neutral chunks.
+
+    Retries happen only before the first byte of an answer arrives: a call that failed halfway
+    cannot be retried without repeating what the client already saw.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        client: httpx.Client | None = None,
+        max_retries: int = 2,
+        retry_max_wait: float = 20.0,
+        timeout: httpx.Timeout | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.retry_max_wait = retry_max_wait
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = client or httpx.Client(
+            timeout=timeout or httpx.Timeout(300.0, connect=10.0),
+            headers=headers,
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self._client.close()
+
+    def list_models(self) -> list[dict[str, Any]]:
+        """``GET /models`` of the model server."""
+        try:
+            response = self._client.get(f"{self.base_url}/models")
+            response.raise_for_status()
+            data = response.json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise UpstreamError(
+                f"Model server at {self.base_url} did not list models: {exc}"
+            ) from exc
+        return [model for model in data if isinstance(model, dict)]
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        """Call the model and yield its answer as it arrives."""
+        body = build_chat_body(request)
+        attempt = 0
+        while True:
+            try:
+                yield from self._stream_once(body)
+                return
+            except _Retry as retry:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise UpstreamError(retry.message) from retry
+                wait = min(retry.wait, self.retry_max_wait)
+                logger.warning("model call failed (%s); retry %d in %.1fs", retry, attempt, wait)
+                time.sleep(wait)
+
+    def _stream_once(self, body: dict[str, Any]) -> Iterator[Chunk]:
+        url = f"{self.base_url}/chat/completions"
+        try:
+            with self._client.stream("POST", url, json=body) as response:
+                if response.status_code != 200:
+                    _raise_for_status(response)
+                yield from _parse_stream(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise _Retry(f"Model server at {self.base_url} is unreachable: {exc}", 0.5) from exc
+
+
+class _Retry(Exception):
+    def __init__(self, message: str, wait: float):
+        super().__init__(message)
+        self.message = message
+        self.wait = wait
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    response.read()
+    detail = _error_detail(response)
+    message = f"Model server answered {response.status_code}: {detail}"
+    if response.status_code in _RETRYABLE_STATUS:
+        raise _Retry(message, _retry_after(response))
+    raise UpstreamError(message)
+
+
+def _error_detail(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:500]
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return str(payload)[:500]
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
+def _parse_stream(lines: Iterator[str]) -> Iterator[Chunk]:
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise UpstreamError(f"Model server sent malformed JSON: {data[:200]}") from exc
+        if isinstance(payload, dict) and payload.get("error"):
+            raise UpstreamError(f"Model server reported an error: {payload['error']}")
+        yield from _chunks_of(payload)
+
+
+def _chunks_of(payload: dict[str, Any]) -> Iterator[Chunk]:
+    for choice in payload.get("choices") or []:
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            yield ReasoningDelta(text=reasoning)
+        if delta.get("content"):
+            yield TextDelta(text=delta["content"])
+        for call in delta.get("tool_calls") or []:
+            function = call.get("function") or {}
+            yield ToolCallDelta(
+                index=int(call.get("index", 0)),
+                call_id=call.get("id"),
+                name=function.get("name"),
+                arguments=function.get("arguments") or "",
+            )
+        if choice.get("finish_reason"):
+            yield Finish(reason=choice["finish_reason"])
+    if payload.get("usage"):
+        yield UsageReport(usage=_usage(payload["usage"]))
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    prompt = int(raw.get("prompt_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or 0)
+    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    reasoning = int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=int(raw.get("total_tokens") or prompt + completion),
+        input_tokens_details=InputTokensDetails(cached_tokens=cached),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
+    )

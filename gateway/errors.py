@@ -1,0 +1,55 @@
+"""One renderer for every error: OpenAI's ``{"error": {message, type, param, code}}``."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from app.errors import AppError, ServerError
+
+logger = logging.getLogger(__name__)
+
+_HTTP_TYPES = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    404: ("not_found", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "payload_too_large"),
+    415: ("invalid_request_error", "unsupported_media_type"),
+}
+
+
+def render(error: AppError) -> Response:
+    """The JSON response of an ``AppError``."""
+    response = jsonify(error.to_dict())
+    response.status_code = error.status
+    return response
+
+
+def _render_http(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    error_type, code = _HTTP_TYPES.get(status, ("server_error", "server_error"))
+    message = {
+        404: "Unknown route.",
+        405: "Method not allowed for this route.",
+        413: "The request body is too large.",
+    }.get(status, exc.description or exc.name)
+    response = jsonify(
+        {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    )
+    response.status_code = status
+    return response
+
+
+def _render_unexpected(exc: Exception) -> Response:
+    logger.exception("unhandled error", exc_info=exc)
+    return render(ServerError("The server had an error while processing your request."))
+
+
+def register(app: Flask) -> None:
+    """Install the handlers: ours, werkzeug's HTTP errors, and a last resort."""
+    app.register_error_handler(AppError, render)
+    app.register_error_handler(HTTPException, _render_http)
+    app.register_error_handler(Exception, _render_unexpected)

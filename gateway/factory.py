@@ -1,0 +1,53 @@
+"""``create_app``: the Flask app with its collaborators wired in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from flask import Flask
+
+from app.config import Settings
+from app.dispatch import Dispatcher
+from app.fleet import make_provider, make_redis, make_store
+from app.keys import Keys
+from app.relay import EventHub
+from gateway import auth, errors, health, metrics, models, responses
+from gateway.context import Gateway
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    dispatcher: Dispatcher | None = None,
+    redis_client: redis.Redis | None = None,
+) -> Flask:
+    """Build the gateway; collaborators default to those the settings describe."""
+    settings = settings or Settings()
+    client = redis_client or make_redis(settings)
+    app = Flask("antwort-gateway")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.extensions["antwort"] = Gateway(
+        settings=settings,
+        store=make_store(settings, client),
+        hub=EventHub(client, Keys(settings.key_prefix)),
+        dispatcher=dispatcher or _celery_dispatcher(settings),
+        models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
+        metrics=metrics.Metrics(),
+    )
+    errors.register(app)
+    auth.register(app, settings.api_key_set)
+    metrics.register(app)
+    for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
+        app.register_blueprint(blueprint)
+    return app
+
+
+def _celery_dispatcher(settings: Settings) -> Any:
+    # Imported here so ``gateway`` depends on Celery only when it really sends tasks.
+    from workers.celery_app import make_celery
+    from workers.dispatch import CeleryDispatcher
+
+    return CeleryDispatcher(make_celery(settings))

@@ -1,0 +1,14 @@
+"""gunicorn settings of the gateway: gevent workers that hold thousands of SSE streams."""
+
+import os
+
+worker_class = "gevent"
+workers = int(os.environ.get("ANTWORT_GATEWAY_WORKERS", "1"))
+worker_connections = int(os.environ.get("ANTWORT_GATEWAY_CONNECTIONS", "4000"))
+bind = f"{os.environ.get('ANTWORT_HOST', '127.0.0.1')}:{os.environ.get('ANTWORT_PORT', '8080')}"
+keepalive = 75
+timeout = 60  # gevent workers heartbeat between requests; long SSE streams are not cut by this
+graceful_timeout = 10
+accesslog = None
+errorlog = "-"
+loglevel = os.environ.get("ANTWORT_LOG_LEVEL", "info")

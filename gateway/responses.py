@@ -1,0 +1,130 @@
+"""``/v1/responses``: create (three modes), retrieve (and resume), cancel, delete, input items."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from app import responses as core
+from app.errors import InvalidRequestError, ServerError, UnsupportedMediaTypeError
+from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.relay import Keepalive, follow_events
+from gateway.context import Gateway, gateway
+from gateway.sse import sse_response
+
+blueprint = Blueprint("responses", __name__)
+
+
+def _gw() -> Gateway:
+    return gateway()
+
+
+def _json_body() -> Any:
+    if not request.is_json:
+        raise UnsupportedMediaTypeError(
+            "Content-Type must be application/json.", param=None, code="unsupported_media_type"
+        )
+    body = request.get_json(silent=True)
+    if body is None:
+        raise InvalidRequestError(
+            "We could not parse the JSON body of your request.", code="invalid_json"
+        )
+    return body
+
+
+@blueprint.post("/v1/responses")
+def create() -> Response:
+    """Create a response: SSE when ``stream``, at once when ``background``, else when done."""
+    gw = _gw()
+    response, parsed = core.create_response(gw.store, gw.dispatcher, gw.settings, _json_body())
+    if parsed.stream:
+        return sse_response(
+            follow_events(
+                gw.store, gw.hub, response.id, keepalive_seconds=gw.settings.keepalive_seconds
+            )
+        )
+    if parsed.background:
+        return jsonify(response.wire())
+    _wait_until_done(response.id)
+    return jsonify(gw.store.get(response.id).response.wire())
+
+
+def _wait_until_done(response_id: str) -> None:
+    gw = _gw()
+    deadline = time.monotonic() + gw.settings.sync_timeout_seconds
+    events = follow_events(gw.store, gw.hub, response_id, keepalive_seconds=1.0)
+    try:
+        for event in events:
+            if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"Response {response_id} did not finish within "
+                    f"{gw.settings.sync_timeout_seconds:.0f}s; retrieve it later."
+                )
+    finally:
+        events.close()
+
+
+@blueprint.get("/v1/responses/<response_id>")
+def retrieve(response_id: str) -> Response:
+    """The response; with ``stream=true`` its events after ``starting_after``, then live."""
+    gw = _gw()
+    response = core.retrieve_response(gw.store, response_id)
+    if request.args.get("stream", "false").lower() != "true":
+        return jsonify(response.wire())
+    after = _starting_after(request.args.get("starting_after"))
+    # Read the first page now, so an expired cursor is a 400 rather than a broken stream.
+    gw.store.events_after(response_id, after, count=1)
+    return sse_response(
+        follow_events(
+            gw.store,
+            gw.hub,
+            response_id,
+            starting_after=after,
+            keepalive_seconds=gw.settings.keepalive_seconds,
+        )
+    )
+
+
+def _starting_after(raw: str | None) -> int:
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise InvalidRequestError(
+            "'starting_after' must be a sequence number (an integer ≥ 0).",
+            param="starting_after",
+            code="invalid_value",
+        )
+    return value
+
+
+@blueprint.post("/v1/responses/<response_id>/cancel")
+def cancel(response_id: str) -> Response:
+    """Cancel a background response."""
+    gw = _gw()
+    return jsonify(core.cancel_response(gw.store, gw.dispatcher, response_id).wire())
+
+
+@blueprint.delete("/v1/responses/<response_id>")
+def delete(response_id: str) -> Response:
+    """Delete a response, its input items and its events."""
+    return jsonify(core.delete_response(_gw().store, response_id))
+
+
+@blueprint.get("/v1/responses/<response_id>/input_items")
+def input_items(response_id: str) -> Response:
+    """A page of the response's input items."""
+    limit, order = core.check_input_items_query(
+        request.args.get("limit"), request.args.get("order")
+    )
+    page = core.list_input_items(
+        _gw().store, response_id, limit=limit, order=order, after=request.args.get("after")
+    )
+    return jsonify(page)

@@ -1,0 +1,38 @@
+"""SSE framing: one chunk per event, keepalive comments, ``data: [DONE]`` last."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from flask import Response, stream_with_context
+
+from app.relay import Keepalive
+from app.store import StoredEvent
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+    "Connection": "keep-alive",
+}
+
+
+def frame(event: StoredEvent) -> bytes:
+    """``event: <type>\\ndata: <json>\\n\\n`` as one write."""
+    return f"event: {event.type}\ndata: {event.data}\n\n".encode()
+
+
+def sse_response(events: Iterator[StoredEvent | Keepalive]) -> Response:
+    """Stream events; the generator's ``finally`` runs when the client goes away."""
+
+    def body() -> Iterator[bytes]:
+        yield b": connected\n\n"
+        for event in events:
+            yield b": keepalive\n\n" if isinstance(event, Keepalive) else frame(event)
+        yield b"data: [DONE]\n\n"
+
+    return Response(
+        stream_with_context(body()),
+        status=200,
+        mimetype="text/event-stream",
+        headers=SSE_HEADERS,
+    )

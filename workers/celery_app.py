@@ -1,0 +1,39 @@
+"""The Celery app: queues, routes and the delivery guarantees of DESIGN.md."""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from app.config import Settings
+from app.fleet import QUEUES, require_redis_url
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A Celery app bound to the fleet's Redis, with every queue declared."""
+    url = require_redis_url(settings)
+    transport = {
+        "visibility_timeout": settings.task_visibility_timeout_seconds,
+        "global_keyprefix": f"{settings.key_prefix}celery:",
+    }
+    celery = Celery("antwort", broker=url, backend=url, include=["workers.tasks"])
+    celery.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[Queue(name, routing_key=name) for name in QUEUES],
+        task_create_missing_queues=False,
+        task_default_queue="inference",
+        task_routes={"responses.run_turn": {"queue": "inference"}},
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        visibility_timeout=settings.task_visibility_timeout_seconds,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        broker_pool_limit=64,
+    )
+    return celery

@@ -1,0 +1,69 @@
+"""``antwort worker``: a Celery worker on the given queues, with a liveness heartbeat.
+
+Also the Celery app for ``celery -A workers.main`` (flower, inspect).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import threading
+import time
+
+from app.config import Settings
+from app.fleet import QUEUES, make_store
+from workers.celery_app import make_celery
+
+logger = logging.getLogger(__name__)
+
+settings = Settings()
+celery = make_celery(settings)
+
+_DEFAULT_POOL = {"inference": "threads", "tools.mcp": "threads", "tools.internal": "threads"}
+
+
+def _heartbeat(queues: list[str], hostname: str) -> None:
+    store = make_store(settings)
+    while True:
+        try:
+            for queue in queues:
+                store.heartbeat_worker(queue, hostname)
+        except Exception:
+            logger.warning("worker heartbeat failed", exc_info=True)
+        time.sleep(5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a worker consuming ``--queues``."""
+    parser = argparse.ArgumentParser(prog="antwort worker")
+    parser.add_argument("--queues", default="inference")
+    parser.add_argument("--concurrency", type=int, default=None)
+    parser.add_argument("--pool", default=None, help="threads | prefork | solo")
+    parser.add_argument("--loglevel", default="INFO")
+    args = parser.parse_args(argv)
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    unknown = sorted(set(queues) - set(QUEUES))
+    if unknown:
+        parser.error(f"unknown queue(s) {unknown}; known: {', '.join(QUEUES)}")
+    pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
+    concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
+    hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
+    threading.Thread(target=_heartbeat, args=(queues, hostname), daemon=True).start()
+    celery.worker_main(
+        [
+            "worker",
+            f"--queues={','.join(queues)}",
+            f"--pool={pool}",
+            f"--concurrency={concurrency}",
+            f"--hostname={hostname}",
+            f"--loglevel={args.loglevel}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
