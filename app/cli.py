@@ -57,7 +57,7 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 def _chat(args: argparse.Namespace, settings: Settings) -> int:
     from app.chat import run_chat
 
-    return run_chat(args, settings)
+    return int(run_chat(args, settings))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import redis
 
 from app.config import Settings
 from app.keys import Keys
+from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider
 from app.run import RunDeps
 from app.store import ResponseStore
@@ -60,4 +61,10 @@ def make_provider(settings: Settings) -> ChatCompletionsProvider:
 
 def make_run_deps(settings: Settings) -> RunDeps:
     """Everything a turn needs."""
-    return RunDeps(store=make_store(settings), provider=make_provider(settings), settings=settings)
+    store = make_store(settings)
+    return RunDeps(
+        store=store,
+        provider=make_provider(settings),
+        settings=settings,
+        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+    )

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -95,7 +95,7 @@ class EventHub:
                 time.sleep(0.5)
 
     def _listen_forever(self) -> None:
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.psubscribe(self._keys.channel_pattern)
             self._ready.set()
@@ -125,7 +125,7 @@ def follow_events(
     *,
     starting_after: int = -1,
     keepalive_seconds: float = 15.0,
-) -> Iterator[StoredEvent | Keepalive]:
+) -> Generator[StoredEvent | Keepalive, None, None]:
     """Every event after ``starting_after``, then live ones until the response ends."""
     inbox = hub.listen(response_id)
     try:

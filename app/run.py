@@ -26,7 +26,9 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
+from app.lease import LeaseKeeper
 from app.providers.chunks import Chunk
+from app.replay import ReplayGuard
 from app.providers.translate import ModelRequest
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
@@ -47,6 +49,8 @@ class RunDeps:
     store: ResponseStore
     provider: ModelProvider
     settings: Settings
+    leases: LeaseKeeper | None = None
+    """Holds turn leases while they run; None runs without (unit tests of one process)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -84,10 +88,29 @@ NextStep = Complete | PauseForClient | StopIncomplete
 
 def run_turn(deps: RunDeps, response_id: str, turn: int) -> str:
     """Run turn ``turn`` of a response; returns the status it left (or ``skipped``)."""
-    state = load_state(deps.store, response_id)
-    if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
-        return "skipped"
-    sink = EventSink(deps.store, response_id, coalesce_seconds=deps.settings.coalesce_ms / 1000)
+    if deps.leases is not None and not deps.leases.acquire(response_id):
+        return "skipped"  # another live run of this response holds the lease
+    try:
+        state = load_state(deps.store, response_id)
+        if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
+            return "skipped"
+        return _run_loaded_turn(deps, state)
+    finally:
+        if deps.leases is not None:
+            deps.leases.release(response_id)
+
+
+def _run_loaded_turn(deps: RunDeps, state: RunState) -> str:
+    response_id, turn = state.response.id, state.turn
+    start_seq, is_rerun = deps.store.mark_turn_start(response_id, turn)
+    guard = (
+        ReplayGuard(deps.store.events_after(response_id, start_seq, count=1_000_000))
+        if is_rerun
+        else None
+    )
+    sink = EventSink(
+        deps.store, response_id, coalesce_seconds=deps.settings.coalesce_ms / 1000, guard=guard
+    )
     try:
         start_response(deps.store, state)
         output = call_model(deps, state, sink)

@@ -18,6 +18,7 @@ import weakref
 import redis
 
 from app.protocol.events import Event, try_merge
+from app.replay import ReplayGuard
 from app.store import ResponseStore
 
 logger = logging.getLogger(__name__)
@@ -34,8 +35,16 @@ class ResponseInactiveError(Exception):
 class EventSink:
     """Buffered, ordered event emission for one response."""
 
-    def __init__(self, store: ResponseStore, response_id: str, *, coalesce_seconds: float):
+    def __init__(
+        self,
+        store: ResponseStore,
+        response_id: str,
+        *,
+        coalesce_seconds: float,
+        guard: ReplayGuard | None = None,
+    ):
         self._store = store
+        self._guard = guard
         self._response_id = response_id
         self._window = coalesce_seconds
         self._buffer: list[Event] = []
@@ -46,6 +55,11 @@ class EventSink:
 
     def emit(self, event: Event) -> None:
         """Queue one event (a copy: merging mutates the buffered one)."""
+        if self._guard is not None:
+            filtered = self._guard.filter(event)
+            if filtered is None:
+                return
+            event = filtered
         with self._lock:
             self._raise_if_inactive()
             if not (self._buffer and try_merge(self._buffer[-1], event)):

@@ -213,7 +213,7 @@ class ResponseStore:
         is_terminal = status in TERMINAL_STATUSES
         ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
         expected_arg = "*new*" if expected is None else "|" + "|".join(sorted(expected)) + "|"
-        args = [
+        args: list[str | int] = [
             self.keys.channel(rid),
             self.stream_maxlen,
             ttl,
@@ -245,8 +245,12 @@ class ResponseStore:
                 self.keys.sequence(response_id),
                 self.keys.events(response_id),
             ],
-            args=[self.keys.channel(response_id), self.stream_maxlen, self.ttl_seconds]
-            + _event_args(events),
+            args=[
+                self.keys.channel(response_id),
+                self.stream_maxlen,
+                self.ttl_seconds,
+                *_event_args(events),
+            ],
         )
         text = status.decode() if isinstance(status, bytes) else str(status)
         return EmitResult(last_sequence_number=int(last), status=text)
@@ -290,7 +294,7 @@ class ResponseStore:
     def status(self, response_id: str) -> str | None:
         """The stored status alone (cheap)."""
         raw = self.redis.hget(self.keys.record(response_id), "status")
-        return None if raw is None else raw.decode()
+        return None if raw is None else _text(raw)
 
     def inputs(self, response_id: str) -> list[dict[str, Any]]:
         """The response's own input items, in order."""
@@ -303,12 +307,12 @@ class ResponseStore:
             ExpiredCursorError: when trimming removed events the caller has not seen.
         """
         key = self.keys.events(response_id)
-        entries = self.redis.xrange(key, min=f"1-{after + 1}", max="+", count=count)
-        if after >= 0 and entries and int(entries[0][0].split(b"-")[1]) > after + 1:
-            raise ExpiredCursorError(_expired_message(response_id, after))
-        if after >= 0 and not entries:
-            first = self.redis.xrange(key, count=1)
-            if first and int(first[0][0].split(b"-")[1]) > after + 1:
+        entries: list[Any] = (
+            self.redis.xrange(key, min=f"1-{after + 1}", max="+", count=count) or []
+        )
+        if after >= 0:
+            first: list[Any] = entries[:1] or self.redis.xrange(key, count=1) or []
+            if first and _sequence_of(first[0][0]) > after + 1:
                 raise ExpiredCursorError(_expired_message(response_id, after))
         return [_stored_event(entry_id, fields) for entry_id, fields in entries]
 
@@ -316,6 +320,15 @@ class ResponseStore:
         """The highest sequence number assigned so far (-1: none)."""
         raw = self.redis.get(self.keys.sequence(response_id))
         return int(raw) - 1 if raw is not None else -1
+
+    def mark_turn_start(self, response_id: str, turn: int) -> tuple[int, bool]:
+        """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""
+        field = f"turn{turn}_seq"
+        record = self.keys.record(response_id)
+        last = self.last_sequence_number(response_id)
+        if self.redis.hsetnx(record, field, last):
+            return last, False
+        return int(self.redis.hget(record, field) or last), True
 
     # -- fleet bookkeeping ---------------------------------------------------------------------
 
@@ -346,9 +359,17 @@ def _expired_message(response_id: str, after: int) -> str:
     )
 
 
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _sequence_of(entry_id: bytes | str) -> int:
+    return int(_text(entry_id).split("-")[1])
+
+
 def _stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
     return StoredEvent(
-        sequence_number=int(entry_id.split(b"-")[1]),
+        sequence_number=_sequence_of(entry_id),
         type=fields[b"t"].decode(),
         data=fields[b"d"].decode(),
     )

@@ -21,13 +21,14 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str, int]] = Counter()
-        self.request_seconds: Counter[tuple[str, str]] = Counter()
+        self.request_seconds: dict[tuple[str, str], float] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one finished request."""
         with self._lock:
             self.requests[(method, route, status)] += 1
-            self.request_seconds[(method, route)] += seconds
+            key = (method, route)
+            self.request_seconds[key] = self.request_seconds.get(key, 0.0) + seconds
 
     def render(self, live_workers: dict[str, int]) -> str:
         """The Prometheus exposition text."""
@@ -37,17 +38,15 @@ class Metrics:
         ]
         with self._lock:
             for (method, route, status), count in sorted(self.requests.items()):
-                lines.append(
-                    f'antwort_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {count}'
-                )
+                labels = f'method="{method}",route="{route}",status="{status}"'
+                lines.append(f"antwort_http_requests_total{{{labels}}} {count}")
             lines += [
                 "# HELP antwort_http_request_seconds_total Time spent answering requests.",
                 "# TYPE antwort_http_request_seconds_total counter",
             ]
             for (method, route), seconds in sorted(self.request_seconds.items()):
-                lines.append(
-                    f'antwort_http_request_seconds_total{{method="{method}",route="{route}"}} {seconds:.6f}'
-                )
+                labels = f'method="{method}",route="{route}"'
+                lines.append(f"antwort_http_request_seconds_total{{{labels}}} {seconds:.6f}")
         lines += [
             "# HELP antwort_live_workers Workers with a recent heartbeat, by queue.",
             "# TYPE antwort_live_workers gauge",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from contextlib import closing
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -21,7 +21,7 @@ def _gw() -> Gateway:
     return gateway()
 
 
-def _json_body() -> Any:
+def _json_body() -> object:
     if not request.is_json:
         raise UnsupportedMediaTypeError(
             "Content-Type must be application/json.", param=None, code="unsupported_media_type"
@@ -55,7 +55,7 @@ def _wait_until_done(response_id: str) -> None:
     gw = _gw()
     deadline = time.monotonic() + gw.settings.sync_timeout_seconds
     events = follow_events(gw.store, gw.hub, response_id, keepalive_seconds=1.0)
-    try:
+    with closing(events):
         for event in events:
             if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:
                 return
@@ -64,8 +64,6 @@ def _wait_until_done(response_id: str) -> None:
                     f"Response {response_id} did not finish within "
                     f"{gw.settings.sync_timeout_seconds:.0f}s; retrieve it later."
                 )
-    finally:
-        events.close()
 
 
 @blueprint.get("/v1/responses/<response_id>")

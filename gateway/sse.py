@@ -17,7 +17,7 @@ SSE_HEADERS = {
 
 
 def frame(event: StoredEvent) -> bytes:
-    """``event: <type>\\ndata: <json>\\n\\n`` as one write."""
+    """One event in SSE framing (``event:``, ``data:``, blank line), as one write."""
     return f"event: {event.type}\ndata: {event.data}\n\n".encode()
 
 

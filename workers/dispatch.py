@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 
 from celery import Celery
 
@@ -20,12 +21,15 @@ class CeleryDispatcher:
     def __init__(self, celery: Celery):
         self.celery = celery
 
-    def enqueue_turn(self, response_id: str, turn: int) -> None:
+    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         """Queue a turn on ``inference``."""
+        task_id = turn_task_id(response_id, turn)
+        if retry:
+            task_id += f":r{secrets.token_hex(4)}"
         self.celery.send_task(
             "responses.run_turn",
             args=[response_id, turn],
-            task_id=turn_task_id(response_id, turn),
+            task_id=task_id,
             queue="inference",
         )
 

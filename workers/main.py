@@ -15,6 +15,7 @@ import time
 from app.config import Settings
 from app.fleet import QUEUES, make_store
 from workers.celery_app import make_celery
+from workers.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
     threading.Thread(target=_heartbeat, args=(queues, hostname), daemon=True).start()
+    if "inference" in queues:
+        from workers.tasks import start_sweeper
+
+        start_sweeper(CeleryDispatcher(celery))
     celery.worker_main(
         [
             "worker",

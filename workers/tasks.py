@@ -8,7 +8,9 @@ import threading
 from celery import Task, shared_task
 
 from app.config import Settings
+from app.dispatch import Dispatcher
 from app.fleet import make_run_deps
+from app.lease import run_sweeper
 from app.run import RunDeps, fail_response, run_turn
 
 logger = logging.getLogger(__name__)
@@ -26,6 +28,18 @@ def get_deps() -> RunDeps:
         return _deps
 
 
+def start_sweeper(dispatcher: Dispatcher) -> None:
+    """Re-enqueue turns whose worker died (a daemon thread; every inference worker runs one)."""
+    deps = get_deps()
+    threading.Thread(
+        target=run_sweeper,
+        args=(deps.store, dispatcher),
+        kwargs={"lease_seconds": deps.settings.lease_seconds},
+        name="sweeper",
+        daemon=True,
+    ).start()
+
+
 def set_deps(deps: RunDeps | None) -> None:
     """Inject collaborators (tests, ``antwort up``)."""
     global _deps
@@ -37,7 +51,7 @@ def set_deps(deps: RunDeps | None) -> None:
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Run one model turn; redelivery is safe (the turn re-reads its state)."""
     deps = get_deps()
-    deliveries = deps.store.count_delivery(str(self.request.id))
+    deliveries = deps.store.count_delivery(f"{response_id}:t{turn}")
     if deliveries > deps.settings.max_task_deliveries:
         fail_response(
             deps.store,

@@ -1,0 +1,137 @@
+"""Leases and the sweeper: how a turn survives the death of the worker that ran it.
+
+A turn holds a lease (a Redis key with a TTL) while it runs; one thread per process renews the
+leases of that process's turns. A worker that dies stops renewing; within ``lease_seconds`` the
+sweeper of any other worker sees the lapsed lease of an ``in_progress`` response and enqueues
+that turn again. Celery's own redelivery (the visibility timeout, an hour) would be far slower.
+The lease is taken with ``SET NX``, so two runs of one turn never overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+
+import redis
+
+from app.dispatch import Dispatcher
+from app.store import ResponseStore
+
+logger = logging.getLogger(__name__)
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+
+
+class LeaseKeeper:
+    """Takes, renews and releases the leases of one process's running turns."""
+
+    def __init__(self, store: ResponseStore, *, lease_seconds: float):
+        self._store = store
+        self._lease_seconds = lease_seconds
+        self._held: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._release = store.redis.register_script(_RELEASE)
+        self._renew = store.redis.register_script(_RENEW)
+
+    def acquire(self, response_id: str) -> bool:
+        """Take the response's lease; False while another live run holds it."""
+        token = secrets.token_hex(8)
+        keys = self._store.keys
+        ttl_ms = int(self._lease_seconds * 1000)
+        if not self._store.redis.set(keys.lease(response_id), token, nx=True, px=ttl_ms):
+            return False
+        self._store.redis.zadd(keys.active, {response_id: time.time() + self._lease_seconds})
+        with self._lock:
+            self._held[response_id] = token
+            self._start_renewer()
+        return True
+
+    def release(self, response_id: str) -> None:
+        """Give the lease back (the turn ended, one way or another)."""
+        with self._lock:
+            token = self._held.pop(response_id, None)
+        if token is not None:
+            keys = self._store.keys
+            self._release(keys=[keys.lease(response_id), keys.active], args=[token, response_id])
+
+    def _start_renewer(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._renew_forever, name="lease-renewer", daemon=True
+            )
+            self._thread.start()
+
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(self._lease_seconds / 3)
+            with self._lock:
+                held = dict(self._held)
+            for response_id, token in held.items():
+                self._renew_one(response_id, token)
+
+    def _renew_one(self, response_id: str, token: str) -> None:
+        keys = self._store.keys
+        try:
+            self._renew(
+                keys=[keys.lease(response_id), keys.active],
+                args=[
+                    token,
+                    int(self._lease_seconds * 1000),
+                    time.time() + self._lease_seconds,
+                    response_id,
+                ],
+            )
+        except redis.RedisError:
+            logger.warning("could not renew the lease of %s", response_id)
+
+
+def sweep(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> list[str]:
+    """Re-enqueue the current turn of every in-progress response whose lease lapsed."""
+    keys = store.keys
+    now = time.time()
+    requeued: list[str] = []
+    for raw in store.redis.zrangebyscore(keys.active, "-inf", now):
+        response_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if store.redis.exists(keys.lease(response_id)):
+            continue  # renewed in the meantime
+        claim = f"{keys.lease(response_id)}:sweep"
+        if not store.redis.set(claim, "1", nx=True, ex=max(1, int(lease_seconds))):
+            continue  # another sweeper has it
+        store.redis.zrem(keys.active, response_id)
+        stored = store.load(response_id)
+        if stored is None or stored.response.status != "in_progress":
+            continue
+        logger.warning(
+            "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id
+        )
+        dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
+        requeued.append(response_id)
+    return requeued
+
+
+def run_sweeper(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> None:
+    """Sweep forever (a daemon thread of each inference worker)."""
+    while True:
+        time.sleep(max(0.5, lease_seconds / 2))
+        try:
+            sweep(store, dispatcher, lease_seconds=lease_seconds)
+        except redis.RedisError:
+            logger.warning("sweep failed; trying again", exc_info=True)

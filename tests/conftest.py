@@ -1,0 +1,133 @@
+"""Shared fixtures: real Redis (the machine's, else embedded), the simulator, settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from app.config import Settings
+from app.keys import Keys
+from app.simulator import SimConfig, make_server
+from app.store import ResponseStore
+from app.supervisor import embedded_redis_argv, free_port
+
+TEST_DB = 13
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ANTWORT_* setting of the developer's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("ANTWORT_"):
+            monkeypatch.delenv(name)
+
+
+def _local_redis_answers() -> bool:
+    client = redis.Redis(host="127.0.0.1", port=6379, db=TEST_DB, socket_connect_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The machine's Redis (database 13) when it answers, else an embedded server."""
+    if os.environ.get("ANTWORT_TEST_EMBEDDED_REDIS") != "1" and _local_redis_answers():
+        yield f"redis://127.0.0.1:6379/{TEST_DB}"
+        return
+    port = free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        embedded_redis_argv(port, str(directory)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> None:
+    """Remove every key under ``prefix`` (our per-test flush)."""
+    batch = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    while batch:
+        client.delete(*batch[:500])
+        batch = batch[500:]
+
+
+@pytest.fixture
+def key_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own, flushed afterwards."""
+    prefix = f"antwort-test-{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    delete_prefix(client, prefix)
+    client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sim_url() -> Iterator[str]:
+    """The model simulator, in a thread, on a free port."""
+    server = make_server("127.0.0.1", 0, SimConfig())
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def make_settings(redis_url: str, key_prefix: str, sim_url: str) -> Callable[..., Settings]:
+    """Settings for this test: its Redis prefix, the simulator, overrides as keywords."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "key_prefix": key_prefix,
+            "llm_base_url": sim_url,
+            "default_model": "antwort-sim",
+            "llm_max_retries": 0,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis, key_prefix: str) -> ResponseStore:
+    return ResponseStore(redis_client, keys=Keys(key_prefix), ttl_seconds=3600, stream_maxlen=1000)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

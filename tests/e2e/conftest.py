@@ -1,0 +1,115 @@
+"""The fleet as real processes: gunicorn+gevent gateway and Celery workers, on real Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import redis
+
+from app.supervisor import free_port
+from tests.conftest import delete_prefix
+
+
+@dataclass
+class Fleet:
+    """A running fleet; tests may add or kill workers."""
+
+    base_url: str
+    env: dict[str, str]
+    log_dir: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_worker(self, name: str, queues: str = "inference", *extra: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "workers.main", f"--queues={queues}", "--loglevel=WARNING", *extra]
+        return self.spawn(name, argv)
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.glob("*.log"))
+
+
+def wait_ready(base_url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{base_url}/readyz", timeout=2)
+            if response.status_code == 200:
+                return
+            last = response.text
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise RuntimeError(f"fleet not ready: {last}")
+
+
+@pytest.fixture(scope="session")
+def fleet(redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """One fleet for the e2e session: a gateway and an inference worker."""
+    prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+    env.update(
+        ANTWORT_REDIS_URL=redis_url,
+        ANTWORT_KEY_PREFIX=prefix,
+        ANTWORT_LLM_BASE_URL=sim_url,
+        ANTWORT_DEFAULT_MODEL="antwort-sim",
+        ANTWORT_HOST="127.0.0.1",
+        ANTWORT_PORT=str(port),
+        ANTWORT_LLM_MAX_RETRIES="0",
+        ANTWORT_KEEPALIVE_SECONDS="1",
+        ANTWORT_INFERENCE_CONCURRENCY="8",
+        ANTWORT_LEASE_SECONDS="3",
+        ANTWORT_LOG_LEVEL="warning",
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
+    running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
+    running.start_worker("worker-0")
+    try:
+        wait_ready(base_url)
+    except RuntimeError:
+        running.stop_all()
+        raise RuntimeError(running.logs()) from None
+    yield running
+    running.stop_all()
+    client = redis.Redis.from_url(redis_url)
+    delete_prefix(client, prefix)
+    client.close()
+
+
+@pytest.fixture
+def client(fleet: Fleet) -> Iterator[openai.OpenAI]:
+    """The official SDK, pointed at the fleet."""
+    with openai.OpenAI(base_url=f"{fleet.base_url}/v1", api_key="test-key", max_retries=0) as sdk:
+        yield sdk
