@@ -70,8 +70,21 @@ class Settings(BaseSettings):
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)
     """gunicorn worker processes of ``antwort gateway``."""
+    tool_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Deadline of one tool call (a tool's own definition may override it)."""
+    tool_output_max_chars: int = Field(default=100_000, ge=100)
+    """Tool output longer than this is cut, with a marker the model can read."""
+    max_parallel_tools: int = Field(default=8, ge=1)
+    """Tool calls of one turn running at once."""
+    internal_tool_modules: str | None = None
+    """Comma-separated modules whose ``register(registry)`` adds internal tools."""
     sim_port: int = 8090
     """Port of the simulator that ``antwort up`` starts when no model is configured."""
+
+    @property
+    def internal_tool_module_list(self) -> list[str]:
+        """``internal_tool_modules`` as a list."""
+        return [m.strip() for m in (self.internal_tool_modules or "").split(",") if m.strip()]
 
     @property
     def api_key_set(self) -> frozenset[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -14,5 +15,10 @@ class Dispatcher(Protocol):
         ``retry``: the turn is queued again after its worker died (a fresh task id).
         """
 
-    def revoke_response(self, response_id: str, turn: int) -> None:
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        """Queue ``(call_id, queue)`` tool calls in parallel, then turn ``then_turn``."""
+
+    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
         """Best effort: drop queued work of a cancelled response (the status is the real stop)."""

@@ -6,11 +6,15 @@ import httpx
 import redis
 
 from app.config import Settings
+from app.dispatch import Dispatcher
 from app.keys import Keys
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider
 from app.run import RunDeps
 from app.store import ResponseStore
+from app.tool_calls import ToolDeps
+from app.tools.base import ExecutorRegistry
+from app.tools.internal import InternalExecutor, load_registry
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
 """Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
@@ -59,12 +63,24 @@ def make_provider(settings: Settings) -> ChatCompletionsProvider:
     )
 
 
-def make_run_deps(settings: Settings) -> RunDeps:
+def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -> RunDeps:
     """Everything a turn needs."""
     store = make_store(settings)
     return RunDeps(
         store=store,
         provider=make_provider(settings),
         settings=settings,
+        dispatcher=dispatcher,
         leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+    )
+
+
+def make_tool_deps(settings: Settings) -> ToolDeps:
+    """Everything a tool worker needs: the executors of every kind this build ships."""
+    registry = load_registry(settings.internal_tool_module_list)
+    registry.initialize_all()
+    return ToolDeps(
+        store=make_store(settings),
+        executors=ExecutorRegistry([InternalExecutor(registry)]),
+        settings=settings,
     )

@@ -57,6 +57,10 @@ class Keys:
         """Sorted set: live worker hostnames on a queue, by last heartbeat."""
         return f"{self.prefix}workers:{queue}"
 
+    def tool_claim(self, response_id: str, call_id: str) -> str:
+        """String with TTL: a tool task is executing this call right now."""
+        return f"{self.prefix}r:{response_id}:tool:{call_id}:claim"
+
     def tool_result(self, response_id: str, call_id: str) -> str:
         """String: the stored result of one tool call (idempotent tool tasks)."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}"

@@ -24,7 +24,11 @@ logger = logging.getLogger(__name__)
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[2])
+  if ARGV[3] == '' then
+    redis.call('ZREM', KEYS[2], ARGV[2])
+  else
+    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+  end
   return 1
 end
 return 0
@@ -64,13 +68,22 @@ class LeaseKeeper:
             self._start_renewer()
         return True
 
-    def release(self, response_id: str) -> None:
-        """Give the lease back (the turn ended, one way or another)."""
+    def release(self, response_id: str, *, wait_until: float | None = None) -> None:
+        """Give the lease back.
+
+        Args:
+            response_id: The response whose run ended.
+            wait_until: The run handed work to tool workers: if no run has started by then
+                (epoch seconds), the sweeper enqueues one.
+        """
         with self._lock:
             token = self._held.pop(response_id, None)
         if token is not None:
             keys = self._store.keys
-            self._release(keys=[keys.lease(response_id), keys.active], args=[token, response_id])
+            deadline = "" if wait_until is None else repr(wait_until)
+            self._release(
+                keys=[keys.lease(response_id), keys.active], args=[token, response_id, deadline]
+            )
 
     def _start_renewer(self) -> None:
         if self._thread is None or not self._thread.is_alive():

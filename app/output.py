@@ -31,6 +31,12 @@ def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
     return f"{prefix}_{digest.hexdigest()}"
 
 
+def result_item_id(response_id: str, call_id: str) -> str:
+    """The id of the ``function_call_output`` item that answers ``call_id``."""
+    digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12)
+    return f"fco_{digest.hexdigest()}"
+
+
 @dataclass(slots=True)
 class _OpenText:
     kind: str  # "message" or "reasoning"
@@ -154,6 +160,8 @@ class OutputBuilder:
         call = self._calls.get(chunk.index)
         if call is None:
             self._close_text()
+            for index in sorted(self._calls):  # providers stream calls one after another
+                self._close_call(self._calls.pop(index))
             call = self._open_call(chunk)
         if chunk.arguments:
             call.arguments.append(chunk.arguments)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from typing import Any
@@ -22,6 +23,8 @@ from app.protocol.response import (
 from app.providers.translate import chat_params
 from app.run import fail_response
 from app.store import ResponseStore
+from app.tools.catalog import echo_tools
+from app.tools.internal import Registry, load_registry
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -47,9 +50,17 @@ def parse_request(body: Any) -> CreateResponseRequest:
 
 
 def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
-    """The first pydantic error as an OpenAI-style 400."""
-    error = exc.errors(include_url=False)[0]
-    location = [str(part) for part in error["loc"] if not _is_union_tag(part)]
+    """The most specific pydantic error as an OpenAI-style 400.
+
+    Every branch of a union reports its own error; the deepest location is the branch the client
+    meant (a bad item of a list ``input``, not "``input`` should be a string").
+    """
+    error = max(exc.errors(include_url=False), key=lambda error: len(error["loc"]))
+    location = [
+        str(part)
+        for previous, part in zip((None, *error["loc"]), error["loc"], strict=False)
+        if not _is_union_tag(part, previous)
+    ]
     param = ".".join(location) or None
     if error["type"] == "extra_forbidden":
         message = f"Unknown parameter: '{param}'."
@@ -65,10 +76,29 @@ def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
     )
 
 
-def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (
-        part.startswith(("function-", "str", "list[")) or "Choice" in part
-    )
+# Discriminator values pydantic puts into a location after a list index or a tagged union:
+# ``("tools", 0, "function", "name")`` means the field ``tools.0.name``.
+_DISCRIMINATOR_TAGS = frozenset(
+    {
+        *_ITEM_PREFIX,
+        *("input_text", "input_image", "input_file", "output_text", "refusal"),
+        *("function", "allowed_tools", "mcp", "code_interpreter", "file_search"),
+        *("web_search_preview", "image_generation"),
+    }
+)
+_BRANCH_PREFIXES = ("function-", "list[", "literal[", "tagged-union[", "union[", "dict[")
+
+
+def _is_union_tag(part: Any, previous: Any) -> bool:
+    """Whether a location part names a union branch rather than a field."""
+    if not isinstance(part, str):
+        return False
+    if part in ("str", "int", "float", "bool") or part.startswith(_BRANCH_PREFIXES):
+        return True
+    if part[:1].isupper():  # a model's name: a branch of a plain union
+        return True
+    is_after_branch = isinstance(previous, int) or str(previous).startswith("tagged-union[")
+    return is_after_branch and part in _DISCRIMINATOR_TAGS
 
 
 def create_response(
@@ -82,10 +112,13 @@ def create_response(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     _check_tool_choice(request)
-    if request.previous_response_id is not None:
-        load_history(store, request.previous_response_id)
-    response = _new_response(request, model)
     inputs = normalise_input(request)
+    history = (
+        load_history(store, request.previous_response_id) if request.previous_response_id else []
+    )
+    check_call_outputs(history, inputs)
+    registry = internal_registry(tuple(settings.internal_tool_module_list))
+    response = _new_response(request, model, registry)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
@@ -99,6 +132,39 @@ def create_response(
         )
         raise ServerError(f"Could not enqueue the response: {exc}") from exc
     return response, request
+
+
+@functools.cache
+def internal_registry(modules: tuple[str, ...]) -> Registry:
+    """The internal tools' definitions, as the workers load them (not initialised here)."""
+    return load_registry(list(modules))
+
+
+def check_call_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:
+    """Every ``function_call_output`` answers a known call; every pending call gets its answer.
+
+    Raises:
+        InvalidRequestError: an output for an unknown call, or a pending call left unanswered.
+    """
+    items = [*history, *inputs]
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    answered = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+    for index, item in enumerate(inputs):
+        if item.get("type") == "function_call_output" and item["call_id"] not in calls:
+            raise InvalidRequestError(
+                f"No tool call found for function call output with call_id '{item['call_id']}'.",
+                param=f"input.{index}.call_id",
+                code="invalid_value",
+            )
+    if not any(item.get("type") == "function_call_output" for item in inputs):
+        return
+    for call_id in calls:
+        if call_id not in answered:
+            raise InvalidRequestError(
+                f"No tool output found for function call '{call_id}'.",
+                param="input",
+                code="missing_tool_output",
+            )
 
 
 def _check_tool_choice(request: CreateResponseRequest) -> None:
@@ -118,7 +184,7 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
         )
 
 
-def _new_response(request: CreateResponseRequest, model: str) -> ResponseObject:
+def _new_response(request: CreateResponseRequest, model: str, registry: Registry) -> ResponseObject:
     return ResponseObject(
         id=new_response_id(),
         created_at=int(time.time()),
@@ -126,7 +192,7 @@ def _new_response(request: CreateResponseRequest, model: str) -> ResponseObject:
         model=model,
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
-        tools=[tool.model_dump(mode="json") for tool in request.tools],
+        tools=echo_tools([tool.model_dump(mode="json") for tool in request.tools], registry),
         tool_choice=(
             request.tool_choice
             if isinstance(request.tool_choice, str)
@@ -216,7 +282,8 @@ def cancel_response(
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
         result = store.write(cancelled, expected=ACTIVE_STATUSES, version=stored.version)
         if result.ok:
-            dispatcher.revoke_response(response_id, stored.turn)
+            pending = [i["call_id"] for i in response.output if i["type"] == "function_call"]
+            dispatcher.revoke_response(response_id, stored.turn, pending)
             return cancelled
     raise ServerError("The response changed too often to cancel; try again.")
 

@@ -1,8 +1,12 @@
-"""One model turn of a response: the unit of work of the ``inference`` queue.
+"""One step of the agentic loop: the unit of work of the ``inference`` queue.
 
-The driver :func:`run_turn` loads the run, calls the model, plans what follows and finalizes;
-each phase is its own function. Every write is a compare-and-set, so a turn that was cancelled,
-deleted or already committed elsewhere stops without touching the response.
+:func:`run_turn` is the driver. Each run of it: collects the results of the server-side calls of
+the previous model turn (dispatching any still missing), pauses for client calls, stops at the
+turn limit, or calls the model and plans what follows — a closed union of next steps
+(``app.plan``) that :func:`apply_step` carries out: finalize, or commit and hand the tool calls
+to ``tools.<kind>`` queues with this task as the chord's callback. Every write is a
+compare-and-set, so a run that was cancelled, deleted or already committed elsewhere stops
+without touching the response. The run's state lives in Redis, never in a task message.
 """
 
 from __future__ import annotations
@@ -15,8 +19,23 @@ from typing import Any, Protocol, assert_never
 
 from app.config import Settings
 from app.conversation import load_history
+from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
-from app.output import OutputBuilder, TurnOutput
+from app.lease import LeaseKeeper
+from app.output import OutputBuilder, TurnOutput, result_item_id
+from app.plan import (
+    Complete,
+    NextStep,
+    NextTurn,
+    PauseForClient,
+    RunTools,
+    StopIncomplete,
+    ToolRun,
+    client_tool_status,
+    plan_next_step,
+    plan_tool_calls,
+    tool_choice_for_turn,
+)
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS
 from app.protocol.response import (
@@ -26,12 +45,12 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
-from app.lease import LeaseKeeper
 from app.providers.chunks import Chunk
-from app.replay import ReplayGuard
 from app.providers.translate import ModelRequest
+from app.replay import ReplayGuard
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
+from app.tools.base import ToolResult, output_item
 
 logger = logging.getLogger(__name__)
 
@@ -49,81 +68,91 @@ class RunDeps:
     store: ResponseStore
     provider: ModelProvider
     settings: Settings
+    dispatcher: Dispatcher | None = None
+    """Queues tool calls and follow-up turns; None: a response that needs them fails."""
     leases: LeaseKeeper | None = None
     """Holds turn leases while they run; None runs without (unit tests of one process)."""
 
 
 @dataclass(slots=True, kw_only=True)
 class RunState:
-    """Everything a turn knows about its response; the one mutable record of a run."""
+    """Everything a run knows about its response; the one mutable record of a run."""
 
     response: ResponseObject
     turn: int
+    """Model turns committed so far."""
     extra: dict[str, Any]
     history: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Complete:
-    """The model answered: the response is done."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PauseForClient:
-    """The model called client functions: hand them to the client."""
-
-    status: ResponseStatus
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StopIncomplete:
-    """The answer was cut short."""
-
-    reason: str
-
-
-NextStep = Complete | PauseForClient | StopIncomplete
+    waiting_until: float | None = None
+    """Set when the run hands calls to tool workers: by then the next run must have started."""
 
 
 def run_turn(deps: RunDeps, response_id: str, turn: int) -> str:
-    """Run turn ``turn`` of a response; returns the status it left (or ``skipped``)."""
+    """Advance a response whose committed turn count is ``turn``; returns what happened."""
     if deps.leases is not None and not deps.leases.acquire(response_id):
         return "skipped"  # another live run of this response holds the lease
+    state: RunState | None = None
     try:
         state = load_state(deps.store, response_id)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return "skipped"
-        return _run_loaded_turn(deps, state)
+        return _run_loaded(deps, state)
     finally:
         if deps.leases is not None:
-            deps.leases.release(response_id)
+            deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
 
 
-def _run_loaded_turn(deps: RunDeps, state: RunState) -> str:
-    response_id, turn = state.response.id, state.turn
-    start_seq, is_rerun = deps.store.mark_turn_start(response_id, turn)
-    guard = (
-        ReplayGuard(deps.store.events_after(response_id, start_seq, count=1_000_000))
-        if is_rerun
-        else None
-    )
+def _run_loaded(deps: RunDeps, state: RunState) -> str:
+    response_id = state.response.id
+    start_seq, is_rerun = deps.store.mark_turn_start(response_id, state.turn)
+    emitted = deps.store.events_after(response_id, start_seq, count=1_000_000) if is_rerun else []
     sink = EventSink(
-        deps.store, response_id, coalesce_seconds=deps.settings.coalesce_ms / 1000, guard=guard
+        deps.store,
+        response_id,
+        coalesce_seconds=deps.settings.coalesce_ms / 1000,
+        guard=ReplayGuard(emitted) if is_rerun else None,
     )
     try:
         start_response(deps.store, state)
-        output = call_model(deps, state, sink)
-        step = plan_next_step(deps.settings, state, output)
+        step = advance(deps, state, sink)
         sink.flush()
-        return finalize(deps.store, state, output, step)
+        return apply_step(deps, state, step)
     except ResponseInactiveError as stopped:
-        logger.info("turn %d of %s stopped: %s", turn, response_id, stopped)
+        logger.info("run of %s stopped: %s", response_id, stopped)
         return "skipped"
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
         fail_response(deps.store, response_id, code=exc.code or "server_error", message=exc.message)
         return str(ResponseStatus.FAILED)
+
+
+def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
+    """Collect results, then pause, stop, wait for tools, or call the model and plan."""
+    missing = collect_tool_results(deps.store, state, sink)
+    if missing:
+        return RunTools(runs=missing)
+    pending = plan_tool_calls(state.response, unanswered_calls(state.response)).client_calls
+    if pending:
+        return PauseForClient(status=client_tool_status(deps.settings, state.response))
+    if state.turn >= deps.settings.max_turns:
+        return StopIncomplete(reason="max_turns")
+    output = call_model(deps, state, sink)
+    state.response = state.response.model_copy(
+        update={
+            "output": [*state.response.output, *output.items],
+            "usage": state.response.usage.plus(output.usage)
+            if state.response.usage
+            else output.usage,
+        }
+    )
+    state.turn += 1
+    plan = plan_tool_calls(state.response, output.function_calls)
+    step = plan_next_step(deps.settings, state.response, output, plan)
+    if isinstance(step, RunTools | NextTurn | PauseForClient):
+        for rejection in plan.rejected:
+            append_result(state, sink, rejection)
+    return step
 
 
 def load_state(store: ResponseStore, response_id: str) -> RunState | None:
@@ -157,6 +186,34 @@ def start_response(store: ResponseStore, state: RunState) -> None:
     state.response = started
 
 
+def unanswered_calls(response: ResponseObject) -> list[dict[str, Any]]:
+    """``function_call`` items of the output that no ``function_call_output`` answers yet."""
+    answered = {i["call_id"] for i in response.output if i["type"] == "function_call_output"}
+    return [
+        i for i in response.output if i["type"] == "function_call" and i["call_id"] not in answered
+    ]
+
+
+def collect_tool_results(store: ResponseStore, state: RunState, sink: EventSink) -> list[ToolRun]:
+    """Append stored results in call order; the runs from the first missing result on."""
+    runs = plan_tool_calls(state.response, unanswered_calls(state.response)).runs
+    results = store.tool_results(state.response.id, [run.call.id for run in runs])
+    for index, raw in enumerate(results):
+        if raw is None:
+            return runs[index:]
+        append_result(state, sink, ToolResult.from_json(raw))
+    return []
+
+
+def append_result(state: RunState, sink: EventSink, result: ToolResult) -> None:
+    """Add a ``function_call_output`` item to the output, with its events."""
+    index = len(state.response.output)
+    item = output_item(result_item_id(state.response.id, result.call_id), result)
+    sink.emit(ev.output_item_added(index, item))
+    sink.emit(ev.output_item_done(index, item))
+    state.response = state.response.model_copy(update={"output": [*state.response.output, item]})
+
+
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response = state.response
@@ -165,7 +222,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         instructions=response.instructions,
         items=[*state.history, *state.inputs, *response.output],
         tools=response.tools,
-        tool_choice=response.tool_choice,
+        tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),
     )
@@ -186,37 +243,50 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     return builder.close()
 
 
-def plan_next_step(settings: Settings, state: RunState, output: TurnOutput) -> NextStep:
-    """Decide what follows this turn."""
-    if output.finish_reason == "length":
-        return StopIncomplete(reason="max_output_tokens")
-    if output.finish_reason == "content_filter":
-        return StopIncomplete(reason="content_filter")
-    if output.function_calls:
-        return PauseForClient(status=client_tool_status(settings, state.response))
-    return Complete()
+def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
+    """Carry out a planned step: finalize, or commit and queue what follows."""
+    if isinstance(step, Complete | PauseForClient | StopIncomplete):
+        return finalize(deps.store, state, step)
+    if isinstance(step, RunTools):
+        batch_size = deps.settings.max_parallel_tools if state.response.parallel_tool_calls else 1
+        batch = step.runs[:batch_size]
+        longest = max(
+            run.tool.timeout_seconds or deps.settings.tool_timeout_seconds for run in batch
+        )
+        state.waiting_until = time.time() + longest + deps.settings.lease_seconds
+        if not commit(deps.store, state):
+            return "skipped"
+        _dispatcher(deps).enqueue_tools(
+            state.response.id,
+            [(run.call.id, run.tool.kind.queue) for run in batch],
+            then_turn=state.turn,
+        )
+        return "waiting"
+    if isinstance(step, NextTurn):
+        if not commit(deps.store, state):
+            return "skipped"
+        _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
+        return "continuing"
+    assert_never(step)
 
 
-def client_tool_status(settings: Settings, response: ResponseObject) -> ResponseStatus:
-    """The status of a response paused for client calls (``ANTWORT_CLIENT_TOOL_STATUS``)."""
-    mode = settings.client_tool_status
-    if mode == "requires_action":
-        return ResponseStatus.REQUIRES_ACTION
-    if mode == "completed":
-        return ResponseStatus.COMPLETED
-    is_agentic = any(tool.get("type") != "function" for tool in response.tools)
-    return ResponseStatus.REQUIRES_ACTION if is_agentic else ResponseStatus.COMPLETED
+def _dispatcher(deps: RunDeps) -> Dispatcher:
+    if deps.dispatcher is None:
+        raise ModelBehaviorError("This worker cannot queue tool calls (no dispatcher).")
+    return deps.dispatcher
 
 
-def finalize(store: ResponseStore, state: RunState, output: TurnOutput, step: NextStep) -> str:
-    """Commit the turn's items and the response's final status in one write."""
-    update: dict[str, Any] = {
-        "output": [*state.response.output, *output.items],
-        "usage": (
-            state.response.usage.plus(output.usage) if state.response.usage else output.usage
-        ),
-        "completed_at": int(time.time()),
-    }
+def commit(store: ResponseStore, state: RunState) -> bool:
+    """Write the run's progress; the response stays ``in_progress``."""
+    result = store.write(state.response, expected=frozenset({"in_progress"}), turn=state.turn)
+    return result.ok
+
+
+def finalize(
+    store: ResponseStore, state: RunState, step: Complete | PauseForClient | StopIncomplete
+) -> str:
+    """Commit the output and the response's final status in one write."""
+    update: dict[str, Any] = {"completed_at": int(time.time())}
     if isinstance(step, Complete):
         update["status"] = ResponseStatus.COMPLETED
     elif isinstance(step, PauseForClient):
@@ -230,7 +300,7 @@ def finalize(store: ResponseStore, state: RunState, output: TurnOutput, step: Ne
     final = state.response.model_copy(update=update)
     event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
     result = store.write(
-        final, expected=frozenset({"in_progress"}), turn=state.turn + 1, events=[event]
+        final, expected=frozenset({"in_progress"}), turn=state.turn, events=[event]
     )
     return str(final.status) if result.ok else "skipped"
 

@@ -321,6 +321,18 @@ class ResponseStore:
         raw = self.redis.get(self.keys.sequence(response_id))
         return int(raw) - 1 if raw is not None else -1
 
+    def put_tool_result(self, response_id: str, call_id: str, result_json: str) -> bool:
+        """Store a call's result once; False when one was stored already."""
+        key = self.keys.tool_result(response_id, call_id)
+        return bool(self.redis.set(key, result_json, nx=True, ex=self.ttl_seconds))
+
+    def tool_results(self, response_id: str, call_ids: Sequence[str]) -> list[str | None]:
+        """Stored results of the calls, None where a call has none yet."""
+        if not call_ids:
+            return []
+        raw = self.redis.mget([self.keys.tool_result(response_id, c) for c in call_ids])
+        return [None if value is None else _text(value) for value in raw]
+
     def mark_turn_start(self, response_id: str, turn: int) -> tuple[int, bool]:
         """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""
         field = f"turn{turn}_seq"

@@ -24,8 +24,12 @@ def make_celery(settings: Settings) -> Celery:
         task_queues=[Queue(name, routing_key=name) for name in QUEUES],
         task_create_missing_queues=False,
         task_default_queue="inference",
-        task_routes={"responses.run_turn": {"queue": "inference"}},
-        task_ignore_result=True,
+        task_routes={
+            "responses.run_turn": {"queue": "inference"},
+            "tools.run_call": {"queue": "tools.internal"},
+        },
+        task_ignore_result=True,  # tool tasks opt in: a chord counts its members' results
+        result_expires=3600,
         task_serializer="json",
         accept_content=["json"],
         broker_transport_options=transport,

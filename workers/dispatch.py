@@ -1,11 +1,12 @@
-"""``app.dispatch.Dispatcher`` over Celery."""
+"""``app.dispatch.Dispatcher`` over Celery: turn tasks and tool chords."""
 
 from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 
-from celery import Celery
+from celery import Celery, chord, signature
 
 logger = logging.getLogger(__name__)
 
@@ -15,8 +16,13 @@ def turn_task_id(response_id: str, turn: int) -> str:
     return f"{response_id}:t{turn}:infer"
 
 
+def tool_task_id(response_id: str, call_id: str) -> str:
+    """Deterministic id of a tool task (DESIGN.md)."""
+    return f"{response_id}:{call_id}"
+
+
 class CeleryDispatcher:
-    """Sends turn tasks by name, so the gateway never imports the task code."""
+    """Sends tasks by name, so the sender never imports the task code."""
 
     def __init__(self, celery: Celery):
         self.celery = celery
@@ -33,6 +39,31 @@ class CeleryDispatcher:
             queue="inference",
         )
 
-    def revoke_response(self, response_id: str, turn: int) -> None:
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        """A chord: the calls in parallel on their kinds' queues, then the next turn."""
+        header = [
+            signature(
+                "tools.run_call",
+                args=[response_id, call_id],
+                queue=queue,
+                task_id=tool_task_id(response_id, call_id),
+                app=self.celery,
+            )
+            for call_id, queue in calls
+        ]
+        callback = signature(
+            "responses.run_turn",
+            args=[response_id, then_turn],
+            queue="inference",
+            task_id=turn_task_id(response_id, then_turn),
+            immutable=True,
+            app=self.celery,
+        )
+        chord(header, app=self.celery)(callback)
+
+    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
         """Best effort; the cancelled status is what really stops the work."""
-        self.celery.control.revoke(turn_task_id(response_id, turn))
+        ids = [turn_task_id(response_id, turn), *(tool_task_id(response_id, c) for c in call_ids)]
+        self.celery.control.revoke(ids)

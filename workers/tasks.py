@@ -5,31 +5,43 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 
 from app.config import Settings
 from app.dispatch import Dispatcher
-from app.fleet import make_run_deps
+from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.run import RunDeps, fail_response, run_turn
+from app.tool_calls import ToolDeps, run_tool_call
+from workers.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
 
 _deps: RunDeps | None = None
+_tool_deps: ToolDeps | None = None
 _deps_lock = threading.Lock()
 
 
 def get_deps() -> RunDeps:
-    """This process's collaborators, built once from the environment."""
+    """This process's turn collaborators, built once from the environment."""
     global _deps
     with _deps_lock:
         if _deps is None:
-            _deps = make_run_deps(Settings())
+            _deps = make_run_deps(Settings(), dispatcher=CeleryDispatcher(current_app))
         return _deps
 
 
+def get_tool_deps() -> ToolDeps:
+    """This process's tool collaborators (executors initialised once)."""
+    global _tool_deps
+    with _deps_lock:
+        if _tool_deps is None:
+            _tool_deps = make_tool_deps(Settings())
+        return _tool_deps
+
+
 def start_sweeper(dispatcher: Dispatcher) -> None:
-    """Re-enqueue turns whose worker died (a daemon thread; every inference worker runs one)."""
+    """Re-enqueue runs whose worker died (a daemon thread; every inference worker runs one)."""
     deps = get_deps()
     threading.Thread(
         target=run_sweeper,
@@ -40,24 +52,17 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     ).start()
 
 
-def set_deps(deps: RunDeps | None) -> None:
-    """Inject collaborators (tests, ``antwort up``)."""
-    global _deps
-    with _deps_lock:
-        _deps = deps
-
-
 @shared_task(name="responses.run_turn", bind=True)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
-    """Run one model turn; redelivery is safe (the turn re-reads its state)."""
+    """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
-    deliveries = deps.store.count_delivery(f"{response_id}:t{turn}")
+    deliveries = deps.store.count_delivery(str(self.request.id))
     if deliveries > deps.settings.max_task_deliveries:
         fail_response(
             deps.store,
             response_id,
             code="worker_lost",
-            message=f"The turn was started {deliveries - 1} times and never finished.",
+            message=f"Turn {turn} was started {deliveries - 1} times and never finished.",
         )
         return "failed"
     try:
@@ -68,3 +73,19 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
         return "failed"
+
+
+@shared_task(name="tools.run_call", bind=True, ignore_result=False)
+def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
+    """Execute one tool call; its result is stored before the task is acknowledged."""
+    deps = get_tool_deps()
+    deliveries = deps.store.count_delivery(str(self.request.id))
+    if deliveries > deps.settings.max_task_deliveries:
+        fail_response(
+            deps.store,
+            response_id,
+            code="worker_lost",
+            message=f"Tool call {call_id} was started {deliveries - 1} times and never finished.",
+        )
+        return "failed"
+    return run_tool_call(deps, response_id, call_id)

@@ -23,7 +23,14 @@ class FunctionTool(_Strict):
     strict: bool | None = None
 
 
-Tool = Annotated[FunctionTool, Field(discriminator="type")]
+class InternalToolRef(_Strict):
+    """An internal tool of the fleet (a plugin that runs on ``tools.internal`` workers)."""
+
+    type: Literal["internal"]
+    name: str = Field(min_length=1, max_length=128)
+
+
+Tool = Annotated[FunctionTool | InternalToolRef, Field(discriminator="type")]
 
 
 class FunctionChoice(_Strict):

@@ -88,12 +88,19 @@ class ChatCompletionsProvider:
 
     def _stream_once(self, body: dict[str, Any]) -> Iterator[Chunk]:
         url = f"{self.base_url}/chat/completions"
+        has_yielded = False
         try:
             with self._client.stream("POST", url, json=body) as response:
                 if response.status_code != 200:
                     _raise_for_status(response)
-                yield from _parse_stream(response.iter_lines())
+                for chunk in _parse_stream(response.iter_lines()):
+                    has_yielded = True
+                    yield chunk
         except httpx.TransportError as exc:
+            if has_yielded:  # a retry would repeat what the caller already has
+                raise UpstreamError(
+                    f"Model server at {self.base_url} broke off its answer: {exc}"
+                ) from exc
             raise _Retry(f"Model server at {self.base_url} is unreachable: {exc}", 0.5) from exc
 
 

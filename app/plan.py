@@ -1,0 +1,143 @@
+"""Plan, then execute: the model's calls become ``ToolRun`` records before anything runs.
+
+Also decides what follows a turn (a closed union of next steps) and enforces ``tool_choice``,
+``allowed_tools`` and ``max_tool_calls`` in the engine rather than trusting the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.config import Settings
+from app.output import TurnOutput
+from app.protocol.response import ResponseObject, ResponseStatus
+from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult, call_of
+from app.tools.catalog import allowed_names, definitions, is_agentic
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolRun:
+    """A server-side call, resolved to its tool."""
+
+    call: ToolCall
+    tool: ToolDefinition
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPlan:
+    """The model's calls of one turn, sorted by who handles them."""
+
+    runs: list[ToolRun] = field(default_factory=list)
+    """Executed by the fleet."""
+    client_calls: list[ToolCall] = field(default_factory=list)
+    """Handed to the client."""
+    rejected: list[ToolResult] = field(default_factory=list)
+    """Not executed (unknown or not allowed); the model is told why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Complete:
+    """The model answered: the response is done."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PauseForClient:
+    """Client function calls are waiting: hand them over."""
+
+    status: ResponseStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopIncomplete:
+    """The response stops short; ``reason`` says why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTools:
+    """Run these calls (in order, in batches), then the next turn."""
+
+    runs: list[ToolRun]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NextTurn:
+    """Call the model again at once (every call of the turn was answered without running)."""
+
+
+NextStep = Complete | PauseForClient | StopIncomplete | RunTools | NextTurn
+
+
+def plan_tool_calls(response: ResponseObject, calls: list[dict[str, Any]]) -> ToolPlan:
+    """Resolve each ``function_call`` item to a run, a client call or a rejection."""
+    tools = definitions(response.tools)
+    allowed = allowed_names(response.tool_choice)
+    plan = ToolPlan()
+    for item in calls:
+        call = call_of(item)
+        tool = tools.get(call.name)
+        if tool is None:
+            plan.rejected.append(_rejection(call, f"Tool '{call.name}' does not exist."))
+        elif allowed is not None and call.name not in allowed:
+            message = f"Tool '{call.name}' is not allowed by tool_choice; it was not executed."
+            plan.rejected.append(_rejection(call, message))
+        elif tool.kind is ToolKind.FUNCTION:
+            plan.client_calls.append(call)
+        else:
+            plan.runs.append(ToolRun(call=call, tool=tool))
+    return plan
+
+
+def _rejection(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(call_id=call.id, output=f"Error: {message}", is_error=True)
+
+
+def plan_next_step(
+    settings: Settings, response: ResponseObject, output: TurnOutput, plan: ToolPlan
+) -> NextStep:
+    """What follows a model turn whose calls were planned as ``plan``."""
+    if output.finish_reason == "length":
+        return StopIncomplete(reason="max_output_tokens")
+    if output.finish_reason == "content_filter":
+        return StopIncomplete(reason="content_filter")
+    if not output.function_calls or response.tool_choice == "none":
+        return Complete()
+    if response.max_tool_calls is not None and count_calls(response) > response.max_tool_calls:
+        return StopIncomplete(reason="max_tool_calls")
+    if plan.runs:
+        return RunTools(runs=plan.runs)
+    if plan.client_calls:
+        return PauseForClient(status=client_tool_status(settings, response))
+    return NextTurn()
+
+
+def count_calls(response: ResponseObject) -> int:
+    """Tool calls the model made in this response so far."""
+    return sum(1 for item in response.output if item["type"] == "function_call")
+
+
+def client_tool_status(settings: Settings, response: ResponseObject) -> ResponseStatus:
+    """The status of a response paused for client calls (``ANTWORT_CLIENT_TOOL_STATUS``)."""
+    mode = settings.client_tool_status
+    if mode == "requires_action":
+        return ResponseStatus.REQUIRES_ACTION
+    if mode == "completed":
+        return ResponseStatus.COMPLETED
+    return (
+        ResponseStatus.REQUIRES_ACTION if is_agentic(response.tools) else ResponseStatus.COMPLETED
+    )
+
+
+def tool_choice_for_turn(tool_choice: Any, model_turn: int) -> Any:
+    """A forced tool applies to the first turn only, so forcing cannot loop to the limit."""
+    if model_turn == 0:
+        return tool_choice
+    if tool_choice == "required" or (
+        isinstance(tool_choice, dict) and tool_choice.get("type") != "allowed_tools"
+    ):
+        return "auto"
+    if isinstance(tool_choice, dict) and tool_choice.get("mode") == "required":
+        return {**tool_choice, "mode": "auto"}
+    return tool_choice

@@ -1,0 +1,1 @@
+"""Tools: kinds, definitions, calls, results, executors and their registry."""

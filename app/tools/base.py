@@ -1,0 +1,145 @@
+"""The tool vocabulary shared by the loop and every executor.
+
+``ToolCall``/``ToolResult`` are the loop's view of ``function_call``/``function_call_output``
+items; :func:`call_of` and :func:`output_item` are the one boundary between the two.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class ToolKind(StrEnum):
+    """Who executes a tool, and so which queue its calls go to."""
+
+    FUNCTION = "function"
+    """The client: the response pauses with the call."""
+    MCP = "mcp"
+    SANDBOX = "sandbox"
+    INTERNAL = "internal"
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue of this kind's calls (none for client functions)."""
+        return f"tools.{self.value}"
+
+    @property
+    def is_server_side(self) -> bool:
+        """Executed by the fleet rather than the client."""
+        return self is not ToolKind.FUNCTION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDefinition:
+    """A tool the model may call."""
+
+    name: str
+    kind: ToolKind
+    description: str | None = None
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    timeout_seconds: float | None = None
+    """Overrides the fleet's default per-call timeout."""
+
+    def chat_tool(self) -> dict[str, Any]:
+        """The definition as the model server sees it."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One call the model made."""
+
+    id: str
+    """The ``call_id``."""
+    name: str
+    arguments: str
+    """JSON text, as the model wrote it."""
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as an object; ``ValueError`` when they are not one."""
+        value = json.loads(self.arguments or "{}")
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """What a call returned; a failure is data the model sees (``is_error``)."""
+
+    call_id: str
+    output: str
+    is_error: bool = False
+
+    def to_json(self) -> str:
+        """Serialised for the store."""
+        return json.dumps(
+            {"call_id": self.call_id, "output": self.output, "is_error": self.is_error}
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> ToolResult:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(raw)
+        return cls(call_id=data["call_id"], output=data["output"], is_error=bool(data["is_error"]))
+
+
+class ToolExecutor(Protocol):
+    """Executes the calls of one kind."""
+
+    kind: ToolKind
+
+    def can_execute(self, tool: ToolDefinition) -> bool:
+        """Whether this executor runs ``tool``."""
+
+    def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
+        """Run one call; errors come back as ``is_error`` results, never as exceptions."""
+
+
+class ExecutorRegistry:
+    """The executors of one worker process, by kind."""
+
+    def __init__(self, executors: list[ToolExecutor] | None = None):
+        self._executors: dict[ToolKind, ToolExecutor] = {}
+        for executor in executors or []:
+            self.register(executor)
+
+    def register(self, executor: ToolExecutor) -> None:
+        """Add (or replace) the executor of a kind."""
+        self._executors[executor.kind] = executor
+
+    def for_tool(self, tool: ToolDefinition) -> ToolExecutor | None:
+        """The executor that runs ``tool``, if this process has one."""
+        executor = self._executors.get(tool.kind)
+        return executor if executor is not None and executor.can_execute(tool) else None
+
+
+def call_of(item: dict[str, Any]) -> ToolCall:
+    """A ``function_call`` item as a call."""
+    return ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
+
+
+def output_item(item_id: str, result: ToolResult) -> dict[str, Any]:
+    """A result as a ``function_call_output`` item."""
+    return {
+        "id": item_id,
+        "type": "function_call_output",
+        "call_id": result.call_id,
+        "output": result.output,
+        "status": "completed",
+    }
+
+
+def cap_output(output: str, limit: int) -> str:
+    """Cut an over-long output, saying so in a marker the model can read."""
+    if len(output) <= limit:
+        return output
+    return f"{output[:limit]}\n[output truncated: {limit} of {len(output)} characters shown]"

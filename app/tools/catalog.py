@@ -1,0 +1,68 @@
+"""The tools of one response: what the request declared, resolved to definitions and kinds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import InvalidRequestError
+from app.tools.base import ToolDefinition, ToolKind
+from app.tools.internal import Registry
+
+
+def echo_tools(declared: list[dict[str, Any]], registry: Registry) -> list[dict[str, Any]]:
+    """The ``tools`` of the response object: declared tools, internal ones filled in.
+
+    Raises:
+        InvalidRequestError: an internal tool that no worker registers.
+    """
+    echoed = []
+    for index, tool in enumerate(declared):
+        if tool["type"] == "internal":
+            found = registry.get(tool["name"])
+            if found is None:
+                known = ", ".join(sorted(d.name for d in registry.list())) or "none"
+                raise InvalidRequestError(
+                    f"Unknown internal tool '{tool['name']}' (available: {known}).",
+                    param=f"tools.{index}.name",
+                    code="invalid_value",
+                )
+            definition = found.definition()
+            tool = {
+                "type": "internal",
+                "name": definition.name,
+                "description": definition.description,
+                "parameters": definition.parameters,
+                "strict": None,
+                "timeout_seconds": definition.timeout_seconds,
+            }
+        echoed.append(tool)
+    return echoed
+
+
+def definitions(tools: list[dict[str, Any]]) -> dict[str, ToolDefinition]:
+    """The response's tools by name."""
+    found: dict[str, ToolDefinition] = {}
+    for tool in tools:
+        kind = ToolKind(tool["type"]) if tool["type"] in ToolKind.__members__.values() else None
+        if kind is None:
+            continue
+        found[tool["name"]] = ToolDefinition(
+            name=tool["name"],
+            kind=kind,
+            description=tool.get("description"),
+            parameters=tool.get("parameters") or {"type": "object", "properties": {}},
+            timeout_seconds=tool.get("timeout_seconds"),
+        )
+    return found
+
+
+def is_agentic(tools: list[dict[str, Any]]) -> bool:
+    """Whether any declared tool is executed by the fleet (the agentic loop is engaged)."""
+    return any(definition.kind.is_server_side for definition in definitions(tools).values())
+
+
+def allowed_names(tool_choice: Any) -> frozenset[str] | None:
+    """Names an ``allowed_tools`` choice lets run (None: every declared tool)."""
+    if not isinstance(tool_choice, dict) or tool_choice.get("type") != "allowed_tools":
+        return None
+    return frozenset(ref["name"] for ref in tool_choice.get("tools", []) if ref.get("name"))
