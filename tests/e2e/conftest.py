@@ -90,12 +90,15 @@ def fleet(redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory
         ANTWORT_KEEPALIVE_SECONDS="1",
         ANTWORT_INFERENCE_CONCURRENCY="8",
         ANTWORT_LEASE_SECONDS="3",
+        ANTWORT_INTERNAL_TOOL_MODULES="tests.support.tools",
+        ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
     )
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
     running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
     running.start_worker("worker-0")
+    running.start_worker("tools-0", "tools.internal")
     try:
         wait_ready(base_url)
     except RuntimeError:

@@ -1,0 +1,317 @@
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.errors import UpstreamError
+from app.protocol.response import InputTokensDetails, OutputTokensDetails, Usage
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.providers.openai_chat import ChatCompletionsProvider
+from app.providers.translate import ModelRequest
+
+BASE_URL = "http://model.test/v1"
+REQUEST = ModelRequest(
+    model="test-model", instructions="Be brief.", items=[{"role": "user", "content": "hi"}]
+)
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def sse(*payloads: dict[str, Any] | str) -> bytes:
+    lines = [f"data: {p if isinstance(p, str) else json.dumps(p)}\n\n" for p in payloads]
+    return ("".join(lines) + "data: [DONE]\n\n").encode()
+
+
+def choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def stream_response(body: bytes) -> httpx.Response:
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+
+class Recorder:
+    """A MockTransport handler that answers from a script and records every request."""
+
+    def __init__(self, *answers: httpx.Response | Exception):
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def make_provider() -> Iterator[Callable[..., ChatCompletionsProvider]]:
+    clients: list[httpx.Client] = []
+
+    def make(handler: Handler, **kwargs: Any) -> ChatCompletionsProvider:
+        client = httpx.Client(transport=httpx.MockTransport(handler))
+        clients.append(client)
+        kwargs.setdefault("retry_max_wait", 0.0)
+        return ChatCompletionsProvider(base_url=BASE_URL + "/", client=client, **kwargs)
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def test_provider_parses_a_vllm_stream_into_chunks(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = sse(
+        choice({"role": "assistant", "content": ""}),
+        choice({"reasoning_content": "Thinking"}),
+        choice({"content": "Hel"}),
+        choice({"content": "lo"}),
+        choice(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        choice({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        choice({"tool_calls": [{"index": 0, "function": {"arguments": '"Oslo"}'}}]}),
+        choice(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "call_2", "type": "function", "function": {"name": "noop"}}
+                ]
+            }
+        ),
+        choice({}, finish_reason="tool_calls"),
+        {
+            "id": "chatcmpl-1",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 12,
+                "completion_tokens": 5,
+                "total_tokens": 17,
+                "prompt_tokens_details": {"cached_tokens": 4},
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            },
+        },
+    )
+    recorder = Recorder(stream_response(body))
+    provider = make_provider(recorder)
+
+    chunks = list(provider.stream(REQUEST))
+
+    assert chunks == [
+        ReasoningDelta(text="Thinking"),
+        TextDelta(text="Hel"),
+        TextDelta(text="lo"),
+        ToolCallDelta(index=0, call_id="call_1", name="get_weather", arguments=""),
+        ToolCallDelta(index=0, arguments='{"city": '),
+        ToolCallDelta(index=0, arguments='"Oslo"}'),
+        ToolCallDelta(index=1, call_id="call_2", name="noop"),
+        Finish(reason="tool_calls"),
+        UsageReport(
+            usage=Usage(
+                input_tokens=12,
+                output_tokens=5,
+                total_tokens=17,
+                input_tokens_details=InputTokensDetails(cached_tokens=4),
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=2),
+            )
+        ),
+    ]
+    [request] = recorder.requests
+    assert (request.method, str(request.url)) == ("POST", f"{BASE_URL}/chat/completions")
+    sent = json.loads(request.content)
+    assert sent["model"] == "test-model"
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def test_provider_ignores_comments_and_blank_lines_and_stops_at_done(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = (
+        b": keepalive\n\n"
+        + b"event: message\n"
+        + sse(choice({"content": "ok"}), choice({}, finish_reason="stop"))
+        + b'data: {"choices": [{"delta": {"content": "after done"}}]}\n\n'
+    )
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert list(provider.stream(REQUEST)) == [TextDelta(text="ok"), Finish(reason="stop")]
+
+
+def test_provider_retries_a_429_after_its_retry_after(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(
+        httpx.Response(
+            429, headers={"retry-after": "0.2"}, json={"error": {"message": "slow down"}}
+        ),
+        stream_response(sse(choice({"content": "hi"}), choice({}, finish_reason="stop"))),
+    )
+    provider = make_provider(recorder, max_retries=2, retry_max_wait=5.0)
+    started = time.monotonic()
+
+    chunks = list(provider.stream(REQUEST))
+
+    assert time.monotonic() - started >= 0.2
+    assert chunks == [TextDelta(text="hi"), Finish(reason="stop")]
+    assert len(recorder.requests) == 2
+
+
+def test_provider_caps_the_retry_after_wait(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(
+        httpx.Response(503, headers={"retry-after": "3600"}, text="overloaded"),
+        stream_response(sse(choice({}, finish_reason="stop"))),
+    )
+    provider = make_provider(recorder, max_retries=1, retry_max_wait=0.01)
+    started = time.monotonic()
+
+    assert list(provider.stream(REQUEST)) == [Finish(reason="stop")]
+    assert time.monotonic() - started < 2
+
+
+def test_provider_gives_up_after_max_retries(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(
+        *[httpx.Response(500, json={"error": {"message": "boom"}}) for _ in range(3)]
+    )
+    provider = make_provider(recorder, max_retries=2)
+
+    with pytest.raises(UpstreamError, match="500: boom"):
+        list(provider.stream(REQUEST))
+    assert len(recorder.requests) == 3
+
+
+def test_provider_does_not_retry_a_400(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(
+        httpx.Response(400, json={"error": {"message": "max_tokens is too large"}}),
+        stream_response(sse(choice({}, finish_reason="stop"))),
+    )
+    provider = make_provider(recorder, max_retries=2)
+
+    with pytest.raises(UpstreamError) as caught:
+        list(provider.stream(REQUEST))
+
+    assert "400" in caught.value.message
+    assert "max_tokens is too large" in caught.value.message
+    assert caught.value.code == "upstream_error"
+    assert len(recorder.requests) == 1
+
+
+def test_provider_connection_error_is_upstream_error_after_retries(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(*[httpx.ConnectError("connection refused") for _ in range(3)])
+    provider = make_provider(recorder, max_retries=2)
+
+    with pytest.raises(UpstreamError, match="unreachable") as caught:
+        list(provider.stream(REQUEST))
+
+    assert isinstance(caught.value.__cause__, Exception)
+    assert len(recorder.requests) == 3
+
+
+def test_provider_malformed_json_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(stream_response(sse(choice({"content": "ok"}), "{not json")))
+    provider = make_provider(recorder, max_retries=2)
+    received: list[Chunk] = []
+
+    with pytest.raises(UpstreamError, match="malformed JSON"):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+
+    assert received == [TextDelta(text="ok")]
+    assert len(recorder.requests) == 1
+
+
+def test_provider_error_payload_in_stream_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    recorder = Recorder(stream_response(sse({"error": {"message": "engine died"}})))
+    provider = make_provider(recorder)
+
+    with pytest.raises(UpstreamError, match="engine died"):
+        list(provider.stream(REQUEST))
+
+
+class _BrokenStream(httpx.SyncByteStream):
+    """Sends the first part of an answer, then the connection drops."""
+
+    def __init__(self, first: bytes):
+        self.first = first
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.first
+        raise httpx.ReadError("connection reset")
+
+
+def test_provider_does_not_retry_once_the_answer_started(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    first = f"data: {json.dumps(choice({'content': 'Hel'}))}\n\n".encode()
+    recorder = Recorder(
+        httpx.Response(200, stream=_BrokenStream(first)),
+        stream_response(sse(choice({"content": "Hello"}), choice({}, finish_reason="stop"))),
+    )
+    provider = make_provider(recorder, max_retries=2)
+    received: list[Chunk] = []
+
+    with pytest.raises(UpstreamError):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+
+    # A retry would repeat "Hel" to a client that already saw it.
+    assert received == [TextDelta(text="Hel")]
+    assert len(recorder.requests) == 1
+
+
+def test_provider_list_models(make_provider: Callable[..., ChatCompletionsProvider]) -> None:
+    recorder = Recorder(
+        httpx.Response(200, json={"object": "list", "data": [{"id": "m1"}, "junk"]})
+    )
+    provider = make_provider(recorder)
+
+    assert provider.list_models() == [{"id": "m1"}]
+    assert str(recorder.requests[0].url) == f"{BASE_URL}/models"
+
+
+def test_provider_list_models_failure_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    provider = make_provider(Recorder(httpx.Response(502, text="bad gateway")))
+
+    with pytest.raises(UpstreamError, match="did not list models"):
+        provider.list_models()

@@ -1,0 +1,245 @@
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from app.output import OutputBuilder, TurnOutput, item_id
+from app.protocol.response import ResponseObject, ResponseStatus, Usage
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.sink import EventSink
+from app.store import ResponseStore
+
+
+def new_response(store: ResponseStore) -> str:
+    response = ResponseObject(
+        id=f"resp_{uuid.uuid4().hex}",
+        created_at=int(time.time()),
+        status=ResponseStatus.IN_PROGRESS,
+        model="test-model",
+    )
+    store.create(response, inputs=[], extra={}, events=[])
+    return response.id
+
+
+def build(
+    store: ResponseStore,
+    rid: str,
+    chunks: Iterable[Chunk],
+    *,
+    turn: int = 0,
+    first_output_index: int = 0,
+) -> TurnOutput:
+    sink = EventSink(store, rid, coalesce_seconds=0)
+    builder = OutputBuilder(
+        response_id=rid, turn=turn, first_output_index=first_output_index, sink=sink
+    )
+    for chunk in chunks:
+        builder.feed(chunk)
+    output = builder.close()
+    sink.flush()
+    return output
+
+
+def events(store: ResponseStore, rid: str) -> list[dict[str, Any]]:
+    stored = store.events_after(rid, -1)
+    assert [e.sequence_number for e in stored] == list(range(len(stored)))
+    return [json.loads(e.data) for e in stored]
+
+
+def test_output_builder_text_turn_emits_events_in_spec_order(store: ResponseStore) -> None:
+    rid = new_response(store)
+    usage = Usage(input_tokens=7, output_tokens=2, total_tokens=9)
+
+    output = build(
+        store,
+        rid,
+        [
+            TextDelta(text="Hel"),
+            TextDelta(text="lo"),
+            Finish(reason="stop"),
+            UsageReport(usage=usage),
+        ],
+    )
+
+    emitted = events(store, rid)
+    assert [e["type"] for e in emitted] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    msg_id = item_id("msg", rid, 0, 0)
+    added, part_added, delta1, delta2, text_done, part_done, item_done = emitted
+    assert added["item"] == {
+        "id": msg_id,
+        "type": "message",
+        "status": "in_progress",
+        "role": "assistant",
+        "content": [],
+    }
+    assert part_added["part"] == {
+        "type": "output_text",
+        "text": "",
+        "annotations": [],
+        "logprobs": [],
+    }
+    assert [delta1["delta"], delta2["delta"]] == ["Hel", "lo"]
+    assert delta1["logprobs"] == []
+    assert text_done["text"] == "Hello"
+    assert part_done["part"]["text"] == "Hello"
+    for event in (part_added, delta1, delta2, text_done, part_done):
+        assert (event["item_id"], event["output_index"], event["content_index"]) == (msg_id, 0, 0)
+    assert item_done["item"]["status"] == "completed"
+    assert item_done["item"]["content"][0]["text"] == "Hello"
+    assert output.items == [item_done["item"]]
+    assert (output.finish_reason, output.usage) == ("stop", usage)
+    assert output.function_calls == []
+
+
+def test_output_builder_reasoning_then_text(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    output = build(
+        store,
+        rid,
+        [
+            ReasoningDelta(text="Let me "),
+            ReasoningDelta(text="think."),
+            TextDelta(text="42"),
+            Finish(reason="stop"),
+        ],
+    )
+
+    emitted = events(store, rid)
+    assert [(e["type"], e.get("output_index")) for e in emitted] == [
+        ("response.output_item.added", 0),
+        ("response.reasoning.delta", 0),
+        ("response.reasoning.delta", 0),
+        ("response.reasoning.done", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.content_part.added", 1),
+        ("response.output_text.delta", 1),
+        ("response.output_text.done", 1),
+        ("response.content_part.done", 1),
+        ("response.output_item.done", 1),
+    ]
+    assert emitted[0]["item"]["type"] == "reasoning"
+    assert emitted[3]["text"] == "Let me think."
+    reasoning, message = output.items
+    assert reasoning["id"] == item_id("rs", rid, 0, 0)
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Let me think."}]
+    assert message["id"] == item_id("msg", rid, 0, 1)
+    assert message["content"][0]["text"] == "42"
+
+
+def test_output_builder_reassembles_tool_calls_split_over_fragments(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    output = build(
+        store,
+        rid,
+        [
+            ToolCallDelta(index=0, call_id="call_a", name="get_weather", arguments='{"ci'),
+            ToolCallDelta(index=0, arguments='ty": "Paris"}'),
+            ToolCallDelta(index=1, call_id="call_b", name="search"),
+            ToolCallDelta(index=1, arguments='{"query": '),
+            ToolCallDelta(index=1, arguments='"rain"}'),
+            Finish(reason="tool_calls"),
+        ],
+    )
+
+    first, second = item_id("fc", rid, 0, 0), item_id("fc", rid, 0, 1)
+    emitted = events(store, rid)
+    assert [(e["type"], e.get("item_id") or e["item"]["id"]) for e in emitted] == [
+        ("response.output_item.added", first),
+        ("response.function_call_arguments.delta", first),
+        ("response.function_call_arguments.delta", first),
+        ("response.function_call_arguments.done", first),
+        ("response.output_item.done", first),
+        ("response.output_item.added", second),
+        ("response.function_call_arguments.delta", second),
+        ("response.function_call_arguments.delta", second),
+        ("response.function_call_arguments.done", second),
+        ("response.output_item.done", second),
+    ]
+    assert [e["item"]["name"] for e in emitted if e["type"] == "response.output_item.added"] == [
+        "get_weather",
+        "search",
+    ]
+    assert emitted[0]["item"]["call_id"] == "call_a"
+    assert emitted[3]["arguments"] == '{"city": "Paris"}'
+    assert emitted[3]["name"] == "get_weather"
+    calls = output.function_calls
+    assert [(c["call_id"], c["name"], c["arguments"], c["status"]) for c in calls] == [
+        ("call_a", "get_weather", '{"city": "Paris"}', "completed"),
+        ("call_b", "search", '{"query": "rain"}', "completed"),
+    ]
+    assert json.loads(calls[1]["arguments"]) == {"query": "rain"}
+    assert output.finish_reason == "tool_calls"
+
+
+def test_output_builder_closes_text_before_a_tool_call(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    output = build(
+        store,
+        rid,
+        [
+            TextDelta(text="Checking."),
+            ToolCallDelta(index=0, call_id="call_a", name="lookup"),
+            Finish(reason="tool_calls"),
+        ],
+    )
+
+    types = [e["type"] for e in events(store, rid)]
+    assert types.index("response.output_item.done") < types.index(
+        "response.function_call_arguments.done"
+    )
+    assert [item["type"] for item in output.items] == ["message", "function_call"]
+    assert output.function_calls[0]["arguments"] == "{}"
+    assert output.function_calls[0]["call_id"] == "call_a"
+
+
+def test_output_builder_finish_length_marks_the_message_incomplete(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    output = build(store, rid, [TextDelta(text="Once upon a"), Finish(reason="length")])
+
+    [message] = output.items
+    assert message["status"] == "incomplete"
+    assert output.finish_reason == "length"
+    assert events(store, rid)[-1]["item"]["status"] == "incomplete"
+
+
+def test_output_builder_item_ids_are_deterministic(store: ResponseStore) -> None:
+    rid = new_response(store)
+    chunks: list[Chunk] = [
+        ReasoningDelta(text="hm"),
+        TextDelta(text="hi"),
+        ToolCallDelta(index=0, name="f"),
+    ]
+
+    first = build(store, rid, chunks, turn=1, first_output_index=2)
+    again = build(store, rid, chunks, turn=1, first_output_index=2)
+    other_turn = build(store, rid, chunks, turn=2, first_output_index=2)
+
+    ids = [item["id"] for item in first.items]
+    assert ids == [item["id"] for item in again.items]
+    assert ids == [item_id("rs", rid, 1, 2), item_id("msg", rid, 1, 3), item_id("fc", rid, 1, 4)]
+    assert not set(ids) & {item["id"] for item in other_turn.items}
+    # A call without an id from the model gets a deterministic one too.
+    assert first.function_calls[0]["call_id"] == again.function_calls[0]["call_id"]
+    assert first.function_calls[0]["call_id"].startswith("call_")
+    assert item_id("msg", rid, 1, 3) != item_id("msg", f"{rid}x", 1, 3)

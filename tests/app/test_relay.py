@@ -1,0 +1,289 @@
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from app.keys import Keys
+from app.protocol.events import Event
+from app.protocol.response import ResponseObject, ResponseStatus
+from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
+from app.store import ResponseStore, StoredEvent
+
+WAIT = 10.0
+
+
+class _MutedKeys(Keys):
+    """Keys whose pub/sub channel nobody listens to: emits reach the stream only."""
+
+    __slots__ = ()
+
+    def channel(self, response_id: str) -> str:
+        return self.prefix + "muted:" + response_id
+
+
+@pytest.fixture
+def hub(redis_url: str, key_prefix: str) -> Iterator[EventHub]:
+    client = redis.Redis.from_url(redis_url)
+    event_hub = EventHub(client, Keys(key_prefix))
+    event_hub.start()
+    yield event_hub
+    event_hub.stop()
+    client.publish(Keys(key_prefix).channel("wake-up"), "-1 end -")  # ends the hub's wait
+    thread = event_hub._thread
+    if thread is not None:
+        thread.join(timeout=5)
+    client.close()
+
+
+def delta(n: int) -> Event:
+    return {"type": "response.output_text.delta", "item_id": "msg_1", "delta": str(n)}
+
+
+def new_response(store: ResponseStore) -> ResponseObject:
+    response = ResponseObject(
+        id=f"resp_{uuid.uuid4().hex}",
+        created_at=int(time.time()),
+        status=ResponseStatus.IN_PROGRESS,
+        model="test-model",
+        background=True,
+    )
+    store.create(response, inputs=[], extra={}, events=[])
+    return response
+
+
+def complete(store: ResponseStore, response: ResponseObject) -> None:
+    done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    event = {"type": "response.completed", "response": done.wire()}
+    assert store.write(done, expected=frozenset({"in_progress"}), events=[event]).ok
+
+
+class Follower:
+    """Runs ``follow_events`` in a thread and records what it yields."""
+
+    def __init__(self, store: ResponseStore, hub: EventHub, rid: str, **kwargs: Any):
+        self.events: list[StoredEvent] = []
+        self.keepalives = 0
+        self.error: BaseException | None = None
+        self._seen = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._run, args=(store, hub, rid), kwargs=kwargs, daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, store: ResponseStore, hub: EventHub, rid: str, **kwargs: Any) -> None:
+        try:
+            for event in follow_events(store, hub, rid, **kwargs):
+                with self._seen:
+                    if isinstance(event, Keepalive):
+                        self.keepalives += 1
+                    else:
+                        self.events.append(event)
+                    self._seen.notify_all()
+        except BaseException as exc:  # reported by the test thread
+            self.error = exc
+
+    def wait_for(self, sequence_number: int) -> None:
+        with self._seen:
+            assert self._seen.wait_for(
+                lambda: any(e.sequence_number >= sequence_number for e in self.events), WAIT
+            ), f"follower never saw sequence_number {sequence_number}"
+
+    def finish(self) -> list[int]:
+        self._thread.join(timeout=WAIT)
+        assert not self._thread.is_alive(), "follower did not stop"
+        assert self.error is None
+        return [event.sequence_number for event in self.events]
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def test_follow_events_replays_then_follows_live(store: ResponseStore, hub: EventHub) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(i) for i in range(3)])
+
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    follower.wait_for(2)
+    store.emit(response.id, [delta(i) for i in range(3, 6)])
+    follower.wait_for(5)
+    complete(store, response)
+
+    assert follower.finish() == list(range(7))
+    assert follower.events[-1].type == "response.completed"
+    assert json.loads(follower.events[4].data)["delta"] == "4"
+
+
+def test_follow_events_resumes_after_a_cursor_without_loss_or_duplicates(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    emitted = threading.Event()
+
+    def emit_all() -> None:
+        for i in range(200):
+            store.emit(response.id, [delta(i)])
+        complete(store, response)
+        emitted.set()
+
+    emitter = threading.Thread(target=emit_all, daemon=True)
+    emitter.start()
+    first: list[int] = []
+    stream = follow_events(store, hub, response.id, keepalive_seconds=30)
+    for event in stream:
+        assert isinstance(event, StoredEvent)
+        first.append(event.sequence_number)
+        if event.sequence_number == 50:
+            break
+    stream.close()  # the client went away
+
+    rest = [
+        event.sequence_number
+        for event in follow_events(store, hub, response.id, starting_after=50)
+        if isinstance(event, StoredEvent)
+    ]
+    emitter.join(timeout=WAIT)
+
+    assert emitted.is_set()
+    assert first == list(range(51))
+    assert rest == list(range(51, 201))
+
+
+def test_follow_events_starting_after_replays_only_later_events(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(i) for i in range(10)])
+    complete(store, response)
+
+    events = list(follow_events(store, hub, response.id, starting_after=4))
+
+    assert [e.sequence_number for e in events if isinstance(e, StoredEvent)] == list(range(5, 11))
+
+
+def test_follow_events_fills_a_gap_in_live_messages_from_the_stream(
+    store: ResponseStore, hub: EventHub, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    response = new_response(store)
+    muted = ResponseStore(redis_client, keys=_MutedKeys(key_prefix), ttl_seconds=60)
+    store.emit(response.id, [delta(0)])
+    # A long keepalive: the only way to learn of the muted events is the gap.
+    follower = Follower(store, hub, response.id, keepalive_seconds=60)
+    follower.wait_for(0)
+
+    muted.emit(response.id, [delta(i) for i in range(1, 5)])  # lost by pub/sub
+    store.emit(response.id, [delta(5)])
+    follower.wait_for(5)
+    complete(store, response)
+
+    assert follower.finish() == list(range(7))
+    assert [json.loads(e.data).get("delta") for e in follower.events[:6]] == [
+        str(i) for i in range(6)
+    ]
+
+
+def test_follow_events_ends_with_the_terminal_event(store: ResponseStore, hub: EventHub) -> None:
+    response = new_response(store)
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    store.emit(response.id, [delta(0)])
+    follower.wait_for(0)
+
+    complete(store, response)
+
+    assert follower.finish() == [0, 1]
+    assert follower.events[-1].type == "response.completed"
+
+
+def test_follow_events_of_a_finished_response_is_a_replay(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    complete(store, response)
+
+    events = list(follow_events(store, hub, response.id, keepalive_seconds=30))
+
+    assert [(e.sequence_number, e.type) for e in events if isinstance(e, StoredEvent)] == [
+        (0, "response.output_text.delta"),
+        (1, "response.completed"),
+    ]
+    assert not any(isinstance(e, Keepalive) for e in events)
+
+
+def test_follow_events_ends_when_the_response_is_cancelled(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(0), delta(1)])
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    follower.wait_for(1)
+    assert follower.is_running
+
+    cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(cancelled, expected=frozenset({"in_progress"})).ok
+
+    assert follower.finish() == [0, 1]
+
+
+def test_follow_events_ends_when_the_response_is_deleted(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    follower.wait_for(0)
+
+    store.delete(response.id)
+
+    assert follower.finish() == [0]
+
+
+def test_follow_events_yields_keepalives_when_idle(store: ResponseStore, hub: EventHub) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    stream = follow_events(store, hub, response.id, keepalive_seconds=0.05)
+    started = time.monotonic()
+
+    first = next(stream)
+    second = next(stream)
+    third = next(stream)
+    store.emit(response.id, [delta(1)])
+    later = [next(stream) for _ in range(3)]
+    stream.close()
+
+    assert isinstance(first, StoredEvent)
+    assert second is KEEPALIVE
+    assert third is KEEPALIVE
+    assert time.monotonic() - started < 2
+    assert [e.sequence_number for e in later if isinstance(e, StoredEvent)] == [1]
+
+
+def test_follow_events_serves_concurrent_followers_every_event_once_in_order(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    total = 500
+    early = [Follower(store, hub, response.id, keepalive_seconds=0.5) for _ in range(4)]
+
+    def emit_all() -> None:
+        for i in range(total):
+            store.emit(response.id, [delta(i)])
+        complete(store, response)
+
+    emitter = threading.Thread(target=emit_all, daemon=True)
+    emitter.start()
+    early[0].wait_for(100)
+    late = [Follower(store, hub, response.id, keepalive_seconds=0.5) for _ in range(2)]
+    resumed = Follower(store, hub, response.id, starting_after=99, keepalive_seconds=0.5)
+    emitter.join(timeout=WAIT)
+    assert not emitter.is_alive()
+
+    for follower in [*early, *late]:
+        assert follower.finish() == list(range(total + 1))
+        assert follower.events[-1].type == "response.completed"
+    assert resumed.finish() == list(range(100, total + 1))

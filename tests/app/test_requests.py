@@ -1,0 +1,372 @@
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError
+from app.protocol.items import MessageItem
+from app.responses import (
+    check_input_items_query,
+    create_response,
+    list_input_items,
+    normalise_input,
+    parse_request,
+)
+from app.store import ResponseStore
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+
+
+class RecordingDispatcher:
+    def __init__(self) -> None:
+        self.turns: list[tuple[str, int]] = []
+        self.revoked: list[tuple[str, int]] = []
+
+    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
+        self.turns.append((response_id, turn))
+
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        raise AssertionError("no server-side tools here")
+
+    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
+        self.revoked.append((response_id, turn))
+
+
+def rejection(body: Any) -> InvalidRequestError:
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(body)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"model": "m", "input": "hi", "foo": 1}, "foo", "unknown_parameter"),
+        ({"model": "m", "temperature": "hot"}, "temperature", "invalid_value"),
+        ({"model": "m", "temperature": 3}, "temperature", "invalid_value"),
+        ({"model": "m", "stream": "sometimes"}, "stream", "invalid_value"),
+        ({"model": "m", "input": 5}, "input", "invalid_value"),
+        (
+            {"model": "m", "input": [{"role": "robot", "content": "hi"}]},
+            "input.0.role",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "input": [{"role": "user", "content": "hi", "foo": 1}]},
+            "input.0.foo",
+            "unknown_parameter",
+        ),
+        (
+            {"model": "m", "input": [{"type": "message", "role": "user"}]},
+            "input.0.content",
+            "missing_required_parameter",
+        ),
+        (
+            {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]},
+            "input.0.content.0.text",
+            "missing_required_parameter",
+        ),
+        ({"model": "m", "input": [{"type": "telepathy"}]}, "input.0", "invalid_value"),
+        ({"model": "m", "tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
+        (
+            {"model": "m", "tool_choice": {"type": "function"}},
+            "tool_choice.name",
+            "missing_required_parameter",
+        ),
+        (
+            {"model": "m", "tools": [{"type": "function", "name": "bad name"}]},
+            "tools.0.name",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "tools": [{"type": "function", "name": "f", "strict": "perhaps"}]},
+            "tools.0.strict",
+            "invalid_value",
+        ),
+        ({"model": "m", "reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
+    ],
+)
+def test_parse_request_names_the_offending_param(
+    body: dict[str, Any], param: str, code: str
+) -> None:
+    error = rejection(body)
+
+    assert (error.param, error.code) == (param, code)
+    assert error.status == 400
+    assert error.type == "invalid_request_error"
+    assert param in error.message
+
+
+def test_parse_request_refuses_a_body_that_is_not_an_object() -> None:
+    error = rejection(["model", "m"])
+
+    assert error.status == 400
+    assert error.param is None
+
+
+def test_parse_request_input_item_without_type_is_a_message() -> None:
+    request = parse_request(
+        {"model": "m", "input": [{"role": "developer", "content": "Be terse."}]}
+    )
+
+    assert isinstance(request.input, list)
+    [item] = request.input
+    assert isinstance(item, MessageItem)
+    assert (item.type, item.role, item.content) == ("message", "developer", "Be terse.")
+
+
+def test_create_response_without_model_or_default_is_refused(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    dispatcher = RecordingDispatcher()
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, dispatcher, make_settings(default_model=None), {"input": "hi"})
+
+    assert (caught.value.param, caught.value.code) == ("model", "missing_required_parameter")
+    assert dispatcher.turns == []
+
+
+def test_create_response_uses_the_default_model(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    dispatcher = RecordingDispatcher()
+
+    response, _ = create_response(store, dispatcher, make_settings(), {"input": "hi"})
+
+    assert response.model == "antwort-sim"
+    assert response.status == "queued"
+    assert dispatcher.turns == [(response.id, 0)]
+    assert store.get(response.id).response == response
+
+
+def test_create_response_refuses_tool_choice_of_an_unknown_function(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    body = {
+        "model": "m",
+        "input": "hi",
+        "tools": [WEATHER_TOOL],
+        "tool_choice": {"type": "function", "name": "get_time"},
+    }
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), body)
+
+    assert (caught.value.param, caught.value.code) == ("tool_choice", "invalid_value")
+    assert "get_time" in caught.value.message
+
+
+def test_create_response_refuses_required_tool_choice_without_tools(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(
+            store, RecordingDispatcher(), make_settings(), {"model": "m", "tool_choice": "required"}
+        )
+
+    assert caught.value.param == "tool_choice"
+
+
+def test_create_response_with_unknown_previous_response_is_refused(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    dispatcher = RecordingDispatcher()
+    body = {"model": "m", "input": "hi", "previous_response_id": "resp_nope"}
+
+    with pytest.raises(PreviousResponseNotFoundError) as caught:
+        create_response(store, dispatcher, make_settings(), body)
+
+    error = caught.value
+    assert (error.param, error.code, error.status) == (
+        "previous_response_id",
+        "previous_response_not_found",
+        400,
+    )
+    assert "resp_nope" in error.message
+    assert dispatcher.turns == []
+
+
+def test_create_response_cannot_chain_on_an_unstored_response(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    unstored, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "hi", "store": False}
+    )
+
+    with pytest.raises(PreviousResponseNotFoundError):
+        create_response(
+            store,
+            RecordingDispatcher(),
+            settings,
+            {"input": "hi", "previous_response_id": unstored.id},
+        )
+
+
+def test_normalise_input_gives_every_item_an_id() -> None:
+    request = parse_request(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "Weather?"},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "id": "msg_keep",
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "c1",
+                    "name": "get_weather",
+                    "arguments": "{}",
+                },
+                {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+                {"type": "reasoning", "summary": []},
+            ],
+        }
+    )
+
+    items = normalise_input(request)
+
+    assert [item["id"][: item["id"].index("_")] for item in items] == [
+        "msg",
+        "msg",
+        "fc",
+        "fco",
+        "rs",
+    ]
+    assert items[1]["id"] == "msg_keep"
+    assert len({item["id"] for item in items}) == 5
+    assert items[0]["type"] == "message"
+    assert items[0]["status"] == "completed"
+    assert items[0]["content"] == [{"type": "input_text", "text": "Weather?"}]
+    assert items[1]["content"] == [{"type": "output_text", "text": "Let me look."}]
+
+
+def test_normalise_input_turns_a_string_into_a_user_message() -> None:
+    [item] = normalise_input(parse_request({"model": "m", "input": "hello"}))
+
+    assert item["id"].startswith("msg_")
+    assert {k: v for k, v in item.items() if k != "id"} == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "hello"}],
+        "status": "completed",
+    }
+
+
+def make_listed(
+    store: ResponseStore, settings: Settings, count: int, **body: Any
+) -> tuple[str, list[str]]:
+    items = [{"role": "user", "content": f"item {i}", "id": f"msg_{i}"} for i in range(count)]
+    response, _ = create_response(store, RecordingDispatcher(), settings, {"input": items, **body})
+    return response.id, [f"msg_{i}" for i in range(count)]
+
+
+def ids(page: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in page["data"]]
+
+
+def test_list_input_items_pages_newest_first_by_default(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    rid, item_ids = make_listed(store, make_settings(), 5)
+    limit, order = check_input_items_query(None, None)
+
+    everything = list_input_items(store, rid, limit=limit, order=order, after=None)
+    first = list_input_items(store, rid, limit=2, order="desc", after=None)
+    second = list_input_items(store, rid, limit=2, order="desc", after=first["last_id"])
+    third = list_input_items(store, rid, limit=2, order="desc", after=second["last_id"])
+
+    assert everything["object"] == "list"
+    assert ids(everything) == item_ids[::-1]
+    assert everything["has_more"] is False
+    assert (ids(first), first["first_id"], first["last_id"], first["has_more"]) == (
+        ["msg_4", "msg_3"],
+        "msg_4",
+        "msg_3",
+        True,
+    )
+    assert (ids(second), second["has_more"]) == (["msg_2", "msg_1"], True)
+    assert (ids(third), third["has_more"]) == (["msg_0"], False)
+
+
+def test_list_input_items_pages_oldest_first_with_asc(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    rid, _ = make_listed(store, make_settings(), 4)
+
+    first = list_input_items(store, rid, limit=3, order="asc", after=None)
+    rest = list_input_items(store, rid, limit=3, order="asc", after="msg_2")
+    exact = list_input_items(store, rid, limit=4, order="asc", after=None)
+    past_end = list_input_items(store, rid, limit=3, order="asc", after="msg_3")
+
+    assert (ids(first), first["has_more"]) == (["msg_0", "msg_1", "msg_2"], True)
+    assert (ids(rest), rest["first_id"], rest["last_id"], rest["has_more"]) == (
+        ["msg_3"],
+        "msg_3",
+        "msg_3",
+        False,
+    )
+    assert exact["has_more"] is False
+    assert past_end == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+
+
+def test_list_input_items_refuses_an_unknown_after(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    rid, _ = make_listed(store, make_settings(), 2)
+
+    with pytest.raises(InvalidRequestError) as caught:
+        list_input_items(store, rid, limit=10, order="desc", after="msg_nope")
+
+    assert caught.value.param == "after"
+
+
+def test_list_input_items_of_an_unknown_response_is_not_found(store: ResponseStore) -> None:
+    with pytest.raises(NotFoundError):
+        list_input_items(store, "resp_nope", limit=10, order="desc", after=None)
+
+
+@pytest.mark.parametrize(
+    ("limit", "order", "expected"),
+    [
+        (None, None, (20, "desc")),
+        ("1", "asc", (1, "asc")),
+        ("100", "desc", (100, "desc")),
+    ],
+)
+def test_check_input_items_query_accepts_bounds(
+    limit: str | None, order: str | None, expected: tuple[int, str]
+) -> None:
+    assert check_input_items_query(limit, order) == expected
+
+
+@pytest.mark.parametrize(
+    ("limit", "order", "param"),
+    [
+        ("0", None, "limit"),
+        ("101", None, "limit"),
+        ("-3", None, "limit"),
+        ("ten", None, "limit"),
+        (None, "sideways", "order"),
+    ],
+)
+def test_check_input_items_query_refuses_out_of_bounds(
+    limit: str | None, order: str | None, param: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        check_input_items_query(limit, order)
+
+    assert (caught.value.param, caught.value.code) == (param, "invalid_value")

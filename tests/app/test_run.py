@@ -1,0 +1,316 @@
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from app.config import Settings
+from app.errors import UpstreamError
+from app.protocol.response import Usage
+from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta, UsageReport
+from app.providers.translate import ModelRequest
+from app.responses import cancel_response, create_response
+from app.run import RunDeps, run_turn
+from app.store import ResponseStore
+
+USAGE = Usage(input_tokens=11, output_tokens=3, total_tokens=14)
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+class RecordingDispatcher:
+    def __init__(self) -> None:
+        self.turns: list[tuple[str, int]] = []
+        self.revoked: list[tuple[str, int]] = []
+
+    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
+        self.turns.append((response_id, turn))
+
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        raise AssertionError("no server-side tools here")
+
+    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
+        self.revoked.append((response_id, turn))
+
+
+class FakeModel:
+    """Yields scripted chunks; an ``Exception`` in the script is raised; a callable is called."""
+
+    def __init__(self, *script: Chunk | Exception | Callable[[], None]):
+        self.script = list(script)
+        self.requests: list[ModelRequest] = []
+        self.yielded = 0
+        self.closed = False
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        self.requests.append(request)
+        try:
+            for step in self.script:
+                if isinstance(step, Exception):
+                    raise step
+                if callable(step):
+                    step()
+                    continue
+                yield step
+                self.yielded += 1
+        finally:
+            self.closed = True
+
+
+def answer(text: str) -> FakeModel:
+    return FakeModel(
+        TextDelta(text=text[:2]),
+        TextDelta(text=text[2:]),
+        Finish(reason="stop"),
+        UsageReport(usage=USAGE),
+    )
+
+
+def create(
+    store: ResponseStore, settings: Settings, dispatcher: RecordingDispatcher, **body: Any
+) -> str:
+    body.setdefault("input", "What is the weather?")
+    response, _ = create_response(store, dispatcher, settings, body)
+    return response.id
+
+
+def event_types(store: ResponseStore, rid: str) -> list[str]:
+    stored = store.events_after(rid, -1)
+    assert [e.sequence_number for e in stored] == list(range(len(stored)))
+    return [e.type for e in stored]
+
+
+def test_run_turn_completes_a_text_turn(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    dispatcher = RecordingDispatcher()
+    rid = create(store, settings, dispatcher)
+    model = answer("Sunny.")
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "completed"
+    assert dispatcher.turns == [(rid, 0)]
+    stored = store.get(rid)
+    response = stored.response
+    assert (response.status, stored.turn) == ("completed", 1)
+    assert response.usage == USAGE
+    assert response.completed_at is not None
+    [message] = response.output
+    assert message["content"][0]["text"] == "Sunny."
+    assert message["status"] == "completed"
+    types = event_types(store, rid)
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types.count("response.in_progress") == 1
+    assert types.count("response.completed") == 1
+    assert types[-1] == "response.completed"
+    assert "response.output_text.done" in types
+    final = json.loads(store.events_after(rid, len(types) - 2)[0].data)
+    assert final["response"]["output"] == response.output
+    [request] = model.requests
+    assert request.model == "antwort-sim"
+    assert request.items[0]["content"] == [{"type": "input_text", "text": "What is the weather?"}]
+
+
+def test_run_turn_pauses_on_function_calls_as_completed_by_default(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher(), tools=[WEATHER_TOOL])
+    model = FakeModel(
+        ToolCallDelta(index=0, call_id="call_1", name="get_weather", arguments='{"city":'),
+        ToolCallDelta(index=0, arguments='"Oslo"}'),
+        Finish(reason="tool_calls"),
+    )
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "completed"
+    response = store.get(rid).response
+    assert response.status == "completed"
+    [call] = response.output
+    assert (call["type"], call["call_id"], call["arguments"]) == (
+        "function_call",
+        "call_1",
+        '{"city":"Oslo"}',
+    )
+    assert event_types(store, rid)[-1] == "response.completed"
+    assert model.requests[0].tools == [{**WEATHER_TOOL, "description": None, "strict": None}]
+
+
+def test_run_turn_pauses_with_requires_action_when_configured(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(client_tool_status="requires_action")
+    rid = create(store, settings, RecordingDispatcher(), tools=[WEATHER_TOOL])
+    model = FakeModel(
+        ToolCallDelta(index=0, call_id="call_1", name="get_weather", arguments="{}"),
+        Finish(reason="tool_calls"),
+    )
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "requires_action"
+    assert store.get(rid).response.status == "requires_action"
+    types = event_types(store, rid)
+    assert types.count("response.completed") == 1
+    assert types[-1] == "response.completed"
+
+
+def test_run_turn_finish_length_is_incomplete(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher(), max_output_tokens=3)
+    model = FakeModel(TextDelta(text="Once upon"), Finish(reason="length"))
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "incomplete"
+    response = store.get(rid).response
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.output[-1]["status"] == "incomplete"
+    types = event_types(store, rid)
+    assert types[-1] == "response.incomplete"
+    assert "response.completed" not in types
+    assert model.requests[0].params["max_tokens"] == 3
+
+
+def test_run_turn_upstream_error_fails_the_response(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher())
+    model = FakeModel(TextDelta(text="Hal"), UpstreamError("Model server answered 503: busy"))
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "failed"
+    response = store.get(rid).response
+    assert response.status == "failed"
+    assert response.error is not None
+    assert response.error.code == "upstream_error"
+    assert response.error.message == "Model server answered 503: busy"
+    types = event_types(store, rid)
+    assert types[-2:] == ["error", "response.failed"]
+    assert "response.output_text.delta" in types  # what streamed before the error stays
+    assert "response.completed" not in types
+    error = json.loads(store.events_after(rid, len(types) - 3)[0].data)
+    assert error["code"] == "upstream_error"
+    assert error["error"]["message"] == "Model server answered 503: busy"
+
+
+def test_run_turn_stops_when_cancelled_mid_stream(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(coalesce_ms=0)
+    dispatcher = RecordingDispatcher()
+    rid = create(store, settings, dispatcher, background=True)
+    at_cancel: list[int] = []
+
+    def cancel() -> None:
+        cancel_response(store, dispatcher, rid)
+        at_cancel.append(store.last_sequence_number(rid))
+
+    model = FakeModel(
+        *[TextDelta(text=f"{i} ") for i in range(5)],
+        cancel,
+        *[TextDelta(text=f"{i} ") for i in range(5, 50)],
+        Finish(reason="stop"),
+    )
+
+    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "skipped"
+    assert model.closed
+    assert model.yielded < 10
+    assert dispatcher.revoked == [(rid, 0)]
+    assert store.get(rid).response.status == "cancelled"
+    assert store.get(rid).response.output == []
+    assert store.last_sequence_number(rid) == at_cancel[0]
+    assert "response.completed" not in event_types(store, rid)
+
+
+def test_run_turn_of_a_committed_turn_is_skipped(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher())
+    model = answer("Sunny.")
+    deps = RunDeps(store=store, provider=model, settings=settings)
+    assert run_turn(deps, rid, 0) == "completed"
+    before = store.get(rid)
+    last = store.last_sequence_number(rid)
+
+    assert run_turn(deps, rid, 0) == "skipped"
+    assert run_turn(deps, rid, 1) == "skipped"
+
+    assert len(model.requests) == 1
+    assert store.last_sequence_number(rid) == last
+    assert store.get(rid).version == before.version
+
+
+def test_run_turn_of_an_unknown_response_is_skipped(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    model = answer("Sunny.")
+    deps = RunDeps(store=store, provider=model, settings=make_settings())
+
+    assert run_turn(deps, "resp_missing", 0) == "skipped"
+    assert model.requests == []
+
+
+def test_run_turn_sends_the_previous_response_chain_without_its_instructions(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    dispatcher = RecordingDispatcher()
+    first = create(store, settings, dispatcher, input="Hi", instructions="Answer in French.")
+    run_turn(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
+    second = create(store, settings, dispatcher, input="Again?", previous_response_id=first)
+    model = answer("Encore")
+
+    assert run_turn(RunDeps(store=store, provider=model, settings=settings), second, 0) == (
+        "completed"
+    )
+
+    [request] = model.requests
+    assert request.instructions is None
+    assert [(item["type"], item["role"]) for item in request.items] == [
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
+    assert request.items[0]["content"][0]["text"] == "Hi"
+    assert request.items[1] == store.get(first).response.output[0]
+    assert request.items[2]["content"][0]["text"] == "Again?"
+    assert "French" not in json.dumps(request.items)
+    assert store.get(second).response.previous_response_id == first
+
+
+def test_run_turn_chain_uses_the_new_instructions(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    dispatcher = RecordingDispatcher()
+    first = create(store, settings, dispatcher, input="Hi", instructions="Answer in French.")
+    run_turn(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
+    second = create(
+        store,
+        settings,
+        dispatcher,
+        input="Again?",
+        previous_response_id=first,
+        instructions="Be brief.",
+    )
+    model = answer("Encore")
+
+    run_turn(RunDeps(store=store, provider=model, settings=settings), second, 0)
+
+    assert model.requests[0].instructions == "Be brief."

@@ -1,0 +1,320 @@
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from app.keys import Keys
+from app.protocol.events import Event
+from app.protocol.response import ResponseObject, ResponseStatus
+from app.store import ExpiredCursorError, ResponseStore
+
+
+def make_response(status: str = "queued", **fields: Any) -> ResponseObject:
+    values: dict[str, Any] = {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": "test-model",
+    }
+    values.update(fields)
+    return ResponseObject(**values)
+
+
+def delta(text: str) -> Event:
+    return {"type": "response.output_text.delta", "item_id": "msg_1", "delta": text}
+
+
+def created(response: ResponseObject) -> Event:
+    return {"type": "response.created", "response": response.wire()}
+
+
+def new_response(store: ResponseStore, status: str = "in_progress", **fields: Any) -> str:
+    response = make_response(status, **fields)
+    store.create(response, inputs=[], extra={}, events=[])
+    return response.id
+
+
+def next_message(pubsub: redis.client.PubSub) -> str:
+    """The next published payload (subscribe confirmations skipped)."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        if message is not None:
+            return str(message["data"].decode())
+    raise AssertionError("no pub/sub message arrived")
+
+
+def test_store_create_stores_record_inputs_extra_and_first_events(store: ResponseStore) -> None:
+    response = make_response()
+    inputs = [{"type": "message", "id": "msg_a", "role": "user", "content": "hi"}]
+
+    store.create(response, inputs=inputs, extra={"user": "u1"}, events=[created(response)])
+
+    stored = store.get(response.id)
+    assert stored.response == response
+    assert (stored.version, stored.turn, stored.extra) == (1, 0, {"user": "u1"})
+    assert store.status(response.id) == "queued"
+    assert store.inputs(response.id) == inputs
+    [event] = store.events_after(response.id, -1)
+    assert (event.sequence_number, event.type) == (0, "response.created")
+
+
+def test_store_write_requires_an_expected_status(store: ResponseStore) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+    completed = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+
+    refused = store.write(completed, expected=frozenset({"in_progress"}))
+    assert (refused.ok, refused.status, refused.conflict) == (False, "queued", False)
+    assert store.status(response.id) == "queued"
+
+    accepted = store.write(completed, expected=frozenset({"queued", "in_progress"}), turn=1)
+    assert (accepted.ok, accepted.status) == (True, "completed")
+    stored = store.get(response.id)
+    assert (stored.response.status, stored.version, stored.turn) == ("completed", 2, 1)
+
+
+def test_store_write_refuses_a_stale_version(store: ResponseStore) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[], extra={}, events=[])
+    version = store.get(response.id).version
+    store.write(response, expected=frozenset({"in_progress"}), version=version)
+
+    stale = store.write(
+        response.model_copy(update={"status": ResponseStatus.FAILED}),
+        expected=frozenset({"in_progress"}),
+        version=version,
+        events=[{"type": "response.failed", "response": {}}],
+    )
+
+    assert (stale.ok, stale.conflict, stale.status) == (False, True, "in_progress")
+    assert store.get(response.id).version == version + 1
+    assert store.events_after(response.id, -1) == []
+
+
+def test_store_write_of_an_unknown_response_is_refused(store: ResponseStore) -> None:
+    result = store.write(make_response("completed"), expected=frozenset({"in_progress"}))
+
+    assert (result.ok, result.status, result.conflict) == (False, "", False)
+
+
+def test_store_write_new_refuses_an_existing_id(store: ResponseStore) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+
+    again = store.write(
+        response.model_copy(update={"status": ResponseStatus.COMPLETED}),
+        expected=None,
+        events=[created(response)],
+    )
+
+    assert (again.ok, again.status) == (False, "queued")
+    assert store.status(response.id) == "queued"
+    assert store.events_after(response.id, -1) == []
+
+
+def test_store_emit_assigns_increasing_sequence_numbers_from_zero(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    first = store.emit(rid, [delta("a"), delta("b"), delta("c")])
+    second = store.emit(rid, [delta("d")])
+
+    assert (first.last_sequence_number, first.refused) == (2, False)
+    assert second.last_sequence_number == 3
+    assert store.last_sequence_number(rid) == 3
+    events = store.events_after(rid, -1)
+    assert [e.sequence_number for e in events] == [0, 1, 2, 3]
+    payloads = [json.loads(e.data) for e in events]
+    assert [p["sequence_number"] for p in payloads] == [0, 1, 2, 3]
+    assert [p["delta"] for p in payloads] == ["a", "b", "c", "d"]
+    assert all(p["type"] == e.type for p, e in zip(payloads, events, strict=True))
+
+
+def test_store_emit_of_nothing_is_a_no_op(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    result = store.emit(rid, [])
+
+    assert (result.last_sequence_number, result.refused) == (-1, False)
+    assert store.last_sequence_number(rid) == -1
+
+
+def test_store_emit_is_refused_once_cancelled(store: ResponseStore) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[], extra={}, events=[])
+    store.emit(response.id, [delta("a")])
+    cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(cancelled, expected=frozenset({"in_progress"})).ok
+
+    result = store.emit(response.id, [delta("late")])
+
+    assert result.refused
+    assert result.status == "cancelled"
+    assert [e.sequence_number for e in store.events_after(response.id, -1)] == [0]
+    assert store.last_sequence_number(response.id) == 0
+
+
+def test_store_emit_is_refused_after_delete(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+    store.emit(rid, [delta("a")])
+    assert store.delete(rid)
+
+    result = store.emit(rid, [delta("late")])
+
+    assert result.refused
+    assert result.last_sequence_number == -2
+    assert redis_client.exists(store.keys.sequence(rid), store.keys.events(rid)) == 0
+
+
+def test_store_events_after_returns_events_past_the_cursor(store: ResponseStore) -> None:
+    rid = new_response(store)
+    store.emit(rid, [delta(str(i)) for i in range(6)])
+
+    assert [e.sequence_number for e in store.events_after(rid, 2)] == [3, 4, 5]
+    assert [e.sequence_number for e in store.events_after(rid, 2, count=2)] == [3, 4]
+    assert store.events_after(rid, 5) == []
+    assert store.events_after(rid, 99) == []
+
+
+def test_store_events_after_raises_when_the_stream_was_trimmed(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    small = ResponseStore(redis_client, keys=Keys(key_prefix), ttl_seconds=60, stream_maxlen=10)
+    rid = new_response(small)
+    for start in range(0, 1000, 50):
+        small.emit(rid, [delta(str(i)) for i in range(start, start + 50)])
+    assert redis_client.xlen(small.keys.events(rid)) < 1000
+
+    with pytest.raises(ExpiredCursorError) as caught:
+        small.events_after(rid, 0)
+    assert caught.value.param == "starting_after"
+    assert caught.value.code == "cursor_expired"
+    assert caught.value.status == 400
+
+    # From the start (no cursor) what is left is served; a recent cursor still works.
+    remaining = small.events_after(rid, -1)
+    assert remaining[-1].sequence_number == 999
+    assert [e.sequence_number for e in small.events_after(rid, 997)] == [998, 999]
+
+
+def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redis.Redis) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[{"type": "message"}], extra={"a": 1}, events=[created(response)])
+    store.emit(response.id, [delta("a")])
+    redis_client.set(store.keys.lease(response.id), "worker-1")
+    redis_client.zadd(store.keys.active, {response.id: time.time()})
+
+    assert store.delete(response.id) is True
+
+    assert redis_client.keys(f"{store.keys.record(response.id)}*") == []
+    assert redis_client.zscore(store.keys.active, response.id) is None
+    assert store.load(response.id) is None
+    assert store.inputs(response.id) == []
+    assert store.delete(response.id) is False
+
+
+def test_store_sets_ttl_on_record_inputs_and_events(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[{"type": "message"}], extra={}, events=[created(response)])
+    store.emit(response.id, [delta("a")])
+
+    for key in (
+        store.keys.record(response.id),
+        store.keys.inputs(response.id),
+        store.keys.events(response.id),
+        store.keys.sequence(response.id),
+    ):
+        assert 3500 < redis_client.ttl(key) <= 3600, key
+
+
+def test_store_shortens_ttl_of_a_finished_unstored_response(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("in_progress", store=False)
+    store.create(response, inputs=[{"type": "message"}], extra={}, events=[])
+    store.emit(response.id, [delta("a")])
+
+    done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    assert store.write(done, expected=frozenset({"in_progress"})).ok
+
+    for key in (
+        store.keys.record(response.id),
+        store.keys.inputs(response.id),
+        store.keys.events(response.id),
+    ):
+        assert 0 < redis_client.ttl(key) <= store.unstored_ttl_seconds, key
+
+
+def test_store_publishes_seq_type_json_and_an_end_marker(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[], extra={}, events=[])
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(store.keys.channel(response.id))
+    try:
+        store.emit(response.id, [delta("a")])
+        done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+        store.write(
+            done,
+            expected=frozenset({"in_progress"}),
+            events=[{"type": "response.completed", "response": done.wire()}],
+        )
+
+        seq, event_type, body = next_message(pubsub).split(" ", 2)
+        assert (seq, event_type) == ("0", "response.output_text.delta")
+        assert json.loads(body) == {**delta("a"), "sequence_number": 0}
+        seq, event_type, body = next_message(pubsub).split(" ", 2)
+        assert (seq, event_type) == ("1", "response.completed")
+        assert json.loads(body)["sequence_number"] == 1
+        assert json.loads(body)["response"]["status"] == "completed"
+        assert next_message(pubsub) == "-1 end -"
+    finally:
+        pubsub.close()
+
+
+def test_store_non_terminal_write_publishes_no_end_marker(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(store.keys.channel(response.id))
+    try:
+        started = response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})
+        store.write(started, expected=frozenset({"queued"}))
+        store.emit(response.id, [delta("a")])
+
+        assert next_message(pubsub).startswith("0 response.output_text.delta ")
+    finally:
+        pubsub.close()
+
+
+def test_store_count_delivery_counts_per_task_with_ttl(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    assert [store.count_delivery("resp_a:t0:infer") for _ in range(3)] == [1, 2, 3]
+    assert store.count_delivery("resp_b:t0:infer") == 1
+    assert 0 < redis_client.ttl(store.keys.deliveries("resp_a:t0:infer")) <= 3600
+
+
+def test_store_live_workers_counts_recent_heartbeats_per_queue(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    store.heartbeat_worker("inference", "worker-a")
+    store.heartbeat_worker("inference", "worker-b")
+    store.heartbeat_worker("inference", "worker-a")
+    store.heartbeat_worker("tools.mcp", "worker-c")
+    redis_client.zadd(store.keys.workers("inference"), {"worker-old": time.time() - 120})
+
+    assert store.live_workers("inference") == 2
+    assert store.live_workers("inference", within_seconds=300) == 3
+    assert store.live_workers("tools.mcp") == 1
+    assert store.live_workers("tools.sandbox") == 0

@@ -1,0 +1,249 @@
+from typing import Any
+
+import pytest
+
+from app.providers.translate import (
+    ModelRequest,
+    build_chat_body,
+    chat_params,
+    to_chat_messages,
+    to_chat_tool,
+    to_chat_tool_choice,
+)
+
+IMAGE_URL = "data:image/png;base64,iVBORw0KGgo="
+
+
+def call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def chat_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_to_chat_messages_maps_roles_and_content() -> None:
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": "Use metric units."},
+        {"role": "user", "content": "plain string, no type"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Hello "},
+                {"type": "input_text", "text": "there"},
+            ],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hi!", "annotations": [], "logprobs": []}],
+        },
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
+    ]
+
+    assert to_chat_messages("Be kind.", items) == [
+        {"role": "system", "content": "Be kind."},
+        {"role": "system", "content": "Use metric units."},
+        {"role": "user", "content": "plain string, no type"},
+        {"role": "user", "content": "Hello there"},
+        {"role": "assistant", "content": "Hi!"},
+    ]
+
+
+def test_to_chat_messages_sends_images_as_image_url_parts() -> None:
+    items = [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "What is this?"},
+                {"type": "input_image", "image_url": IMAGE_URL, "detail": "low"},
+                {"type": "input_image", "image_url": "https://example.test/cat.jpg"},
+            ],
+        }
+    ]
+
+    assert to_chat_messages(None, items) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": IMAGE_URL, "detail": "low"}},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://example.test/cat.jpg", "detail": "auto"},
+                },
+            ],
+        }
+    ]
+
+
+def test_to_chat_messages_groups_consecutive_function_calls() -> None:
+    items = [
+        {"role": "user", "content": "Weather in Oslo and Rome?"},
+        call("call_1", "get_weather", '{"city": "Oslo"}'),
+        call("call_2", "get_weather", '{"city": "Rome"}'),
+        {"type": "function_call_output", "call_id": "call_1", "output": "rain"},
+        {
+            "type": "function_call_output",
+            "call_id": "call_2",
+            "output": [{"type": "input_text", "text": "sun"}],
+        },
+        {"type": "message", "role": "assistant", "content": "Checking once more."},
+        call("call_3", "get_weather", '{"city": "Oslo"}'),
+    ]
+
+    assert to_chat_messages(None, items) == [
+        {"role": "user", "content": "Weather in Oslo and Rome?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                chat_call("call_1", "get_weather", '{"city": "Oslo"}'),
+                chat_call("call_2", "get_weather", '{"city": "Rome"}'),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "sun"},
+        {
+            "role": "assistant",
+            "content": "Checking once more.",
+            "tool_calls": [chat_call("call_3", "get_weather", '{"city": "Oslo"}')],
+        },
+    ]
+
+
+def test_to_chat_messages_without_instructions_has_no_system_message() -> None:
+    assert to_chat_messages(None, []) == []
+    assert to_chat_messages("", [{"role": "user", "content": "hi"}]) == [
+        {"role": "user", "content": "hi"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ("auto", "auto"),
+        ("none", "none"),
+        ("required", "required"),
+        (
+            {"type": "function", "name": "get_weather"},
+            {"type": "function", "function": {"name": "get_weather"}},
+        ),
+        (
+            {
+                "type": "allowed_tools",
+                "mode": "required",
+                "tools": [{"type": "function", "name": "a"}],
+            },
+            "required",
+        ),
+        ({"type": "allowed_tools", "tools": [{"type": "function", "name": "a"}]}, "auto"),
+        ({"type": "mcp", "server_label": "docs"}, "required"),
+        ({"type": "code_interpreter"}, "required"),
+    ],
+)
+def test_to_chat_tool_choice_maps_every_form(choice: Any, expected: Any) -> None:
+    assert to_chat_tool_choice(choice) == expected
+
+
+def test_to_chat_tool_keeps_description_and_strict_and_defaults_parameters() -> None:
+    assert to_chat_tool(
+        {"type": "function", "name": "ping", "description": None, "strict": None}
+    ) == {
+        "type": "function",
+        "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}},
+    }
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    assert to_chat_tool(
+        {
+            "type": "function",
+            "name": "search",
+            "description": "Find.",
+            "parameters": schema,
+            "strict": True,
+        }
+    ) == {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": schema,
+            "description": "Find.",
+            "strict": True,
+        },
+    }
+
+
+def test_chat_params_maps_names_and_drops_unset_values() -> None:
+    assert chat_params(
+        temperature=0.0,
+        top_p=None,
+        presence_penalty=0.5,
+        frequency_penalty=None,
+        max_output_tokens=64,
+        text_format={"type": "text"},
+    ) == {"temperature": 0.0, "presence_penalty": 0.5, "max_tokens": 64}
+
+
+def test_chat_params_maps_text_formats_to_response_format() -> None:
+    unset: dict[str, Any] = {
+        "temperature": None,
+        "top_p": None,
+        "presence_penalty": None,
+        "frequency_penalty": None,
+        "max_output_tokens": None,
+    }
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+    assert chat_params(**unset, text_format=None) == {}
+    assert chat_params(**unset, text_format={"type": "json_object"}) == {
+        "response_format": {"type": "json_object"}
+    }
+    assert chat_params(
+        **unset,
+        text_format={"type": "json_schema", "name": "answer", "schema": schema, "strict": True},
+    ) == {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema, "strict": True},
+        }
+    }
+
+
+def test_build_chat_body_streams_with_usage_and_sends_tools_only_when_declared() -> None:
+    plain = build_chat_body(
+        ModelRequest(model="m", instructions=None, items=[], params={"temperature": 0.2})
+    )
+    assert plain == {
+        "model": "m",
+        "messages": [],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.2,
+    }
+
+    with_tools = build_chat_body(
+        ModelRequest(
+            model="m",
+            instructions="sys",
+            items=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "function", "name": "f"}],
+            tool_choice={"type": "function", "name": "f"},
+            parallel_tool_calls=False,
+        )
+    )
+    assert with_tools["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+    ]
+    assert with_tools["tools"] == [to_chat_tool({"type": "function", "name": "f"})]
+    assert with_tools["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert with_tools["parallel_tool_calls"] is False

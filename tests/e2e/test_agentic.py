@@ -1,0 +1,238 @@
+"""The agentic loop across real workers: tool chords, pauses, tool_choice, limits, cancel."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import Fleet
+
+CLIENT_FN = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def internal(*names: str) -> list[dict[str, Any]]:
+    return [{"type": "internal", "name": name} for name in names]
+
+
+def kinds(response: Any) -> list[str]:
+    return [item.type for item in response.output]
+
+
+def test_loop_runs_internal_tool_and_answers_with_its_result(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="please use calculator expression=6*7",
+        tools=internal("calculator"),  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    call, result, _ = response.output
+    assert call.name == "calculator"  # type: ignore[union-attr]
+    assert result.call_id == call.call_id and result.output == "42"  # type: ignore[union-attr]
+    assert response.output_text == "Tool results: 42"
+
+
+def test_parallel_calls_return_in_call_order_and_overlap(client: openai.OpenAI) -> None:
+    started = time.monotonic()
+    response = client.responses.create(
+        model="antwort-sim",
+        input="run slow_echo and fast_echo and calculator expression=1+1",
+        tools=internal("slow_echo", "fast_echo", "calculator"),  # type: ignore[arg-type]
+    )
+    elapsed = time.monotonic() - started
+    outputs = [item.output for item in response.output if item.type == "function_call_output"]  # type: ignore[union-attr]
+    assert outputs == ["slow_echo done", "fast_echo done", "2"]
+    assert response.output_text == "Tool results: slow_echo done; fast_echo done; 2"
+    assert elapsed < 0.8 + 0.05 + 2.0  # ran side by side, not one after another plus overhead
+
+
+def test_parallel_tool_calls_false_runs_one_call_per_turn(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="run slow_echo and fast_echo",
+        tools=internal("slow_echo", "fast_echo"),  # type: ignore[arg-type]
+        parallel_tool_calls=False,
+    )
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    assert response.output_text == "Tool results: slow_echo done"
+
+
+def test_mixed_turn_runs_server_calls_then_pauses_for_client(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="calculator expression=2*3 then get_weather city=Paris",
+        tools=[*internal("calculator"), CLIENT_FN],  # type: ignore[list-item]
+    )
+    assert response.status == "requires_action"  # a server-side tool engages the loop
+    assert kinds(response) == ["function_call", "function_call", "function_call_output"]
+    pending = response.output[1]
+    assert pending.name == "get_weather"  # type: ignore[union-attr]
+
+    follow = client.responses.create(
+        model="antwort-sim",
+        previous_response_id=response.id,
+        input=[{"type": "function_call_output", "call_id": pending.call_id, "output": "sunny"}],  # type: ignore[union-attr]
+        tools=[*internal("calculator"), CLIENT_FN],  # type: ignore[list-item]
+    )
+    assert follow.status == "completed"
+    assert follow.output_text == "Tool results: 6; sunny"
+
+
+def test_client_function_only_pauses_as_completed(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim", input="get_weather city=Oslo", tools=[CLIENT_FN]  # type: ignore[list-item]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call"]
+
+
+def test_continuation_with_unknown_call_id_is_400(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="antwort-sim", input="get_weather", tools=[CLIENT_FN])  # type: ignore[list-item]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="antwort-sim",
+            previous_response_id=response.id,
+            input=[{"type": "function_call_output", "call_id": "call_nope", "output": "x"}],
+        )
+    assert caught.value.param == "input.0.call_id"
+
+
+def test_continuation_missing_an_output_is_400_naming_it(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="get_weather and calculator",
+        tools=[CLIENT_FN, {"type": "function", "name": "calculator"}],  # type: ignore[list-item]
+    )
+    first, second = response.output
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="antwort-sim",
+            previous_response_id=response.id,
+            input=[{"type": "function_call_output", "call_id": first.call_id, "output": "x"}],  # type: ignore[union-attr]
+        )
+    assert second.call_id in caught.value.message  # type: ignore[union-attr]
+
+
+def test_tool_choice_none_returns_calls_unexecuted(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="calculator expression=1",
+        tools=internal("calculator"),  # type: ignore[arg-type]
+        tool_choice="none",
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["message"]  # the simulator honours none: no call at all
+
+
+def test_forced_tool_applies_to_first_turn_only(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="hello",
+        tools=internal("calculator"),  # type: ignore[arg-type]
+        tool_choice={"type": "function", "name": "calculator"},  # type: ignore[typeddict-item]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+
+
+def test_forced_unknown_tool_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="antwort-sim",
+            input="hello",
+            tools=internal("calculator"),  # type: ignore[arg-type]
+            tool_choice={"type": "function", "name": "nope"},  # type: ignore[typeddict-item]
+        )
+    assert caught.value.param == "tool_choice"
+
+
+def test_allowed_tools_rejects_other_calls_and_goes_on(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="calculator expression=2 and fast_echo",
+        tools=internal("calculator", "fast_echo"),  # type: ignore[arg-type]
+        tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "internal", "name": "fast_echo"}]},  # type: ignore[typeddict-item]
+    )
+    assert response.status == "completed"
+    outputs = {item.call_id: item.output for item in response.output if item.type == "function_call_output"}  # type: ignore[union-attr]
+    calls = {item.name: item.call_id for item in response.output if item.type == "function_call"}  # type: ignore[union-attr]
+    assert "not allowed" in outputs[calls["calculator"]]
+    assert outputs[calls["fast_echo"]] == "fast_echo done"
+
+
+def test_tool_error_and_timeout_are_results_the_model_sees(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="failing_tool and hanging_tool",
+        tools=internal("failing_tool", "hanging_tool"),  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    failing, hanging = [i.output for i in response.output if i.type == "function_call_output"]  # type: ignore[union-attr]
+    assert "failing_tool exploded" in failing
+    assert "timed out after 1 s" in hanging
+
+
+def test_tool_output_is_capped_with_marker(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim", input="big_output", tools=internal("big_output")  # type: ignore[arg-type]
+    )
+    output = next(i.output for i in response.output if i.type == "function_call_output")  # type: ignore[union-attr]
+    assert output.endswith("[output truncated: 1000 of 5000 characters shown]")
+
+
+def test_max_tool_calls_ends_incomplete(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="slow_echo and fast_echo",
+        tools=internal("slow_echo", "fast_echo"),  # type: ignore[arg-type]
+        max_tool_calls=1,
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_tool_calls"  # type: ignore[comparison-overlap]
+
+
+def test_streaming_across_turns_has_one_start_and_one_end(client: openai.OpenAI) -> None:
+    with client.responses.create(
+        model="antwort-sim",
+        input="calculator expression=3*3",
+        tools=internal("calculator"),  # type: ignore[arg-type]
+        stream=True,
+    ) as stream:
+        events = list(stream)
+    types = [event.type for event in events]
+    assert types.count("response.created") == 1 and types.count("response.in_progress") == 1
+    assert types[-1] == "response.completed" and types.count("response.completed") == 1
+    seqs = [event.sequence_number for event in events]
+    assert seqs == list(range(len(events)))
+    indexes = [e.output_index for e in events if e.type == "response.output_item.added"]  # type: ignore[union-attr]
+    assert indexes == [0, 1, 2]
+
+
+def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet) -> None:
+    response = client.responses.create(
+        model="antwort-sim", input="long_tool", tools=internal("long_tool"), background=True  # type: ignore[arg-type]
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        current = client.responses.retrieve(response.id)
+        if any(item.type == "function_call" for item in current.output):
+            break
+        time.sleep(0.05)
+    cancelled = client.responses.cancel(response.id)
+    assert cancelled.status == "cancelled"
+    time.sleep(6)  # the tool would have finished by now
+    final = client.responses.retrieve(response.id)
+    assert final.status == "cancelled"
+    assert [i.type for i in final.output] == ["function_call"]  # its late result was discarded
+    raw = httpx.get(f"{fleet.base_url}/v1/responses/{response.id}?stream=true", timeout=10).text
+    assert "function_call_output" not in raw
