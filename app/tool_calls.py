@@ -82,7 +82,7 @@ def _execute(
     def target() -> None:
         try:
             box.append(executor.execute(call, tool))
-        except Exception as exc:  # noqa: BLE001 - a failing tool is data for the model
+        except Exception as exc:  # a failing tool is data for the model
             logger.warning("tool %s raised", tool.name, exc_info=True)
             box.append(ToolResult(call_id=call.id, output=f"Error: {exc}", is_error=True))
 

@@ -97,7 +97,9 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 def sim_url() -> Iterator[str]:
     """The model simulator, in a thread, on a free port."""
     server = make_server("127.0.0.1", 0, SimConfig())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()

@@ -37,8 +37,17 @@ class Fleet:
         self.procs[name] = proc
         return proc
 
-    def start_worker(self, name: str, queues: str = "inference", *extra: str) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "workers.main", f"--queues={queues}", "--loglevel=WARNING", *extra]
+    def start_worker(
+        self, name: str, queues: str = "inference", *extra: str
+    ) -> subprocess.Popen[bytes]:
+        argv = [
+            sys.executable,
+            "-m",
+            "workers.main",
+            f"--queues={queues}",
+            "--loglevel=WARNING",
+            *extra,
+        ]
         return self.spawn(name, argv)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
@@ -55,7 +64,9 @@ class Fleet:
             self.stop(name)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.glob("*.log"))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.glob("*.log")
+        )
 
 
 def wait_ready(base_url: str, timeout: float = 60.0) -> None:
@@ -74,7 +85,9 @@ def wait_ready(base_url: str, timeout: float = 60.0) -> None:
 
 
 @pytest.fixture(scope="session")
-def fleet(redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(
+    redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
     """One fleet for the e2e session: a gateway and an inference worker."""
     prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     port = free_port()

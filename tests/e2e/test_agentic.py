@@ -89,7 +89,9 @@ def test_mixed_turn_runs_server_calls_then_pauses_for_client(client: openai.Open
 
 def test_client_function_only_pauses_as_completed(client: openai.OpenAI) -> None:
     response = client.responses.create(
-        model="antwort-sim", input="get_weather city=Oslo", tools=[CLIENT_FN]  # type: ignore[list-item]
+        model="antwort-sim",
+        input="get_weather city=Oslo",
+        tools=[CLIENT_FN],  # type: ignore[list-item]
     )
     assert response.status == "completed"
     assert kinds(response) == ["function_call"]
@@ -160,10 +162,18 @@ def test_allowed_tools_rejects_other_calls_and_goes_on(client: openai.OpenAI) ->
         model="antwort-sim",
         input="calculator expression=2 and fast_echo",
         tools=internal("calculator", "fast_echo"),  # type: ignore[arg-type]
-        tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "internal", "name": "fast_echo"}]},  # type: ignore[typeddict-item]
+        tool_choice={  # type: ignore[typeddict-item]
+            "type": "allowed_tools",
+            "mode": "auto",
+            "tools": [{"type": "internal", "name": "fast_echo"}],
+        },
     )
     assert response.status == "completed"
-    outputs = {item.call_id: item.output for item in response.output if item.type == "function_call_output"}  # type: ignore[union-attr]
+    outputs = {
+        item.call_id: item.output  # type: ignore[union-attr]
+        for item in response.output
+        if item.type == "function_call_output"
+    }
     calls = {item.name: item.call_id for item in response.output if item.type == "function_call"}  # type: ignore[union-attr]
     assert "not allowed" in outputs[calls["calculator"]]
     assert outputs[calls["fast_echo"]] == "fast_echo done"
@@ -183,7 +193,9 @@ def test_tool_error_and_timeout_are_results_the_model_sees(client: openai.OpenAI
 
 def test_tool_output_is_capped_with_marker(client: openai.OpenAI) -> None:
     response = client.responses.create(
-        model="antwort-sim", input="big_output", tools=internal("big_output")  # type: ignore[arg-type]
+        model="antwort-sim",
+        input="big_output",
+        tools=internal("big_output"),  # type: ignore[arg-type]
     )
     output = next(i.output for i in response.output if i.type == "function_call_output")  # type: ignore[union-attr]
     assert output.endswith("[output truncated: 1000 of 5000 characters shown]")
@@ -220,7 +232,10 @@ def test_streaming_across_turns_has_one_start_and_one_end(client: openai.OpenAI)
 
 def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet) -> None:
     response = client.responses.create(
-        model="antwort-sim", input="long_tool", tools=internal("long_tool"), background=True  # type: ignore[arg-type]
+        model="antwort-sim",
+        input="long_tool",
+        tools=internal("long_tool"),
+        background=True,  # type: ignore[arg-type]
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

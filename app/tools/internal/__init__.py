@@ -65,7 +65,7 @@ class Registry:
         for name, tool in list(self._tools.items()):
             try:
                 tool.initialize()
-            except Exception:  # noqa: BLE001 - a broken plugin must not stop the worker
+            except Exception:  # a broken plugin must not stop the worker
                 logger.exception("internal tool %s failed to initialize; left out", name)
                 del self._tools[name]
                 failed.append(name)
@@ -76,7 +76,7 @@ class Registry:
         for name, tool in self._tools.items():
             try:
                 tool.shutdown()
-            except Exception:  # noqa: BLE001 - shutting down the rest matters more
+            except Exception:  # shutting down the rest matters more
                 logger.exception("internal tool %s failed to shut down", name)
 
 
@@ -89,7 +89,7 @@ def load_registry(modules: list[str] | None = None) -> Registry:
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
             registry.register(_instantiate(entry.load()))
-        except Exception:  # noqa: BLE001 - one broken plugin must not hide the others
+        except Exception:  # one broken plugin must not hide the others
             logger.exception("could not load internal tool %s", entry.name)
     for module in modules or []:
         importlib.import_module(module).register(registry)

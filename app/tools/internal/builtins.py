@@ -73,7 +73,7 @@ class Calculator:
         return ToolDefinition(
             name="calculator",
             kind=ToolKind.INTERNAL,
-            description="Evaluate an arithmetic expression (+ - * / // % **, sqrt, log, sin, pi …).",
+            description="Evaluate arithmetic: + - * / // % **, sqrt, log, sin, pi, e …",
             parameters={
                 "type": "object",
                 "properties": {"expression": {"type": "string", "description": "e.g. 2*(3+4)**2"}},
