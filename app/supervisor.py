@@ -86,6 +86,7 @@ def run(settings: Settings) -> int:
                 )
                 if child.name == "redis":
                     _wait_for_port(int(env["ANTWORT_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]))
+            _wait_for_port(settings.port, timeout=60.0, what="the gateway")
             print(
                 f"antwort: fleet up — gateway on http://{settings.host}:{settings.port}/v1"
                 + (
@@ -102,7 +103,7 @@ def run(settings: Settings) -> int:
             _stop(procs)
 
 
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
+def _wait_for_port(port: int, timeout: float = 10.0, what: str = "embedded Redis") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -110,7 +111,7 @@ def _wait_for_port(port: int, timeout: float = 10.0) -> None:
             return
         except OSError:
             time.sleep(0.05)
-    raise SystemExit(f"embedded Redis did not start on port {port}")
+    raise SystemExit(f"{what} did not start on port {port}")
 
 
 def _relay(procs: dict[str, subprocess.Popen[bytes]]) -> int:

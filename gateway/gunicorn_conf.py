@@ -2,6 +2,10 @@
 
 import os
 
+from gevent import monkey
+
+monkey.patch_all()  # before anything imports ssl or sockets (gevent/gevent#1016)
+
 worker_class = "gevent"
 workers = int(os.environ.get("ANTWORT_GATEWAY_WORKERS", "1"))
 worker_connections = int(os.environ.get("ANTWORT_GATEWAY_CONNECTIONS", "4000"))
