@@ -77,6 +77,12 @@ class ChatSession:
             print(f"\n[cancelled {self.current_id}]", file=sys.stderr)
 
 
+def _first_model(client: httpx.Client) -> str | None:
+    response = client.get("/models")
+    data = response.json().get("data", []) if response.status_code == 200 else []
+    return str(data[0]["id"]) if data else None
+
+
 def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """Run one prompt (``antwort chat "…"``) or an interactive session."""
     base_url = args.base_url or f"http://{settings.host}:{settings.port}/v1"
@@ -85,7 +91,8 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     with httpx.Client(
         base_url=base_url, headers=headers, timeout=httpx.Timeout(None, connect=10)
     ) as client:
-        session = ChatSession(client, model=args.model, raw=args.json)
+        model = args.model or settings.default_model or _first_model(client)
+        session = ChatSession(client, model=model, raw=args.json)
         try:
             if args.prompt:
                 return 0 if session.ask(args.prompt) == "completed" else 1

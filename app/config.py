@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     mcp_allowed_hosts: str | None = None
     """*Contract.* Hosts MCP ``server_url`` may name."""
 
+    redis_max_connections: int = Field(default=200, ge=4)
+    """Redis connections one process may hold; more requests wait for a free one."""
     key_prefix: str = "antwort:"
     """Prefix of every Redis key the fleet writes."""
     response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)

@@ -29,9 +29,16 @@ def require_redis_url(settings: Settings) -> str:
 
 def make_redis(settings: Settings) -> redis.Redis:
     """A pooled Redis client."""
-    return redis.Redis.from_url(
-        require_redis_url(settings), health_check_interval=30, socket_keepalive=True
+    # A blocking pool: a burst beyond the pool waits for a connection instead of failing
+    # (redis-py's default pool raises MaxConnectionsError at 100).
+    pool = redis.BlockingConnectionPool.from_url(
+        require_redis_url(settings),
+        max_connections=settings.redis_max_connections,
+        timeout=30,
+        health_check_interval=30,
+        socket_keepalive=True,
     )
+    return redis.Redis(connection_pool=pool)
 
 
 def make_store(settings: Settings, client: redis.Redis | None = None) -> ResponseStore:

@@ -123,7 +123,8 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
         return "skipped"
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
-        fail_response(deps.store, response_id, code=exc.code or "server_error", message=exc.message)
+        # OpenAI's SDK knows a closed set of response error codes: ours fit "server_error".
+        fail_response(deps.store, response_id, code="server_error", message=exc.message)
         return str(ResponseStatus.FAILED)
 
 

@@ -61,7 +61,6 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
         children.append(Child(name="redis", argv=embedded_redis_argv(port, state_dir)))
     if not settings.llm_base_url:
         env["ANTWORT_LLM_BASE_URL"] = f"http://127.0.0.1:{settings.sim_port}/v1"
-        env.setdefault("ANTWORT_DEFAULT_MODEL", "antwort-sim")
         children.append(Child(name="sim", argv=[python, "-m", "app.cli", "sim"]))
     children.append(Child(name="gateway", argv=[python, "-m", "app.cli", "gateway"]))
     for queue in QUEUES:

@@ -8,7 +8,12 @@ from contextlib import closing
 from flask import Blueprint, Response, jsonify, request
 
 from app import responses as core
-from app.errors import InvalidRequestError, ServerError, UnsupportedMediaTypeError
+from app.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    ServerError,
+    UnsupportedMediaTypeError,
+)
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.relay import Keepalive, follow_events
 from gateway.context import Gateway, gateway
@@ -64,6 +69,12 @@ def _wait_until_done(response_id: str) -> None:
                     f"Response {response_id} did not finish within "
                     f"{gw.settings.sync_timeout_seconds:.0f}s; retrieve it later."
                 )
+
+
+@blueprint.post("/v1/responses/compact")
+def compact() -> Response:
+    """Not offered yet: a clear 404 rather than a 405 from the ``{id}`` routes."""
+    raise NotFoundError("POST /v1/responses/compact is not supported by this server yet.")
 
 
 @blueprint.get("/v1/responses/<response_id>")

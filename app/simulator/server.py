@@ -43,6 +43,7 @@ class SimulatorServer(ThreadingHTTPServer):
     """A threading HTTP server that answers as the model simulator."""
 
     daemon_threads = True
+    request_queue_size = 1024  # the stdlib default (5) resets bursts of connections
 
     def __init__(self, address: tuple[str, int], config: SimConfig) -> None:
         if ":" in address[0]:

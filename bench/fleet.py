@@ -1,0 +1,266 @@
+"""Start a private fleet (simulator, one gateway, inference workers) for the benchmarks.
+
+Uses the machine's Redis (``127.0.0.1:6379`` database 14) under a unique key prefix, which is
+flushed when the fleet stops. Every process is started in its own session and is stopped by its
+process-group id, so nothing but what the benchmark started is ever signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+import redis
+
+REDIS_URL = "redis://127.0.0.1:6379/14"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def raise_nofile() -> int:
+    """Raise the open-files limit to its hard limit (inherited by every child)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    role: str
+    argv: list[str]
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Fleet:
+    """The benchmark's own processes."""
+
+    inference_workers: int = 2
+    worker_threads: int = 64
+    redis_pool_fix: bool = False
+    prefix: str = field(default_factory=lambda: f"antwort-bench-{uuid.uuid4().hex[:10]}:")
+    sim_port: int = field(default_factory=free_port)
+    gateway_port: int = field(default_factory=free_port)
+    procs: list[Proc] = field(default_factory=list)
+    logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="antwort-bench-")))
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def sim_url(self) -> str:
+        return f"http://127.0.0.1:{self.sim_port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+        env.update(
+            ANTWORT_REDIS_URL=REDIS_URL,
+            ANTWORT_KEY_PREFIX=self.prefix,
+            ANTWORT_LLM_BASE_URL=f"{self.sim_url}/v1",
+            ANTWORT_DEFAULT_MODEL="antwort-sim",
+            ANTWORT_HOST="127.0.0.1",
+            ANTWORT_PORT=str(self.gateway_port),
+            ANTWORT_GATEWAY_WORKERS="1",
+            ANTWORT_LOG_LEVEL="warning",
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def commands(self) -> dict[str, list[str]]:
+        """role → argv (the exact commands, recorded with every figure)."""
+        py = sys.executable
+        gateway = [py, "-m", "app.cli", "gateway", "--workers", "1"]
+        shim: list[str] = []
+        if self.redis_pool_fix:  # what `antwort gateway` execs, under the shim
+            shim = ["-m", "bench.redis_pool_fix"]
+            gateway = [py, *shim, "gunicorn", "--config", "python:gateway.gunicorn_conf",
+                       "gateway.wsgi:application"]  # fmt: skip
+        cmds = {
+            "sim": [py, "-m", "app.cli", "sim", "--port", str(self.sim_port),
+                    "--ttft-ms", "0", "--token-delay-ms", "0"],
+            "gateway": gateway,
+        }  # fmt: skip
+        for i in range(self.inference_workers):
+            # ``python -m workers.main`` is what ``antwort worker`` execs; called directly to
+            # pass --loglevel WARNING (INFO logs two lines per task).
+            entry = [*shim, "workers.main"] if shim else ["-m", "workers.main"]
+            cmds[f"worker{i}"] = [py, *entry, "--queues", "inference", "--pool", "threads",
+                                  "--concurrency", str(self.worker_threads),
+                                  "--loglevel", "WARNING"]  # fmt: skip
+        return cmds
+
+    def start(self, timeout: float = 60.0) -> None:
+        raise_nofile()
+        env = self.env()
+        for role, argv in self.commands().items():
+            log = self.logdir / f"{role}.log"
+            with log.open("wb") as out:
+                popen = subprocess.Popen(
+                    argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+            self.procs.append(Proc(role, argv, popen, log))
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                self._check_alive()
+                try:
+                    sim_ok = client.get(f"{self.sim_url}/health").status_code == 200
+                    ready = client.get(f"{self.gateway_url}/readyz")
+                    live = int(ready.json().get("checks", {}).get("inference_workers", "0"))
+                    if sim_ok and ready.status_code == 200 and live >= self.inference_workers:
+                        break
+                except (httpx.HTTPError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"fleet not ready after {timeout}s; logs in {self.logdir}")
+                time.sleep(0.2)
+        time.sleep(1.0)  # the workers' consumers are up shortly after their heartbeat
+
+    def _check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is not None:
+                tail = proc.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{proc.role} exited ({proc.popen.returncode}):\n{tail}")
+
+    def pids(self) -> dict[str, list[int]]:
+        """role → [pid, child pids…] (the gateway's gunicorn master and its gevent worker)."""
+        out: dict[str, list[int]] = {}
+        for proc in self.procs:
+            try:
+                parent = psutil.Process(proc.popen.pid)
+                out[proc.role] = [parent.pid, *(c.pid for c in parent.children(recursive=True))]
+            except psutil.NoSuchProcess:
+                out[proc.role] = []
+        return out
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):  # the group: a gunicorn worker too
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            if proc.popen.poll() is None:
+                proc.popen.wait(timeout=5)
+        self.flush()
+
+    def flush(self) -> int:
+        """Delete every key under this fleet's prefix in database 14."""
+        client = redis.Redis.from_url(REDIS_URL)
+        deleted = 0
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=f"{self.prefix}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += int(client.unlink(*batch))
+                batch.clear()
+        if batch:
+            deleted += int(client.unlink(*batch))
+        client.close()
+        return deleted
+
+
+class RssSampler:
+    """Peak RSS per process of the fleet, sampled every ``interval`` seconds."""
+
+    def __init__(self, fleet: Fleet, interval: float = 0.2):
+        self.fleet = fleet
+        self.interval = interval
+        self.peaks: dict[str, int] = {}
+        self.cpu: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._procs: dict[int, tuple[str, psutil.Process, float]] = {}
+
+    def _label(self, role: str, index: int, proc: psutil.Process) -> str:
+        if role == "gateway":
+            return "gateway (gunicorn master)" if index == 0 else "gateway (gevent worker)"
+        return role if index == 0 else f"{role} child"
+
+    def __enter__(self) -> RssSampler:
+        self._redis = _redis_server()
+        self._redis_cpu0 = _cpu(self._redis)
+        for role, pids in self.fleet.pids().items():
+            for index, pid in enumerate(pids):
+                proc = psutil.Process(pid)
+                times = proc.cpu_times()
+                self._procs[pid] = (self._label(role, index, proc), proc, times.user + times.system)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        for label, proc, _ in self._procs.values():
+            try:
+                rss = proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            self.peaks[label] = max(self.peaks.get(label, 0), rss)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self._sample()
+        for label, proc, cpu0 in self._procs.values():
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            self.cpu[label] = round(times.user + times.system - cpu0, 2)
+        if self._redis is not None:  # the shared machine Redis: CPU only, read-only
+            self.cpu["redis-server (machine's, shared)"] = round(
+                _cpu(self._redis) - self._redis_cpu0, 2
+            )
+
+    def peaks_mb(self) -> dict[str, float]:
+        return {k: round(v / 2**20, 1) for k, v in sorted(self.peaks.items())}
+
+
+def _redis_server() -> psutil.Process | None:
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == 6379 and conn.pid:
+            return psutil.Process(conn.pid)
+    return None
+
+
+def _cpu(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)

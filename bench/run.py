@@ -1,0 +1,329 @@
+"""The benchmarks: ``.venv/bin/python -m bench.run [--quick]``.
+
+Starts its own fleet (the machine's Redis at 127.0.0.1:6379 db 14 under a unique key prefix,
+the simulator at zero delay, one gateway process, inference workers with a thread pool), then:
+
+(a) ``ttfe``: time to first SSE ``event:`` line of ``POST /v1/responses`` (stream=true) vs time
+    to first chunk of the simulator's own ``/v1/chat/completions`` (stream=true), sequentially;
+    also the time to the first text delta (the first event that went through queue + worker).
+(b) ``throughput``: streamed 100-token responses per second with 50 concurrent clients.
+(c) ``streams``: 1,000 concurrent background+stream responses held open by one gateway process.
+(d) ``rss``: peak RSS of every fleet process during (b) and (c).
+
+Each figure goes to ``bench/results/<name>.json`` (``bench/results/quick/`` with ``--quick``)
+with the command, machine facts and date; the table goes to ``summary.md`` beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, raise_nofile
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RSS_TARGET_MB = 150.0
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "redis": REDIS_URL,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "note": "shared machine: other processes (not the benchmark's) may be running",
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def percentiles(values_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(values_ms)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50": round(pick(0.5), 2), "p90": round(pick(0.9), 2), "p99": round(pick(0.99), 2)}
+
+
+# (a) ------------------------------------------------------------------------------------------
+
+
+def _gateway_once(client: httpx.Client, url: str) -> tuple[float, float]:
+    """(ms to the first ``event:`` line, ms to the first ``response.output_text.delta``)."""
+    body = {"input": "hello [tokens=20]", "stream": True}
+    t0 = time.perf_counter()
+    first = delta = None
+    with client.stream("POST", f"{url}/v1/responses", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                if delta is None and line == "event: response.output_text.delta":
+                    delta = now
+    assert first is not None and delta is not None, "stream without events"
+    return (first - t0) * 1000, (delta - t0) * 1000
+
+
+def _sim_once(client: httpx.Client, url: str) -> tuple[float, float]:
+    """(ms to the first chunk, ms to the first chunk with content)."""
+    body = {
+        "model": "antwort-sim",
+        "messages": [{"role": "user", "content": "hello [tokens=20]"}],
+        "stream": True,
+    }
+    t0 = time.perf_counter()
+    first = content = None
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                if content is None and '"content":"' in line.replace(" ", ""):
+                    content = now
+    assert first is not None and content is not None, "stream without chunks"
+    return (first - t0) * 1000, (content - t0) * 1000
+
+
+def bench_ttfe(fleet: Fleet, n: int) -> dict[str, Any]:
+    gw: list[tuple[float, float]] = []
+    sim: list[tuple[float, float]] = []
+    with httpx.Client(timeout=30.0) as g, httpx.Client(timeout=30.0) as s:
+        for _ in range(10):  # warm-up: connections, imports, caches
+            _gateway_once(g, fleet.gateway_url)
+            _sim_once(s, fleet.sim_url)
+        for _ in range(n):  # interleaved, so both see the same machine state
+            gw.append(_gateway_once(g, fleet.gateway_url))
+            sim.append(_sim_once(s, fleet.sim_url))
+    gw_first = percentiles([a for a, _ in gw])
+    gw_delta = percentiles([b for _, b in gw])
+    sim_first = percentiles([a for a, _ in sim])
+    sim_content = percentiles([b for _, b in sim])
+    return {
+        "requests_each": n,
+        "input": "hello [tokens=20]",
+        "gateway_first_event_ms": gw_first,
+        "gateway_first_text_delta_ms": gw_delta,
+        "sim_first_chunk_ms": sim_first,
+        "sim_first_content_chunk_ms": sim_content,
+        "added_ms_p50_first_event": round(gw_first["p50"] - sim_first["p50"], 2),
+        "added_ms_p50_first_text_delta": round(gw_delta["p50"] - sim_content["p50"], 2),
+        "note": "The first event (response.created) is written by the gateway before it enqueues "
+        "the turn; the first output_text.delta is the first event that went through "
+        "queue + worker + model.",
+    }
+
+
+# (b), (c) -------------------------------------------------------------------------------------
+
+
+def run_clients(args: list[str], timeout: float) -> tuple[dict[str, Any], list[str]]:
+    argv = [sys.executable, "-m", "bench.clients", *args]
+    done = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout), argv
+
+
+def bench_throughput(
+    fleet: Fleet, clients: int, seconds: float, tokens: int
+) -> tuple[dict[str, Any], RssSampler]:
+    with RssSampler(fleet) as rss:
+        result, argv = run_clients(
+            ["throughput", "--url", fleet.gateway_url, "--clients", str(clients),
+             "--seconds", str(seconds), "--tokens", str(tokens)],
+            timeout=seconds + 120,
+        )  # fmt: skip
+    result["client_command"] = shlex.join(argv)
+    result["fleet_cpu_s"] = rss.cpu
+    return result, rss
+
+
+def bench_streams(fleet: Fleet, count: int, directives: str) -> tuple[dict[str, Any], RssSampler]:
+    peak_conns = [0]
+    stop = threading.Event()
+
+    def watch() -> None:  # established client connections of the gateway, seen from its side
+        while not stop.wait(0.5):
+            peak_conns[0] = max(peak_conns[0], _gateway_connections(fleet))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    with RssSampler(fleet) as rss:
+        watcher.start()
+        try:
+            result, argv = run_clients(
+                ["streams", "--url", fleet.gateway_url, "--count", str(count),
+                 "--directives", directives],
+                timeout=300,
+            )  # fmt: skip
+        finally:
+            stop.set()
+            watcher.join()
+    result["client_command"] = shlex.join(argv)
+    result["fleet_cpu_s"] = rss.cpu
+    result["gateway_worker_processes"] = len(fleet.pids()["gateway"]) - 1
+    result["gateway_peak_established_connections"] = peak_conns[0]
+    return result, rss
+
+
+def _gateway_connections(fleet: Fleet) -> int:
+    count = 0
+    for pid in fleet.pids()["gateway"]:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        count += sum(
+            1
+            for c in conns
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == fleet.gateway_port
+        )
+    return count
+
+
+# output ---------------------------------------------------------------------------------------
+
+
+def write(outdir: Path, name: str, figure: dict[str, Any], meta: dict[str, Any]) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / f"{name}.json").write_text(json.dumps({**meta, name: figure}, indent=2) + "\n")
+
+
+def table(rows: list[tuple[str, str, str, str]]) -> str:
+    lines = ["| metric | target | measured | command |", "|---|---|---|---|"]
+    lines += [f"| {m} | {t} | {v} | `{c}` |" for m, t, v, c in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run")
+    parser.add_argument("--quick", action="store_true", help="tiny counts (CI smoke, ~20 s)")
+    parser.add_argument(
+        "--redis-pool-fix",
+        action="store_true",
+        help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    command = ".venv/bin/python -m bench.run" + (" --quick" if quick else "")
+    command += " --redis-pool-fix" if args.redis_pool_fix else ""
+    outdir = RESULTS / "quick" if quick else RESULTS
+    if args.redis_pool_fix:
+        outdir = outdir / "redis-pool-fix"
+    raise_nofile()
+
+    n_ttfe = 20 if quick else 200
+    tp_clients, tp_seconds, tp_tokens = (10, 3.0, 100) if quick else (50, 15.0, 100)
+    st_count, st_directives = (50, "[tokens=10] [delay_ms=200]") if quick else (
+        1000, "[tokens=20] [delay_ms=500]")  # fmt: skip
+    workers, threads = (1, 64) if quick else (4, 250)
+
+    fleet = Fleet(
+        inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix
+    )
+    started = dt.datetime.now(dt.UTC)
+    meta: dict[str, Any] = {
+        "command": command,
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "fleet": {
+            "commands": {role: shlex.join(a) for role, a in fleet.commands().items()},
+            "key_prefix": fleet.prefix,
+            "inference_workers": workers,
+            "threads_per_worker": threads,
+            "open_files_limit": raise_nofile(),
+        },
+    }
+    try:
+        fleet.start()
+        print(f"fleet up (logs: {fleet.logdir})", flush=True)
+        ttfe = bench_ttfe(fleet, n_ttfe)
+        print("ttfe:", json.dumps(ttfe), flush=True)
+        write(outdir, "ttfe", ttfe, meta)
+        tp, tp_rss = bench_throughput(fleet, tp_clients, tp_seconds, tp_tokens)
+        print("throughput:", json.dumps(tp), flush=True)
+        write(outdir, "throughput", tp, meta)
+        st, st_rss = bench_streams(fleet, st_count, st_directives)
+        print("streams:", json.dumps(st), flush=True)
+        write(outdir, "streams", st, meta)
+    finally:
+        fleet.stop()
+        print(f"fleet stopped; keys under {fleet.prefix!r} flushed", flush=True)
+
+    meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    rss = {"throughput": tp_rss.peaks_mb(), "streams": st_rss.peaks_mb()}
+    peak: dict[str, float] = {}
+    for phase in rss.values():
+        for label, mb in phase.items():
+            peak[label] = max(peak.get(label, 0.0), mb)
+    write(outdir, "rss", {"peak_mb_by_phase": rss, "peak_mb": peak}, meta)
+
+    # Workers: report the largest of them.
+    roles: dict[str, float] = {}
+    for label, mb in peak.items():
+        role = "inference worker (largest)" if label.startswith("worker") else label
+        roles[role] = max(roles.get(role, 0.0), mb)
+    rows = [
+        ("(a) time to first event, gateway p50/p90/p99 ms", "-",
+         "/".join(f"{v:g}" for v in ttfe["gateway_first_event_ms"].values()), command),
+        ("(a) time to first chunk, simulator direct p50/p90/p99 ms", "-",
+         "/".join(f"{v:g}" for v in ttfe["sim_first_chunk_ms"].values()), command),
+        ("(a) added ms at p50 (first event)", "< 15 ms",
+         f"{ttfe['added_ms_p50_first_event']:g} ms", command),
+        ("(a) added ms at p50 (first text delta vs first content chunk)", "(info)",
+         f"{ttfe['added_ms_p50_first_text_delta']:g} ms "
+         f"(gateway {'/'.join(f'{v:g}' for v in ttfe['gateway_first_text_delta_ms'].values())})",
+         command),
+        (f"(b) streamed {tp_tokens}-token responses/s, {tp_clients} clients, {tp_seconds:g} s",
+         "≥ 100/s",
+         f"{tp['responses_per_s']:g}/s ({tp['completed_in_window']} ok, {tp['failed']} failed)",
+         tp["client_command"]),
+        (f"(c) concurrent SSE streams on one gateway process, all events ({st_directives})",
+         "1,000",
+         f"{st['completed_all_events']}/{st['count']} complete, peak open "
+         f"{st['peak_open_streams']}", st["client_command"]),
+    ]  # fmt: skip
+    for role, mb in sorted(roles.items()):
+        rows.append((f"(d) peak RSS {role}, during (b)+(c)", f"< {RSS_TARGET_MB:g} MB",
+                     f"{mb:g} MB", command))  # fmt: skip
+    text = table(rows)
+    print(text)
+    fleet_cmds = "\n".join(f"- {role}: `{cmd}`" for role, cmd in meta["fleet"]["commands"].items())
+    m = meta["machine"]
+    (outdir / "summary.md").write_text(
+        f"# Benchmarks ({'quick' if quick else 'full'})\n\n"
+        f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
+        f"{meta['date']}.\n\n{text}\n\nFleet processes:\n\n{fleet_cmds}\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

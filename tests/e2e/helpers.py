@@ -1,0 +1,115 @@
+"""Helpers of the end-to-end tests: spec schemas, bounded polling, raw SSE parsing."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+import httpx
+import openai
+import openresponses_types
+import pydantic
+from openai.types.responses import Response
+
+TERMINAL = frozenset({"completed", "failed", "incomplete", "cancelled", "requires_action"})
+
+
+@cache
+def event_models() -> dict[str, type[pydantic.BaseModel]]:
+    """Event ``type`` → its Open Responses model (every ``*StreamingEvent`` class)."""
+    models: dict[str, type[pydantic.BaseModel]] = {}
+    for name in dir(openresponses_types):
+        if not name.endswith("StreamingEvent"):
+            continue
+        model = getattr(openresponses_types, name)
+        (member,) = list(model.model_fields["type"].annotation)
+        models[member.value] = model
+    return models
+
+
+def validate_event(event: dict[str, Any], *, sdk_error_code: bool = True) -> None:
+    """The event is one of the spec's and matches its schema."""
+    models = event_models()
+    assert event["type"] in models, f"not an Open Responses event type: {event['type']}"
+    models[event["type"]].model_validate(event)
+    if "response" in event:
+        validate_response(event["response"], sdk_error_code=sdk_error_code)
+
+
+def validate_response(response: dict[str, Any], *, sdk_error_code: bool = True) -> None:
+    """The response object matches the spec's and the SDK's models.
+
+    ``sdk_error_code=False`` leaves ``error.code`` out of the SDK check only (the SDK types it
+    as a closed enum; see ``test_errors_failed_response_error_code_is_known_to_openai_sdk``).
+    """
+    openresponses_types.ResponseResource.model_validate(response)
+    if not sdk_error_code and response.get("error") is not None:
+        response = {**response, "error": {**response["error"], "code": "server_error"}}
+    Response.model_validate(response)
+
+
+def plain(model: openai.BaseModel) -> dict[str, Any]:
+    """An SDK object as the JSON dict it was built from."""
+    return dict(model.to_dict())
+
+
+def check_sequence(events: list[dict[str, Any]], *, start: int = 0) -> None:
+    """Sequence numbers are consecutive from ``start``: each exactly once, in order."""
+    numbers = [event["sequence_number"] for event in events]
+    assert numbers == list(range(start, start + len(numbers))), numbers
+
+
+def wait_for_status(
+    client: openai.OpenAI, response_id: str, statuses: Iterable[str], timeout: float = 30.0
+) -> Response:
+    """Poll ``retrieve`` until the response reaches one of ``statuses`` (bounded)."""
+    wanted = frozenset(statuses)
+    deadline = time.monotonic() + timeout
+    response = client.responses.retrieve(response_id)
+    while response.status not in wanted:
+        assert time.monotonic() < deadline, f"{response_id} stuck in {response.status}"
+        time.sleep(0.05)
+        response = client.responses.retrieve(response_id)
+    return response
+
+
+def sse_frames(body: str) -> list[tuple[str | None, str]]:
+    """``(event, data)`` of each SSE block, comments left out."""
+    frames: list[tuple[str | None, str]] = []
+    for block in body.split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue
+        event = None
+        data = []
+        for line in lines:
+            field, _, value = line.partition(": ")
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+            else:
+                raise AssertionError(f"unexpected SSE line {line!r}")
+        frames.append((event, "\n".join(data)))
+    return frames
+
+
+def raw_events(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON events of a complete SSE body (``[DONE]`` left out)."""
+    return [json.loads(data) for _, data in sse_frames(response.text) if data != "[DONE]"]
+
+
+def assert_error_body(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The response is ``status`` with an OpenAI error object; returns the inner error."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str) and error["type"]
+    return dict(error)
