@@ -195,14 +195,14 @@ def test_run_turn_upstream_error_fails_the_response(
     response = store.get(rid).response
     assert response.status == "failed"
     assert response.error is not None
-    assert response.error.code == "upstream_error"
+    assert response.error.code == "server_error"
     assert response.error.message == "Model server answered 503: busy"
     types = event_types(store, rid)
     assert types[-2:] == ["error", "response.failed"]
     assert "response.output_text.delta" in types  # what streamed before the error stays
     assert "response.completed" not in types
     error = json.loads(store.events_after(rid, len(types) - 3)[0].data)
-    assert error["code"] == "upstream_error"
+    assert error["code"] == "server_error"
     assert error["error"]["message"] == "Model server answered 503: busy"
 
 
