@@ -12,6 +12,7 @@ from app.dispatch import Dispatcher
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.run import RunDeps, fail_response, run_turn
+from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from workers.dispatch import CeleryDispatcher
 
@@ -52,18 +53,23 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     ).start()
 
 
+def _gave_up(
+    store: ResponseStore, settings: Settings, task_id: str, response_id: str, what: str
+) -> bool:
+    """Count a delivery; past the limit, fail the response (a task that kills its worker)."""
+    deliveries = store.count_delivery(task_id)
+    if deliveries <= settings.max_task_deliveries:
+        return False
+    message = f"{what} was started {deliveries - 1} times and never finished."
+    fail_response(store, response_id, code="worker_lost", message=message)
+    return True
+
+
 @shared_task(name="responses.run_turn", bind=True)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
-    deliveries = deps.store.count_delivery(str(self.request.id))
-    if deliveries > deps.settings.max_task_deliveries:
-        fail_response(
-            deps.store,
-            response_id,
-            code="worker_lost",
-            message=f"Turn {turn} was started {deliveries - 1} times and never finished.",
-        )
+    if _gave_up(deps.store, deps.settings, str(self.request.id), response_id, f"Turn {turn}"):
         return "failed"
     try:
         return run_turn(deps, response_id, turn)
@@ -79,13 +85,8 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
     """Execute one tool call; its result is stored before the task is acknowledged."""
     deps = get_tool_deps()
-    deliveries = deps.store.count_delivery(str(self.request.id))
-    if deliveries > deps.settings.max_task_deliveries:
-        fail_response(
-            deps.store,
-            response_id,
-            code="worker_lost",
-            message=f"Tool call {call_id} was started {deliveries - 1} times and never finished.",
-        )
+    if _gave_up(
+        deps.store, deps.settings, str(self.request.id), response_id, f"Tool call {call_id}"
+    ):
         return "failed"
     return run_tool_call(deps, response_id, call_id)

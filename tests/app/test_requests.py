@@ -1,4 +1,4 @@
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,25 +14,9 @@ from app.responses import (
     parse_request,
 )
 from app.store import ResponseStore
+from tests.support.dispatch import RecordingDispatcher
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
-
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.turns: list[tuple[str, int]] = []
-        self.revoked: list[tuple[str, int]] = []
-
-    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        self.turns.append((response_id, turn))
-
-    def enqueue_tools(
-        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
-    ) -> None:
-        raise AssertionError("no server-side tools here")
-
-    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
-        self.revoked.append((response_id, turn))
 
 
 def rejection(body: Any) -> InvalidRequestError:

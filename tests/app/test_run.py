@@ -1,5 +1,5 @@
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.config import Settings
@@ -10,6 +10,7 @@ from app.providers.translate import ModelRequest
 from app.responses import cancel_response, create_response
 from app.run import RunDeps, run_turn
 from app.store import ResponseStore
+from tests.support.dispatch import RecordingDispatcher
 
 USAGE = Usage(input_tokens=11, output_tokens=3, total_tokens=14)
 WEATHER_TOOL = {
@@ -17,23 +18,6 @@ WEATHER_TOOL = {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.turns: list[tuple[str, int]] = []
-        self.revoked: list[tuple[str, int]] = []
-
-    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        self.turns.append((response_id, turn))
-
-    def enqueue_tools(
-        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
-    ) -> None:
-        raise AssertionError("no server-side tools here")
-
-    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
-        self.revoked.append((response_id, turn))
 
 
 class FakeModel:

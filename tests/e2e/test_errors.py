@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,6 +22,7 @@ from tests.e2e.helpers import (
     validate_response,
     wait_for_status,
 )
+from tests.support.dispatch import RecordingDispatcher
 
 
 def _post(fleet: Fleet, content: bytes, content_type: str = "application/json") -> httpx.Response:
@@ -77,27 +78,10 @@ def test_errors_wrong_type_is_400_naming_the_field(fleet: Fleet, client: openai.
     assert caught.value.param is not None and caught.value.param.startswith("input")
 
 
-class _RecordingDispatcher:
-    def __init__(self) -> None:
-        self.turns: list[tuple[str, int]] = []
-        self.revoked: list[tuple[str, int]] = []
-
-    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        self.turns.append((response_id, turn))
-
-    def enqueue_tools(
-        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
-    ) -> None:
-        raise AssertionError("no tools in these requests")
-
-    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
-        self.revoked.append((response_id, turn))
-
-
 def test_errors_missing_model_without_default_is_400(
     make_settings: Callable[..., Settings],
 ) -> None:
-    dispatcher = _RecordingDispatcher()
+    dispatcher = RecordingDispatcher()
     app = create_app(make_settings(default_model=None), dispatcher=dispatcher)
     web = app.test_client()
 
