@@ -21,7 +21,7 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.translate import chat_params
-from app.run import fail_response
+from app.run import fail_response, unanswered_calls
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
@@ -282,7 +282,7 @@ def cancel_response(
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
         result = store.write(cancelled, expected=ACTIVE_STATUSES, version=stored.version)
         if result.ok:
-            pending = [i["call_id"] for i in response.output if i["type"] == "function_call"]
+            pending = [item["call_id"] for item in unanswered_calls(response)]
             dispatcher.revoke_response(response_id, stored.turn, pending)
             return cancelled
     raise ServerError("The response changed too often to cancel; try again.")

@@ -130,11 +130,11 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
 
 def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     """Collect results, then pause, stop, wait for tools, or call the model and plan."""
-    missing = collect_tool_results(deps.store, state, sink)
+    unanswered = plan_tool_calls(state.response, unanswered_calls(state.response))
+    missing = collect_tool_results(deps.store, state, sink, unanswered.runs)
     if missing:
         return RunTools(runs=missing)
-    pending = plan_tool_calls(state.response, unanswered_calls(state.response)).client_calls
-    if pending:
+    if unanswered.client_calls:
         return PauseForClient(status=client_tool_status(deps.settings, state.response))
     if state.turn >= deps.settings.max_turns:
         return StopIncomplete(reason="max_turns")
@@ -195,9 +195,10 @@ def unanswered_calls(response: ResponseObject) -> list[dict[str, Any]]:
     ]
 
 
-def collect_tool_results(store: ResponseStore, state: RunState, sink: EventSink) -> list[ToolRun]:
-    """Append stored results in call order; the runs from the first missing result on."""
-    runs = plan_tool_calls(state.response, unanswered_calls(state.response)).runs
+def collect_tool_results(
+    store: ResponseStore, state: RunState, sink: EventSink, runs: list[ToolRun]
+) -> list[ToolRun]:
+    """Append the runs' stored results in call order; the runs from the first missing one on."""
     results = store.tool_results(state.response.id, [run.call.id for run in runs])
     for index, raw in enumerate(results):
         if raw is None:

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from app.config import Settings
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore
-from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolResult, cap_output
+from app.tools.base import (
+    ExecutorRegistry,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    call_of,
+    cap_output,
+)
 from app.tools.catalog import definitions
 
 logger = logging.getLogger(__name__)
@@ -51,7 +58,7 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
     )
     if item is None:
         return "skipped"
-    call = ToolCall(id=call_id, name=item["name"], arguments=item.get("arguments", ""))
+    call = call_of(item)
     tool = definitions(stored.response.tools).get(call.name)
     result = _execute(deps, response_id, call, tool)
     if result is None:
