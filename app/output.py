@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from app.protocol import events as ev
-from app.protocol.items import (
-    function_call_item,
-    message_item,
-    output_text_part,
-    reasoning_item,
-)
+from app.protocol.items import message_item, output_text_part, reasoning_item
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
@@ -23,18 +19,15 @@ from app.providers.chunks import (
     UsageReport,
 )
 from app.sink import EventSink
+from app.tools import presenters
+from app.tools.base import ToolCall, ToolDefinition
+from app.tools.presenters import CallPresenter
 
 
 def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
     """A deterministic item id: a re-run turn names its items as the first run did."""
     digest = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=12)
     return f"{prefix}_{digest.hexdigest()}"
-
-
-def result_item_id(response_id: str, call_id: str) -> str:
-    """The id of the ``function_call_output`` item that answers ``call_id``."""
-    digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12)
-    return f"fco_{digest.hexdigest()}"
 
 
 @dataclass(slots=True)
@@ -51,6 +44,8 @@ class _OpenCall:
     output_index: int
     call_id: str
     name: str
+    tool: ToolDefinition | None
+    presenter: CallPresenter
     arguments: list[str] = field(default_factory=list)
 
 
@@ -64,16 +59,25 @@ class TurnOutput:
     usage: Usage
 
     @property
-    def function_calls(self) -> list[dict[str, Any]]:
-        """The ``function_call`` items, in the order the model made them."""
-        return [item for item in self.items if item["type"] == "function_call"]
+    def calls(self) -> list[dict[str, Any]]:
+        """The call items (of any kind), in the order the model made them."""
+        return presenters.call_items(self.items)
 
 
 class OutputBuilder:
     """Feeds on provider chunks; emits item events to a sink; collects the finished items."""
 
-    def __init__(self, *, response_id: str, turn: int, first_output_index: int, sink: EventSink):
+    def __init__(
+        self,
+        *,
+        response_id: str,
+        turn: int,
+        first_output_index: int,
+        sink: EventSink,
+        tools: Mapping[str, ToolDefinition] | None = None,
+    ):
         self._response_id = response_id
+        self._tools = tools or {}
         self._turn = turn
         self._next_index = first_output_index
         self._sink = sink
@@ -165,36 +169,40 @@ class OutputBuilder:
             call = self._open_call(chunk)
         if chunk.arguments:
             call.arguments.append(chunk.arguments)
-            self._sink.emit(
-                ev.function_call_arguments_delta(call.item_id, call.output_index, chunk.arguments)
-            )
+            for event in call.presenter.arguments_delta(
+                call.item_id, call.output_index, chunk.arguments
+            ):
+                self._sink.emit(event)
 
     def _open_call(self, chunk: ToolCallDelta) -> _OpenCall:
         index = self._take_index()
-        iid = item_id("fc", self._response_id, self._turn, index)
-        call_id = chunk.call_id or f"call_{iid[3:27]}"
-        call = _OpenCall(iid, index, call_id, chunk.name or "")
+        name = chunk.name or ""
+        tool = self._tools.get(name)
+        presenter = presenters.for_tool(tool)
+        iid = item_id(presenter.id_prefix, self._response_id, self._turn, index)
+        digest = iid.partition("_")[2]
+        call_id = chunk.call_id or f"call_{digest[:24]}"
+        call = _OpenCall(iid, index, call_id, name, tool, presenter)
         self._calls[chunk.index] = call
-        item = function_call_item(
-            iid, call_id=call_id, name=call.name, arguments="", status="in_progress"
+        item, events = presenter.started(
+            iid, index, ToolCall(id=call_id, name=name, arguments=""), tool
         )
         self._sink.emit(ev.output_item_added(index, item))
+        for event in events:
+            self._sink.emit(event)
         return call
 
     def _close_call(self, call: _OpenCall) -> None:
         arguments = _normalise_arguments("".join(call.arguments))
-        self._sink.emit(
-            ev.function_call_arguments_done(call.item_id, call.output_index, arguments, call.name)
-        )
-        item = function_call_item(
+        item, events = call.presenter.finished(
             call.item_id,
-            call_id=call.call_id,
-            name=call.name,
-            arguments=arguments,
-            status="completed",
+            call.output_index,
+            ToolCall(id=call.call_id, name=call.name, arguments=arguments),
+            call.tool,
         )
         self._items[call.output_index] = item
-        self._sink.emit(ev.output_item_done(call.output_index, item))
+        for event in events:
+            self._sink.emit(event)
 
     def _take_index(self) -> int:
         index = self._next_index

@@ -12,7 +12,8 @@ from typing import Any
 from app.config import Settings
 from app.output import TurnOutput
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult, call_of
+from app.tools import presenters
+from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.catalog import allowed_names, definitions, is_agentic
 
 
@@ -71,12 +72,14 @@ NextStep = Complete | PauseForClient | StopIncomplete | RunTools | NextTurn
 
 
 def plan_tool_calls(response: ResponseObject, calls: list[dict[str, Any]]) -> ToolPlan:
-    """Resolve each ``function_call`` item to a run, a client call or a rejection."""
+    """Resolve each call item to a run, a client call or a rejection."""
     tools = definitions(response.tools)
     allowed = allowed_names(response.tool_choice)
     plan = ToolPlan()
     for item in calls:
-        call = call_of(item)
+        presenter = presenters.for_item(item)
+        assert presenter is not None, item["type"]
+        call = presenter.call_of(item)
         tool = tools.get(call.name)
         if tool is None:
             plan.rejected.append(_rejection(call, f"Tool '{call.name}' does not exist."))
@@ -102,7 +105,7 @@ def plan_next_step(
         return StopIncomplete(reason="max_output_tokens")
     if output.finish_reason == "content_filter":
         return StopIncomplete(reason="content_filter")
-    if not output.function_calls or response.tool_choice == "none":
+    if not output.calls or response.tool_choice == "none":
         return Complete()
     if response.max_tool_calls is not None and count_calls(response) > response.max_tool_calls:
         return StopIncomplete(reason="max_tool_calls")
@@ -115,7 +118,7 @@ def plan_next_step(
 
 def count_calls(response: ResponseObject) -> int:
     """Tool calls the model made in this response so far."""
-    return sum(1 for item in response.output if item["type"] == "function_call")
+    return len(presenters.call_items(response.output))
 
 
 def client_tool_status(settings: Settings, response: ResponseObject) -> ResponseStatus:

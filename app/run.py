@@ -22,7 +22,7 @@ from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
-from app.output import OutputBuilder, TurnOutput, result_item_id
+from app.output import OutputBuilder, TurnOutput
 from app.plan import (
     Complete,
     NextStep,
@@ -50,7 +50,9 @@ from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
-from app.tools.base import ToolResult, output_item
+from app.tools import presenters
+from app.tools.base import ToolResult
+from app.tools.catalog import definitions
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +150,7 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         }
     )
     state.turn += 1
-    plan = plan_tool_calls(state.response, output.function_calls)
+    plan = plan_tool_calls(state.response, output.calls)
     step = plan_next_step(deps.settings, state.response, output, plan)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
@@ -188,11 +190,8 @@ def start_response(store: ResponseStore, state: RunState) -> None:
 
 
 def unanswered_calls(response: ResponseObject) -> list[dict[str, Any]]:
-    """``function_call`` items of the output that no ``function_call_output`` answers yet."""
-    answered = {i["call_id"] for i in response.output if i["type"] == "function_call_output"}
-    return [
-        i for i in response.output if i["type"] == "function_call" and i["call_id"] not in answered
-    ]
+    """Call items of the output that have no result yet."""
+    return presenters.unanswered_calls(response.output)
 
 
 def collect_tool_results(
@@ -208,12 +207,11 @@ def collect_tool_results(
 
 
 def append_result(state: RunState, sink: EventSink, result: ToolResult) -> None:
-    """Add a ``function_call_output`` item to the output, with its events."""
-    index = len(state.response.output)
-    item = output_item(result_item_id(state.response.id, result.call_id), result)
-    sink.emit(ev.output_item_added(index, item))
-    sink.emit(ev.output_item_done(index, item))
-    state.response = state.response.model_copy(update={"output": [*state.response.output, item]})
+    """Apply a result to its call in the output (as its kind shows results), with the events."""
+    output, events = presenters.apply_result(state.response.id, state.response.output, result)
+    for event in events:
+        sink.emit(event)
+    state.response = state.response.model_copy(update={"output": output})
 
 
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
@@ -222,7 +220,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
-        items=[*state.history, *state.inputs, *response.output],
+        items=presenters.model_view([*state.history, *state.inputs, *response.output]),
         tools=response.tools,
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
@@ -233,6 +231,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         turn=state.turn,
         first_output_index=len(response.output),
         sink=sink,
+        tools=definitions(response.tools),
     )
     stream = deps.provider.stream(request)
     try:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from app.config import Settings
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore
+from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
     ToolCall,
     ToolDefinition,
     ToolResult,
-    call_of,
     cap_output,
 )
 from app.tools.catalog import definitions
@@ -48,17 +48,12 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
     stored = store.load(response_id)
     if stored is None or stored.response.status not in ACTIVE_STATUSES:
         return "skipped"
-    item = next(
-        (
-            i
-            for i in stored.response.output
-            if i["type"] == "function_call" and i["call_id"] == call_id
-        ),
-        None,
-    )
-    if item is None:
+    found = presenters.find_call(stored.response.output, call_id)
+    if found is None:
         return "skipped"
-    call = call_of(item)
+    presenter = presenters.for_item(found[1])
+    assert presenter is not None
+    call = presenter.call_of(found[1])
     tool = definitions(stored.response.tools).get(call.name)
     result = _execute(deps, response_id, call, tool)
     if result is None:
@@ -67,6 +62,7 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
         call_id=call_id,
         output=cap_output(result.output, deps.settings.tool_output_max_chars),
         is_error=result.is_error,
+        data=result.data,
     )
     if store.status(response_id) not in ACTIVE_STATUSES:
         return "cancelled"  # a result that arrives after a cancel is discarded

@@ -1,7 +1,7 @@
 """The tool vocabulary shared by the loop and every executor.
 
-``ToolCall``/``ToolResult`` are the loop's view of ``function_call``/``function_call_output``
-items; :func:`call_of` and :func:`output_item` are the one boundary between the two.
+``ToolCall``/``ToolResult`` are the loop's view of every kind's call items; the presenters of
+:mod:`app.tools.presenters` are the one boundary between the two.
 """
 
 from __future__ import annotations
@@ -77,19 +77,33 @@ class ToolResult:
 
     call_id: str
     output: str
+    """What the model reads."""
     is_error: bool = False
+    data: dict[str, Any] | None = None
+    """Kind-specific detail for the call's item (an MCP call's content parts, a sandbox's
+    outputs); the model never sees it."""
 
     def to_json(self) -> str:
         """Serialised for the store."""
         return json.dumps(
-            {"call_id": self.call_id, "output": self.output, "is_error": self.is_error}
+            {
+                "call_id": self.call_id,
+                "output": self.output,
+                "is_error": self.is_error,
+                "data": self.data,
+            }
         )
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ToolResult:
         """Inverse of :meth:`to_json`."""
         data = json.loads(raw)
-        return cls(call_id=data["call_id"], output=data["output"], is_error=bool(data["is_error"]))
+        return cls(
+            call_id=data["call_id"],
+            output=data["output"],
+            is_error=bool(data["is_error"]),
+            data=data.get("data"),
+        )
 
 
 class ToolExecutor(Protocol):
@@ -120,22 +134,6 @@ class ExecutorRegistry:
         """The executor that runs ``tool``, if this process has one."""
         executor = self._executors.get(tool.kind)
         return executor if executor is not None and executor.can_execute(tool) else None
-
-
-def call_of(item: dict[str, Any]) -> ToolCall:
-    """A ``function_call`` item as a call."""
-    return ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
-
-
-def output_item(item_id: str, result: ToolResult) -> dict[str, Any]:
-    """A result as a ``function_call_output`` item."""
-    return {
-        "id": item_id,
-        "type": "function_call_output",
-        "call_id": result.call_id,
-        "output": result.output,
-        "status": "completed",
-    }
 
 
 def cap_output(output: str, limit: int) -> str:

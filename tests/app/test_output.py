@@ -104,7 +104,7 @@ def test_output_builder_text_turn_emits_events_in_spec_order(store: ResponseStor
     assert item_done["item"]["content"][0]["text"] == "Hello"
     assert output.items == [item_done["item"]]
     assert (output.finish_reason, output.usage) == ("stop", usage)
-    assert output.function_calls == []
+    assert output.calls == []
 
 
 def test_output_builder_reasoning_then_text(store: ResponseStore) -> None:
@@ -181,7 +181,7 @@ def test_output_builder_reassembles_tool_calls_split_over_fragments(store: Respo
     assert emitted[0]["item"]["call_id"] == "call_a"
     assert emitted[3]["arguments"] == '{"city": "Paris"}'
     assert emitted[3]["name"] == "get_weather"
-    calls = output.function_calls
+    calls = output.calls
     assert [(c["call_id"], c["name"], c["arguments"], c["status"]) for c in calls] == [
         ("call_a", "get_weather", '{"city": "Paris"}', "completed"),
         ("call_b", "search", '{"query": "rain"}', "completed"),
@@ -208,8 +208,8 @@ def test_output_builder_closes_text_before_a_tool_call(store: ResponseStore) -> 
         "response.function_call_arguments.done"
     )
     assert [item["type"] for item in output.items] == ["message", "function_call"]
-    assert output.function_calls[0]["arguments"] == "{}"
-    assert output.function_calls[0]["call_id"] == "call_a"
+    assert output.calls[0]["arguments"] == "{}"
+    assert output.calls[0]["call_id"] == "call_a"
 
 
 def test_output_builder_finish_length_marks_the_message_incomplete(store: ResponseStore) -> None:
@@ -240,6 +240,6 @@ def test_output_builder_item_ids_are_deterministic(store: ResponseStore) -> None
     assert ids == [item_id("rs", rid, 1, 2), item_id("msg", rid, 1, 3), item_id("fc", rid, 1, 4)]
     assert not set(ids) & {item["id"] for item in other_turn.items}
     # A call without an id from the model gets a deterministic one too.
-    assert first.function_calls[0]["call_id"] == again.function_calls[0]["call_id"]
-    assert first.function_calls[0]["call_id"].startswith("call_")
+    assert first.calls[0]["call_id"] == again.calls[0]["call_id"]
+    assert first.calls[0]["call_id"].startswith("call_")
     assert item_id("msg", rid, 1, 3) != item_id("msg", f"{rid}x", 1, 3)

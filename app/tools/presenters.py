@@ -1,0 +1,203 @@
+"""How each tool kind's calls look on the wire: their items, their events, and the model's view.
+
+The loop only ever deals in :class:`~app.tools.base.ToolCall` and
+:class:`~app.tools.base.ToolResult`. A presenter turns a call the model is streaming into the
+output item of its kind (``function_call``, ``mcp_call``, ``code_interpreter_call`` …), answers it
+with a result (a ``function_call_output`` item after it, or the same item updated in place), and
+turns those items back into the ``function_call``/``function_call_output`` pairs the model sees.
+
+Function and internal tools share :class:`FunctionCallPresenter`; other kinds register their own
+with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from app.protocol import events as ev
+from app.protocol.items import function_call_item
+from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+
+Item = dict[str, Any]
+
+
+def result_item_id(response_id: str, call_id: str) -> str:
+    """The id of the ``function_call_output`` item that answers ``call_id``."""
+    digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12)
+    return f"fco_{digest.hexdigest()}"
+
+
+class CallPresenter(Protocol):
+    """The items and events of one kind's calls."""
+
+    item_type: str
+    """The type of the call item (``function_call``, ``mcp_call`` …)."""
+    id_prefix: str
+    """The prefix of the call item's id (``fc``, ``mcp`` …)."""
+
+    def started(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        """The in-progress item as the model starts the call (no arguments yet).
+
+        Returns the item for ``output_item.added`` and the events that follow it.
+        """
+
+    def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
+        """Events for a piece of the arguments as the model streams them."""
+
+    def finished(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        """The item once the model has finished the call, and the events that close it.
+
+        A kind whose item also carries the result leaves it in progress here (no
+        ``output_item.done``): :meth:`answered` finishes it.
+        """
+
+    def call_of(self, item: Item) -> ToolCall:
+        """The call an item of :attr:`item_type` stands for."""
+
+    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
+        """Whether the call item has its result (``answered``: call ids of result items)."""
+
+    def answered(
+        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        """The output with ``result`` applied to the call item at ``index``, and its events."""
+
+    def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
+        """The item as ``function_call``/``function_call_output`` items for the model."""
+
+
+class FunctionCallPresenter:
+    """``function_call`` items answered by ``function_call_output`` items (function, internal)."""
+
+    item_type = "function_call"
+    id_prefix = "fc"
+
+    def started(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        item = function_call_item(
+            item_id, call_id=call.id, name=call.name, arguments="", status="in_progress"
+        )
+        return item, []
+
+    def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
+        return [ev.function_call_arguments_delta(item_id, output_index, delta)]
+
+    def finished(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        item = function_call_item(
+            item_id, call_id=call.id, name=call.name, arguments=call.arguments, status="completed"
+        )
+        return item, [
+            ev.function_call_arguments_done(item_id, output_index, call.arguments, call.name),
+            ev.output_item_done(output_index, item),
+        ]
+
+    def call_of(self, item: Item) -> ToolCall:
+        return ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
+
+    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
+        return bool(item["call_id"] in answered)
+
+    def answered(
+        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        item = {
+            "id": result_item_id(response_id, result.call_id),
+            "type": "function_call_output",
+            "call_id": result.call_id,
+            "output": result.output,
+            "status": "completed",
+        }
+        at = len(output)
+        return [*output, item], [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+
+    def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
+        return [item]
+
+
+FUNCTION_CALLS = FunctionCallPresenter()
+
+_BY_KIND: dict[ToolKind, CallPresenter] = {
+    ToolKind.FUNCTION: FUNCTION_CALLS,
+    ToolKind.INTERNAL: FUNCTION_CALLS,
+}
+_BY_ITEM_TYPE: dict[str, CallPresenter] = {FUNCTION_CALLS.item_type: FUNCTION_CALLS}
+
+
+def register(kind: ToolKind, presenter: CallPresenter) -> None:
+    """Present the calls of ``kind`` with ``presenter``."""
+    _BY_KIND[kind] = presenter
+    _BY_ITEM_TYPE[presenter.item_type] = presenter
+
+
+def for_tool(tool: ToolDefinition | None) -> CallPresenter:
+    """The presenter of a tool's calls (unknown tools' calls are plain function calls)."""
+    return _BY_KIND.get(tool.kind, FUNCTION_CALLS) if tool is not None else FUNCTION_CALLS
+
+
+def for_item(item: Item) -> CallPresenter | None:
+    """The presenter of a call item; None for any other item."""
+    return _BY_ITEM_TYPE.get(item.get("type", "message"))
+
+
+def call_items(items: Sequence[Item]) -> list[Item]:
+    """The call items among ``items``, in order."""
+    return [item for item in items if for_item(item) is not None]
+
+
+def _answered_ids(output: Sequence[Item]) -> frozenset[str]:
+    return frozenset(i["call_id"] for i in output if i.get("type") == "function_call_output")
+
+
+def unanswered_calls(output: Sequence[Item]) -> list[Item]:
+    """Call items of ``output`` that have no result yet, in order."""
+    answered = _answered_ids(output)
+    pending = []
+    for item in output:
+        presenter = for_item(item)
+        if presenter is not None and not presenter.is_answered(item, answered):
+            pending.append(item)
+    return pending
+
+
+def find_call(output: Sequence[Item], call_id: str) -> tuple[int, Item] | None:
+    """The call item (and its index) whose call is ``call_id``."""
+    for index, item in enumerate(output):
+        presenter = for_item(item)
+        if presenter is not None and presenter.call_of(item).id == call_id:
+            return index, item
+    return None
+
+
+def apply_result(
+    response_id: str, output: Sequence[Item], result: ToolResult
+) -> tuple[list[Item], list[ev.Event]]:
+    """The output with ``result`` applied to its call, and the events that show it.
+
+    Raises:
+        KeyError: no call item in ``output`` is ``result.call_id``.
+    """
+    found = find_call(output, result.call_id)
+    if found is None:
+        raise KeyError(result.call_id)
+    index, item = found
+    presenter = for_item(item)
+    assert presenter is not None
+    return presenter.answered(response_id, output, index, result)
+
+
+def model_view(items: Sequence[Item]) -> list[Item]:
+    """``items`` with every call of another kind as ``function_call``/``function_call_output``."""
+    viewed: list[Item] = []
+    for item in items:
+        presenter = for_item(item)
+        viewed.extend([item] if presenter is None else presenter.model_view(item, items))
+    return viewed

@@ -1,0 +1,143 @@
+"""The presenter hook: a kind whose item carries its own result, end to end through the builder."""
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from app.output import OutputBuilder
+from app.protocol import events as ev
+from app.providers.chunks import Finish, ToolCallDelta
+from app.sink import EventSink
+from app.store import ResponseStore
+from app.tools import presenters
+from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.presenters import FUNCTION_CALLS, CallPresenter
+from tests.app.test_output import events, new_response
+
+Item = dict[str, Any]
+
+
+class InPlacePresenter:
+    """A ``shell_call`` item that holds its result (as ``mcp_call`` and others do)."""
+
+    item_type = "shell_call"
+    id_prefix = "sh"
+
+    def started(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        item = {"id": item_id, "type": "shell_call", "status": "in_progress", "command": ""}
+        return item, [{"type": "shell_call.in_progress", "item_id": item_id}]
+
+    def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
+        return []
+
+    def finished(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        command = call.parsed_arguments()["command"]
+        item = {"id": item_id, "type": "shell_call", "status": "in_progress", "command": command}
+        return item, [{"type": "shell_call.command.done", "item_id": item_id}]
+
+    def call_of(self, item: Item) -> ToolCall:
+        return ToolCall(
+            id=item["id"], name="shell", arguments=json.dumps({"command": item["command"]})
+        )
+
+    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
+        return bool(item["status"] != "in_progress")
+
+    def answered(
+        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        item = {**output[index], "status": "failed" if result.is_error else "completed"}
+        item["output"] = result.output
+        updated = [*output[:index], item, *output[index + 1 :]]
+        return updated, [ev.output_item_done(index, item)]
+
+    def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
+        call = self.call_of(item)
+        viewed: list[Item] = [
+            {
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+            }
+        ]
+        if "output" in item:
+            viewed.append(
+                {"type": "function_call_output", "call_id": call.id, "output": item["output"]}
+            )
+        return viewed
+
+
+@pytest.fixture
+def shell_kind() -> Iterator[CallPresenter]:
+    presenter = InPlacePresenter()
+    presenters.register(ToolKind.SANDBOX, presenter)
+    try:
+        yield presenter
+    finally:
+        presenters._BY_KIND.pop(ToolKind.SANDBOX)
+        presenters._BY_ITEM_TYPE.pop("shell_call")
+
+
+def test_a_kind_presents_its_calls_and_results_in_its_own_items(
+    store: ResponseStore, shell_kind: CallPresenter
+) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=0)
+    tools = {
+        "shell": ToolDefinition(name="shell", kind=ToolKind.SANDBOX),
+        "lookup": ToolDefinition(name="lookup", kind=ToolKind.INTERNAL),
+    }
+    builder = OutputBuilder(response_id=rid, turn=0, first_output_index=0, sink=sink, tools=tools)
+    builder.feed(ToolCallDelta(index=0, call_id=None, name="shell", arguments='{"command": "ls"}'))
+    builder.feed(ToolCallDelta(index=1, call_id="call_b", name="lookup", arguments='{"q": 1}'))
+    builder.feed(Finish(reason="tool_calls"))
+    output = builder.close()
+    sink.flush()
+
+    shell, lookup = output.calls
+    assert shell["type"] == "shell_call" and shell["id"].startswith("sh_")
+    assert shell["status"] == "in_progress" and shell["command"] == "ls"
+    assert lookup["type"] == "function_call" and lookup["status"] == "completed"
+    types = [e["type"] for e in events(store, rid)]
+    assert types[:3] == [
+        "response.output_item.added",
+        "shell_call.in_progress",
+        "shell_call.command.done",
+    ]
+    # The shell call stays open (no output_item.done) until its result arrives.
+    assert types.count("response.output_item.done") == 1
+
+    assert presenters.unanswered_calls(output.items) == output.items
+    answered, emitted = presenters.apply_result(
+        rid, output.items, ToolResult(call_id=shell["id"], output="a.txt")
+    )
+    answered, _ = presenters.apply_result(rid, answered, ToolResult(call_id="call_b", output="42"))
+    assert [i["type"] for i in answered] == ["shell_call", "function_call", "function_call_output"]
+    assert answered[0]["status"] == "completed" and answered[0]["output"] == "a.txt"
+    assert emitted == [ev.output_item_done(0, answered[0])]
+    assert presenters.unanswered_calls(answered) == []
+
+    viewed = presenters.model_view(answered)
+    assert [(i["type"], i["call_id"]) for i in viewed] == [
+        ("function_call", shell["id"]),
+        ("function_call_output", shell["id"]),
+        ("function_call", "call_b"),
+        ("function_call_output", "call_b"),
+    ]
+
+
+def test_apply_result_of_an_unknown_call_raises() -> None:
+    with pytest.raises(KeyError):
+        presenters.apply_result("resp_x", [], ToolResult(call_id="call_nope", output=""))
+
+
+def test_unknown_tools_are_presented_as_function_calls() -> None:
+    assert presenters.for_tool(None) is FUNCTION_CALLS
+    assert presenters.for_item({"type": "message"}) is None
