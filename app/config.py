@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
@@ -92,3 +92,23 @@ class Settings(BaseSettings):
     def api_key_set(self) -> frozenset[str]:
         """The accepted bearer keys (empty: the gateway is open)."""
         return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())
+
+    tool_protocols: str | None = None
+    """Comma-separated ``model=protocol`` pairs (``native`` or ``json``; ``*=json`` for every
+    model): models listed ``json`` get the prompted JSON tool protocol instead of native tool
+    calling. A request's ``metadata.antwort_tool_protocol`` overrides it."""
+
+    @field_validator("tool_protocols")
+    @classmethod
+    def _check_tool_protocols(cls, value: str | None) -> str | None:
+        for pair in (value or "").split(","):
+            model, _, protocol = pair.strip().rpartition("=")
+            if pair.strip() and (not model.strip() or protocol.strip() not in ("native", "json")):
+                raise ValueError(f"expected model=native|json, got {pair.strip()!r}")
+        return value
+
+    @property
+    def tool_protocol_map(self) -> dict[str, str]:
+        """``tool_protocols`` as model → protocol."""
+        pairs = (p.strip().rpartition("=") for p in (self.tool_protocols or "").split(","))
+        return {model.strip(): protocol.strip() for model, _, protocol in pairs if model.strip()}

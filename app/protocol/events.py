@@ -159,3 +159,34 @@ def try_merge(previous: Event, event: Event) -> bool:
         return False
     previous["delta"] += event["delta"]
     return True
+
+
+# -- vendor extension ``antwort:progress`` (only for requests that ``include`` it) --------------
+
+
+def plan_event(steps: list[str]) -> Event:
+    """``antwort:plan``: the steps the model means to take, in order."""
+    return {"type": "antwort:plan", "steps": steps}
+
+
+def step_started(*, item_id: str, output_index: int, call_id: str, name: str, title: str) -> Event:
+    """``antwort:step.started``: a tool call was made; ``title`` says what it does."""
+    return {
+        "type": "antwort:step.started",
+        "item_id": item_id,
+        "output_index": output_index,
+        "call_id": call_id,
+        "name": name,
+        "title": title,
+    }
+
+
+def step_completed(*, item_id: str, output_index: int, call_id: str, is_error: bool) -> Event:
+    """``antwort:step.completed``: the call's result (``item_id``) is in the output."""
+    return {
+        "type": "antwort:step.completed",
+        "item_id": item_id,
+        "output_index": output_index,
+        "call_id": call_id,
+        "status": "failed" if is_error else "completed",
+    }

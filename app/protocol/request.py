@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.protocol.items import InputItem
+
+TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
+"""``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 
 class _Strict(BaseModel):
@@ -143,3 +146,11 @@ class CreateResponseRequest(_Strict):
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     include: list[str] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_tool_protocol(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        protocol = (value or {}).get(TOOL_PROTOCOL_METADATA_KEY)
+        if protocol is not None and protocol not in ("native", "json"):
+            raise ValueError(f"'{TOOL_PROTOCOL_METADATA_KEY}' must be 'native' or 'json'")
+        return value
