@@ -50,9 +50,10 @@ class ClientTool:
         """Run the function on the model's arguments; the output the model will read."""
         try:
             values = self.arguments.model_validate(json.loads(arguments or "{}"))
-            result = self.function(**dict(values))
         except (ValueError, ValidationError) as exc:
             return f"Error: invalid arguments for {self.name}: {exc}"
+        try:
+            result = self.function(**dict(values))
         except Exception as exc:  # the tool's failure is data the model sees
             return f"Error: {self.name} failed: {exc}"
         return result if isinstance(result, str) else json.dumps(result, default=str)

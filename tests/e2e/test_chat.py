@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,50 @@ def test_chat_answers_client_tool_calls_with_python_functions(fleet: Fleet, tmp_
         assert done.returncode == 0, done.stdout + done.stderr
         assert "│ 12:00 in UTC" in done.stdout
         assert "Tool results: 12:00 in UTC" in done.stdout
+
+
+def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A real terminal (tmux): the running step spins, and the final screen is ticked."""
+    socket = f"antwort-chat-test-{tmp_path.name}"
+    tmux = ["tmux", "-L", socket]
+    command = shlex.join(
+        [
+            *CHAT,
+            f"--base-url={fleet.base_url}/v1",
+            "--protocol=json",
+            "--internal=long_tool",
+            "run long_tool",
+        ]
+    )
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command],
+        check=True,
+        env={**fleet.env, "TERM": "xterm-256color"},
+    )
+    try:
+        subprocess.run([*tmux, "set-option", "-t", "chat", "remain-on-exit", "on"], check=True)
+        screens = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            screen = subprocess.run(
+                [*tmux, "capture-pane", "-p", "-t", "chat"], capture_output=True, text=True
+            ).stdout
+            screens.append(screen)
+            if "completed" in screen:
+                break
+            time.sleep(0.1)
+        final = [line.rstrip() for line in screens[-1].splitlines() if line.strip()]
+        assert final[:3] == ["Plan", "✔ Run long_tool", "✔ Write the answer"], screens[-1]
+        assert final[3:6] == [
+            "✔ Run long_tool",
+            "  │ long_tool done",
+            "Tool results: long_tool done",
+        ]
+        assert final[6].startswith("✔ completed  resp_")
+        running = [s for s in screens if "Run long_tool" in s and "✔ Run long_tool" not in s]
+        assert running, "the running step was never shown with a spinner"
+        assert any(frame in running[-1] for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
