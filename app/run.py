@@ -155,6 +155,9 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         }
     )
     state.turn += 1
+    if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
+        state.extra = {**state.extra, "plan": list(output.plan)}
+        deps.store.set_extra(state.response.id, state.extra)
     if output.finish_reason == MODEL_CANCELLED:
         raise _CancelledByModel
     plan = plan_tool_calls(state.response, output.calls)
@@ -261,7 +264,11 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         progress=wants_progress(state.extra),
     )
     provider = with_tool_protocol(
-        deps.provider, deps.settings, response, is_fresh=_is_fresh_request(state)
+        deps.provider,
+        deps.settings,
+        response,
+        is_fresh=_is_fresh_request(state),
+        plan=state.extra.get("plan"),
     )
     stream = provider.stream(request)
     try:

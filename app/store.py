@@ -80,6 +80,13 @@ return {ver, ARGV[6], last}
 )
 
 
+# KEYS: record. ARGV: extra json. A deleted record is not brought back as a stub.
+_SET_EXTRA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'extra', ARGV[1]) end
+return 0
+"""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredResponse:
     """A response record as read from Redis."""
@@ -254,6 +261,10 @@ class ResponseStore:
         )
         text = status.decode() if isinstance(status, bytes) else str(status)
         return EmitResult(last_sequence_number=int(last), status=text)
+
+    def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
+        """Replace the request's ``extra`` fields (no-op once the response is gone)."""
+        self.redis.eval(_SET_EXTRA, 1, self.keys.record(response_id), json.dumps(extra))
 
     def delete(self, response_id: str) -> bool:
         """Remove a response, its input items and its events; False if it did not exist."""

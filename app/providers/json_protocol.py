@@ -165,7 +165,12 @@ def protocol_of(settings: Settings, response: ResponseObject) -> str:
 
 
 def with_tool_protocol(
-    provider: _Provider, settings: Settings, response: ResponseObject, *, is_fresh: bool
+    provider: _Provider,
+    settings: Settings,
+    response: ResponseObject,
+    *,
+    is_fresh: bool,
+    plan: Sequence[str] | None = None,
 ) -> _Provider:
     """The provider that speaks the response's tool protocol.
 
@@ -174,10 +179,11 @@ def with_tool_protocol(
         settings: The fleet's settings (``tool_protocols``).
         response: The response being run (its model and metadata).
         is_fresh: The first turn of a new request: the model must plan first.
+        plan: The plan the model made in an earlier turn of the response, if any.
     """
     if protocol_of(settings, response) != "json":
         return provider
-    return JsonToolProtocol(provider, needs_plan=is_fresh)
+    return JsonToolProtocol(provider, needs_plan=is_fresh, plan=plan)
 
 
 def build_manifest(request: ModelRequest) -> Manifest:
@@ -210,11 +216,20 @@ def build_manifest(request: ModelRequest) -> Manifest:
     return Manifest(tools=tools, is_required=is_required and bool(tools))
 
 
-def system_prompt(manifest: Manifest, instructions: str | None, *, needs_plan: bool) -> str:
-    """The protocol's rules, the manifest, then the developer's instructions."""
+def system_prompt(
+    manifest: Manifest,
+    instructions: str | None,
+    *,
+    needs_plan: bool,
+    plan: Sequence[str] | None = None,
+) -> str:
+    """The protocol's rules, the plan so far, the manifest, then the developer's instructions."""
     parts = [PROTOCOL_HEADER, _RULES]
     if needs_plan:
         parts.append('Your first answer to a new request must be a "plan".')
+    elif plan:
+        steps = "\n".join(f"{number}. {step}" for number, step in enumerate(plan, start=1))
+        parts.append(f"Your plan, made earlier (the results so far follow below):\n{steps}")
     if manifest.tools:
         listed = json.dumps([tool.wire() for tool in manifest.tools.values()], indent=1)
         parts.append(
@@ -373,9 +388,10 @@ class _Answer:
 class JsonToolProtocol:
     """A provider on the JSON tool protocol, wrapped around one without it."""
 
-    def __init__(self, inner: _Provider, *, needs_plan: bool):
+    def __init__(self, inner: _Provider, *, needs_plan: bool, plan: Sequence[str] | None = None):
         self._inner = inner
         self._needs_plan = needs_plan
+        self._plan = list(plan or ())
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Ask for directives until one ends the turn; yield them as native chunks."""
@@ -385,6 +401,7 @@ class JsonToolProtocol:
             manifest=manifest,
             items=render_transcript(request.items),
             must_plan=self._needs_plan,
+            plan=self._plan,
         )
         finish = "stop"
         for continuation in range(_MAX_CONTINUATIONS + 1):
@@ -396,7 +413,8 @@ class JsonToolProtocol:
                 directive.type == "reply" and directive.more and continuation < _MAX_CONTINUATIONS
             ):
                 if directive.type == "plan":
-                    yield PlanUpdate(steps=tuple(directive.steps or ()))
+                    turn.plan = list(directive.steps or ())
+                    yield PlanUpdate(steps=tuple(turn.plan))
                     turn.must_plan, turn.has_planned = False, True
                 turn.items += [_raw_assistant(raw), _user(_go_ahead(directive))]
                 continue
@@ -444,7 +462,10 @@ class JsonToolProtocol:
         call = ModelRequest(
             model=request.model,
             instructions=system_prompt(
-                turn.manifest, request.instructions, needs_plan=turn.must_plan
+                turn.manifest,
+                request.instructions,
+                needs_plan=turn.must_plan,
+                plan=turn.plan,
             ),
             items=list(turn.items),
             params=params,
@@ -480,6 +501,7 @@ class _Turn:
     manifest: Manifest
     items: list[dict[str, Any]]
     must_plan: bool
+    plan: list[str] = field(default_factory=list)
     has_planned: bool = False
     has_said: bool = False
     usage: Usage = field(default_factory=Usage)

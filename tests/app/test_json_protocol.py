@@ -380,6 +380,28 @@ def test_turn_on_json_protocol_pauses_on_a_call_with_progress_events(
     }
     assert vendor[1]["type"] == "antwort:step.started"
     assert (vendor[1]["title"], vendor[1]["call_id"]) == ("Run get_weather", call["call_id"])
+    assert store.get(rid).extra["plan"] == ["Run get_weather", "Write the answer"]
+
+
+def test_later_turns_are_reminded_of_the_plan() -> None:
+    model = ScriptedModel('{"type": "reply", "message": "Done."}')
+    run(JsonToolProtocol(model, needs_plan=False, plan=["Look", "Answer"]), model_request())
+    instructions = model.requests[0].instructions or ""
+    assert "Your plan, made earlier (the results so far follow below):\n1. Look\n2. Answer" in (
+        instructions
+    )
+    assert 'must be a "plan"' not in instructions
+
+
+def test_set_extra_does_not_bring_back_a_deleted_response(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    rid, _ = start(store, make_settings(), "hi")
+    store.set_extra(rid, {"plan": ["a"]})
+    assert store.get(rid).extra == {"plan": ["a"]}
+    store.delete(rid)
+    store.set_extra(rid, {"plan": ["b"]})
+    assert not store.redis.exists(store.keys.record(rid))
 
 
 def test_turn_without_include_emits_only_standard_events(
