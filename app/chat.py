@@ -116,6 +116,8 @@ class ChatSession:
         """Where remarks go: never into a ``--json`` stream."""
         self.previous_response_id: str | None = None
         self.current_id: str | None = None
+        self.is_running = False
+        """A response is being shown and has not ended yet (what Ctrl+C cancels)."""
 
     def ask(self, prompt: str) -> str:
         """Send a prompt and show the answer; returns the final status."""
@@ -140,7 +142,7 @@ class ChatSession:
 
     def cancel(self) -> None:
         """Cancel the response in flight, on the server."""
-        if self.current_id is None:
+        if self.current_id is None or not self.is_running:
             return
         try:
             status = self.gateway.cancel(self.current_id)["status"]
@@ -189,6 +191,7 @@ class ChatSession:
         show: Callable[[dict[str, Any]], None],
     ) -> str:
         """Feed the events to the view; reattach if the stream breaks off; the final status."""
+        self.is_running = True
         for attempt in range(_REATTACH_TRIES + 1):
             try:
                 for event in events:
@@ -204,6 +207,7 @@ class ChatSession:
             # A cancelled response's stream ends without a terminal event: ask for the status.
             view.status = str(self.gateway.retrieve(self.current_id)["status"])
             show({})
+        self.is_running = False
         return str(view.status)
 
     def _answer_client_calls(self, view: ChatView) -> list[dict[str, Any]] | None:

@@ -65,6 +65,8 @@ class ChatView:
     error: str | None = None
     last_sequence_number: int = -1
     _open: dict[str, _Message] = field(default_factory=dict)
+    _call_items: dict[str, str] = field(default_factory=dict)
+    """Call item id → call id, from ``antwort:step.started``."""
 
     # -- folding events ----------------------------------------------------------------------
 
@@ -80,6 +82,7 @@ class ChatView:
         elif kind == "antwort:step.started":
             self._step(event["call_id"]).title = str(event["title"])
             self._link_to_plan(self.steps[event["call_id"]])
+            self._call_items[str(event.get("item_id"))] = event["call_id"]
         elif kind == "antwort:step.completed":
             self.finish_step(event["call_id"], None, is_error=event.get("status") == "failed")
         elif kind == "response.output_text.delta":
@@ -108,6 +111,10 @@ class ChatView:
                 step.title = step_title(item["name"], item.get("arguments", ""))
         elif item["type"] == "function_call_output":
             self.finish_step(item["call_id"], str(item.get("output", "")), is_error=False)
+        elif item.get("id") in self._call_items and item.get("output") is not None:
+            # a kind whose call item carries its own result (mcp_call …)
+            call_id = self._call_items[item["id"]]
+            self.finish_step(call_id, str(item["output"]), is_error=bool(item.get("error")))
 
     def _step(self, call_id: str) -> Step:
         step = self.steps.get(call_id)

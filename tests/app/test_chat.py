@@ -125,3 +125,19 @@ def test_session_body_chains_prompts_and_continues_with_tool_outputs() -> None:
     session.previous_response_id, session.current_id = "resp_a", "resp_b"
     assert session._body("again")["previous_response_id"] == "resp_a"
     assert session._body([{"type": "function_call_output"}])["previous_response_id"] == "resp_b"
+
+
+def test_view_takes_results_carried_by_the_call_item_itself() -> None:
+    view = ChatView()
+    view.feed({"type": "antwort:step.started", "item_id": "mcp_1", "call_id": "c9", "title": "Ask"})
+    item = {"type": "mcp_call", "id": "mcp_1", "output": "the answer", "error": None}
+    view.feed({"type": "response.output_item.done", "item": item})
+    assert screen(view)[:2] == ["✔ Ask", "  │ the answer"]
+
+
+def test_ctrl_c_between_answers_cancels_nothing() -> None:
+    console = Console(record=True, width=80)
+    session = ChatSession(Gateway(client=None), ChatOptions(), console)  # type: ignore[arg-type]
+    session.current_id = "resp_done"  # the last answer, finished
+    session.cancel()  # would fail on the None client if it called the gateway
+    assert console.export_text() == ""

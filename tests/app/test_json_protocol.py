@@ -433,3 +433,30 @@ def test_twice_broken_answers_fail_the_response_with_the_reason(
     error = store.get(rid).response.error
     assert error is not None and "did not follow the JSON tool protocol" in error.message
     assert 'a "tool_request" needs "tool"' in error.message
+
+
+class OneCall:
+    """A native model that calls one tool."""
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        yield ToolCallDelta(index=0, call_id="call_x", name="nope", arguments='{"a": 1}')
+        yield Finish(reason="tool_calls")
+
+
+def test_native_rejected_call_is_a_failed_step(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    body = {"input": "hi", "tools": [WEATHER], "include": ["antwort:progress"]}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    deps = RunDeps(
+        store=store, provider=OneCall(), settings=settings, dispatcher=RecordingDispatcher()
+    )
+    assert run_turn(deps, response.id, 0) == "continuing"
+    vendor = [e for e in events(store, response.id) if e["type"].startswith("antwort:")]
+    assert [(e["type"], e.get("title"), e.get("status")) for e in vendor] == [
+        ("antwort:step.started", "nope: a=1", None),
+        ("antwort:step.completed", None, "failed"),
+    ]
+    output = store.get(response.id).response.output
+    assert vendor[1]["item_id"] == output[1]["id"] and vendor[1]["output_index"] == 1
