@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 from rich.console import Console
 
 from app.chat import ChatOptions, ChatSession, Gateway
@@ -141,3 +143,52 @@ def test_ctrl_c_between_answers_cancels_nothing() -> None:
     session.current_id = "resp_done"  # the last answer, finished
     session.cancel()  # would fail on the None client if it called the gateway
     assert console.export_text() == ""
+
+
+class _BrokenStream(httpx.SyncByteStream):
+    """An SSE body that breaks off after its events."""
+
+    def __init__(self, events: list[dict[str, Any]]):
+        self.events = events
+
+    def __iter__(self) -> Iterator[bytes]:
+        for event in self.events:
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+        raise httpx.ReadError("connection reset")
+
+
+def sse(events: list[dict[str, Any]]) -> bytes:
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return (body + "data: [DONE]\n\n").encode()
+
+
+def test_session_reattaches_where_a_broken_stream_stopped() -> None:
+    first = [
+        {"type": "response.created", "sequence_number": 0, "response": response("queued")},
+        {"type": "response.in_progress", "sequence_number": 1, "response": response("in_progress")},
+    ]
+    rest = [
+        {"type": "response.output_text.delta", "sequence_number": 2, "item_id": "m", "delta": "Hi"},
+        {"type": "response.completed", "sequence_number": 3, "response": response("completed")},
+    ]
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        asked.append(f"{request.method} {request.url.path}?{request.url.query.decode()}")
+        if request.method == "POST":
+            return httpx.Response(200, stream=_BrokenStream(first))
+        if request.url.params.get("stream") == "true":
+            return httpx.Response(200, content=sse(rest))
+        return httpx.Response(200, json=response("completed", output=[]))
+
+    client = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://gw/v1")
+    console = Console(record=True, width=60)
+    session = ChatSession(Gateway(client), ChatOptions(model="m"), console)
+
+    assert session.ask("hello") == "completed"
+    assert asked[:2] == [
+        "POST /v1/responses?",
+        "GET /v1/responses/resp_1?stream=true&starting_after=1",
+    ]
+    assert "Hi" in console.export_text()
+    assert session.previous_response_id == "resp_1"
