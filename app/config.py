@@ -92,3 +92,10 @@ class Settings(BaseSettings):
     def api_key_set(self) -> frozenset[str]:
         """The accepted bearer keys (empty: the gateway is open)."""
         return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())
+
+    # -- WebSocket mode and compaction (issue 8) ----------------------------------------------
+    websocket_max_seconds: float = Field(default=3600.0, gt=0)
+    """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
+    compaction_key: str | None = None
+    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: a
+    key generated once and kept in Redis, shared by every replica."""
