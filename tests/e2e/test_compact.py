@@ -1,0 +1,117 @@
+"""``POST /v1/responses/compact`` against the fleet: the summary turn runs on a worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import openresponses_types
+from openai.types.responses import ResponseCompactionItem
+
+from tests.e2e.conftest import Fleet
+from tests.e2e.helpers import assert_error_body
+
+CONVERSATION = [
+    {"role": "user", "content": "We agreed to launch on Tuesday."},
+    {"role": "assistant", "content": "Understood: Tuesday."},
+]
+
+
+def post_compact(fleet: Fleet, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{fleet.base_url}/v1/responses/compact", json=body, timeout=60)
+
+
+def compacted(fleet: Fleet, **body: Any) -> dict[str, Any]:
+    response = post_compact(fleet, {"model": "antwort-sim", **body})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    openresponses_types.CompactResource.model_validate(result)
+    # The SDK types ``output`` as output items (assistant messages only), although OpenAI's own
+    # compaction output holds the user messages: check the compaction item with the SDK's type.
+    ResponseCompactionItem.model_validate(result["output"][-1])
+    return result
+
+
+def test_compact_returns_user_messages_and_one_sealed_compaction_item(fleet: Fleet) -> None:
+    result = compacted(fleet, input=CONVERSATION, prompt_cache_key="k", instructions="Keep dates.")
+
+    assert set(result) == {"id", "object", "output", "created_at", "usage"}
+    assert result["object"] == "response.compaction"
+    *messages, item = result["output"]
+    assert [(m["role"], m["content"][0]["text"]) for m in messages] == [
+        ("user", "We agreed to launch on Tuesday.")
+    ]
+    assert item["type"] == "compaction" and item["id"].startswith("cmp_")
+    assert "Tuesday" not in item["encrypted_content"]
+    assert result["usage"]["output_tokens"] > 0
+
+
+def test_compact_with_the_openai_sdk(client: openai.OpenAI, fleet: Fleet) -> None:
+    response = client.responses.create(input="Remember: the codeword is papaya.")
+
+    raw = client.responses.with_raw_response.compact(
+        model="antwort-sim", previous_response_id=response.id
+    )
+    result = raw.parse()
+
+    assert result.object == "response.compaction"
+    assert [item.type for item in result.output] == ["message", "compaction"]
+    openresponses_types.CompactResource.model_validate(raw.http_response.json())
+
+
+def test_compact_without_model_is_a_400(fleet: Fleet) -> None:
+    error = assert_error_body(post_compact(fleet, {"input": CONVERSATION}), 400)
+
+    assert (error["code"], error["param"]) == ("missing_required_parameter", "model")
+
+
+def test_compact_bad_requests_are_openai_errors(fleet: Fleet) -> None:
+    unknown = assert_error_body(post_compact(fleet, {"model": "antwort-sim", "tools": []}), 400)
+    missing = assert_error_body(
+        post_compact(fleet, {"model": "antwort-sim", "previous_response_id": "resp_x"}), 400
+    )
+    not_json = httpx.post(f"{fleet.base_url}/v1/responses/compact", content=b"model=x", timeout=10)
+
+    assert (unknown["code"], unknown["param"]) == ("unknown_parameter", "tools")
+    assert missing["code"] == "previous_response_not_found"
+    assert_error_body(not_json, 415)
+
+
+def test_compact_output_starts_a_new_chain_the_model_continues_from(
+    client: openai.OpenAI, fleet: Fleet
+) -> None:
+    output = compacted(fleet, input=CONVERSATION)["output"]
+    question = {"role": "user", "content": "When do we launch?"}
+
+    with_summary = client.responses.create(input=[*output, question])
+    without = client.responses.create(input=[*output[:-1], question])
+    follow_up = client.responses.create(input="And then?", previous_response_id=with_summary.id)
+
+    assert with_summary.status == "completed" and with_summary.previous_response_id is None
+    # The model saw one more message: the summary the compaction item stands for.
+    assert with_summary.usage and without.usage and follow_up.usage
+    assert with_summary.usage.input_tokens > without.usage.input_tokens + 1
+    assert follow_up.usage.input_tokens > with_summary.usage.input_tokens
+    items = client.responses.input_items.list(with_summary.id, order="asc").data
+    assert [item.type for item in items] == ["message", "compaction", "message"]
+
+
+def test_tampered_compaction_item_is_a_400(fleet: Fleet) -> None:
+    *messages, item = compacted(fleet, input=CONVERSATION)["output"]
+    token = item["encrypted_content"]
+    forged = {
+        **item,
+        "encrypted_content": token[:-6] + ("AAAAAA" if token[-6:] != "AAAAAA" else "BBBBBB"),
+    }
+    body = {"input": [*messages, forged, {"role": "user", "content": "go on"}]}
+
+    created = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=30)
+    compacting = post_compact(fleet, {"model": "antwort-sim", **body})
+
+    for response in (created, compacting):
+        error = assert_error_body(response, 400)
+        assert (error["code"], error["param"]) == (
+            "invalid_encrypted_content",
+            "input.1.encrypted_content",
+        )
