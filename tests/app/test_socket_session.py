@@ -4,14 +4,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-import redis
 
 from app.config import Settings
-from app.keys import Keys
 from app.relay import EventHub
 from app.run import RunDeps, run_turn
 from app.socket_session import SocketSession, parse_create_message
 from app.store import ResponseStore
+from tests.app import test_relay
 from tests.app.test_run import FakeModel, answer
 
 
@@ -62,17 +61,7 @@ def create(**body: Any) -> str:
     return json.dumps({"type": "response.create", **body})
 
 
-@pytest.fixture
-def hub(redis_url: str, key_prefix: str) -> Iterator[EventHub]:
-    client = redis.Redis.from_url(redis_url)
-    events = EventHub(client, Keys(key_prefix))
-    events.start()
-    yield events
-    events.stop()
-    client.publish(Keys(key_prefix).channel("wake-up"), "-1 end -")  # ends the hub's wait
-    if events._thread is not None:
-        events._thread.join(timeout=5)
-    client.close()
+hub = test_relay.hub  # the running EventHub fixture, shared
 
 
 @pytest.fixture
