@@ -143,14 +143,20 @@ class SocketSession:
         body: dict[str, Any] = {}
         try:
             body = parse_create_message(message)
-            return self.run(transport, body)
+            self.run(transport, body)
         except AppError as error:
             self.forget(body.get("previous_response_id"))
             transport.send(error_message(error))
             return not isinstance(error, ConnectionLimitError)
+        return True
 
-    def run(self, transport: Transport, body: dict[str, Any]) -> bool:
-        """Create the response, relay its events, remember it; False when time ran out."""
+    def run(self, transport: Transport, body: dict[str, Any]) -> None:
+        """Create the response, relay its events, and remember it when it can be continued.
+
+        Raises:
+            AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
+                when the connection's time ran out while the response ran.
+        """
         previous = body.get("previous_response_id")
         context = self.cached.context if self.is_cached(previous) and self.cached else None
         response, request = create_response(
@@ -168,15 +174,11 @@ class SocketSession:
             self.cached = CachedResponse(response_id=response.id, context=context_after)
         else:
             self.forget(previous)
-        return True
 
     def relay(self, transport: Transport, response_id: str) -> dict[str, Any] | None:
         """Send the response's events; its final object, or None when time ran out first."""
         events = follow_events(
-            self.store,
-            self.hub,
-            response_id,
-            keepalive_seconds=min(self.settings.keepalive_seconds, 15.0),
+            self.store, self.hub, response_id, keepalive_seconds=self.settings.keepalive_seconds
         )
         with closing(events):
             for event in events:
