@@ -11,6 +11,7 @@ import httpx
 import openai
 import openresponses_types
 import pytest
+from openai.types.responses.responses_server_event import ResponseWsError
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -81,6 +82,7 @@ def socket_error(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The single socket-level error these events are; validated against the spec."""
     [event] = events
     openresponses_types.WebSocketErrorEvent.model_validate(event)
+    ResponseWsError.model_validate(event)  # the SDK's shape of a socket error
     assert set(event) == {"type", "status", "error"}, event
     assert set(event["error"]) == {"type", "code", "message", "param"}, event
     error: dict[str, Any] = event["error"]
