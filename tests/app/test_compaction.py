@@ -176,7 +176,11 @@ def test_compaction_from_previous_response_id(
         ({"input": "x"}, "missing_required_parameter", "model"),
         ({"model": "m", "input": "x", "stream": True}, "unknown_parameter", "stream"),
         ({"model": "m"}, "missing_required_parameter", "input"),
-        ({"model": "m", "input": [{"type": "compaction"}]}, "missing_required_parameter", None),
+        (
+            {"model": "m", "input": [{"type": "compaction"}]},
+            "missing_required_parameter",
+            "input.0.encrypted_content",
+        ),
         (
             {"model": "m", "input": [{"type": "compaction", "encrypted_content": "ac1.AAAA"}]},
             "invalid_encrypted_content",
