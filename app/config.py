@@ -112,3 +112,10 @@ class Settings(BaseSettings):
         """``tool_protocols`` as model → protocol."""
         pairs = (p.strip().rpartition("=") for p in (self.tool_protocols or "").split(","))
         return {model.strip(): protocol.strip() for model, _, protocol in pairs if model.strip()}
+
+    # -- WebSocket mode and compaction (issue 8) ----------------------------------------------
+    websocket_max_seconds: float = Field(default=3600.0, gt=0)
+    """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
+    compaction_key: str | None = None
+    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: a
+    key generated once and kept in Redis, shared by every replica."""

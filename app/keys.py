@@ -64,3 +64,16 @@ class Keys:
     def tool_result(self, response_id: str, call_id: str) -> str:
         """String: the stored result of one tool call (idempotent tool tasks)."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}"
+
+    @property
+    def compaction_key(self) -> str:
+        """String: the generated key that seals ``compaction`` items (no ``compaction_key`` set)."""
+        return f"{self.prefix}compaction:key"
+
+    def compaction_job(self, compaction_id: str) -> str:
+        """String with TTL: what a compaction task summarises (JSON)."""
+        return f"{self.prefix}compaction:{compaction_id}"
+
+    def compaction_result(self, compaction_id: str) -> str:
+        """List with TTL: the compaction task's answer, popped by the waiting gateway."""
+        return f"{self.prefix}compaction:{compaction_id}:result"

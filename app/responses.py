@@ -22,6 +22,7 @@ from app.protocol.response import (
 )
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
+from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
@@ -31,6 +32,7 @@ _ITEM_PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }
 
 
@@ -102,9 +104,19 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
 
 
 def create_response(
-    store: ResponseStore, dispatcher: Dispatcher, settings: Settings, body: Any
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    settings: Settings,
+    body: Any,
+    *,
+    context: list[dict[str, Any]] | None = None,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
-    """Validate, store and enqueue a new response; returns it as first stored (``queued``)."""
+    """Validate, store and enqueue a new response; returns it as first stored (``queued``).
+
+    ``context``: the items before this response's input when the caller holds them already (a
+    WebSocket connection continuing its unstored previous response); stored with the response
+    instead of being read from the ``previous_response_id`` chain.
+    """
     request = parse_request(body)
     model = request.model or settings.default_model
     if not model:
@@ -113,16 +125,26 @@ def create_response(
         )
     _check_tool_choice(request)
     inputs = normalise_input(request)
-    history = (
-        load_history(store, request.previous_response_id) if request.previous_response_id else []
-    )
+    check_compactions(store, settings, inputs)
+    if context is not None:
+        history = context
+    elif request.previous_response_id:
+        history = load_history(store, request.previous_response_id)
+    else:
+        history = []
     check_call_outputs(history, inputs)
     registry = internal_registry(tuple(settings.internal_tool_module_list))
     response = _new_response(request, model, registry)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
-    extra = {"params": _params(request), "include": request.include or [], "user": request.user}
+    extra: dict[str, Any] = {
+        "params": _params(request),
+        "include": request.include or [],
+        "user": request.user,
+    }
+    if context is not None:
+        extra["context"] = context
     store.create(response, inputs=inputs, extra=extra, events=events)
     try:
         dispatcher.enqueue_turn(response.id, 0)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
 from app.config import Settings
-from app.conversation import load_history
+from app.conversation import history_of
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
@@ -50,6 +50,7 @@ from app.providers.chunks import Chunk
 from app.providers.json_protocol import MODEL_CANCELLED, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
+from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
 from app.tools import presenters
@@ -174,7 +175,7 @@ def load_state(store: ResponseStore, response_id: str) -> RunState | None:
     if stored is None:
         return None
     try:
-        history = load_history(store, stored.response.previous_response_id)
+        history = history_of(store, stored)
     except AppError as exc:  # the chain expired while the response waited in the queue
         fail_response(store, response_id, code=exc.code or "not_found", message=exc.message)
         return None
@@ -249,7 +250,11 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
-        items=presenters.model_view([*state.history, *state.inputs, *response.output]),
+        items=presenters.model_view(
+            model_items(
+                deps.store, deps.settings, [*state.history, *state.inputs, *response.output]
+            )
+        ),
         tools=response.tools,
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,

@@ -7,8 +7,10 @@ import threading
 
 from celery import Task, current_app, shared_task
 
+from app.compaction import fail_compaction, run_compaction
 from app.config import Settings
 from app.dispatch import Dispatcher
+from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.run import RunDeps, fail_response, run_turn
@@ -90,3 +92,22 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
     ):
         return "failed"
     return run_tool_call(deps, response_id, call_id)
+
+
+@shared_task(name="responses.compact", bind=True)
+def compact_task(self: Task, compaction_id: str) -> str:  # type: ignore[type-arg]
+    """Summarise a compaction job; the waiting gateway pops the answer."""
+    deps = get_deps()
+    deliveries = deps.store.count_delivery(str(self.request.id))
+    if deliveries > deps.settings.max_task_deliveries:  # a job that kills its worker
+        message = f"The compaction was started {deliveries - 1} times and never finished."
+        fail_compaction(deps.store, compaction_id, ServerError(message))
+        return "failed"
+    try:
+        return run_compaction(deps, compaction_id)
+    except Exception:  # the task boundary: the gateway must get an answer, not a timeout
+        logger.exception("compaction %s crashed", compaction_id)
+        fail_compaction(
+            deps.store, compaction_id, ServerError("The compaction failed on the worker.")
+        )
+        return "failed"

@@ -120,6 +120,15 @@ class ReasoningItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class CompactionItem(_Strict):
+    """The conversation so far, sealed by ``POST /v1/responses/compact`` (opaque to clients)."""
+
+    type: Literal["compaction"]
+    encrypted_content: str = Field(min_length=1, max_length=10_485_760)
+    id: str | None = None
+    created_by: str | None = None
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -130,7 +139,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")],
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[CompactionItem, Tag("compaction")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",
