@@ -41,6 +41,22 @@ def get_tool_deps() -> ToolDeps:
         return _tool_deps
 
 
+def start_tools() -> None:
+    """Worker start: initialize every internal tool now, not on the first task."""
+    deps = get_tool_deps()
+    names = [d.name for d in deps.internal_tools.list()] if deps.internal_tools else []
+    logger.info("internal tools ready: %s", ", ".join(names) or "none")
+
+
+def stop_tools() -> None:
+    """Worker stop: shut every internal tool down (once)."""
+    global _tool_deps
+    with _deps_lock:
+        deps, _tool_deps = _tool_deps, None
+    if deps is not None and deps.internal_tools is not None:
+        deps.internal_tools.shutdown_all()
+
+
 def start_sweeper(dispatcher: Dispatcher) -> None:
     """Re-enqueue runs whose worker died (a daemon thread; every inference worker runs one)."""
     deps = get_deps()
@@ -85,8 +101,12 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
     """Execute one tool call; its result is stored before the task is acknowledged."""
     deps = get_tool_deps()
-    if _gave_up(
-        deps.store, deps.settings, str(self.request.id), response_id, f"Tool call {call_id}"
-    ):
+    delivery = str(self.request.id)
+    if self.request.retries:  # a requeue of ours ("busy"), not a redelivery after a crash
+        delivery += f":retry{self.request.retries}"
+    if _gave_up(deps.store, deps.settings, delivery, response_id, f"Tool call {call_id}"):
         return "failed"
-    return run_tool_call(deps, response_id, call_id)
+    outcome = run_tool_call(deps, response_id, call_id)
+    if outcome == "busy":  # another delivery still holds the call: look again later
+        raise self.retry(countdown=1.0, max_retries=None)
+    return outcome
