@@ -146,6 +146,57 @@ def test_forced_tool_applies_to_first_turn_only(client: openai.OpenAI) -> None:
     assert kinds(response) == ["function_call", "function_call_output", "message"]
 
 
+def test_tool_choice_required_makes_the_model_call_a_tool(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="hello",  # names no tool: only "required" makes the model call one
+        tools=internal("fast_echo", "calculator"),  # type: ignore[arg-type]
+        tool_choice="required",
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    assert response.output[0].name == "fast_echo"  # type: ignore[union-attr]
+    assert response.output_text == "Tool results: fast_echo done"
+    assert response.tool_choice == "required"
+
+
+def test_allowed_tools_required_runs_an_allowed_tool(client: openai.OpenAI) -> None:
+    choice = {"type": "allowed_tools", "mode": "required", "tools": internal("fast_echo")}
+    response = client.responses.create(
+        model="antwort-sim",
+        input="hello",
+        tools=internal("fast_echo", "calculator"),  # type: ignore[arg-type]
+        tool_choice=choice,  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    assert response.output[1].output == "fast_echo done"  # type: ignore[union-attr]
+
+
+def test_allowed_tools_none_answers_without_tools(client: openai.OpenAI) -> None:
+    choice = {"type": "allowed_tools", "mode": "none", "tools": internal("fast_echo")}
+    response = client.responses.create(
+        model="antwort-sim",
+        input="fast_echo",
+        tools=internal("fast_echo"),  # type: ignore[arg-type]
+        tool_choice=choice,  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["message"]
+
+
+def test_forced_function_name_not_among_tools_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="antwort-sim",
+            input="hello",
+            tools=[CLIENT_FN],  # type: ignore[list-item]
+            tool_choice={"type": "function", "name": "calculator"},
+        )
+    assert caught.value.param == "tool_choice"
+    assert caught.value.status_code == 400
+
+
 def test_forced_unknown_tool_is_400(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
