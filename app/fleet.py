@@ -83,11 +83,16 @@ def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -
 
 
 def make_tool_deps(settings: Settings) -> ToolDeps:
-    """Everything a tool worker needs: the executors of every kind this build ships."""
+    """Everything a tool worker needs: the executors of every kind this build ships.
+
+    Every internal tool is initialized here; one whose ``initialize`` raises is logged and left
+    out, so the worker still starts.
+    """
     registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
     return ToolDeps(
         store=make_store(settings),
         executors=ExecutorRegistry([InternalExecutor(registry)]),
         settings=settings,
+        internal_tools=registry,
     )
