@@ -64,3 +64,11 @@ class Keys:
     def tool_result(self, response_id: str, call_id: str) -> str:
         """String: the stored result of one tool call (idempotent tool tasks)."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}"
+
+    def container_files(self, container_id: str) -> str:
+        """String with TTL: a code interpreter container's work directory (``tar.gz``)."""
+        return f"{self.prefix}container:{container_id}:files"
+
+    def container_lock(self, container_id: str) -> str:
+        """String with TTL: a sandbox run holds the container (one run at a time)."""
+        return f"{self.prefix}container:{container_id}:lock"

@@ -52,7 +52,7 @@ from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolResult
-from app.tools.catalog import definitions
+from app.tools.catalog import definitions, model_tools
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         model=response.model,
         instructions=response.instructions,
         items=presenters.model_view([*state.history, *state.inputs, *response.output]),
-        tools=response.tools,
+        tools=model_tools(response.tools),
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),

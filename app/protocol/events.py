@@ -159,3 +159,32 @@ def try_merge(previous: Event, event: Event) -> bool:
         return False
     previous["delta"] += event["delta"]
     return True
+
+
+def code_interpreter_call_event(phase: str, item_id: str, output_index: int) -> Event:
+    """``response.code_interpreter_call.in_progress|interpreting|completed``."""
+    return {
+        "type": f"response.code_interpreter_call.{phase}",
+        "item_id": item_id,
+        "output_index": output_index,
+    }
+
+
+def code_interpreter_code_delta(item_id: str, output_index: int, delta: str) -> Event:
+    """``response.code_interpreter_call_code.delta``: a piece of the code as the model writes it."""
+    return {
+        "type": "response.code_interpreter_call_code.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "delta": delta,
+    }
+
+
+def code_interpreter_code_done(item_id: str, output_index: int, code: str) -> Event:
+    """``response.code_interpreter_call_code.done``."""
+    return {
+        "type": "response.code_interpreter_call_code.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "code": code,
+    }
