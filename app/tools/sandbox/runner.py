@@ -7,8 +7,8 @@ Each run gets, in this order of defence:
   root) and a sweep by uid after the run can kill anything left, without touching other runs;
 - **bubblewrap** namespaces: new user, pid, network, ipc, uts and cgroup namespaces
   (``--unshare-all``), no network at all, ``--die-with-parent``, ``--new-session``;
-- **a filesystem of its own**: ``/usr`` read-only, the ``ld.so`` cache, a size-limited tmpfs as
-  the work directory and another as ``/tmp``, a fresh ``/proc`` and ``/dev``; none of the
+- **a filesystem of its own**, read-only but for two size-limited tmpfs (the work directory
+  and ``/tmp``): ``/usr``, the ``ld.so`` cache, a fresh ``/proc`` and ``/dev``; none of the
   worker's files, and an environment cleared to ``PATH``/``HOME``/``LANG``;
 - **resource limits** set by the in-sandbox runner (:mod:`app.tools.sandbox.inside`) before any
   untrusted code runs: CPU seconds, address space, file size, open files, processes, no core;
@@ -274,6 +274,8 @@ class Sandbox:
             size,
             "--tmpfs",
             "/tmp",
+            "--remount-ro",
+            "/",
             "--chdir",
             "/work",
             "--clearenv",
