@@ -119,10 +119,11 @@ def fleet(
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
     )
-    # -- sandbox kind: an operator tool file and a short timeout (tests/e2e/test_sandbox.py) ---
+    # -- sandbox kind and built-ins (tests/e2e/test_sandbox.py, test_builtins.py) -------------
     sandbox_tools = tmp_path_factory.mktemp("sandbox") / "tools.json"
     sandbox_tools.write_text(json.dumps(SANDBOX_TOOLS))
     env.update(ANTWORT_SANDBOX_TOOLS_FILE=str(sandbox_tools), ANTWORT_SANDBOX_TIMEOUT_SECONDS="3")
+    env["ANTWORT_FETCH_ALLOWED_HOSTS"] = "127.0.0.1"  # http_fetch may read the tests' server
     # -------------------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
