@@ -32,6 +32,7 @@ _ITEM_PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "code_interpreter_call": "ci",
 }
 
 
@@ -120,7 +121,9 @@ def create_response(
     check_call_outputs(history, inputs)
     registry = internal_registry(tuple(settings.internal_tool_module_list))
     sandbox_tools = load_sandbox_tools(settings.sandbox_tools_file)
-    response = _new_response(request, model, registry, history=history, sandbox_tools=sandbox_tools)
+    response = _new_response(
+        request, model, registry, history=[*history, *inputs], sandbox_tools=sandbox_tools
+    )
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))

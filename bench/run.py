@@ -222,7 +222,7 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--quick", action="store_true", help="tiny counts (CI smoke, ~20 s)")
     parser.add_argument(
@@ -230,8 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument("--only", choices=["sandbox"], help="run only these benchmarks")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     quick = args.quick
+    if args.only == "sandbox":
+        return run_sandbox(quick)
     command = ".venv/bin/python -m bench.run" + (" --quick" if quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
     outdir = RESULTS / "quick" if quick else RESULTS
@@ -321,6 +328,45 @@ def main(argv: list[str] | None = None) -> int:
         f"# Benchmarks ({'quick' if quick else 'full'})\n\n"
         f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
         f"{meta['date']}.\n\n{text}\n\nFleet processes:\n\n{fleet_cmds}\n"
+    )
+    return 0
+
+
+def run_sandbox(quick: bool) -> int:
+    """``--only sandbox``: the sandbox's latency and one worker's calls/s (bench/sandbox.py)."""
+    from bench import sandbox
+
+    command = ".venv/bin/python -m bench.run --only sandbox" + (" --quick" if quick else "")
+    outdir = (RESULTS / "quick" if quick else RESULTS) / "sandbox"
+    meta = {
+        "command": command,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    figures = sandbox.run(quick)
+    meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    for name, figure in figures.items():
+        print(f"{name}:", json.dumps(figure), flush=True)
+        write(outdir, name, figure, meta)
+    lat, tp = figures["sandbox_latency"], figures["sandbox_throughput"]
+    rows = [
+        ("(e) sandbox start-to-result, print(1), runner p50/p90/p99 ms",
+         f"< {sandbox.LATENCY_TARGET_MS:g} ms p50",
+         "/".join(f"{v:g}" for v in lat["runner_ms"].values()), command),
+        ("(e) same through the executor with a container (Redis files) p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["executor_with_container_ms"].values()), command),
+        ("(f) code interpreter calls/s from one tools.sandbox worker", "(info)",
+         f"{tp['calls_per_s']:g}/s ({tp['completed']}/{tp['calls']} done, {tp['errors']} errors)",
+         command),
+    ]  # fmt: skip
+    text = table(rows)
+    print(text)
+    m = meta["machine"]
+    (outdir / "summary.md").write_text(
+        f"# Sandbox benchmarks ({'quick' if quick else 'full'})\n\n"
+        f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
+        f"{meta['date']}, load average {m['loadavg_at_start']} at start: a shared machine.\n\n"
+        f"{text}\n"
     )
     return 0
 

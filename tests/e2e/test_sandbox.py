@@ -159,3 +159,20 @@ def test_unsupported_container_options_are_a_400(fleet: Fleet) -> None:
     body = {"model": "antwort-sim", "input": "hi", "tools": [tool]}
     error = assert_error_body(httpx.post(f"{fleet.base_url}/v1/responses", json=body), 400)
     assert error["param"] == "tools.0.container.file_ids"
+
+
+def test_code_interpreter_output_can_be_sent_back_as_input(client: openai.OpenAI) -> None:
+    first = run_code(client, "open('kept.txt', 'w').write('stateless')", store=False)
+    follow = client.responses.create(
+        model="antwort-sim",
+        input=[
+            *[item.to_dict() for item in first.output],  # type: ignore[misc]
+            {
+                "role": "user",
+                "content": "code_interpreter code=```print(open('kept.txt').read())```",
+            },
+        ],
+        tools=INTERPRETER,
+    )
+    assert the_call(follow).container_id == the_call(first).container_id
+    assert the_call(follow).outputs[0].logs == "stateless"

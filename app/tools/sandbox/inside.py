@@ -17,20 +17,18 @@ stdin, then:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
-import io
 import json
 import os
 import resource
 import selectors
 import signal
 import sys
-import tarfile
 import time
-import traceback
 from typing import Any
+
+# tarfile, base64 and traceback are imported where needed: a trivial run never loads them.
 
 WORK = "/work"
 _PR_SET_DUMPABLE = 4
@@ -64,6 +62,10 @@ def _harden(limits: dict[str, int]) -> None:
 def _restore(encoded: str) -> str:
     if not encoded:
         return ""
+    import base64
+    import io
+    import tarfile
+
     try:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(encoded)), mode="r:gz") as archive:
             members = [m for m in archive.getmembers() if _is_plain(m)]
@@ -73,7 +75,7 @@ def _restore(encoded: str) -> str:
     return ""
 
 
-def _is_plain(member: tarfile.TarInfo) -> bool:
+def _is_plain(member: Any) -> bool:
     name = os.path.normpath(member.name)
     return (member.isfile() or member.isdir()) and not name.startswith(("/", ".."))
 
@@ -112,6 +114,16 @@ def _become_program(request: dict[str, Any]) -> None:
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.argv = ["<code>"]
+    # The runner starts without ``site`` (-S) to start fast; the code gets the system's packages.
+    version = f"python3.{sys.version_info.minor}"
+    for path in (
+        "/usr/local/lib/python3/dist-packages",
+        f"/usr/local/lib/{version}/dist-packages",
+        "/usr/lib/python3/dist-packages",
+        f"/usr/lib/{version}/dist-packages",
+    ):
+        if os.path.isdir(path):
+            sys.path.append(path)
     os.environ.clear()
     os.environ.update(request["env"])
     try:
@@ -121,6 +133,8 @@ def _become_program(request: dict[str, Any]) -> None:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except BaseException as exc:  # the user's code failed: show its traceback, as python would
+        import traceback
+
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # not this frame
         traceback.print_exception(type(exc), exc, tb)
         code = 1
@@ -196,6 +210,10 @@ def _kill_everything_else() -> None:
 def _snapshot(max_bytes: int) -> dict[str, Any]:
     if not os.listdir(WORK):
         return {"files": "", "files_listing": []}
+    import base64
+    import io
+    import tarfile
+
     buffer = io.BytesIO()
     try:
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
@@ -210,7 +228,7 @@ def _snapshot(max_bytes: int) -> dict[str, Any]:
     return {"files": base64.b64encode(data).decode(), "files_listing": _listing()}
 
 
-def _plain_or_none(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+def _plain_or_none(member: Any) -> Any:
     return member if member.isfile() or member.isdir() else None
 
 

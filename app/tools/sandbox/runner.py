@@ -121,6 +121,12 @@ class SandboxOutcome:
         return self.error is None and not self.timed_out and self.exit_code == 0
 
 
+@dataclass(slots=True)
+class _Slot:
+    uid: int | None
+    is_clean: bool = False
+
+
 def find_bubblewrap(configured: str | None = None) -> str:
     """The path of a working ``bwrap``.
 
@@ -161,15 +167,19 @@ class Sandbox:
     def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run one program; failures are in the outcome, never raised."""
         try:
-            with self._slot() as uid:
-                return self._run_as(uid, request)
+            with self._slot() as slot:
+                outcome = self._run_as(slot.uid, request)
+                # A run that ended by itself took its pid namespace, and all in it, along; only
+                # an abnormal end needs the sweep by uid.
+                slot.is_clean = outcome.error is None
+                return outcome
         except TimeoutError:
             return SandboxOutcome(error="Every sandbox slot of this worker is busy; try again.")
 
     @contextlib.contextmanager
-    def _slot(self) -> Iterator[int | None]:
+    def _slot(self) -> Iterator[_Slot]:
         if not self._is_root:
-            yield None  # an unprivileged worker: its own uid already binds RLIMIT_NPROC
+            yield _Slot(uid=None)  # an unprivileged worker: its own uid binds RLIMIT_NPROC
             return
         self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         deadline = time.monotonic() + _SLOT_WAIT_SECONDS
@@ -182,11 +192,16 @@ class Sandbox:
                 except BlockingIOError:
                     os.close(fd)
                     continue
+                slot = _Slot(uid=uid)
                 try:
-                    kill_uid(uid)  # whatever a crashed run of this slot may have left
-                    yield uid
+                    if os.pread(fd, 5, 0) != b"clean":
+                        kill_uid(uid)  # the last holder died mid-run: sweep what it left
+                    os.pwrite(fd, b"busy!", 0)
+                    yield slot
                 finally:
-                    kill_uid(uid)
+                    if not slot.is_clean:
+                        kill_uid(uid)
+                    os.pwrite(fd, b"clean", 0)
                     os.close(fd)
                 return
             if time.monotonic() > deadline:
@@ -288,6 +303,7 @@ class Sandbox:
             "--",
             SANDBOX_PYTHON,
             "-I",
+            "-S",
             "-c",
             _runner_source(),
         ]
