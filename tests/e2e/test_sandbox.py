@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -176,3 +179,12 @@ def test_code_interpreter_output_can_be_sent_back_as_input(client: openai.OpenAI
     )
     assert the_call(follow).container_id == the_call(first).container_id
     assert the_call(follow).outputs[0].logs == "stateless"
+
+
+def test_sandbox_worker_refuses_to_start_without_bubblewrap(redis_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+    env.update(ANTWORT_REDIS_URL=redis_url, ANTWORT_SANDBOX_BWRAP="/nonexistent/bwrap")
+    argv = [sys.executable, "-m", "workers.main", "--queues=tools.sandbox"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "apt-get install bubblewrap" in done.stderr

@@ -3,7 +3,7 @@
 A code interpreter call runs in its response chain's container: the work directory is restored
 from Redis before the run and saved after it, under the container's key with the responses' TTL,
 so the files live as long as the chain and go with it. One run at a time holds a container (a
-Redis lock), so parallel calls of one response see each other's files in call order.
+Redis lock), so parallel calls of one response never overwrite each other's files.
 """
 
 from __future__ import annotations
@@ -224,14 +224,31 @@ def optional_sandbox_executor(
 def check_sandbox(settings: Settings) -> None:
     """Refuse to run a ``tools.sandbox`` worker that cannot sandbox anything.
 
+    Runs one trivial program, so a bubblewrap that cannot create namespaces here (a container
+    without user namespaces, say) is caught at start rather than on every call.
+
     Raises:
-        SystemExit: bubblewrap (or the system Python) is missing, or the operator's tool file
-            is broken; the message says how to fix it.
+        SystemExit: bubblewrap (or the system Python) is missing or does not work, or the
+            operator's tool file is broken; the message says how to fix it.
     """
     try:
-        make_sandbox(settings)
+        sandbox = make_sandbox(settings)
         load_sandbox_tools(settings.sandbox_tools_file)
     except SandboxUnavailableError as exc:
         raise SystemExit(f"antwort worker: {exc}") from None
     except (OSError, ValueError, TypeError) as exc:
         raise SystemExit(f"antwort worker: ANTWORT_SANDBOX_TOOLS_FILE: {exc}") from None
+    outcome = sandbox.run(SandboxRequest(code="print('ok')"))
+    if not outcome.is_ok or outcome.stdout != "ok\n":
+        raise SystemExit(
+            f"antwort worker: bubblewrap is installed but cannot run a sandbox here: "
+            f"{report(outcome)} (bwrap needs user namespaces: a root worker, or "
+            "kernel.unprivileged_userns_clone=1 and a seccomp profile that allows them)"
+        )
+    if settings.tool_timeout_seconds < settings.sandbox_timeout_seconds + 10:
+        logger.warning(
+            "ANTWORT_TOOL_TIMEOUT_SECONDS (%g) should exceed ANTWORT_SANDBOX_TIMEOUT_SECONDS "
+            "(%g) by 10 s: calls will be reported as timed out while the sandbox still runs",
+            settings.tool_timeout_seconds,
+            settings.sandbox_timeout_seconds,
+        )
