@@ -355,6 +355,8 @@ def run_sandbox(quick: bool) -> int:
          "/".join(f"{v:g}" for v in lat["runner_ms"].values()), command),
         ("(e) same through the executor with a container (Redis files) p50/p90/p99 ms", "(info)",
          "/".join(f"{v:g}" for v in lat["executor_with_container_ms"].values()), command),
+        ("(e) floor: the same bwrap running `python3 -I -S -c pass` p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["floor_bwrap_python_pass_ms"].values()), command),
         ("(f) code interpreter calls/s from one tools.sandbox worker", "(info)",
          f"{tp['calls_per_s']:g}/s ({tp['completed']}/{tp['calls']} done, {tp['errors']} errors)",
          command),

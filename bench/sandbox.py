@@ -2,7 +2,8 @@
 
 (e) ``sandbox_latency``: start-to-result of a trivial script (``print(1)``) run sequentially,
     by the bubblewrap runner alone and by the executor with a container (files restored from
-    and saved to Redis). Target: under 100 ms at p50.
+    and saved to Redis). Target: under 100 ms at p50. For scale, the floor: the same ``bwrap``
+    command running ``python3 -I -S -c pass`` (no runner, no limits, no uid switch).
 (f) ``sandbox_throughput``: code interpreter calls per second from one ``tools.sandbox`` worker
     (a real ``antwort worker --queues tools.sandbox`` process with its default pool): calls are
     stored on responses and queued as tool tasks, as the loop does, and timed until every
@@ -59,7 +60,12 @@ def bench_latency(settings: Settings, n: int) -> dict[str, Any]:
         sandbox.run(SandboxRequest(code=TRIVIAL))
     raw: list[float] = []
     with_container: list[float] = []
+    floor: list[float] = []
+    bare = [*sandbox.command()[:-1], "pass"]  # the same bwrap and Python, without the runner
     for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(bare, check=True)
+        floor.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         outcome = sandbox.run(SandboxRequest(code=TRIVIAL))
         raw.append((time.perf_counter() - t0) * 1000)
@@ -73,6 +79,7 @@ def bench_latency(settings: Settings, n: int) -> dict[str, Any]:
         "script": TRIVIAL,
         "runner_ms": _percentiles(raw),
         "executor_with_container_ms": _percentiles(with_container),
+        "floor_bwrap_python_pass_ms": _percentiles(floor),
         "target_p50_ms": LATENCY_TARGET_MS,
     }
 

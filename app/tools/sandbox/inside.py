@@ -17,18 +17,20 @@ stdin, then:
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # type: ignore[import-not-found]  # not ``signal``: it imports enum (slow)
 import ctypes
-import json
+import marshal
 import os
 import resource
-import selectors
-import signal
+import select
 import sys
 import time
-from typing import Any
 
-# tarfile, base64 and traceback are imported where needed: a trivial run never loads them.
+# Only cheap modules are imported up front (no json, typing, selectors, contextlib): a trivial
+# run's latency is mostly interpreter start-up. tarfile, base64, traceback come when needed.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 WORK = "/work"
 _PR_SET_DUMPABLE = 4
@@ -37,9 +39,9 @@ _READ = 65536
 
 def main() -> None:
     """Serve one request from stdin."""
-    request = json.loads(sys.stdin.buffer.read())
+    request = marshal.loads(sys.stdin.buffer.read())  # written by the worker (trusted)
     _harden(request["limits"])
-    restore_error = _restore(request.get("files") or "")
+    restore_error = _restore(request.get("files") or b"")
     started = time.monotonic()
     outcome = _run(request)
     outcome["duration_ms"] = round((time.monotonic() - started) * 1000, 1)
@@ -48,7 +50,7 @@ def main() -> None:
         outcome["files_error"] = restore_error
     else:
         outcome.update(_snapshot(int(request["max_files_bytes"])))
-    sys.stdout.write(json.dumps(outcome))
+    sys.stdout.write(repr(outcome))  # the worker reads it with ast.literal_eval
     sys.stdout.flush()
 
 
@@ -59,15 +61,14 @@ def _harden(limits: dict[str, int]) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def _restore(encoded: str) -> str:
-    if not encoded:
+def _restore(data: bytes) -> str:
+    if not data:
         return ""
-    import base64
     import io
     import tarfile
 
     try:
-        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(encoded)), mode="r:gz") as archive:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
             members = [m for m in archive.getmembers() if _is_plain(m)]
             archive.extractall(WORK, members=members)
     except (OSError, tarfile.TarError, ValueError) as exc:
@@ -89,7 +90,7 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
         os.dup2(stdin_r, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         _become_program(request)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
@@ -101,8 +102,8 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
 def _become_program(request: dict[str, Any]) -> None:
     os.chdir(WORK)
     os.setsid()
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(sig, signal.SIG_DFL)
+    for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(sig, _signal.SIG_DFL)
     argv = request.get("argv")
     if argv:
         try:
@@ -140,8 +141,10 @@ def _become_program(request: dict[str, Any]) -> None:
         code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError):
+            try:
                 stream.flush()
+            except OSError:
+                code = code or 1  # the output could not be written: not a clean exit
         os._exit(code)
 
 
@@ -150,26 +153,37 @@ def _collect(pid: int, out_r: int, err_r: int, request: dict[str, Any]) -> dict[
     deadline = time.monotonic() + float(request["timeout_seconds"])
     buffers = {out_r: bytearray(), err_r: bytearray()}
     dropped = {out_r: 0, err_r: 0}
-    selector = selectors.DefaultSelector()
+    poller = select.poll()
     for fd in buffers:
-        selector.register(fd, selectors.EVENT_READ)
+        poller.register(fd, select.POLLIN)
+    # A pidfd wakes the loop the moment the program exits (no polling interval to wait out).
+    exited = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+    if exited >= 0:
+        poller.register(exited, select.POLLIN)
+    open_fds = set(buffers)
     status: int | None = None
     timed_out = False
     while status is None:
-        for key, _ in selector.select(timeout=0.02):
-            _read_into(key.fd, buffers, dropped, cap, selector)
+        remaining = max(deadline - time.monotonic(), 0)
+        wait_ms = min(remaining, 0.02 if exited < 0 else 1.0) * 1000
+        for fd, _ in poller.poll(wait_ms):
+            if fd != exited:
+                _read_into(fd, buffers, dropped, cap, poller, open_fds)
         done, raw = os.waitpid(pid, os.WNOHANG)
         if done:
             status = raw
         elif time.monotonic() > deadline:
             timed_out = True
-            os.kill(-1, signal.SIGKILL)
+            os.kill(-1, _signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
+    if exited >= 0:
+        poller.unregister(exited)
+        os.close(exited)
     _kill_everything_else()  # a leftover holding the pipes open must not stall the drain
     drain_until = time.monotonic() + 2.0
-    while selector.get_map() and time.monotonic() < drain_until:
-        for key, _ in selector.select(timeout=0.1):
-            _read_into(key.fd, buffers, dropped, cap, selector)
+    while open_fds and time.monotonic() < drain_until:
+        for fd, _ in poller.poll(100):
+            _read_into(fd, buffers, dropped, cap, poller, open_fds)
     return {
         "stdout": buffers[out_r].decode("utf-8", "replace"),
         "stderr": buffers[err_r].decode("utf-8", "replace"),
@@ -185,12 +199,14 @@ def _read_into(
     buffers: dict[int, bytearray],
     dropped: dict[int, int],
     cap: int,
-    selector: selectors.BaseSelector,
+    poller: select.poll,
+    open_fds: set[int],
 ) -> None:
     chunk = os.read(fd, _READ)
     if not chunk:
-        selector.unregister(fd)
+        poller.unregister(fd)
         os.close(fd)
+        open_fds.discard(fd)
         return
     room = cap - len(buffers[fd])
     buffers[fd] += chunk[: max(room, 0)]
@@ -198,8 +214,15 @@ def _read_into(
 
 
 def _kill_everything_else() -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(-1, signal.SIGKILL)  # every process we may signal but ourselves and pid 1
+    try:
+        os.kill(-1, _signal.SIGKILL)  # every process we may signal but ourselves and pid 1
+    except ProcessLookupError:  # none left
+        _reap()
+        return
+    _reap()
+
+
+def _reap() -> None:
     while True:
         try:
             os.waitpid(-1, 0)
