@@ -146,6 +146,15 @@ def find_bubblewrap(configured: str | None = None) -> str:
     return found
 
 
+def bubblewrap_problem(configured: str | None = None) -> str | None:
+    """Why no sandbox can run here (how to install bubblewrap), or None."""
+    try:
+        find_bubblewrap(configured)
+    except SandboxUnavailableError as exc:
+        return str(exc)
+    return None
+
+
 class Sandbox:
     """Runs programs in bubblewrap, one uid slot per concurrent run."""
 
