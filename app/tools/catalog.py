@@ -94,4 +94,8 @@ def allowed_names(tool_choice: Any) -> frozenset[str] | None:
     """Names an ``allowed_tools`` choice lets run (None: every declared tool)."""
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "allowed_tools":
         return None
-    return frozenset(ref["name"] for ref in tool_choice.get("tools", []) if ref.get("name"))
+    names = (
+        ref.get("name") or (CODE_INTERPRETER if ref.get("type") == CODE_INTERPRETER else None)
+        for ref in tool_choice.get("tools", [])
+    )
+    return frozenset(name for name in names if name)

@@ -10,11 +10,12 @@ import pytest
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.protocol import events as ev
+from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
 from app.supervisor import plan
 from app.tools import presenters
 from app.tools.base import ToolCall, ToolKind, ToolResult
-from app.tools.catalog import definitions, echo_tools, model_tools
+from app.tools.catalog import allowed_names, definitions, echo_tools, model_tools
 from app.tools.internal import Registry
 from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor
 from app.tools.sandbox.presenter import CodeStream, SandboxPresenter
@@ -127,7 +128,7 @@ def test_echo_resolves_the_chains_container() -> None:
     assert echo_tools(declared, Registry(), history=history)[0]["container"] == "cntr_old"
     named = echo_tools([interpreter("cntr_mine")], Registry(), history=history)
     assert named[0]["container"] == "cntr_mine"
-    assert model_tools(fresh and [fresh])[0]["name"] == "code_interpreter"
+    assert model_tools([fresh])[0]["name"] == "code_interpreter"
 
 
 def test_echo_refuses_what_the_sandbox_does_not_offer() -> None:
@@ -168,3 +169,20 @@ def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missin
             for child in plan(settings.model_copy(update={"sandbox_bwrap": None}), {}, "/tmp")
         ]
         assert "worker[tools.sandbox]" in names
+
+
+def test_allowed_tools_can_name_the_code_interpreter_by_type() -> None:
+    choice = {"type": "allowed_tools", "tools": [{"type": "code_interpreter"}]}
+    assert allowed_names(choice) == frozenset({"code_interpreter"})
+
+
+def test_simulator_takes_fenced_values_verbatim() -> None:
+    code = 'import os\nprint("a  b")\nx=1'
+    request = {
+        "messages": [{"role": "user", "content": f"use code_interpreter code=```{code}``` now"}],
+        "tools": [{"type": "function", "function": model_tools([interpreter()])[0]}],
+    }
+    answer = plan_answer(request, SimConfig())
+    assert isinstance(answer, AnswerPlan)
+    (call,) = answer.tool_calls
+    assert call.name == "code_interpreter" and json.loads(call.arguments) == {"code": code}
