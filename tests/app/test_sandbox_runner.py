@@ -18,8 +18,8 @@ from app.tools.sandbox.runner import (
     SandboxRequest,
     SandboxUnavailableError,
     find_bubblewrap,
-    processes_of,
 )
+from app.tools.sandbox.slots import processes_of
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 

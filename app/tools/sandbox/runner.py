@@ -2,8 +2,8 @@
 
 Each run gets, in this order of defence:
 
-- **its own uid** (when the worker is root): one of ``uid_count`` unprivileged uids, held with a
-  lock file for the run, so ``RLIMIT_NPROC`` binds (it does not bind root, nor a uid mapped to
+- **its own uid** (when the worker is root; :mod:`.slots`): one of ``uid_count`` unprivileged
+  uids, held with a lock file for the run, so ``RLIMIT_NPROC`` binds (it does not bind root, nor a uid mapped to
   root) and a sweep by uid after the run can kill anything left, without touching other runs;
 - **bubblewrap** namespaces: new user, pid, network, ipc, uts and cgroup namespaces
   (``--unshare-all``), no network at all, ``--die-with-parent``, ``--new-session``;
@@ -21,11 +21,9 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
-import fcntl
 import logging
 import marshal
 import os
-import random
 import selectors
 import shutil
 import signal
@@ -33,11 +31,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ INSTALL_HINT = (
 )
 _GRACE_SECONDS = 10.0
 """Time the runner may take beyond the code's timeout (start, restoring and saving files)."""
-_SLOT_WAIT_SECONDS = 10.0
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -122,12 +121,6 @@ class SandboxOutcome:
         return self.error is None and not self.timed_out and self.exit_code == 0
 
 
-@dataclass(slots=True)
-class _Slot:
-    uid: int | None
-    is_clean: bool = False
-
-
 def find_bubblewrap(configured: str | None = None) -> str:
     """The path of a working ``bwrap``.
 
@@ -169,15 +162,17 @@ class Sandbox:
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
-        self.uid_base = uid_base
-        self.uid_count = uid_count
-        self.lock_dir = Path(lock_dir or tempfile.gettempdir()) / "antwort-sandbox-slots"
-        self._is_root = os.geteuid() == 0
+        self.slots = UidSlots(
+            uid_base=uid_base,
+            uid_count=uid_count,
+            lock_dir=Path(lock_dir or tempfile.gettempdir()) / "antwort-sandbox-slots",
+            is_root=os.geteuid() == 0,
+        )
 
     def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run one program; failures are in the outcome, never raised."""
         try:
-            with self._slot() as slot:
+            with self.slots.take() as slot:
                 outcome = self._run_as(slot.uid, request)
                 # A run that ended by itself took its pid namespace, and all in it, along; only
                 # an abnormal end needs the sweep by uid.
@@ -185,38 +180,6 @@ class Sandbox:
                 return outcome
         except TimeoutError:
             return SandboxOutcome(error="Every sandbox slot of this worker is busy; try again.")
-
-    @contextlib.contextmanager
-    def _slot(self) -> Iterator[_Slot]:
-        if not self._is_root:
-            yield _Slot(uid=None)  # an unprivileged worker: its own uid binds RLIMIT_NPROC
-            return
-        self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        deadline = time.monotonic() + _SLOT_WAIT_SECONDS
-        while True:
-            for offset in random.sample(range(self.uid_count), self.uid_count):
-                uid = self.uid_base + offset
-                fd = os.open(self.lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    continue
-                slot = _Slot(uid=uid)
-                try:
-                    if os.pread(fd, 5, 0) != b"clean":
-                        kill_uid(uid)  # the last holder died mid-run: sweep what it left
-                    os.pwrite(fd, b"busy!", 0)
-                    yield slot
-                finally:
-                    if not slot.is_clean:
-                        kill_uid(uid)
-                    os.pwrite(fd, b"clean", 0)
-                    os.close(fd)
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            time.sleep(0.05)
 
     def _run_as(self, uid: int | None, request: SandboxRequest) -> SandboxOutcome:
         payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
@@ -406,36 +369,3 @@ def _usr_merge_links() -> tuple[str, ...]:
         elif os.path.isdir(name):
             args += ["--ro-bind", name, name]
     return tuple(args)
-
-
-def kill_uid(uid: int) -> int:
-    """SIGKILL every process of ``uid`` (a sandbox slot's own uid); returns how many."""
-    killed = 0
-    for _ in range(10):
-        pids = processes_of(uid)
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        time.sleep(0.01)
-    return killed
-
-
-def processes_of(uid: int) -> list[int]:
-    """Pids of the live (not zombie) processes whose real uid is ``uid``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(entry.path, "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("Uid", "").split("\t")[0] == str(uid) and not fields.get(
-            "State", ""
-        ).startswith("Z"):
-            found.append(int(entry.name))
-    return found
