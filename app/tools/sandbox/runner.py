@@ -3,8 +3,8 @@
 Each run gets, in this order of defence:
 
 - **its own uid** (when the worker is root; :mod:`.slots`): one of ``uid_count`` unprivileged
-  uids, held with a lock file for the run, so ``RLIMIT_NPROC`` binds (it does not bind root, nor a uid mapped to
-  root) and a sweep by uid after the run can kill anything left, without touching other runs;
+  uids, held with a lock file for the run, so ``RLIMIT_NPROC`` binds (it does not bind root,
+  nor a uid mapped to root) and a sweep by uid can kill anything left, sparing other runs;
 - **bubblewrap** namespaces: new user, pid, network, ipc, uts and cgroup namespaces
   (``--unshare-all``), no network at all, ``--die-with-parent``, ``--new-session``;
 - **a filesystem of its own**, read-only but for two size-limited tmpfs (the work directory
