@@ -127,18 +127,18 @@ def _become_program(request: dict[str, Any]) -> None:
             sys.path.append(path)
     os.environ.clear()
     os.environ.update(request["env"])
+    namespace: dict[str, Any] = {"__name__": "__main__"}
     try:
-        exec(compile(request["code"], "<code>", "exec"), {"__name__": "__main__"})
+        exec(compile(request["code"], "<code>", "exec"), namespace)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except BaseException as exc:  # the user's code failed: show its traceback, as python would
-        import traceback
-
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # not this frame
-        traceback.print_exception(type(exc), exc, tb)
         code = 1
+        if isinstance(exc, MemoryError):
+            namespace.clear()  # give the code's memory back, or the report itself fails
+        _print_traceback(exc)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -146,6 +146,16 @@ def _become_program(request: dict[str, Any]) -> None:
             except OSError:
                 code = code or 1  # the output could not be written: not a clean exit
         os._exit(code)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    try:
+        import traceback
+
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # not the runner's frame
+        traceback.print_exception(type(exc), exc, tb)
+    except BaseException:  # still out of memory, say: the exception's name at least
+        os.write(2, f"{type(exc).__name__}: {exc}\n".encode(errors="replace"))
 
 
 def _collect(pid: int, out_r: int, err_r: int, request: dict[str, Any]) -> dict[str, Any]:
