@@ -25,7 +25,7 @@ from app.run import fail_response, unanswered_calls
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
-from app.tools.sandbox.tools import SandboxToolSpec, load_sandbox_tools
+from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -120,7 +120,7 @@ def create_response(
     )
     check_call_outputs(history, inputs)
     registry = internal_registry(tuple(settings.internal_tool_module_list))
-    sandbox_tools = load_sandbox_tools(settings.sandbox_tools_file)
+    sandbox_tools = declared_sandbox_tools(settings.sandbox_tools_file)
     response = _new_response(
         request, model, registry, history=[*history, *inputs], sandbox_tools=sandbox_tools
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +18,10 @@ from app.tools import presenters
 from app.tools.base import ToolCall, ToolKind, ToolResult
 from app.tools.catalog import allowed_names, definitions, echo_tools, model_tools
 from app.tools.internal import Registry
-from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor
+from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor, check_sandbox
 from app.tools.sandbox.presenter import CodeStream, SandboxPresenter
 from app.tools.sandbox.runner import Sandbox, SandboxLimits
-from app.tools.sandbox.tools import SandboxToolSpec
+from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools, load_sandbox_tools
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 
@@ -186,3 +187,17 @@ def test_simulator_takes_fenced_values_verbatim() -> None:
     assert isinstance(answer, AnswerPlan)
     (call,) = answer.tool_calls
     assert call.name == "code_interpreter" and json.loads(call.arguments) == {"code": code}
+
+
+@needs_bwrap
+def test_operator_tool_files_are_read_and_checked(tmp_path: Path) -> None:
+    good = tmp_path / "tools.json"
+    good.write_text(json.dumps([{"name": "hi", "script": "print('hi')", "language": "bash"}]))
+    assert load_sandbox_tools(str(good))["hi"].language == "bash"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"name": "x", "script": "", "language": "cobol"}]))
+    with pytest.raises(ValueError):
+        load_sandbox_tools(str(bad))
+    assert declared_sandbox_tools(str(bad)) == {}  # the gateway logs it and offers none
+    with pytest.raises(SystemExit, match="ANTWORT_SANDBOX_TOOLS_FILE"):
+        check_sandbox(Settings(redis_url="redis://x", sandbox_tools_file=str(bad)))

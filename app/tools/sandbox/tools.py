@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ from typing import Any, Literal
 
 from app.errors import InvalidRequestError
 from app.tools.base import ToolDefinition, ToolKind
+
+logger = logging.getLogger(__name__)
 
 CODE_INTERPRETER = "code_interpreter"
 MAX_CODE_CHARS = 100_000
@@ -73,6 +76,18 @@ def load_sandbox_tools(path: str | None) -> dict[str, SandboxToolSpec]:
         spec = SandboxToolSpec(**entry)
         specs[spec.name] = spec
     return specs
+
+
+def declared_sandbox_tools(path: str | None) -> dict[str, SandboxToolSpec]:
+    """:func:`load_sandbox_tools` for the gateway: a broken file is logged, and offers no tools.
+
+    (The ``tools.sandbox`` worker refuses to start with it, which is where operators look.)
+    """
+    try:
+        return load_sandbox_tools(path)
+    except (OSError, ValueError, TypeError):
+        logger.exception("ANTWORT_SANDBOX_TOOLS_FILE %s cannot be read; no sandbox tools", path)
+        return {}
 
 
 def code_interpreter_definition(tool: Mapping[str, Any]) -> ToolDefinition:
