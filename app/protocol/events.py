@@ -145,6 +145,7 @@ MERGEABLE_DELTAS = frozenset(
         "response.output_text.delta",
         "response.reasoning.delta",
         "response.function_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
     }
 )
 
