@@ -83,10 +83,47 @@ class Settings(BaseSettings):
     sim_port: int = 8090
     """Port of the simulator that ``antwort up`` starts when no model is configured."""
 
+    # -- sandbox (tools.sandbox) and the built-in internal tools ---------------------------------
+    sandbox_bwrap: str | None = None
+    """Path of ``bwrap``; unset: found on ``PATH``."""
+    sandbox_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Wall-clock limit of one sandbox run; the whole process tree is killed when it passes."""
+    sandbox_cpu_seconds: int = Field(default=30, ge=1)
+    """CPU seconds of each sandboxed process."""
+    sandbox_memory_mb: int = Field(default=512, ge=64)
+    """Address space of each sandboxed process."""
+    sandbox_max_processes: int = Field(default=32, ge=4)
+    """Processes and threads one sandbox run may have."""
+    sandbox_file_size_mb: int = Field(default=32, ge=1)
+    """Largest file sandboxed code may write."""
+    sandbox_open_files: int = Field(default=64, ge=16)
+    """Open files of each sandboxed process."""
+    sandbox_work_dir_mb: int = Field(default=64, ge=1)
+    """Size of a run's work directory (a tmpfs)."""
+    sandbox_max_output_bytes: int = Field(default=64 * 1024, ge=1024)
+    """stdout and stderr of a run are each cut here."""
+    sandbox_max_files_mb: int = Field(default=8, ge=1)
+    """Largest compressed work directory kept between the calls of a response chain."""
+    sandbox_uid_base: int = Field(default=61000, ge=1000)
+    """First of the unprivileged uids a root worker runs sandboxes as (one per running sandbox)."""
+    sandbox_uid_count: int = Field(default=64, ge=1)
+    """Sandboxes one host may run at once (uids from ``sandbox_uid_base``)."""
+    sandbox_tools_file: str | None = None
+    """JSON file of operator-declared sandboxed function tools (see ``app.tools.sandbox.tools``)."""
+    fetch_allowed_hosts: str | None = None
+    """Comma-separated hosts (``*.example.com`` for subdomains) the ``http_fetch`` tool may read."""
+    fetch_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Largest body ``http_fetch`` reads."""
+
     @property
     def internal_tool_module_list(self) -> list[str]:
         """``internal_tool_modules`` as a list."""
         return [m.strip() for m in (self.internal_tool_modules or "").split(",") if m.strip()]
+
+    @property
+    def fetch_allowed_host_list(self) -> list[str]:
+        """``fetch_allowed_hosts`` as a list."""
+        return [h.strip().lower() for h in (self.fetch_allowed_hosts or "").split(",") if h.strip()]
 
     @property
     def api_key_set(self) -> frozenset[str]:

@@ -15,6 +15,7 @@ from app.store import ResponseStore
 from app.tool_calls import ToolDeps
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
+from app.tools.sandbox.executor import optional_sandbox_executor
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
 """Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
@@ -90,9 +91,9 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
     """
     registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
-    return ToolDeps(
-        store=make_store(settings),
-        executors=ExecutorRegistry([InternalExecutor(registry)]),
-        settings=settings,
-        internal_tools=registry,
-    )
+    store = make_store(settings)
+    executors = ExecutorRegistry([InternalExecutor(registry)])
+    sandbox = optional_sandbox_executor(settings, store.redis, store.keys)
+    if sandbox is not None:
+        executors.register(sandbox)
+    return ToolDeps(store=store, executors=executors, settings=settings, internal_tools=registry)

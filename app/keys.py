@@ -77,3 +77,11 @@ class Keys:
     def compaction_result(self, compaction_id: str) -> str:
         """List with TTL: the compaction task's answer, popped by the waiting gateway."""
         return f"{self.prefix}compaction:{compaction_id}:result"
+
+    def container_files(self, container_id: str) -> str:
+        """String with TTL: a code interpreter container's work directory (``tar.gz``)."""
+        return f"{self.prefix}container:{container_id}:files"
+
+    def container_lock(self, container_id: str) -> str:
+        """String with TTL: a sandbox run holds the container (one run at a time)."""
+        return f"{self.prefix}container:{container_id}:lock"

@@ -26,6 +26,7 @@ from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
+from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -33,6 +34,7 @@ _ITEM_PREFIX = {
     "function_call_output": "fco",
     "reasoning": "rs",
     "compaction": "cmp",
+    "code_interpreter_call": "ci",
 }
 
 
@@ -134,7 +136,10 @@ def create_response(
         history = []
     check_call_outputs(history, inputs)
     registry = internal_registry(tuple(settings.internal_tool_module_list))
-    response = _new_response(request, model, registry)
+    sandbox_tools = declared_sandbox_tools(settings.sandbox_tools_file)
+    response = _new_response(
+        request, model, registry, history=[*history, *inputs], sandbox_tools=sandbox_tools
+    )
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
@@ -206,7 +211,14 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
         )
 
 
-def _new_response(request: CreateResponseRequest, model: str, registry: Registry) -> ResponseObject:
+def _new_response(
+    request: CreateResponseRequest,
+    model: str,
+    registry: Registry,
+    *,
+    history: list[dict[str, Any]],
+    sandbox_tools: dict[str, SandboxToolSpec],
+) -> ResponseObject:
     return ResponseObject(
         id=new_response_id(),
         created_at=int(time.time()),
@@ -214,7 +226,12 @@ def _new_response(request: CreateResponseRequest, model: str, registry: Registry
         model=model,
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
-        tools=echo_tools([tool.model_dump(mode="json") for tool in request.tools], registry),
+        tools=echo_tools(
+            [tool.model_dump(mode="json") for tool in request.tools],
+            registry,
+            history=history,
+            sandbox_tools=sandbox_tools,
+        ),
         tool_choice=(
             request.tool_choice
             if isinstance(request.tool_choice, str)

@@ -55,7 +55,7 @@ from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolResult
-from app.tools.catalog import definitions
+from app.tools.catalog import definitions, model_tools
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
                 deps.store, deps.settings, [*state.history, *state.inputs, *response.output]
             )
         ),
-        tools=response.tools,
+        tools=model_tools(response.tools),
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),

@@ -223,7 +223,7 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--quick", action="store_true", help="tiny counts (CI smoke, ~20 s)")
     parser.add_argument(
@@ -233,10 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["core", "agentic"],
-        help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6)",
+        choices=["core", "agentic", "sandbox"],
+        help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6); "
+        "sandbox = bench/sandbox.py (issue 6)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.only == "sandbox":
+        return run_sandbox(args.quick)
     command = ".venv/bin/python -m bench.run" + (" --quick" if args.quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
     command += f" --only {args.only}" if args.only else ""
@@ -356,6 +363,47 @@ def run_core(
                      f"{mb:g} MB", command))  # fmt: skip
     fleet_cmds = [f"{role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
     return rows, fleet_cmds
+
+
+def run_sandbox(quick: bool) -> int:
+    """``--only sandbox``: the sandbox's latency and one worker's calls/s (bench/sandbox.py)."""
+    from bench import sandbox
+
+    command = ".venv/bin/python -m bench.run --only sandbox" + (" --quick" if quick else "")
+    outdir = (RESULTS / "quick" if quick else RESULTS) / "sandbox"
+    meta = {
+        "command": command,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    figures = sandbox.run(quick)
+    meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    for name, figure in figures.items():
+        print(f"{name}:", json.dumps(figure), flush=True)
+        write(outdir, name, figure, meta)
+    lat, tp = figures["sandbox_latency"], figures["sandbox_throughput"]
+    rows = [
+        ("(e) sandbox start-to-result, print(1), runner p50/p90/p99 ms",
+         f"< {sandbox.LATENCY_TARGET_MS:g} ms p50",
+         "/".join(f"{v:g}" for v in lat["runner_ms"].values()), command),
+        ("(e) same through the executor with a container (Redis files) p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["executor_with_container_ms"].values()), command),
+        ("(e) floor: the same bwrap running `python3 -I -S -c pass` p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["floor_bwrap_python_pass_ms"].values()), command),
+        ("(f) code interpreter calls/s from one tools.sandbox worker", "(info)",
+         f"{tp['calls_per_s']:g}/s ({tp['completed']}/{tp['calls']} done, {tp['errors']} errors)",
+         command),
+    ]  # fmt: skip
+    text = table(rows)
+    print(text)
+    m = meta["machine"]
+    (outdir / "summary.md").write_text(
+        f"# Sandbox benchmarks ({'quick' if quick else 'full'})\n\n"
+        f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
+        f"{meta['date']}, load average {m['loadavg_at_start']} at start: a shared machine.\n\n"
+        f"{text}\n"
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import time
 
 from app.config import Settings
 from app.fleet import QUEUES, make_store
+from app.tools.sandbox.executor import check_sandbox
 from workers.celery_app import make_celery
 from workers.dispatch import CeleryDispatcher
 
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(queues) - set(QUEUES))
     if unknown:
         parser.error(f"unknown queue(s) {unknown}; known: {', '.join(QUEUES)}")
+    if "tools.sandbox" in queues:
+        check_sandbox(settings)  # no bubblewrap: refuse to start, saying how to install it
     pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"

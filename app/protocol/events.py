@@ -145,6 +145,7 @@ MERGEABLE_DELTAS = frozenset(
         "response.output_text.delta",
         "response.reasoning.delta",
         "response.function_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
     }
 )
 
@@ -189,4 +190,33 @@ def step_completed(*, item_id: str, output_index: int, call_id: str, is_error: b
         "output_index": output_index,
         "call_id": call_id,
         "status": "failed" if is_error else "completed",
+    }
+
+
+def code_interpreter_call_event(phase: str, item_id: str, output_index: int) -> Event:
+    """``response.code_interpreter_call.in_progress|interpreting|completed``."""
+    return {
+        "type": f"response.code_interpreter_call.{phase}",
+        "item_id": item_id,
+        "output_index": output_index,
+    }
+
+
+def code_interpreter_code_delta(item_id: str, output_index: int, delta: str) -> Event:
+    """``response.code_interpreter_call_code.delta``: a piece of the code as the model writes it."""
+    return {
+        "type": "response.code_interpreter_call_code.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "delta": delta,
+    }
+
+
+def code_interpreter_code_done(item_id: str, output_index: int, code: str) -> Event:
+    """``response.code_interpreter_call_code.done``."""
+    return {
+        "type": "response.code_interpreter_call_code.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "code": code,
     }

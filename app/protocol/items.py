@@ -129,6 +129,31 @@ class CompactionItem(_Strict):
     created_by: str | None = None
 
 
+class CodeInterpreterLogs(_Strict):
+    """Logs a code interpreter call printed."""
+
+    type: Literal["logs"]
+    logs: str
+
+
+class CodeInterpreterImage(_Strict):
+    """An image a code interpreter call produced."""
+
+    type: Literal["image"]
+    url: str
+
+
+class CodeInterpreterCallItem(_Strict):
+    """A code interpreter call sent back as input (a previous response's output item)."""
+
+    type: Literal["code_interpreter_call"]
+    id: str = Field(min_length=1)
+    code: str | None = None
+    container_id: str
+    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -140,7 +165,8 @@ InputItem = Annotated[
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
-    | Annotated[CompactionItem, Tag("compaction")],
+    | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",

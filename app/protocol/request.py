@@ -33,7 +33,41 @@ class InternalToolRef(_Strict):
     name: str = Field(min_length=1, max_length=128)
 
 
-Tool = Annotated[FunctionTool | InternalToolRef, Field(discriminator="type")]
+class CodeInterpreterAuto(_Strict):
+    """``container: {"type": "auto"}``: a container for the response chain."""
+
+    type: Literal["auto"]
+    file_ids: list[str] | None = None
+    memory_limit: Literal["1g", "4g", "16g", "64g"] | None = None
+    network_policy: dict[str, Any] | None = None
+
+
+class CodeInterpreterTool(_Strict):
+    """OpenAI's ``code_interpreter``: Python in the fleet's sandbox (``tools.sandbox``)."""
+
+    type: Literal["code_interpreter"]
+    container: str | CodeInterpreterAuto = Field(
+        default_factory=lambda: CodeInterpreterAuto(type="auto")
+    )
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by."""
+        return "code_interpreter"
+
+
+class SandboxToolRef(_Strict):
+    """A sandboxed function tool the operator declared (``ANTWORT_SANDBOX_TOOLS_FILE``)."""
+
+    type: Literal["sandbox"]
+    name: str = Field(min_length=1, max_length=128)
+
+
+Tool = Annotated[
+    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef,
+    Field(discriminator="type"),
+]
 
 
 class FunctionChoice(_Strict):

@@ -44,6 +44,8 @@ Generated arguments
     property called ``name``, coerced to its type (an array takes comma-separated values; an
     unquoted value loses trailing ``.,;:!?``); a value that does not coerce is ignored. The JSON
     is written with ``json.dumps`` default spacing.
+    ``name=```value``` `` takes the value verbatim, newlines and quotes included (for code);
+    such a block is left out when tools are chosen and other assignments are read.
 
 Text answers
     After tool results (the last message is a ``tool`` message): ``"Tool results: "`` + the
@@ -97,6 +99,7 @@ _DIRECTIVE = re.compile(
     r"\[\s*(tokens|error|delay_ms|ttft_ms)\s*=\s*(\d+(?:\.\d+)?)\s*\]|\[\s*reason\s*\]",
     re.IGNORECASE,
 )
+_FENCED = re.compile(r"(?<![\w-])([A-Za-z_][\w-]*)=```(.*?)```", re.DOTALL)
 _ASSIGNMENT = re.compile(r'(?<![\w-])([A-Za-z_][\w-]*)=(?:"([^"]*)"|(\S+))')
 _SCALARS: dict[str, Any] = {
     "string": "sim",
@@ -241,7 +244,8 @@ def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
     reasoning = tokenize(f"Thinking about: {directives.text}") if directives.is_reasoning else ()
     calls: tuple[PlannedToolCall, ...] = ()
     if messages[-1].get("role") == "user":
-        calls = _plan_tool_calls(request, messages, directives.text)
+        raw = content_text(last_user.get("content")) if last_user else ""
+        calls = _plan_tool_calls(request, messages, directives.text, raw)
     content: tuple[str, ...] = ()
     if calls:
         finish: FinishReason = "tool_calls"
@@ -450,13 +454,14 @@ def _max_tokens(request: Mapping[str, Any]) -> int | None:
 
 
 def _plan_tool_calls(
-    request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], text: str
+    request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], text: str, raw: str
 ) -> tuple[PlannedToolCall, ...]:
     tools = _function_tools(request)
+    text = _FENCED.sub(" ", text)
     names = select_tools(request, tools, text)
     if not names:
         return ()
-    overrides = parse_assignments(text)
+    overrides = {**parse_assignments(text), **dict(_FENCED.findall(raw))}
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
     return tuple(
         PlannedToolCall(

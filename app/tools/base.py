@@ -42,6 +42,8 @@ class ToolDefinition:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_seconds: float | None = None
     """Overrides the fleet's default per-call timeout."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific settings from the request (a code interpreter's ``container_id``)."""
 
     def chat_tool(self) -> dict[str, Any]:
         """The definition as the model server sees it."""

@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.errors import InvalidRequestError
 from app.tools.base import ToolDefinition, ToolKind
 from app.tools.internal import Registry
+from app.tools.sandbox.tools import (
+    CODE_INTERPRETER,
+    SandboxToolSpec,
+    code_interpreter_definition,
+    echo_sandbox_tool,
+)
 
 
-def echo_tools(declared: list[dict[str, Any]], registry: Registry) -> list[dict[str, Any]]:
+def echo_tools(
+    declared: list[dict[str, Any]],
+    registry: Registry,
+    *,
+    history: Sequence[Mapping[str, Any]] = (),
+    sandbox_tools: Mapping[str, SandboxToolSpec] | None = None,
+) -> list[dict[str, Any]]:
     """The ``tools`` of the response object: declared tools, internal ones filled in.
 
+    ``history`` (the previous responses' items) tells a code interpreter which container the
+    chain already uses; ``sandbox_tools`` are the operator's sandboxed function tools.
+
     Raises:
-        InvalidRequestError: an internal tool that no worker registers.
+        InvalidRequestError: an internal or sandbox tool that no worker offers.
     """
     echoed = []
     for index, tool in enumerate(declared):
-        if tool["type"] == "internal":
+        if tool["type"] in (CODE_INTERPRETER, "sandbox"):
+            tool = echo_sandbox_tool(tool, index, history=history, operator_tools=sandbox_tools)
+        elif tool["type"] == "internal":
             found = registry.get(tool["name"])
             if found is None:
                 known = ", ".join(sorted(d.name for d in registry.list())) or "none"
@@ -43,6 +61,9 @@ def definitions(tools: list[dict[str, Any]]) -> dict[str, ToolDefinition]:
     """The response's tools by name."""
     found: dict[str, ToolDefinition] = {}
     for tool in tools:
+        if tool["type"] == CODE_INTERPRETER:
+            found[CODE_INTERPRETER] = code_interpreter_definition(tool)
+            continue
         kind = ToolKind(tool["type"]) if tool["type"] in ToolKind.__members__.values() else None
         if kind is None:
             continue
@@ -56,6 +77,14 @@ def definitions(tools: list[dict[str, Any]]) -> dict[str, ToolDefinition]:
     return found
 
 
+def model_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The declared tools as function tools for the model (hosted tools become functions)."""
+    return [
+        code_interpreter_definition(tool).chat_tool() if tool["type"] == CODE_INTERPRETER else tool
+        for tool in tools
+    ]
+
+
 def is_agentic(tools: list[dict[str, Any]]) -> bool:
     """Whether any declared tool is executed by the fleet (the agentic loop is engaged)."""
     return any(definition.kind.is_server_side for definition in definitions(tools).values())
@@ -65,4 +94,8 @@ def allowed_names(tool_choice: Any) -> frozenset[str] | None:
     """Names an ``allowed_tools`` choice lets run (None: every declared tool)."""
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "allowed_tools":
         return None
-    return frozenset(ref["name"] for ref in tool_choice.get("tools", []) if ref.get("name"))
+    names = (
+        ref.get("name") or (CODE_INTERPRETER if ref.get("type") == CODE_INTERPRETER else None)
+        for ref in tool_choice.get("tools", [])
+    )
+    return frozenset(name for name in names if name)

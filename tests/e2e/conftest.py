@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,16 @@ import redis
 
 from app.supervisor import free_port
 from tests.conftest import delete_prefix
+
+SANDBOX_TOOLS = [
+    {
+        "name": "word_count",
+        "description": "Count the words of a text (runs in the sandbox).",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        "script": "import json, sys\nprint(len(json.load(sys.stdin)['text'].split()))",
+    }
+]
+"""Operator-declared sandboxed tools of the e2e fleet (``ANTWORT_SANDBOX_TOOLS_FILE``)."""
 
 
 @dataclass
@@ -107,11 +119,19 @@ def fleet(
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
     )
+    # -- sandbox kind and built-ins (tests/e2e/test_sandbox.py, test_builtins.py) -------------
+    sandbox_tools = tmp_path_factory.mktemp("sandbox") / "tools.json"
+    sandbox_tools.write_text(json.dumps(SANDBOX_TOOLS))
+    env.update(ANTWORT_SANDBOX_TOOLS_FILE=str(sandbox_tools), ANTWORT_SANDBOX_TIMEOUT_SECONDS="3")
+    env["ANTWORT_FETCH_ALLOWED_HOSTS"] = "127.0.0.1"  # http_fetch may read the tests' server
+    # -------------------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
     running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
     running.start_worker("worker-0")
     running.start_worker("tools-0", "tools.internal")
+    if shutil.which("bwrap"):  # the sandbox kind (its tests skip without bubblewrap)
+        running.start_worker("sandbox-0", "tools.sandbox")
     try:
         wait_ready(base_url)
     except RuntimeError:
