@@ -177,19 +177,25 @@ def _follow_live(
     last: int,
     keepalive_seconds: float,
 ) -> Iterator[StoredEvent | Keepalive]:
+    check_status = True
     while True:
-        if store.status(response_id) not in ACTIVE_STATUSES:
+        # Whether the response ended before the inbox listened (its end message then never
+        # comes): looked up once, then only after quiet spells, not for every message.
+        if check_status and store.status(response_id) not in ACTIVE_STATUSES:
             # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
             yield from store.events_after(response_id, last)
             return
+        check_status = False
         try:
             message = inbox.get(timeout=keepalive_seconds)
         except queue.Empty:
             yield KEEPALIVE
             message = None
         if message is None or message.type == _END or message.sequence_number > last + 1:
-            # Quiet, ended, or a gap (pub/sub is best effort): the stream is the truth.
+            # Quiet, ended, or a gap (pub/sub is best effort): the stream is the truth, and
+            # the status says whether to stop (a cancelled response has no terminal event).
             caught_up = store.events_after(response_id, last)
+            check_status = True
         elif message.sequence_number <= last:
             continue
         else:

@@ -29,6 +29,7 @@ class CeleryCompactionQueue:
             args=[compaction_id],
             task_id=f"{compaction_id}:compact",
             queue="inference",
+            ignore_result=True,  # the answer comes back through the store, not Celery
         )
 
 

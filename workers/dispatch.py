@@ -37,6 +37,9 @@ class CeleryDispatcher:
             args=[response_id, turn],
             task_id=task_id,
             queue="inference",
+            # Nobody waits on a turn's Celery result; without this the sender's result consumer
+            # subscribes to every task's result channel and never lets go (a gateway leak).
+            ignore_result=True,
         )
 
     def enqueue_tools(

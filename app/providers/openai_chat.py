@@ -158,6 +158,8 @@ def _sse_data(stream: Iterator[bytes]) -> Iterator[bytes]:
 def _parse_stream(fields: Iterator[bytes]) -> Iterator[Chunk]:
     for data in fields:
         if data == b"[DONE]":
+            for _ in fields:  # read to the body's end: the connection goes back to the pool
+                pass
             return
         try:
             payload = json.loads(data)

@@ -351,10 +351,21 @@ def test_simulator_makes_scripted_mistakes_once_per_listing() -> None:
 # -- whole turns through the simulator ------------------------------------------------------------
 
 
+_PROVIDERS: list[ChatCompletionsProvider] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_providers() -> Iterator[None]:
+    yield
+    while _PROVIDERS:  # their pooled keep-alive connections to the simulator
+        _PROVIDERS.pop().close()
+
+
 def start(store: ResponseStore, settings: Settings, text: str, **body: Any) -> tuple[str, RunDeps]:
     body = {"input": text, "metadata": JSON_MODE, "background": True, **body}
     response, _ = create_response(store, RecordingDispatcher(), settings, body)
     provider = ChatCompletionsProvider(base_url=str(settings.llm_base_url), max_retries=0)
+    _PROVIDERS.append(provider)
     return response.id, RunDeps(store=store, provider=provider, settings=settings)
 
 
