@@ -32,6 +32,7 @@ def make_celery(settings: Settings) -> Celery:
         result_expires=3600,
         task_serializer="json",
         accept_content=["json"],
+        broker_transport="workers.kombu_redis:Transport",
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         visibility_timeout=settings.task_visibility_timeout_seconds,
