@@ -15,6 +15,10 @@ from app.store import ResponseStore
 from app.tool_calls import ToolDeps
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
+from app.tools.mcp.client import McpClient
+from app.tools.mcp.executor import McpExecutor
+from app.tools.mcp.security import Sealer, check_server_url
+from app.tools.mcp.servers import McpServers, seal_key
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
 """Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
@@ -79,6 +83,7 @@ def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -
         settings=settings,
         dispatcher=dispatcher,
         leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+        mcp=make_mcp_executor(settings, store),
     )
 
 
@@ -86,8 +91,26 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
     """Everything a tool worker needs: the executors of every kind this build ships."""
     registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
+    store = make_store(settings)
     return ToolDeps(
-        store=make_store(settings),
-        executors=ExecutorRegistry([InternalExecutor(registry)]),
+        store=store,
+        executors=ExecutorRegistry(
+            [InternalExecutor(registry), make_mcp_executor(settings, store)]
+        ),
         settings=settings,
     )
+
+
+def make_mcp_executor(settings: Settings, store: ResponseStore) -> McpExecutor:
+    """The process's MCP client (its own event loop and session pool) behind the executor."""
+
+    def guard(url: str) -> None:  # checked again at connect time: DNS may have changed
+        check_server_url(url, settings.mcp_allowed_hosts)
+
+    client = McpClient(
+        list_ttl_seconds=settings.mcp_list_cache_seconds,
+        connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
+        url_guard=guard,
+    )
+    servers = McpServers(settings, sealer=Sealer(seal_key(settings, store.redis)))
+    return McpExecutor(servers, client)

@@ -64,3 +64,8 @@ class Keys:
     def tool_result(self, response_id: str, call_id: str) -> str:
         """String: the stored result of one tool call (idempotent tool tasks)."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}"
+
+    @property
+    def mcp_seal_key(self) -> str:
+        """The fleet's generated key that seals MCP headers when none is configured."""
+        return f"{self.prefix}mcp:seal-key"

@@ -25,12 +25,16 @@ from app.run import fail_response, unanswered_calls
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
+from app.tools.mcp.requests import check_approval_responses, prepare_mcp_tools
+from app.tools.mcp.security import Sealer
+from app.tools.mcp.servers import seal_key
 
 _ITEM_PREFIX = {
     "message": "msg",
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "mcp_approval_response": "mcpa",
 }
 
 
@@ -117,12 +121,20 @@ def create_response(
         load_history(store, request.previous_response_id) if request.previous_response_id else []
     )
     check_call_outputs(history, inputs)
+    check_approval_responses(history, inputs)
+    declared, sealed = prepare_mcp_tools(
+        settings,
+        [tool.model_dump(mode="json") for tool in request.tools],
+        sealer=lambda: Sealer(seal_key(settings, store.redis)),
+    )
     registry = internal_registry(tuple(settings.internal_tool_module_list))
-    response = _new_response(request, model, registry)
+    response = _new_response(request, model, registry, declared)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
     extra = {"params": _params(request), "include": request.include or [], "user": request.user}
+    if sealed:
+        extra["mcp_sealed"] = sealed
     store.create(response, inputs=inputs, extra=extra, events=events)
     try:
         dispatcher.enqueue_turn(response.id, 0)
@@ -169,7 +181,7 @@ def check_call_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any
 
 def _check_tool_choice(request: CreateResponseRequest) -> None:
     choice = request.tool_choice
-    names = {tool.name for tool in request.tools}
+    names = {getattr(tool, "name", None) for tool in request.tools}
     if isinstance(choice, FunctionChoice) and choice.name not in names:
         raise InvalidRequestError(
             f"Tool choice '{choice.name}' not found in 'tools' parameter.",
@@ -184,7 +196,9 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
         )
 
 
-def _new_response(request: CreateResponseRequest, model: str, registry: Registry) -> ResponseObject:
+def _new_response(
+    request: CreateResponseRequest, model: str, registry: Registry, declared: list[dict[str, Any]]
+) -> ResponseObject:
     return ResponseObject(
         id=new_response_id(),
         created_at=int(time.time()),
@@ -192,7 +206,7 @@ def _new_response(request: CreateResponseRequest, model: str, registry: Registry
         model=model,
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
-        tools=echo_tools([tool.model_dump(mode="json") for tool in request.tools], registry),
+        tools=echo_tools(declared, registry),
         tool_choice=(
             request.tool_choice
             if isinstance(request.tool_choice, str)

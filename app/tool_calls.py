@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 
 from app.config import Settings
-from app.protocol.response import ACTIVE_STATUSES
+from app.conversation import load_history
+from app.errors import AppError
+from app.protocol.response import ACTIVE_STATUSES, ResponseObject
 from app.store import ResponseStore
 from app.tools import presenters
 from app.tools.base import (
@@ -54,7 +56,7 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
     presenter = presenters.for_item(found[1])
     assert presenter is not None
     call = presenter.call_of(found[1])
-    tool = definitions(stored.response.tools).get(call.name)
+    tool = _definition(store, stored.response, call.name, stored.extra.get("mcp_sealed"))
     result = _execute(deps, response_id, call, tool)
     if result is None:
         return "cancelled"
@@ -68,6 +70,20 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
         return "cancelled"  # a result that arrives after a cancel is discarded
     store.put_tool_result(response_id, call_id, result.to_json())
     return "error" if result.is_error else "ok"
+
+
+def _definition(
+    store: ResponseStore, response: ResponseObject, name: str, sealed: dict[str, str] | None
+) -> ToolDefinition | None:
+    """The called tool; MCP tools listed earlier in the chain need the chain to be found."""
+    tool = definitions(response.tools, response.output, sealed=sealed).get(name)
+    if tool is not None or response.previous_response_id is None:
+        return tool
+    try:
+        history = load_history(store, response.previous_response_id)
+    except AppError:
+        return None
+    return definitions(response.tools, [*history, *response.output], sealed=sealed).get(name)
 
 
 def _execute(

@@ -120,6 +120,16 @@ class ReasoningItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class McpApprovalResponseItem(_Strict):
+    """The client's decision on an ``mcp_approval_request`` of the previous response."""
+
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str = Field(min_length=1)
+    approve: bool
+    reason: str | None = None
+    id: str | None = None
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -130,7 +140,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")],
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import redis
 
 from app.supervisor import free_port
 from tests.conftest import delete_prefix
+from tests.support.mcp_servers import stdio_command
 
 
 @dataclass
@@ -107,11 +109,23 @@ def fleet(
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
     )
+    # -- MCP (tests/e2e/test_mcp*.py): test servers on loopback, one configured stdio server --
+    mcp_servers = tmp_path_factory.mktemp("mcp") / "servers.json"
+    command, args = stdio_command("local")
+    mcp_servers.write_text(json.dumps({"servers": {"local": {"command": command, "args": args}}}))
+    env.update(
+        ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1,localhost",
+        ANTWORT_MCP_SERVERS_FILE=str(mcp_servers),
+        ANTWORT_MCP_SECRET_KEY="e2e-seal-key",
+        ANTWORT_MCP_TIMEOUT_SECONDS="5",
+    )
+    # -- end MCP --------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
     running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
     running.start_worker("worker-0")
     running.start_worker("tools-0", "tools.internal")
+    running.start_worker("mcp-0", "tools.mcp")  # MCP
     try:
         wait_ready(base_url)
     except RuntimeError:
