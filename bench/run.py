@@ -222,6 +222,17 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _with_only(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--only", choices=["mcp"], help="run one section alone (bench/mcp.py)")
+    return parser
+
+
+def _only_mcp(quick: bool) -> int:
+    from bench import mcp
+
+    return mcp.main(["--quick"] if quick else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--quick", action="store_true", help="tiny counts (CI smoke, ~20 s)")
@@ -230,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
-    args = parser.parse_args(argv)
+    args = _with_only(parser).parse_args(argv)
+    if args.only == "mcp":
+        return _only_mcp(args.quick)
     quick = args.quick
     command = ".venv/bin/python -m bench.run" + (" --quick" if quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""

@@ -177,9 +177,6 @@ def mcp_call_arguments_delta(item_id: str, output_index: int, delta: str) -> Eve
 
 def mcp_call_arguments_done(item_id: str, output_index: int, arguments: str) -> Event:
     """``response.mcp_call_arguments.done`` (no ``name``: the item has it)."""
-    return {
-        "type": "response.mcp_call_arguments.done",
-        "item_id": item_id,
-        "output_index": output_index,
-        "arguments": arguments,
-    }
+    event = function_call_arguments_done(item_id, output_index, arguments, "")
+    del event["name"]
+    return {**event, "type": "response.mcp_call_arguments.done"}
