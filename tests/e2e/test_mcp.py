@@ -15,7 +15,13 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence, raw_events
-from tests.support.mcp_servers import RunningServer, digest, free_port, start_server
+from tests.support.mcp_servers import (
+    LIST_AND_CALL_EVENTS,
+    RunningServer,
+    digest,
+    free_port,
+    start_server,
+)
 
 STREAM_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
 
@@ -79,15 +85,7 @@ def test_mcp_streams_its_events(fleet: Fleet, alpha: RunningServer) -> None:
     for event in events:
         STREAM_EVENT.validate_python(event)
     types = [e["type"] for e in events]
-    expected = [
-        "response.mcp_list_tools.in_progress",
-        "response.mcp_list_tools.completed",
-        "response.mcp_call.in_progress",
-        "response.mcp_call_arguments.delta",
-        "response.mcp_call_arguments.done",
-        "response.mcp_call.completed",
-        "response.completed",
-    ]
+    expected = [*LIST_AND_CALL_EVENTS, "response.completed"]
     assert [t for t in types if t in expected] == expected
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
     assert [i["type"] for i in done] == ["mcp_list_tools", "mcp_call", "message"]

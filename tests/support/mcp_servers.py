@@ -191,6 +191,17 @@ def start_server(transport: str, *, name: str = "srv", port: int | None = None) 
     raise RuntimeError("MCP test server did not start")
 
 
+LIST_AND_CALL_EVENTS = (
+    "response.mcp_list_tools.in_progress",
+    "response.mcp_list_tools.completed",
+    "response.mcp_call.in_progress",
+    "response.mcp_call_arguments.delta",
+    "response.mcp_call_arguments.done",
+    "response.mcp_call.completed",
+)
+"""The MCP events of a response that lists one server and makes one call, in order."""
+
+
 @contextlib.contextmanager
 def running(transport: str, *, name: str = "srv") -> Iterator[RunningServer]:
     """A server for the duration of a ``with`` block."""

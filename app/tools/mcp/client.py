@@ -115,6 +115,7 @@ class McpClient:
         self.connect_timeout_seconds = connect_timeout_seconds
         self._url_guard = url_guard
         self._pool = _Pool()
+        _import_sdk()  # here, not first in the loop thread: concurrent first imports race
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
         self._thread.start()
@@ -149,6 +150,8 @@ class McpClient:
             self._run(self._close_all(), 10.0)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def _run(self, coro: Awaitable[T], timeout: float) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(
@@ -310,6 +313,13 @@ class McpClient:
         tasks = [session.task for session in sessions if session.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=5)
+
+
+def _import_sdk() -> None:
+    import httpx2  # noqa: F401
+    import mcp.client.sse
+    import mcp.client.streamable_http
+    import mcp.client.subscriptions  # noqa: F401
 
 
 async def _until(events: Any, stop: asyncio.Future[Any]) -> Any:

@@ -75,7 +75,8 @@ def _summary(block: dict[str, Any]) -> str:
     if kind == "text":
         return str(block.get("text", ""))
     if kind in ("image", "audio"):
-        size = len(block.get("data", "")) * 3 // 4
+        data = str(block.get("data") or "")
+        size = len(data) * 3 // 4 - data[-2:].count("=")
         return f"[{kind}: {block.get('mime_type', 'unknown type')}, {size} bytes]"
     if kind == "resource":
         resource = block.get("resource") or {}

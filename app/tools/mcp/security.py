@@ -53,13 +53,12 @@ def check_server_url(
     if parts.scheme not in ("http", "https") or not host:
         raise ServerUrlRefusedError("server_url must be an http(s) URL with a host.")
     entries = [e.strip().lower() for e in (allowed_hosts or "").split(",") if e.strip()]
-    try:
-        addresses = [ipaddress.ip_address(a.split("%")[0]) for a in resolve(host)]
-    except (OSError, ValueError):
-        message = f"The host '{host}' of server_url cannot be resolved."
-        raise ServerUrlRefusedError(message) from None
-    if entries and "*" not in entries:
-        if not any(_matches(entry, host, addresses) for entry in entries):
+    is_listed = bool(entries) and "*" not in entries
+    if is_listed and any(_names(entry, host) for entry in entries):
+        return
+    addresses = _resolved(host, resolve)
+    if is_listed:
+        if not any(_contains(entry, addresses) for entry in entries):
             raise ServerUrlRefusedError(
                 f"The host '{host}' is not in the MCP allowlist (ANTWORT_MCP_ALLOWED_HOSTS)."
             )
@@ -70,11 +69,21 @@ def check_server_url(
         )
 
 
-def _matches(entry: str, host: str, addresses: list[IpAddress]) -> bool:
+def _resolved(host: str, resolve: Resolver) -> list[IpAddress]:
+    try:
+        return [ipaddress.ip_address(a.split("%")[0]) for a in resolve(host)]
+    except (OSError, ValueError):
+        message = f"The host '{host}' of server_url cannot be resolved."
+        raise ServerUrlRefusedError(message) from None
+
+
+def _names(entry: str, host: str) -> bool:
     if entry.startswith("*."):
         return host.endswith(entry[1:])
-    if entry == host:
-        return True
+    return entry == host
+
+
+def _contains(entry: str, addresses: list[IpAddress]) -> bool:
     try:
         network = ipaddress.ip_network(entry, strict=False)
     except ValueError:
