@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.errors import InvalidRequestError
+from app.errors import InvalidRequestError, ServerError
 from app.fleet import make_mcp_executor
 from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta
 from app.providers.translate import ModelRequest
@@ -17,7 +17,9 @@ from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
 from app.tools.mcp.executor import McpExecutor
-from app.tools.mcp.servers import seal_key
+from app.tools.mcp.requests import prepare_mcp_tools
+from app.tools.mcp.security import Sealer
+from app.tools.mcp.servers import McpServers, load_configured, seal_key
 from tests.support.mcp_servers import (
     LIST_AND_CALL_EVENTS,
     RunningServer,
@@ -269,3 +271,35 @@ def test_image_results_stay_in_the_item_and_errors_reach_the_model(
     seen = model.requests[1].items[-1]
     assert seen["type"] == "function_call_output" and "broken" in seen["output"]
     assert seen["output"].startswith("Error: ")
+
+
+def test_configured_servers_file(tmp_path: Any, make_settings: Callable[..., Settings]) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "docs": {"url": "http://10.0.0.5:9000/sse", "headers": {"K": "v"},
+                             "timeout_seconds": 7, "require_approval": "never"},
+                    "local": {"command": "python", "args": ["-m", "x"], "env": {"T": "1"}},
+                }
+            }
+        )
+    )  # fmt: skip
+    settings = make_settings(mcp_servers_file=str(path))
+    servers = McpServers(settings, sealer=Sealer(b"k"))
+    docs = servers.target_of("docs", None, None)
+    assert (docs.transport, docs.headers, docs.timeout_seconds) == ("sse", (("K", "v"),), 7)
+    assert docs.is_configured
+    local = servers.target_of("local", None, None)
+    assert (local.transport, local.command, local.env) == ("stdio", "python", (("T", "1"),))
+    declared, sealed = prepare_mcp_tools(
+        settings, [{"type": "mcp", "server_label": "docs"}], sealer=lambda: Sealer(b"k")
+    )
+    assert declared[0]["require_approval"] == "never" and sealed == {}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"servers": {"bad": {}}}))
+    with pytest.raises(ServerError, match="exactly one of"):
+        load_configured(str(bad))
+    with pytest.raises(ServerError, match="is invalid"):
+        load_configured(str(tmp_path / "missing.json"))

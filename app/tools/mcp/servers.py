@@ -26,7 +26,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import Settings
-from app.errors import UpstreamError
+from app.errors import ServerError, UpstreamError
 from app.keys import Keys
 from app.tools.base import McpToolRef
 from app.tools.mcp.security import Sealer
@@ -61,7 +61,8 @@ def load_configured(path: str | None) -> dict[str, ConfiguredServer]:
     """The configured servers by label (read once per process).
 
     Raises:
-        SystemExit: the file is unreadable or invalid (a configuration error stops the process).
+        ServerError: the file is unreadable or invalid (workers fail at start; the gateway
+            answers 500 to requests with MCP tools until it is fixed).
     """
     if not path:
         return {}
@@ -69,10 +70,10 @@ def load_configured(path: str | None) -> dict[str, ConfiguredServer]:
         with open(path, encoding="utf-8") as handle:
             parsed = ServersFile.model_validate(json.load(handle))
     except (OSError, ValueError, ValidationError) as exc:
-        raise SystemExit(f"ANTWORT_MCP_SERVERS_FILE {path!r} is invalid: {exc}") from None
+        raise ServerError(f"ANTWORT_MCP_SERVERS_FILE {path!r} is invalid: {exc}") from None
     for label, server in parsed.servers.items():
         if (server.url is None) == (server.command is None):
-            raise SystemExit(f"MCP server '{label}' needs exactly one of 'url' and 'command'.")
+            raise ServerError(f"MCP server '{label}' needs exactly one of 'url' and 'command'.")
     return parsed.servers
 
 
