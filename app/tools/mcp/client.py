@@ -283,10 +283,17 @@ class McpClient:
         return await stack.enter_async_context(client)
 
     async def _hold(self, target: ServerTarget, session: _Session) -> None:
-        """Wait for the end, dropping the cached listing whenever the server's tools change."""
+        """Wait for the end, dropping the cached listing whenever the server's tools change.
+
+        A 2026-07-28 server announces changes on a ``subscriptions/listen`` stream; when that
+        stream is lost after it was acknowledged, the connection is gone and the session ends
+        (the next call reconnects). Older servers (and servers that refuse the stream) send
+        ``notifications/tools/list_changed`` to the message handler instead.
+        """
+        is_listening = False
         try:
-            listen = session.client.listen(tools_list_changed=True)
-            async with listen as events:
+            async with session.client.listen(tools_list_changed=True) as events:
+                is_listening = True
                 waiting = asyncio.ensure_future(session.stop.wait())
                 try:
                     async for _event in _until(events, waiting):
@@ -294,11 +301,10 @@ class McpClient:
                 finally:
                     waiting.cancel()
                 return
-        except Exception as exc:  # an older server (no listen) or a dropped stream
-            logger.debug("no listen stream on %s: %s", target.label, _describe(exc))
-        if session.client.protocol_version >= "2026-07-28":
-            return  # the listen stream was lost: the connection is gone; reconnect next time
-        await session.stop.wait()
+        except Exception as exc:  # no listen on this server, or the stream dropped
+            logger.debug("listen stream on %s: %s", target.label, _describe(exc))
+        if not is_listening:
+            await session.stop.wait()
 
     def _drop(self, key: str) -> None:
         session = self._pool.sessions.pop(key, None)
