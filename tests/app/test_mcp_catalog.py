@@ -69,6 +69,13 @@ def test_allowed_tool_names(allowed: Any, expected: set[str] | None) -> None:
     assert (None if found is None else set(found)) == expected
 
 
+def test_read_only_allowed_tools_filter_by_annotation() -> None:
+    tools = [server("a", allowed_tools={"read_only": True}, require_approval="never")]
+    item = listing("a", "look", "write")
+    item["tools"][0]["annotations"] = {"readOnlyHint": True}
+    assert set(mcp_definitions(tools, [item])) == {"look", alias("a", "look")}
+
+
 @pytest.mark.parametrize(
     ("policy", "name", "gated"),
     [

@@ -56,6 +56,11 @@ def test_non_http_urls_are_refused(url: str) -> None:
         check(url)
 
 
+def test_credentials_in_the_url_are_refused() -> None:
+    with pytest.raises(ServerUrlRefusedError, match="credentials"):
+        check("https://user:pw@public.example/mcp")
+
+
 def test_unresolvable_hosts_are_refused() -> None:
     with pytest.raises(ServerUrlRefusedError, match="cannot be resolved"):
         check("https://nowhere.invalid/mcp")

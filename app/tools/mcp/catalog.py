@@ -71,6 +71,16 @@ def allowed_tool_names(allowed_tools: Any) -> frozenset[str] | None:
     return frozenset(allowed_tools)
 
 
+def is_tool_allowed(allowed_tools: Any, tool: Mapping[str, Any]) -> bool:
+    """Whether ``allowed_tools`` lets the model see ``tool`` (by name, or as read-only)."""
+    if allowed_tools is None:
+        return True
+    if isinstance(allowed_tools, Mapping) and allowed_tools.get("read_only"):
+        return _filter_matches(allowed_tools, tool)
+    names = allowed_tool_names(allowed_tools)
+    return names is None or tool["name"] in names
+
+
 def needs_approval(require_approval: Any, tool: Mapping[str, Any]) -> bool:
     """Whether a call of ``tool`` waits for the client's approval (OpenAI's default: always)."""
     if require_approval in (None, "always"):
@@ -107,9 +117,8 @@ def mcp_definitions(
         listing = listings.get(label)
         if listing is None:
             continue
-        allowed = allowed_tool_names(server.get("allowed_tools"))
         for tool in listing["tools"]:
-            if allowed is not None and tool["name"] not in allowed:
+            if not is_tool_allowed(server.get("allowed_tools"), tool):
                 continue
             definition = ToolDefinition(
                 name=names[(label, tool["name"])],

@@ -52,6 +52,11 @@ def check_server_url(
     host = (parts.hostname or "").lower()
     if parts.scheme not in ("http", "https") or not host:
         raise ServerUrlRefusedError("server_url must be an http(s) URL with a host.")
+    if parts.username is not None or parts.password is not None:
+        # The URL is echoed in the response object; credentials belong in headers.
+        raise ServerUrlRefusedError(
+            "server_url must not carry credentials; use headers or authorization."
+        )
     entries = [e.strip().lower() for e in (allowed_hosts or "").split(",") if e.strip()]
     is_listed = bool(entries) and "*" not in entries
     if is_listed and any(_names(entry, host) for entry in entries):

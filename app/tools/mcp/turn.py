@@ -23,7 +23,7 @@ from app.tools.mcp.catalog import (
     APPROVAL_RESPONSE_ITEM,
     CALL_ITEM,
     LIST_ITEM,
-    allowed_tool_names,
+    is_tool_allowed,
     unlisted_servers,
 )
 from app.tools.mcp.client import ListedTool
@@ -90,8 +90,8 @@ def _list(
     except UpstreamError as exc:
         logger.info("listing MCP server %s failed: %s", label, exc.message)
         return exc.message
-    allowed = allowed_tool_names(server.get("allowed_tools"))
-    return [tool for tool in tools if allowed is None or tool.name in allowed]
+    allowed = server.get("allowed_tools")
+    return [tool for tool in tools if is_tool_allowed(allowed, _wire(tool))]
 
 
 def _wire(tool: ListedTool) -> Item:
