@@ -95,6 +95,7 @@ class _Pool:
     sessions: dict[str, _Session] = field(default_factory=dict)
     opening: dict[str, asyncio.Future[_Session]] = field(default_factory=dict)
     listings: dict[str, _Listing] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 UrlGuard = Callable[[str], None]
@@ -228,7 +229,9 @@ class McpClient:
         if opening is None:
             opening = self._loop.create_future()
             self._pool.opening[target.key] = opening
-            self._loop.create_task(self._open(target, opening))
+            task = self._loop.create_task(self._open(target, opening))
+            self._pool.tasks.add(task)  # the loop holds tasks weakly
+            task.add_done_callback(self._pool.tasks.discard)
         try:
             return await asyncio.shield(opening)
         except UpstreamError:
@@ -243,7 +246,7 @@ class McpClient:
         session: _Session | None = None
         try:
             if target.url is not None and self._url_guard is not None and not target.is_configured:
-                self._url_guard(target.url)
+                await asyncio.to_thread(self._url_guard, target.url)  # DNS must not block the loop
             async with contextlib.AsyncExitStack() as stack:
                 client = await asyncio.wait_for(
                     self._connect(stack, target), self.connect_timeout_seconds
