@@ -17,7 +17,7 @@ from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
 from app.tools.mcp.client import McpClient
 from app.tools.mcp.executor import McpExecutor
-from app.tools.mcp.security import Sealer, check_server_url
+from app.tools.mcp.security import Sealer, allowed_addresses
 from app.tools.mcp.servers import McpServers, seal_key
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
@@ -104,13 +104,13 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
 def make_mcp_executor(settings: Settings, store: ResponseStore) -> McpExecutor:
     """The process's MCP client (its own event loop and session pool) behind the executor."""
 
-    def guard(url: str) -> None:  # checked again at connect time: DNS may have changed
-        check_server_url(url, settings.mcp_allowed_hosts)
+    def policy(host: str) -> list[str]:  # checked again on every connect: DNS may change
+        return allowed_addresses(host, settings.mcp_allowed_hosts)
 
     client = McpClient(
         list_ttl_seconds=settings.mcp_list_cache_seconds,
         connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
-        url_guard=guard,
+        address_policy=policy,
     )
     servers = McpServers(settings, sealer=Sealer(seal_key(settings, store.redis)))
     return McpExecutor(servers, client)

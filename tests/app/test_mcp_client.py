@@ -10,7 +10,7 @@ from app.errors import UpstreamError
 from app.tools.base import McpToolRef, ToolCall, ToolDefinition, ToolKind
 from app.tools.mcp.client import McpClient, McpTimeoutError, McpUnavailableError
 from app.tools.mcp.executor import McpExecutor
-from app.tools.mcp.security import Sealer, check_server_url
+from app.tools.mcp.security import Sealer, allowed_addresses
 from app.tools.mcp.servers import McpServers
 from app.tools.mcp.target import ServerTarget
 from tests.support.mcp_servers import (
@@ -150,13 +150,37 @@ def test_sse_and_stdio_transports(client: McpClient) -> None:
     assert client.call_tool(stdio, "echo", {"text": "y"}).content[0]["text"] == "pipe: y"
 
 
-def test_url_guard_runs_before_connecting(http_server: RunningServer) -> None:
-    guarded = McpClient(url_guard=lambda url: check_server_url(url, None))
+def test_address_policy_refuses_before_connecting(http_server: RunningServer) -> None:
+    guarded = McpClient(address_policy=lambda host: allowed_addresses(host, None))
     try:
         with pytest.raises(UpstreamError, match="private, loopback"):
             guarded.list_tools(target(http_server))
     finally:
         guarded.close()
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+def test_connections_go_only_to_addresses_the_policy_gives(transport: str) -> None:
+    asked: list[str] = []
+
+    def policy(host: str) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]  # wherever the name resolves to, connect here
+
+    pinned = McpClient(address_policy=policy)
+    with running(transport, name="pinned", any_host=True) as server:
+        port = server.url.split(":")[2].split("/")[0]
+        kind = "sse" if transport == "sse" else "streamable_http"
+        path = "/sse" if transport == "sse" else "/mcp"
+        # A name that resolves nowhere: only the pinned address makes the connection possible.
+        url = f"http://mcp-pinned.invalid:{port}{path}"
+        tgt = ServerTarget(label="p", transport=kind, url=url, timeout_seconds=5)  # type: ignore[arg-type]
+        try:
+            outcome = pinned.call_tool(tgt, "echo", {"text": "x"})
+        finally:
+            pinned.close()
+    assert outcome.content[0]["text"] == "pinned: x"
+    assert set(asked) == {"mcp-pinned.invalid"} and len(asked) >= 2  # early check + connect
 
 
 def test_executor_results_are_data(client: McpClient, http_server: RunningServer) -> None:

@@ -26,6 +26,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from mcp.server.transport_security import TransportSecuritySettings
 
 # A 1x1 transparent PNG.
 PIXEL_PNG = base64.b64decode(
@@ -159,8 +160,13 @@ def stdio_command(name: str = "local") -> tuple[str, list[str]]:
     ]
 
 
-def start_server(transport: str, *, name: str = "srv", port: int | None = None) -> RunningServer:
-    """Start a server over ``streamable-http`` or ``sse`` and wait until it accepts connections."""
+def start_server(
+    transport: str, *, name: str = "srv", port: int | None = None, any_host: bool = False
+) -> RunningServer:
+    """Start a server over ``streamable-http`` or ``sse`` and wait until it accepts connections.
+
+    ``any_host``: accept requests whatever their ``Host`` header (for names pinned to loopback).
+    """
     port = port or free_port()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     process = subprocess.Popen(
@@ -174,6 +180,7 @@ def start_server(transport: str, *, name: str = "srv", port: int | None = None) 
             str(port),
             "--name",
             name,
+            *(["--any-host"] if any_host else []),
         ],
         cwd=root,
         stdout=subprocess.DEVNULL,
@@ -203,9 +210,11 @@ LIST_AND_CALL_EVENTS = (
 
 
 @contextlib.contextmanager
-def running(transport: str, *, name: str = "srv") -> Iterator[RunningServer]:
+def running(
+    transport: str, *, name: str = "srv", any_host: bool = False
+) -> Iterator[RunningServer]:
     """A server for the duration of a ``with`` block."""
-    server = start_server(transport, name=name)
+    server = start_server(transport, name=name, any_host=any_host)
     try:
         yield server
     finally:
@@ -218,14 +227,18 @@ def main() -> None:
     parser.add_argument("--transport", default="streamable-http")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--name", default="srv")
+    parser.add_argument("--any-host", action="store_true", help="accept any Host header")
     args = parser.parse_args()
     server = build_server(args.name)
+    security = (
+        TransportSecuritySettings(enable_dns_rebinding_protection=False) if args.any_host else None
+    )
     if args.transport == "stdio":
         server.run("stdio")
     elif args.transport == "sse":
-        server.run("sse", host="127.0.0.1", port=args.port)
+        server.run("sse", host="127.0.0.1", port=args.port, transport_security=security)
     else:
-        server.run("streamable-http", host="127.0.0.1", port=args.port)
+        server.run("streamable-http", host="127.0.0.1", port=args.port, transport_security=security)
 
 
 if __name__ == "__main__":

@@ -98,8 +98,8 @@ class _Pool:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-UrlGuard = Callable[[str], None]
-"""Checks a URL just before connecting (raises to refuse it)."""
+AddressPolicy = Callable[[str], list[str]]
+"""A host name → the addresses the client may connect to (raises to refuse the host)."""
 
 
 class McpClient:
@@ -110,11 +110,11 @@ class McpClient:
         *,
         list_ttl_seconds: float = 300.0,
         connect_timeout_seconds: float = 10.0,
-        url_guard: UrlGuard | None = None,
+        address_policy: AddressPolicy | None = None,
     ):
         self.list_ttl_seconds = list_ttl_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
-        self._url_guard = url_guard
+        self._policy = address_policy
         self._pool = _Pool()
         _import_sdk()  # here, not first in the loop thread: concurrent first imports race
         self._loop = asyncio.new_event_loop()
@@ -245,8 +245,9 @@ class McpClient:
         """The task that holds one session open until it is closed or the server drops it."""
         session: _Session | None = None
         try:
-            if target.url is not None and self._url_guard is not None and not target.is_configured:
-                await asyncio.to_thread(self._url_guard, target.url)  # DNS must not block the loop
+            policy = None if target.is_configured else self._policy
+            if policy is not None and target.url is not None:  # refuse early, with a clear error
+                await asyncio.to_thread(policy, httpx2_host(target.url))  # DNS off the loop
             async with contextlib.AsyncExitStack() as stack:
                 client = await asyncio.wait_for(
                     self._connect(stack, target), self.connect_timeout_seconds
@@ -276,7 +277,8 @@ class McpClient:
             if getattr(message, "method", None) == "notifications/tools/list_changed":
                 self._pool.listings.pop(target.key, None)
 
-        transport = await _transport(stack, target, self.connect_timeout_seconds)
+        policy = None if target.is_configured else self._policy
+        transport = await _transport(stack, target, self.connect_timeout_seconds, policy)
         client = Client(
             transport,
             cache=None,
@@ -346,8 +348,69 @@ async def _until(events: Any, stop: asyncio.Future[Any]) -> Any:
             return
 
 
+def httpx2_host(url: str) -> str:
+    """The host of an URL, as the HTTP client will connect to it."""
+    import httpx2
+
+    return str(httpx2.URL(url).host)
+
+
+def _pinned_transport(policy: AddressPolicy) -> Any:
+    """An HTTP transport that connects only to addresses ``policy`` allows, checked at connect.
+
+    httpx has no hook for name resolution; the pool's network backend is where the address a
+    connection really goes to is chosen, so the check sits there (no DNS rebinding between a
+    check and the connect). TLS still verifies the URL's host name. Proxies from the
+    environment are ignored, as they would connect on our behalf.
+    """
+    import anyio.to_thread
+    import httpcore2
+    import httpx2
+
+    class PinnedBackend(httpcore2.AsyncNetworkBackend):
+        def __init__(self) -> None:
+            self.inner = httpcore2.AnyIOBackend()
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,  # noqa: ASYNC109 - httpcore's signature
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> httpcore2.AsyncNetworkStream:
+            addresses = await anyio.to_thread.run_sync(policy, host)
+            failure: Exception = httpcore2.ConnectError(f"no address for {host}")
+            for address in addresses:
+                try:
+                    return await self.inner.connect_tcp(
+                        address, port, timeout, local_address, socket_options
+                    )
+                except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                    failure = exc
+            raise failure
+
+        async def connect_unix_socket(
+            self,
+            path: str,
+            timeout: float | None = None,  # noqa: ASYNC109 - httpcore's signature
+            socket_options: Any = None,
+        ) -> httpcore2.AsyncNetworkStream:
+            raise httpcore2.ConnectError("unix sockets are not MCP servers")
+
+        async def sleep(self, seconds: float) -> None:
+            await self.inner.sleep(seconds)
+
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport._pool._network_backend = PinnedBackend()
+    return transport
+
+
 async def _transport(
-    stack: contextlib.AsyncExitStack, target: ServerTarget, connect_timeout: float
+    stack: contextlib.AsyncExitStack,
+    target: ServerTarget,
+    connect_timeout: float,
+    policy: AddressPolicy | None,
 ) -> Any:
     """The SDK transport for a target (entered HTTP clients are closed with ``stack``)."""
     import httpx2
@@ -364,17 +427,28 @@ async def _transport(
         # Under Celery sys.stderr is a logging proxy without a file descriptor.
         return stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
     assert target.url is not None
+    read_timeout = max(300.0, target.timeout_seconds)
+
+    def http_client(
+        headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+    ) -> Any:
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout or httpx2.Timeout(connect_timeout, read=read_timeout),
+            auth=auth,
+            transport=None if policy is None else _pinned_transport(policy),
+            trust_env=policy is None,
+        )
+
     if target.transport == "sse":
         return sse_client(
             target.url,
             headers=headers,
             timeout=connect_timeout,
-            sse_read_timeout=max(300.0, target.timeout_seconds),
+            sse_read_timeout=read_timeout,
+            httpx_client_factory=http_client,
         )
-    http = httpx2.AsyncClient(
-        headers=headers,
-        timeout=httpx2.Timeout(connect_timeout, read=max(300.0, target.timeout_seconds)),
-    )
+    http = http_client(headers)
     await stack.enter_async_context(http)
     return streamable_http_client(target.url, http_client=http)
 

@@ -57,21 +57,42 @@ def check_server_url(
         raise ServerUrlRefusedError(
             "server_url must not carry credentials; use headers or authorization."
         )
-    entries = [e.strip().lower() for e in (allowed_hosts or "").split(",") if e.strip()]
+    entries = _entries(allowed_hosts)
+    if "*" not in entries and any(_names(entry, host) for entry in entries):
+        return  # a listed name needs no DNS here; the client checks what it connects to
+    allowed_addresses(host, allowed_hosts, resolve=resolve)
+
+
+def _entries(allowed_hosts: str | None) -> list[str]:
+    return [e.strip().lower() for e in (allowed_hosts or "").split(",") if e.strip()]
+
+
+def allowed_addresses(
+    host: str, allowed_hosts: str | None, *, resolve: Resolver = resolve_host
+) -> list[str]:
+    """The addresses of ``host`` the fleet may connect to (the policy of the module docstring).
+
+    The MCP client connects to these very addresses, so a DNS answer that changes after the
+    check (DNS rebinding) cannot lead it elsewhere.
+
+    Raises:
+        ServerUrlRefusedError: an unresolvable host, a host off the allowlist, or a private,
+            loopback or link-local address.
+    """
+    host = host.lower().strip("[]")
+    entries = _entries(allowed_hosts)
     is_listed = bool(entries) and "*" not in entries
-    if is_listed and any(_names(entry, host) for entry in entries):
-        return
     addresses = _resolved(host, resolve)
     if is_listed:
-        if not any(_contains(entry, addresses) for entry in entries):
+        if not any(_names(e, host) or _contains(e, addresses) for e in entries):
             raise ServerUrlRefusedError(
                 f"The host '{host}' is not in the MCP allowlist (ANTWORT_MCP_ALLOWED_HOSTS)."
             )
-        return
-    if not addresses or any(not _is_public(address) for address in addresses):
+    elif not addresses or any(not _is_public(address) for address in addresses):
         raise ServerUrlRefusedError(
             f"server_url '{host}' resolves to a private, loopback or link-local address."
         )
+    return [str(address) for address in addresses]
 
 
 def _resolved(host: str, resolve: Resolver) -> list[IpAddress]:
