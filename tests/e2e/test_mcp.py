@@ -316,3 +316,23 @@ def test_mcp_eight_parallel_calls_to_one_server(
     calls = of_type(response, "mcp_call")
     assert [c.name for c in calls] == names
     assert [c.output for c in calls] == ["together"] * 8  # all eight were in flight at once
+
+
+@pytest.mark.parametrize(
+    ("tool", "param"),
+    [
+        ({"type": "mcp", "server_label": "a", "require_approval": "sometimes"},
+         "tools.0.require_approval"),
+        ({"type": "mcp", "server_url": "https://example.com/mcp"}, "tools.0.server_label"),
+        ({"type": "mcp", "server_label": "unknown"}, "tools.0.server_url"),
+        ({"type": "mcp", "server_label": "local", "headers": {"X": "y"}}, "tools.0.headers"),
+        ({"type": "mcp", "server_label": "a", "server_url": "https://u:p@example.com/"},
+         "tools.0.server_url"),
+    ],
+)  # fmt: skip
+def test_mcp_bad_tool_shapes_are_400(fleet: Fleet, tool: dict[str, Any], param: str) -> None:
+    body = {"model": "antwort-sim", "input": "hi", "tools": [tool]}
+    answer = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=30)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
