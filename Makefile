@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml requirements.lock
+EXAMPLE_PLUGIN := examples/antwort-example-plugin
+
+$(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
+	# the example internal-tool plugin (antwort.tools entry point); the e2e suite calls it
+	$(PY) -m pip install -q --no-deps -e $(EXAMPLE_PLUGIN)
 	touch $(STAMP)
 
 run: $(STAMP)  ## the whole fleet in the foreground (embedded Redis and simulator unless configured)
@@ -19,6 +23,7 @@ test: $(STAMP)  ## the whole suite, lint and types included
 	$(VENV)/bin/ruff check app gateway workers tests bench
 	$(VENV)/bin/mypy app gateway workers
 	$(PY) -m pytest
+	$(PY) -m pytest -q $(EXAMPLE_PLUGIN)/tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app gateway workers tests bench

@@ -82,11 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--token-delay-ms", type=float, default=0.0)
     sim.add_argument("--tokens", type=int, default=20)
     sim.set_defaults(run=_sim)
-    chat = sub.add_parser("chat", help="chat with a gateway from the terminal")
-    chat.add_argument("prompt", nargs="?", default=None)
-    chat.add_argument("--base-url", default=None)
-    chat.add_argument("--model", default=None)
-    chat.add_argument("--json", action="store_true", help="print the raw events")
+    chat = sub.add_parser("chat", help="watch an agent work: chat with a gateway from a terminal")
+    from app.chat import add_arguments
+
+    add_arguments(chat)
     chat.set_defaults(run=_chat)
     return parser
 

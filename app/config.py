@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
@@ -95,12 +95,76 @@ class Settings(BaseSettings):
     mcp_list_cache_seconds: float = Field(default=300.0, ge=0)
     """How long a worker reuses a server's tool listing (until ``tools/list_changed``)."""
 
+    # -- sandbox (tools.sandbox) and the built-in internal tools ---------------------------------
+    sandbox_bwrap: str | None = None
+    """Path of ``bwrap``; unset: found on ``PATH``."""
+    sandbox_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Wall-clock limit of one sandbox run; the whole process tree is killed when it passes."""
+    sandbox_cpu_seconds: int = Field(default=30, ge=1)
+    """CPU seconds of each sandboxed process."""
+    sandbox_memory_mb: int = Field(default=512, ge=64)
+    """Address space of each sandboxed process."""
+    sandbox_max_processes: int = Field(default=32, ge=4)
+    """Processes and threads one sandbox run may have."""
+    sandbox_file_size_mb: int = Field(default=32, ge=1)
+    """Largest file sandboxed code may write."""
+    sandbox_open_files: int = Field(default=64, ge=16)
+    """Open files of each sandboxed process."""
+    sandbox_work_dir_mb: int = Field(default=64, ge=1)
+    """Size of a run's work directory (a tmpfs)."""
+    sandbox_max_output_bytes: int = Field(default=64 * 1024, ge=1024)
+    """stdout and stderr of a run are each cut here."""
+    sandbox_max_files_mb: int = Field(default=8, ge=1)
+    """Largest compressed work directory kept between the calls of a response chain."""
+    sandbox_uid_base: int = Field(default=61000, ge=1000)
+    """First of the unprivileged uids a root worker runs sandboxes as (one per running sandbox)."""
+    sandbox_uid_count: int = Field(default=64, ge=1)
+    """Sandboxes one host may run at once (uids from ``sandbox_uid_base``)."""
+    sandbox_tools_file: str | None = None
+    """JSON file of operator-declared sandboxed function tools (see ``app.tools.sandbox.tools``)."""
+    fetch_allowed_hosts: str | None = None
+    """Comma-separated hosts (``*.example.com`` for subdomains) the ``http_fetch`` tool may read."""
+    fetch_max_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Largest body ``http_fetch`` reads."""
+
     @property
     def internal_tool_module_list(self) -> list[str]:
         """``internal_tool_modules`` as a list."""
         return [m.strip() for m in (self.internal_tool_modules or "").split(",") if m.strip()]
 
     @property
+    def fetch_allowed_host_list(self) -> list[str]:
+        """``fetch_allowed_hosts`` as a list."""
+        return [h.strip().lower() for h in (self.fetch_allowed_hosts or "").split(",") if h.strip()]
+
+    @property
     def api_key_set(self) -> frozenset[str]:
         """The accepted bearer keys (empty: the gateway is open)."""
         return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())
+
+    tool_protocols: str | None = None
+    """Comma-separated ``model=protocol`` pairs (``native`` or ``json``; ``*=json`` for every
+    model): models listed ``json`` get the prompted JSON tool protocol instead of native tool
+    calling. A request's ``metadata.antwort_tool_protocol`` overrides it."""
+
+    @field_validator("tool_protocols")
+    @classmethod
+    def _check_tool_protocols(cls, value: str | None) -> str | None:
+        for pair in (value or "").split(","):
+            model, _, protocol = pair.strip().rpartition("=")
+            if pair.strip() and (not model.strip() or protocol.strip() not in ("native", "json")):
+                raise ValueError(f"expected model=native|json, got {pair.strip()!r}")
+        return value
+
+    @property
+    def tool_protocol_map(self) -> dict[str, str]:
+        """``tool_protocols`` as model → protocol."""
+        pairs = (p.strip().rpartition("=") for p in (self.tool_protocols or "").split(","))
+        return {model.strip(): protocol.strip() for model, _, protocol in pairs if model.strip()}
+
+    # -- WebSocket mode and compaction (issue 8) ----------------------------------------------
+    websocket_max_seconds: float = Field(default=3600.0, gt=0)
+    """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
+    compaction_key: str | None = None
+    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: a
+    key generated once and kept in Redis, shared by every replica."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import PreviousResponseNotFoundError
-from app.store import ResponseStore
+from app.store import ResponseStore, StoredResponse
 
 MAX_CHAIN_LENGTH = 1000
 
@@ -13,7 +13,9 @@ MAX_CHAIN_LENGTH = 1000
 def load_history(store: ResponseStore, previous_response_id: str | None) -> list[dict[str, Any]]:
     """Input and output items of every response in the chain, oldest first.
 
-    ``instructions`` do not carry over (OpenAI's rule): only items do.
+    ``instructions`` do not carry over (OpenAI's rule): only items do. A response created with
+    its own ``context`` (a WebSocket continuation of an unstored response) ends the walk: that
+    context stands for the rest of the chain.
 
     Raises:
         PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or
@@ -28,8 +30,19 @@ def load_history(store: ResponseStore, previous_response_id: str | None) -> list
                 f"Previous response with id '{current}' not found.", param="previous_response_id"
             )
         segments.append(store.inputs(current) + stored.response.output)
+        if "context" in stored.extra:
+            segments.append(stored.extra["context"])
+            break
         current = stored.response.previous_response_id
     history: list[dict[str, Any]] = []
     for segment in reversed(segments):
         history.extend(segment)
     return history
+
+
+def history_of(store: ResponseStore, stored: StoredResponse) -> list[dict[str, Any]]:
+    """What comes before a response's own input: its ``context`` if it has one, else its chain."""
+    if "context" in stored.extra:
+        context: list[dict[str, Any]] = stored.extra["context"]
+        return context
+    return load_history(store, stored.response.previous_response_id)

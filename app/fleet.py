@@ -19,6 +19,7 @@ from app.tools.mcp.client import McpClient
 from app.tools.mcp.executor import McpExecutor
 from app.tools.mcp.security import Sealer, allowed_addresses
 from app.tools.mcp.servers import McpServers, seal_key
+from app.tools.sandbox.executor import optional_sandbox_executor
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
 """Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
@@ -88,17 +89,19 @@ def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -
 
 
 def make_tool_deps(settings: Settings) -> ToolDeps:
-    """Everything a tool worker needs: the executors of every kind this build ships."""
+    """Everything a tool worker needs: the executors of every kind this build ships.
+
+    Every internal tool is initialized here; one whose ``initialize`` raises is logged and left
+    out, so the worker still starts.
+    """
     registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
     store = make_store(settings)
-    return ToolDeps(
-        store=store,
-        executors=ExecutorRegistry(
-            [InternalExecutor(registry), make_mcp_executor(settings, store)]
-        ),
-        settings=settings,
-    )
+    executors = ExecutorRegistry([InternalExecutor(registry), make_mcp_executor(settings, store)])
+    sandbox = optional_sandbox_executor(settings, store.redis, store.keys)
+    if sandbox is not None:
+        executors.register(sandbox)
+    return ToolDeps(store=store, executors=executors, settings=settings, internal_tools=registry)
 
 
 def make_mcp_executor(settings: Settings, store: ResponseStore) -> McpExecutor:

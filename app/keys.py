@@ -69,3 +69,24 @@ class Keys:
     def mcp_seal_key(self) -> str:
         """The fleet's generated key that seals MCP headers when none is configured."""
         return f"{self.prefix}mcp:seal-key"
+
+    @property
+    def compaction_key(self) -> str:
+        """String: the generated key that seals ``compaction`` items (no ``compaction_key`` set)."""
+        return f"{self.prefix}compaction:key"
+
+    def compaction_job(self, compaction_id: str) -> str:
+        """String with TTL: what a compaction task summarises (JSON)."""
+        return f"{self.prefix}compaction:{compaction_id}"
+
+    def compaction_result(self, compaction_id: str) -> str:
+        """List with TTL: the compaction task's answer, popped by the waiting gateway."""
+        return f"{self.prefix}compaction:{compaction_id}:result"
+
+    def container_files(self, container_id: str) -> str:
+        """String with TTL: a code interpreter container's work directory (``tar.gz``)."""
+        return f"{self.prefix}container:{container_id}:files"
+
+    def container_lock(self, container_id: str) -> str:
+        """String with TTL: a sandbox run holds the container (one run at a time)."""
+        return f"{self.prefix}container:{container_id}:lock"

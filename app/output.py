@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
+from app.progress import step_title
 from app.protocol import events as ev
 from app.protocol.items import message_item, output_text_part, reasoning_item
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
     Finish,
+    PlanUpdate,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
@@ -47,6 +49,7 @@ class _OpenCall:
     tool: ToolDefinition | None
     presenter: CallPresenter
     arguments: list[str] = field(default_factory=list)
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +60,8 @@ class TurnOutput:
     """Completed output items, in output order."""
     finish_reason: str
     usage: Usage
+    plan: tuple[str, ...] | None = None
+    """The plan the model made in this turn (JSON tool protocol), if any."""
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -75,6 +80,7 @@ class OutputBuilder:
         first_output_index: int,
         sink: EventSink,
         tools: Mapping[str, ToolDefinition] | None = None,
+        progress: bool = False,
     ):
         self._response_id = response_id
         self._tools = tools or {}
@@ -86,6 +92,9 @@ class OutputBuilder:
         self._calls: dict[int, _OpenCall] = {}
         self._finish_reason = "stop"
         self._usage = Usage()
+        self._progress = progress
+        """Emit the ``antwort:progress`` events (the request asked for them)."""
+        self._plan: tuple[str, ...] | None = None
 
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of the model's answer."""
@@ -99,6 +108,10 @@ class OutputBuilder:
             self._finish_reason = chunk.reason
         elif isinstance(chunk, UsageReport):
             self._usage = chunk.usage
+        elif isinstance(chunk, PlanUpdate):
+            self._plan = chunk.steps
+            if self._progress:
+                self._sink.emit(ev.plan_event(list(chunk.steps)))
         else:
             assert_never(chunk)
 
@@ -109,7 +122,9 @@ class OutputBuilder:
             self._close_call(self._calls[index])
         self._calls.clear()
         items = [self._items[index] for index in sorted(self._items)]
-        return TurnOutput(items=items, finish_reason=self._finish_reason, usage=self._usage)
+        return TurnOutput(
+            items=items, finish_reason=self._finish_reason, usage=self._usage, plan=self._plan
+        )
 
     # -- text and reasoning --------------------------------------------------------------------
 
@@ -182,7 +197,7 @@ class OutputBuilder:
         iid = item_id(presenter.id_prefix, self._response_id, self._turn, index)
         digest = iid.partition("_")[2]
         call_id = chunk.call_id or f"call_{digest[:24]}"
-        call = _OpenCall(iid, index, call_id, name, tool, presenter)
+        call = _OpenCall(iid, index, call_id, name, tool, presenter, title=chunk.title)
         self._calls[chunk.index] = call
         item, events = presenter.started(
             iid, index, ToolCall(id=call_id, name=name, arguments=""), tool
@@ -203,6 +218,17 @@ class OutputBuilder:
         self._items[call.output_index] = item
         for event in events:
             self._sink.emit(event)
+        if self._progress:
+            title = call.title or step_title(call.name, arguments)
+            self._sink.emit(
+                ev.step_started(
+                    item_id=call.item_id,
+                    output_index=call.output_index,
+                    call_id=call.call_id,
+                    name=call.name,
+                    title=title,
+                )
+            )
 
     def _take_index(self) -> int:
         index = self._next_index

@@ -118,7 +118,7 @@ def plan_next_step(
         return StopIncomplete(reason="max_output_tokens")
     if output.finish_reason == "content_filter":
         return StopIncomplete(reason="content_filter")
-    if not output.calls or response.tool_choice == "none":
+    if not output.calls or forbids_tools(response.tool_choice):
         return Complete()
     if response.max_tool_calls is not None and count_calls(response) > response.max_tool_calls:
         return StopIncomplete(reason="max_tool_calls")
@@ -134,6 +134,13 @@ def pause_status(settings: Settings, response: ResponseObject, plan: ToolPlan) -
     if plan.approvals and not plan.client_calls:
         return ResponseStatus.COMPLETED
     return client_tool_status(settings, response)
+
+
+def forbids_tools(tool_choice: Any) -> bool:
+    """``none`` (plain or as ``allowed_tools`` mode): calls the model makes anyway never run."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        return tool_choice.get("mode") == "none"
+    return bool(tool_choice == "none")
 
 
 def count_calls(response: ResponseObject) -> int:

@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
@@ -44,13 +44,43 @@ class Keepalive:
 KEEPALIVE = Keepalive()
 
 
+class Inbox:
+    """A listener's queue of live messages: one event flag, no per-wait locks.
+
+    Lighter than ``queue.Queue`` (whose every wait allocates a lock): a gateway holds one per
+    open stream, thousands at once.
+    """
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: deque[_Message] = deque()
+        self._ready = threading.Event()
+
+    def put(self, message: _Message) -> None:
+        """Deliver one message (from the hub's thread)."""
+        self._items.append(message)
+        self._ready.set()
+
+    def get(self, timeout: float) -> _Message:
+        """The next message; ``queue.Empty`` after ``timeout`` seconds without one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._ready.clear()  # before looking: a put after this sets it again
+            if self._items:
+                return self._items.popleft()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._ready.wait(remaining):
+                raise queue.Empty
+
+
 class EventHub:
     """One pub/sub connection per process, fanned out to per-response listener queues."""
 
     def __init__(self, client: redis.Redis, keys: Keys):
         self._client = client
         self._keys = keys
-        self._listeners: dict[str, set[queue.Queue[_Message]]] = defaultdict(set)
+        self._listeners: dict[str, set[Inbox]] = defaultdict(set)
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stopped = False
@@ -69,15 +99,15 @@ class EventHub:
         """Stop dispatching (tests; processes just exit)."""
         self._stopped = True
 
-    def listen(self, response_id: str) -> queue.Queue[_Message]:
-        """A queue that receives the response's live events until :meth:`unlisten`."""
+    def listen(self, response_id: str) -> Inbox:
+        """An inbox that receives the response's live events until :meth:`unlisten`."""
         self.start()
-        inbox: queue.Queue[_Message] = queue.Queue()
+        inbox = Inbox()
         with self._lock:
             self._listeners[response_id].add(inbox)
         return inbox
 
-    def unlisten(self, response_id: str, inbox: queue.Queue[_Message]) -> None:
+    def unlisten(self, response_id: str, inbox: Inbox) -> None:
         """Stop delivering to ``inbox``."""
         with self._lock:
             listeners = self._listeners.get(response_id)
@@ -142,7 +172,7 @@ def follow_events(
 
 def _follow_live(
     store: ResponseStore,
-    inbox: queue.Queue[_Message],
+    inbox: Inbox,
     response_id: str,
     last: int,
     keepalive_seconds: float,

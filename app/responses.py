@@ -22,18 +22,22 @@ from app.protocol.response import (
 )
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
+from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
 from app.tools.mcp.requests import check_approval_responses, prepare_mcp_tools
 from app.tools.mcp.security import Sealer
 from app.tools.mcp.servers import seal_key
+from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools
 
 _ITEM_PREFIX = {
     "message": "msg",
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "compaction": "cmp",
+    "code_interpreter_call": "ci",
     "mcp_approval_response": "mcpa",
 }
 
@@ -106,9 +110,19 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
 
 
 def create_response(
-    store: ResponseStore, dispatcher: Dispatcher, settings: Settings, body: Any
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    settings: Settings,
+    body: Any,
+    *,
+    context: list[dict[str, Any]] | None = None,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
-    """Validate, store and enqueue a new response; returns it as first stored (``queued``)."""
+    """Validate, store and enqueue a new response; returns it as first stored (``queued``).
+
+    ``context``: the items before this response's input when the caller holds them already (a
+    WebSocket connection continuing its unstored previous response); stored with the response
+    instead of being read from the ``previous_response_id`` chain.
+    """
     request = parse_request(body)
     model = request.model or settings.default_model
     if not model:
@@ -117,9 +131,13 @@ def create_response(
         )
     _check_tool_choice(request)
     inputs = normalise_input(request)
-    history = (
-        load_history(store, request.previous_response_id) if request.previous_response_id else []
-    )
+    check_compactions(store, settings, inputs)
+    if context is not None:
+        history = context
+    elif request.previous_response_id:
+        history = load_history(store, request.previous_response_id)
+    else:
+        history = []
     check_call_outputs(history, inputs)
     check_approval_responses(history, inputs)
     declared, sealed = prepare_mcp_tools(
@@ -128,13 +146,27 @@ def create_response(
         sealer=lambda: Sealer(seal_key(settings, store.redis)),
     )
     registry = internal_registry(tuple(settings.internal_tool_module_list))
-    response = _new_response(request, model, registry, declared)
+    sandbox_tools = declared_sandbox_tools(settings.sandbox_tools_file)
+    response = _new_response(
+        request,
+        model,
+        registry,
+        declared=declared,
+        history=[*history, *inputs],
+        sandbox_tools=sandbox_tools,
+    )
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
-    extra = {"params": _params(request), "include": request.include or [], "user": request.user}
+    extra: dict[str, Any] = {
+        "params": _params(request),
+        "include": request.include or [],
+        "user": request.user,
+    }
+    if context is not None:
+        extra["context"] = context
     if sealed:
-        extra["mcp_sealed"] = sealed
+        extra["mcp_sealed"] = sealed  # per-request MCP headers, sealed (never in plain text)
     store.create(response, inputs=inputs, extra=extra, events=events)
     try:
         dispatcher.enqueue_turn(response.id, 0)
@@ -197,7 +229,13 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
 
 
 def _new_response(
-    request: CreateResponseRequest, model: str, registry: Registry, declared: list[dict[str, Any]]
+    request: CreateResponseRequest,
+    model: str,
+    registry: Registry,
+    *,
+    declared: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+    sandbox_tools: dict[str, SandboxToolSpec],
 ) -> ResponseObject:
     return ResponseObject(
         id=new_response_id(),
@@ -206,7 +244,12 @@ def _new_response(
         model=model,
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
-        tools=echo_tools(declared, registry),
+        tools=echo_tools(
+            declared,
+            registry,
+            history=history,
+            sandbox_tools=sandbox_tools,
+        ),
         tool_choice=(
             request.tool_choice
             if isinstance(request.tool_choice, str)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
 from app.config import Settings
-from app.conversation import load_history
+from app.conversation import history_of
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
@@ -36,6 +36,7 @@ from app.plan import (
     plan_tool_calls,
     tool_choice_for_turn,
 )
+from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS
 from app.protocol.response import (
@@ -46,8 +47,10 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.chunks import Chunk
+from app.providers.json_protocol import MODEL_CANCELLED, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
+from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
 from app.tools import presenters
@@ -127,6 +130,9 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
         return "skipped"
+    except _CancelledByModel:
+        sink.flush()
+        return cancel_by_model(deps.store, state)
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
         # OpenAI's SDK knows a closed set of response error codes: ours fit "server_error".
@@ -167,6 +173,11 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         }
     )
     state.turn += 1
+    if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
+        state.extra = {**state.extra, "plan": list(output.plan)}
+        deps.store.set_extra(state.response.id, state.extra)
+    if output.finish_reason == MODEL_CANCELLED:
+        raise _CancelledByModel
     plan = plan_tool_calls(state.response, output.calls, history=state.history)
     step = plan_next_step(deps.settings, state.response, output, plan)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
@@ -181,7 +192,7 @@ def load_state(store: ResponseStore, response_id: str) -> RunState | None:
     if stored is None:
         return None
     try:
-        history = load_history(store, stored.response.previous_response_id)
+        history = history_of(store, stored)
     except AppError as exc:  # the chain expired while the response waited in the queue
         fail_response(store, response_id, code=exc.code or "not_found", message=exc.message)
         return None
@@ -228,7 +239,26 @@ def append_result(state: RunState, sink: EventSink, result: ToolResult) -> None:
     output, events = presenters.apply_result(state.response.id, state.response.output, result)
     for event in events:
         sink.emit(event)
+    if wants_progress(state.extra):
+        index = _result_index(state.response.output, output, result.call_id)
+        sink.emit(
+            ev.step_completed(
+                item_id=output[index]["id"],
+                output_index=index,
+                call_id=result.call_id,
+                is_error=result.is_error,
+            )
+        )
     state.response = state.response.model_copy(update={"output": output})
+
+
+def _result_index(before: list[dict[str, Any]], after: list[dict[str, Any]], call_id: str) -> int:
+    """Where a result landed: a new item at the end, or its call's item updated in place."""
+    if len(after) > len(before):
+        return len(after) - 1
+    found = presenters.find_call(after, call_id)
+    assert found is not None  # apply_result found it
+    return found[0]
 
 
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
@@ -238,7 +268,11 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
-        items=presenters.model_view([*state.history, *state.inputs, *response.output]),
+        items=presenters.model_view(
+            model_items(
+                deps.store, deps.settings, [*state.history, *state.inputs, *response.output]
+            )
+        ),
         tools=model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
@@ -250,8 +284,16 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         first_output_index=len(response.output),
         sink=sink,
         tools=definitions(response.tools, chain),
+        progress=wants_progress(state.extra),
     )
-    stream = deps.provider.stream(request)
+    provider = with_tool_protocol(
+        deps.provider,
+        deps.settings,
+        response,
+        is_fresh=_is_fresh_request(state),
+        plan=state.extra.get("plan"),
+    )
+    stream = provider.stream(request)
     try:
         for chunk in stream:
             builder.feed(chunk)
@@ -260,6 +302,22 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         if close is not None:
             close()  # stops the model server's generation when we stop early
     return builder.close()
+
+
+def _is_fresh_request(state: RunState) -> bool:
+    """The first model turn of a response that asks something new (not only tool outputs)."""
+    return state.turn == 0 and any(i.get("type") != "function_call_output" for i in state.inputs)
+
+
+class _CancelledByModel(Exception):
+    """The model ended the run with a ``cancel`` directive (JSON tool protocol)."""
+
+
+def cancel_by_model(store: ResponseStore, state: RunState) -> str:
+    """Commit the turn's output with the status ``cancelled`` (no terminal event, as a cancel)."""
+    final = state.response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    result = store.write(final, expected=frozenset({"in_progress"}), turn=state.turn)
+    return str(final.status) if result.ok else "skipped"
 
 
 def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:

@@ -62,11 +62,12 @@ class EventSink:
             event = filtered
         with self._lock:
             self._raise_if_inactive()
-            if not (self._buffer and try_merge(self._buffer[-1], event)):
+            was_empty = not self._buffer
+            if was_empty or not try_merge(self._buffer[-1], event):
                 self._buffer.append(dict(event))
             if time.monotonic() - self._last_flush >= self._window:
                 self._flush_locked()
-            else:
+            elif was_empty:  # the flusher writes out the whole buffer: one wake-up is enough
                 _FLUSHER.schedule(self)
         self._raise_if_inactive()
 

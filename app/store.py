@@ -79,6 +79,19 @@ return {ver, ARGV[6], last}
 """
 )
 
+# KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
+_RELEASE_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+# KEYS: record. ARGV: extra json. A deleted record is not brought back as a stub.
+_SET_EXTRA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'extra', ARGV[1]) end
+return 0
+"""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredResponse:
@@ -166,6 +179,7 @@ class ResponseStore:
         self.stream_maxlen = stream_maxlen
         self._emit = client.register_script(_EMIT)
         self._write = client.register_script(_WRITE)
+        self._release_claim = client.register_script(_RELEASE_CLAIM)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -255,6 +269,10 @@ class ResponseStore:
         text = status.decode() if isinstance(status, bytes) else str(status)
         return EmitResult(last_sequence_number=int(last), status=text)
 
+    def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
+        """Replace the request's ``extra`` fields (no-op once the response is gone)."""
+        self.redis.eval(_SET_EXTRA, 1, self.keys.record(response_id), json.dumps(extra))
+
     def delete(self, response_id: str) -> bool:
         """Remove a response, its input items and its events; False if it did not exist."""
         removed = self.redis.delete(
@@ -332,6 +350,25 @@ class ResponseStore:
             return []
         raw = self.redis.mget([self.keys.tool_result(response_id, c) for c in call_ids])
         return [None if value is None else _text(value) for value in raw]
+
+    def claim_tool_call(
+        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
+    ) -> bool:
+        """Claim the execution of a call (``SET NX``); False while another delivery holds it.
+
+        The claim lapses after ``ttl_seconds`` (the tool's deadline plus a grace), so a delivery
+        that died mid-call blocks the call no longer than the call itself could have run.
+        """
+        key = self.keys.tool_claim(response_id, call_id)
+        return bool(self.redis.set(key, token, nx=True, px=max(1, int(ttl_seconds * 1000))))
+
+    def release_tool_claim(self, response_id: str, call_id: str, *, token: str) -> None:
+        """Give a claim back, if it is still ours."""
+        self._release_claim(keys=[self.keys.tool_claim(response_id, call_id)], args=[token])
+
+    def is_tool_call_claimed(self, response_id: str, call_id: str) -> bool:
+        """Whether some delivery holds the call's claim right now."""
+        return bool(self.redis.exists(self.keys.tool_claim(response_id, call_id)))
 
     def mark_turn_start(self, response_id: str, turn: int) -> tuple[int, bool]:
         """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from app.config import Settings
 from app.fleet import QUEUES
+from app.tools.sandbox.runner import bubblewrap_problem
 
 _COLOURS = ("36", "32", "33", "35", "34", "31", "37")
 
@@ -64,6 +65,10 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
         children.append(Child(name="sim", argv=[python, "-m", "app.cli", "sim"]))
     children.append(Child(name="gateway", argv=[python, "-m", "app.cli", "gateway"]))
     for queue in QUEUES:
+        problem = bubblewrap_problem(settings.sandbox_bwrap) if queue == "tools.sandbox" else None
+        if problem:  # the rest of the fleet still runs; code_interpreter calls wait in the queue
+            print(f"antwort: no tools.sandbox worker. {problem}", file=sys.stderr, flush=True)
+            continue
         children.append(
             Child(
                 name=f"worker[{queue}]", argv=[python, "-m", "app.cli", "worker", "--queues", queue]

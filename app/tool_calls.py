@@ -2,6 +2,10 @@
 
 A call's result is stored under ``(response_id, call_id)`` before the task is acknowledged; a
 redelivered task whose result is stored returns at once, so no tool runs twice for one call.
+A delivery that arrives while another one still runs the call (Celery requeued it after a pool
+child died, or the sweeper dispatched it again) finds that delivery's claim in Redis and waits
+for its result instead of running the tool a second time; the claim lapses with the tool's
+deadline, so a claim whose holder died blocks the call no longer than the call could have run.
 The call runs in a helper thread under a deadline; the task watches the response meanwhile and
 abandons the call when the response is cancelled.
 """
@@ -9,15 +13,18 @@ abandons the call when the response is cancelled.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass
 
 from app.config import Settings
-from app.conversation import load_history
+from app.conversation import history_of
 from app.errors import AppError
-from app.protocol.response import ACTIVE_STATUSES, ResponseObject
-from app.store import ResponseStore
+from app.protocol.response import ACTIVE_STATUSES
+from app.store import ResponseStore, StoredResponse
 from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
@@ -27,10 +34,13 @@ from app.tools.base import (
     cap_output,
 )
 from app.tools.catalog import definitions
+from app.tools.internal import Registry
 
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.1
+CLAIM_GRACE_SECONDS = 5.0
+"""A claim outlives the tool's deadline by this much (storing the result, clock skew)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,50 +50,115 @@ class ToolDeps:
     store: ResponseStore
     executors: ExecutorRegistry
     settings: Settings
+    internal_tools: Registry | None = None
+    """The internal tools behind the executors, shut down when the worker stops."""
 
 
 def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
-    """Execute one call of a response and store its result; returns what happened."""
+    """Execute one call of a response and store its result; returns what happened.
+
+    ``"busy"``: another delivery kept the call claimed longer than one claim can last (it was
+    claimed again meanwhile); the caller should requeue this delivery.
+    """
     store = deps.store
-    if store.tool_results(response_id, [call_id])[0] is not None:
-        return "stored"
+    for _ in range(2):  # a claim whose holder died lapses once; then this delivery takes over
+        if store.tool_results(response_id, [call_id])[0] is not None:
+            return "stored"
+        found = _find_call(store, response_id, call_id)
+        if found is None:
+            return "skipped"
+        call, tool = found
+        ttl = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
+        token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        if store.claim_tool_call(response_id, call_id, token=token, ttl_seconds=ttl):
+            try:
+                if store.tool_results(response_id, [call_id])[0] is not None:
+                    return "stored"  # its holder stored it between our check and our claim
+                return _run_claimed(deps, response_id, call, tool)
+            finally:
+                store.release_tool_claim(response_id, call_id, token=token)
+        outcome = _await_other_delivery(store, response_id, call_id, within=ttl + 1.0)
+        if outcome is not None:
+            return outcome
+    return "busy"
+
+
+def _find_call(
+    store: ResponseStore, response_id: str, call_id: str
+) -> tuple[ToolCall, ToolDefinition | None] | None:
+    """The call and its tool, or None when the response or the call is gone or inactive."""
     stored = store.load(response_id)
     if stored is None or stored.response.status not in ACTIVE_STATUSES:
-        return "skipped"
+        return None
     found = presenters.find_call(stored.response.output, call_id)
     if found is None:
-        return "skipped"
+        return None
     presenter = presenters.for_item(found[1])
     assert presenter is not None
     call = presenter.call_of(found[1])
-    tool = _definition(store, stored.response, call.name, stored.extra.get("mcp_sealed"))
+    return call, _definition(store, stored, call.name)
+
+
+def _definition(store: ResponseStore, stored: StoredResponse, name: str) -> ToolDefinition | None:
+    """The called tool; MCP tools listed earlier in the chain need the chain to be found."""
+    response, sealed = stored.response, stored.extra.get("mcp_sealed")
+    tool = definitions(response.tools, response.output, sealed=sealed).get(name)
+    if tool is not None or (
+        response.previous_response_id is None and "context" not in stored.extra
+    ):
+        return tool
+    try:
+        history = history_of(store, stored)
+    except AppError:
+        return None
+    return definitions(response.tools, [*history, *response.output], sealed=sealed).get(name)
+
+
+def _timeout(deps: ToolDeps, tool: ToolDefinition | None) -> float:
+    timeout = tool.timeout_seconds if tool is not None else None
+    return timeout or deps.settings.tool_timeout_seconds
+
+
+def _await_other_delivery(
+    store: ResponseStore, response_id: str, call_id: str, *, within: float
+) -> str | None:
+    """Wait while another delivery holds the call's claim.
+
+    Returns ``"stored"`` when its result arrives, ``"cancelled"`` when the response stops,
+    None when the claim lapsed without a result (its holder died), ``"busy"`` after ``within``.
+    """
+    logger.info("call %s of %s is running elsewhere; waiting for its result", call_id, response_id)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if store.tool_results(response_id, [call_id])[0] is not None:
+            return "stored"
+        if store.status(response_id) not in ACTIVE_STATUSES:
+            return "cancelled"
+        if not store.is_tool_call_claimed(response_id, call_id):
+            # released just now with its result, or lapsed because its holder died
+            return "stored" if store.tool_results(response_id, [call_id])[0] else None
+        time.sleep(_POLL_SECONDS)
+    return "busy"
+
+
+def _run_claimed(
+    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None
+) -> str:
+    """Run a call this delivery holds the claim of, and store its result."""
     result = _execute(deps, response_id, call, tool)
     if result is None:
         return "cancelled"
     result = ToolResult(
-        call_id=call_id,
+        call_id=call.id,
         output=cap_output(result.output, deps.settings.tool_output_max_chars),
         is_error=result.is_error,
         data=result.data,
     )
+    store = deps.store
     if store.status(response_id) not in ACTIVE_STATUSES:
         return "cancelled"  # a result that arrives after a cancel is discarded
-    store.put_tool_result(response_id, call_id, result.to_json())
+    store.put_tool_result(response_id, call.id, result.to_json())
     return "error" if result.is_error else "ok"
-
-
-def _definition(
-    store: ResponseStore, response: ResponseObject, name: str, sealed: dict[str, str] | None
-) -> ToolDefinition | None:
-    """The called tool; MCP tools listed earlier in the chain need the chain to be found."""
-    tool = definitions(response.tools, response.output, sealed=sealed).get(name)
-    if tool is not None or response.previous_response_id is None:
-        return tool
-    try:
-        history = load_history(store, response.previous_response_id)
-    except AppError:
-        return None
-    return definitions(response.tools, [*history, *response.output], sealed=sealed).get(name)
 
 
 def _execute(
@@ -95,7 +170,7 @@ def _execute(
     if executor is None:
         message = f"No executor for {tool.kind} tool '{tool.name}' on this worker."
         return ToolResult(call_id=call.id, output=message, is_error=True)
-    timeout = tool.timeout_seconds or deps.settings.tool_timeout_seconds
+    timeout = _timeout(deps, tool)
     box: list[ToolResult] = []
 
     def target() -> None:

@@ -1,4 +1,4 @@
-"""Start a private fleet (simulator, one gateway, inference workers) for the benchmarks.
+"""Start a private fleet (simulator, one gateway, inference and tool workers) for the benchmarks.
 
 Uses the machine's Redis (``127.0.0.1:6379`` database 14) under a unique key prefix, which is
 flushed when the fleet stops. Every process is started in its own session and is stopped by its
@@ -24,6 +24,8 @@ from pathlib import Path
 import httpx
 import psutil
 import redis
+
+from app.keys import Keys
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +60,9 @@ class Fleet:
 
     inference_workers: int = 2
     worker_threads: int = 64
+    tool_workers: int = 0
+    """``tools.internal`` workers (thread pool) with the benchmark's tools (``bench.tools``)."""
+    tool_threads: int = 16
     redis_pool_fix: bool = False
     prefix: str = field(default_factory=lambda: f"antwort-bench-{uuid.uuid4().hex[:10]}:")
     sim_port: int = field(default_factory=free_port)
@@ -83,6 +88,7 @@ class Fleet:
             ANTWORT_HOST="127.0.0.1",
             ANTWORT_PORT=str(self.gateway_port),
             ANTWORT_GATEWAY_WORKERS="1",
+            ANTWORT_INTERNAL_TOOL_MODULES="bench.tools",
             ANTWORT_LOG_LEVEL="warning",
             PYTHONUNBUFFERED="1",
         )
@@ -109,19 +115,62 @@ class Fleet:
             cmds[f"worker{i}"] = [py, *entry, "--queues", "inference", "--pool", "threads",
                                   "--concurrency", str(self.worker_threads),
                                   "--loglevel", "WARNING"]  # fmt: skip
+        for i in range(self.tool_workers):
+            cmds[f"tools{i}"] = self.tool_worker_command(self.tool_threads)
         return cmds
+
+    def tool_worker_command(self, threads: int) -> list[str]:
+        """A ``tools.internal`` worker with ``threads`` threads."""
+        return [sys.executable, "-m", "workers.main", "--queues", "tools.internal",
+                "--pool", "threads", "--concurrency", str(threads),
+                "--loglevel", "WARNING"]  # fmt: skip
+
+    def spawn(self, role: str, argv: list[str]) -> Proc:
+        """Start one more process of the fleet."""
+        log = self.logdir / f"{role}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        proc = Proc(role, argv, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def stop_role(self, role: str) -> None:
+        """Stop one process (SIGTERM to its group, then SIGKILL) and forget it."""
+        for proc in [p for p in self.procs if p.role == role]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=5)
+            self.procs.remove(proc)
+
+    def wait_consuming(self, queue: str, procs: list[Proc], timeout: float = 60.0) -> None:
+        """Wait until each of ``procs`` sent a heartbeat for ``queue`` (hostnames end in .pid)."""
+        client = redis.Redis.from_url(REDIS_URL)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                self._check_alive()
+                seen = {m.decode() for m in client.zrange(Keys(self.prefix).workers(queue), 0, -1)}
+                if all(any(h.endswith(f".{p.popen.pid}") for h in seen) for p in procs):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{queue} workers not up after {timeout}s")
+                time.sleep(0.2)
+        finally:
+            client.close()
+        time.sleep(1.0)  # the consumers are up shortly after the heartbeat
 
     def start(self, timeout: float = 60.0) -> None:
         raise_nofile()
-        env = self.env()
         for role, argv in self.commands().items():
-            log = self.logdir / f"{role}.log"
-            with log.open("wb") as out:
-                popen = subprocess.Popen(
-                    argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
-            self.procs.append(Proc(role, argv, popen, log))
+            self.spawn(role, argv)
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=2.0) as client:
             while True:
@@ -137,6 +186,9 @@ class Fleet:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"fleet not ready after {timeout}s; logs in {self.logdir}")
                 time.sleep(0.2)
+        tools = [p for p in self.procs if p.role.startswith("tools")]
+        if tools:
+            self.wait_consuming("tools.internal", tools, timeout)
         time.sleep(1.0)  # the workers' consumers are up shortly after their heartbeat
 
     def _check_alive(self) -> None:

@@ -1,4 +1,4 @@
-"""The benchmarks: ``.venv/bin/python -m bench.run [--quick]``.
+"""The benchmarks: ``.venv/bin/python -m bench.run [--quick] [--only core|agentic]``.
 
 Starts its own fleet (the machine's Redis at 127.0.0.1:6379 db 14 under a unique key prefix,
 the simulator at zero delay, one gateway process, inference workers with a thread pool), then:
@@ -10,8 +10,13 @@ the simulator at zero delay, one gateway process, inference workers with a threa
 (c) ``streams``: 1,000 concurrent background+stream responses held open by one gateway process.
 (d) ``rss``: peak RSS of every fleet process during (b) and (c).
 
+Then the agentic section (``bench/agentic.py``, on a fleet of its own with tool workers):
+orchestration cost per agentic turn, one turn of 8 parallel tools, tool throughput with 1, 2
+and 4 tool worker processes. ``--only core`` or ``--only agentic`` runs one of the two.
+
 Each figure goes to ``bench/results/<name>.json`` (``bench/results/quick/`` with ``--quick``)
-with the command, machine facts and date; the table goes to ``summary.md`` beside them.
+with the command, machine facts and date; the table goes to ``summary.md`` beside them
+(``summary-<section>.md`` with ``--only``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.agentic import run_section as run_agentic
 from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, raise_nofile
+from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RSS_TARGET_MB = 150.0
@@ -59,12 +66,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()
-
-
-def percentiles(values_ms: list[float]) -> dict[str, float]:
-    ordered = sorted(values_ms)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"p50": round(pick(0.5), 2), "p90": round(pick(0.9), 2), "p99": round(pick(0.99), 2)}
 
 
 # (a) ------------------------------------------------------------------------------------------
@@ -222,18 +223,7 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _with_only(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--only", choices=["mcp"], help="run one section alone (bench/mcp.py)")
-    return parser
-
-
-def _only_mcp(quick: bool) -> int:
-    from bench import mcp
-
-    return mcp.main(["--quick"] if quick else [])
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--quick", action="store_true", help="tiny counts (CI smoke, ~20 s)")
     parser.add_argument(
@@ -241,16 +231,63 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
-    args = _with_only(parser).parse_args(argv)
+    parser.add_argument(
+        "--only",
+        choices=["core", "agentic", "sandbox", "mcp"],
+        help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6); "
+        "sandbox = bench/sandbox.py (issue 6); mcp = bench/mcp.py (issue 5, §7)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.only == "sandbox":
+        return run_sandbox(args.quick)
     if args.only == "mcp":
-        return _only_mcp(args.quick)
-    quick = args.quick
-    command = ".venv/bin/python -m bench.run" + (" --quick" if quick else "")
+        return run_mcp(args.quick)
+    command = ".venv/bin/python -m bench.run" + (" --quick" if args.quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
-    outdir = RESULTS / "quick" if quick else RESULTS
+    command += f" --only {args.only}" if args.only else ""
+    outdir = RESULTS / "quick" if args.quick else RESULTS
     if args.redis_pool_fix:
         outdir = outdir / "redis-pool-fix"
     raise_nofile()
+    started = dt.datetime.now(dt.UTC)
+    rows: list[tuple[str, str, str, str]] = []
+    fleet_cmds: list[str] = []
+    if args.only != "agentic":
+        rows, fleet_cmds = run_core(args, command, outdir)
+    if args.only != "core":
+        figures, agentic_cmds, agentic_rows = run_agentic(args.quick)
+        meta = {
+            "command": command,
+            "date": started.isoformat(timespec="seconds"),
+            "machine": {**machine(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
+            "fleet": {"commands": agentic_cmds},
+        }
+        write(outdir, "agentic", figures, meta)
+        rows += [(metric, target, value, command) for metric, target, value in agentic_rows]
+        fleet_cmds += [f"agentic section, {line}" for line in agentic_cmds]
+    text = table(rows)
+    print(text)
+    m = machine()
+    name = "summary.md" if args.only is None else f"summary-{args.only}.md"
+    processes = "\n".join(f"- `{line}`" for line in fleet_cmds)
+    (outdir / name).write_text(
+        f"# Benchmarks ({'quick' if args.quick else 'full'})\n\n"
+        f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
+        f"{started.isoformat(timespec='seconds')}, on a shared machine.\n\n{text}\n\n"
+        f"Fleet processes:\n\n{processes}\n"
+    )
+    return 0
+
+
+def run_core(
+    args: argparse.Namespace, command: str, outdir: Path
+) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """Sections (a)-(d): their own fleet; (table rows, fleet commands)."""
+    quick = args.quick
 
     n_ttfe = 20 if quick else 200
     tp_clients, tp_seconds, tp_tokens = (10, 3.0, 100) if quick else (50, 15.0, 100)
@@ -326,14 +363,54 @@ def main(argv: list[str] | None = None) -> int:
     for role, mb in sorted(roles.items()):
         rows.append((f"(d) peak RSS {role}, during (b)+(c)", f"< {RSS_TARGET_MB:g} MB",
                      f"{mb:g} MB", command))  # fmt: skip
+    fleet_cmds = [f"{role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
+    return rows, fleet_cmds
+
+
+def run_mcp(quick: bool) -> int:
+    """``--only mcp``: an MCP call through the fleet vs the SDK alone; one worker's calls/s."""
+    from bench import mcp
+
+    return mcp.main(["--quick"] if quick else [])
+
+
+def run_sandbox(quick: bool) -> int:
+    """``--only sandbox``: the sandbox's latency and one worker's calls/s (bench/sandbox.py)."""
+    from bench import sandbox
+
+    command = ".venv/bin/python -m bench.run --only sandbox" + (" --quick" if quick else "")
+    outdir = (RESULTS / "quick" if quick else RESULTS) / "sandbox"
+    meta = {
+        "command": command,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    figures = sandbox.run(quick)
+    meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    for name, figure in figures.items():
+        print(f"{name}:", json.dumps(figure), flush=True)
+        write(outdir, name, figure, meta)
+    lat, tp = figures["sandbox_latency"], figures["sandbox_throughput"]
+    rows = [
+        ("(e) sandbox start-to-result, print(1), runner p50/p90/p99 ms",
+         f"< {sandbox.LATENCY_TARGET_MS:g} ms p50",
+         "/".join(f"{v:g}" for v in lat["runner_ms"].values()), command),
+        ("(e) same through the executor with a container (Redis files) p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["executor_with_container_ms"].values()), command),
+        ("(e) floor: the same bwrap running `python3 -I -S -c pass` p50/p90/p99 ms", "(info)",
+         "/".join(f"{v:g}" for v in lat["floor_bwrap_python_pass_ms"].values()), command),
+        ("(f) code interpreter calls/s from one tools.sandbox worker", "(info)",
+         f"{tp['calls_per_s']:g}/s ({tp['completed']}/{tp['calls']} done, {tp['errors']} errors)",
+         command),
+    ]  # fmt: skip
     text = table(rows)
     print(text)
-    fleet_cmds = "\n".join(f"- {role}: `{cmd}`" for role, cmd in meta["fleet"]["commands"].items())
     m = meta["machine"]
     (outdir / "summary.md").write_text(
-        f"# Benchmarks ({'quick' if quick else 'full'})\n\n"
+        f"# Sandbox benchmarks ({'quick' if quick else 'full'})\n\n"
         f"`{command}` on {m['nproc']} cores ({m['cpu']}), Python {m['python']}, "
-        f"{meta['date']}.\n\n{text}\n\nFleet processes:\n\n{fleet_cmds}\n"
+        f"{meta['date']}, load average {m['loadavg_at_start']} at start: a shared machine.\n\n"
+        f"{text}\n"
     )
     return 0
 

@@ -7,12 +7,13 @@ from typing import Any
 import redis
 from flask import Flask
 
+from app.compaction import CompactionQueue
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
 from app.keys import Keys
 from app.relay import EventHub
-from gateway import auth, errors, health, metrics, models, responses
+from gateway import auth, compact, errors, health, metrics, models, responses, ws
 from gateway.context import Gateway
 
 
@@ -21,10 +22,12 @@ def create_app(
     *,
     dispatcher: Dispatcher | None = None,
     redis_client: redis.Redis | None = None,
+    compaction_queue: CompactionQueue | None = None,
 ) -> Flask:
     """Build the gateway; collaborators default to those the settings describe."""
     settings = settings or Settings()
     client = redis_client or make_redis(settings)
+    celery = _celery(settings) if dispatcher is None or compaction_queue is None else None
     app = Flask("antwort-gateway")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -33,7 +36,7 @@ def create_app(
         settings=settings,
         store=make_store(settings, client),
         hub=EventHub(client, Keys(settings.key_prefix)),
-        dispatcher=dispatcher or _celery_dispatcher(settings),
+        dispatcher=dispatcher or _celery_dispatcher(celery),
         models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
         metrics=metrics.Metrics(),
     )
@@ -42,12 +45,19 @@ def create_app(
     metrics.register(app)
     for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
         app.register_blueprint(blueprint)
+    compact.register(app, compaction_queue or compact.CeleryCompactionQueue(celery))
+    ws.register(app, settings)
     return app
 
 
-def _celery_dispatcher(settings: Settings) -> Any:
+def _celery(settings: Settings) -> Any:
     # Imported here so ``gateway`` depends on Celery only when it really sends tasks.
     from workers.celery_app import make_celery
+
+    return make_celery(settings)
+
+
+def _celery_dispatcher(celery: Any) -> Any:
     from workers.dispatch import CeleryDispatcher
 
-    return CeleryDispatcher(make_celery(settings))
+    return CeleryDispatcher(celery)

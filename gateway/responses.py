@@ -10,7 +10,6 @@ from flask import Blueprint, Response, jsonify, request
 from app import responses as core
 from app.errors import (
     InvalidRequestError,
-    NotFoundError,
     ServerError,
     UnsupportedMediaTypeError,
 )
@@ -26,7 +25,13 @@ def _gw() -> Gateway:
     return gateway()
 
 
-def _json_body() -> object:
+def json_body() -> object:
+    """The request's JSON body.
+
+    Raises:
+        UnsupportedMediaTypeError: not ``application/json``.
+        InvalidRequestError: not JSON.
+    """
     if not request.is_json:
         raise UnsupportedMediaTypeError(
             "Content-Type must be application/json.", param=None, code="unsupported_media_type"
@@ -43,7 +48,7 @@ def _json_body() -> object:
 def create() -> Response:
     """Create a response: SSE when ``stream``, at once when ``background``, else when done."""
     gw = _gw()
-    response, parsed = core.create_response(gw.store, gw.dispatcher, gw.settings, _json_body())
+    response, parsed = core.create_response(gw.store, gw.dispatcher, gw.settings, json_body())
     if parsed.stream:
         return sse_response(
             follow_events(
@@ -69,12 +74,6 @@ def _wait_until_done(response_id: str) -> None:
                     f"Response {response_id} did not finish within "
                     f"{gw.settings.sync_timeout_seconds:.0f}s; retrieve it later."
                 )
-
-
-@blueprint.post("/v1/responses/compact")
-def compact() -> Response:
-    """Not offered yet: a clear 404 rather than a 405 from the ``{id}`` routes."""
-    raise NotFoundError("POST /v1/responses/compact is not supported by this server yet.")
 
 
 @blueprint.get("/v1/responses/<response_id>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from flask import Response, stream_with_context
+from flask import Response
 
 from app.relay import Keepalive
 from app.store import StoredEvent
@@ -31,7 +31,7 @@ def sse_response(events: Iterator[StoredEvent | Keepalive]) -> Response:
         yield b"data: [DONE]\n\n"
 
     return Response(
-        stream_with_context(body()),
+        body(),
         status=200,
         mimetype="text/event-stream",
         headers=SSE_HEADERS,

@@ -14,6 +14,7 @@ import time
 
 from app.config import Settings
 from app.fleet import QUEUES, make_store
+from app.tools.sandbox.executor import check_sandbox
 from workers.celery_app import make_celery
 from workers.dispatch import CeleryDispatcher
 
@@ -36,6 +37,30 @@ def _heartbeat(queues: list[str], hostname: str) -> None:
         time.sleep(5)
 
 
+def install_tool_lifecycle(pool: str) -> None:
+    """Initialize internal tools when the worker starts and shut them down when it stops.
+
+    With prefork every pool child holds its own tools (clients opened before a fork would be
+    shared); the other pools run tasks in the main process.
+    """
+    from celery import signals
+
+    from workers.tasks import start_tools, stop_tools
+
+    def start(**_: object) -> None:
+        start_tools()
+
+    def stop(**_: object) -> None:
+        stop_tools()
+
+    if pool == "prefork":
+        signals.worker_process_init.connect(start, weak=False)
+        signals.worker_process_shutdown.connect(stop, weak=False)
+    else:
+        signals.worker_init.connect(start, weak=False)
+        signals.worker_shutdown.connect(stop, weak=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run a worker consuming ``--queues``."""
     parser = argparse.ArgumentParser(prog="antwort worker")
@@ -48,6 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(queues) - set(QUEUES))
     if unknown:
         parser.error(f"unknown queue(s) {unknown}; known: {', '.join(QUEUES)}")
+    if "tools.sandbox" in queues:
+        check_sandbox(settings)  # no bubblewrap: refuse to start, saying how to install it
     pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
@@ -56,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         from workers.tasks import start_sweeper
 
         start_sweeper(CeleryDispatcher(celery))
+    if any(queue.startswith("tools.") for queue in queues):
+        install_tool_lifecycle(pool)
     celery.worker_main(
         [
             "worker",

@@ -7,10 +7,13 @@ import threading
 
 from celery import Task, current_app, shared_task
 
+from app.compaction import fail_compaction, run_compaction
 from app.config import Settings
 from app.dispatch import Dispatcher
+from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
+from app.protocol.response import ResponseStatus
 from app.run import RunDeps, fail_response, run_turn
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
@@ -41,6 +44,22 @@ def get_tool_deps() -> ToolDeps:
         return _tool_deps
 
 
+def start_tools() -> None:
+    """Worker start: initialize every internal tool now, not on the first task."""
+    deps = get_tool_deps()
+    names = [d.name for d in deps.internal_tools.list()] if deps.internal_tools else []
+    logger.info("internal tools ready: %s", ", ".join(names) or "none")
+
+
+def stop_tools() -> None:
+    """Worker stop: shut every internal tool down (once)."""
+    global _tool_deps
+    with _deps_lock:
+        deps, _tool_deps = _tool_deps, None
+    if deps is not None and deps.internal_tools is not None:
+        deps.internal_tools.shutdown_all()
+
+
 def start_sweeper(dispatcher: Dispatcher) -> None:
     """Re-enqueue runs whose worker died (a daemon thread; every inference worker runs one)."""
     deps = get_deps()
@@ -51,6 +70,30 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
         name="sweeper",
         daemon=True,
     ).start()
+
+
+_HELD_TURN_RETRIES = 20
+_HELD_TURN_RETRY_SECONDS = 0.25
+_BUSY_RETRIES = 30
+
+
+def _delivery(task: Task) -> str:  # type: ignore[type-arg]
+    """The id a delivery is counted under: a retry of ours is not a redelivery after a crash."""
+    delivery = str(task.request.id)
+    if task.request.retries:
+        delivery += f":retry{task.request.retries}"
+    return delivery
+
+
+def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
+    """The response waits at ``turn`` while another run holds its lease."""
+    stored = store.load(response_id)
+    return (
+        stored is not None
+        and stored.response.status == ResponseStatus.IN_PROGRESS
+        and stored.turn == turn
+        and bool(store.redis.exists(store.keys.lease(response_id)))
+    )
 
 
 def _gave_up(
@@ -65,28 +108,58 @@ def _gave_up(
     return True
 
 
-@shared_task(name="responses.run_turn", bind=True)
+@shared_task(name="responses.run_turn", bind=True, max_retries=_HELD_TURN_RETRIES)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
-    if _gave_up(deps.store, deps.settings, str(self.request.id), response_id, f"Turn {turn}"):
+    if _gave_up(deps.store, deps.settings, _delivery(self), response_id, f"Turn {turn}"):
         return "failed"
     try:
-        return run_turn(deps, response_id, turn)
+        outcome = run_turn(deps, response_id, turn)
     except Exception:  # the task boundary: whatever broke, the response must not hang
         logger.exception("turn %d of %s crashed", turn, response_id)
         fail_response(
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
         return "failed"
+    if (
+        outcome == "skipped"
+        and self.request.retries < _HELD_TURN_RETRIES
+        and _is_turn_held(deps.store, response_id, turn)
+    ):
+        # The run that queued this turn releases its lease just after the chord is sent; a
+        # fast tool's callback can arrive before that. Look again shortly rather than leave
+        # the turn to the sweeper (which waits out the tools' whole deadline).
+        raise self.retry(countdown=_HELD_TURN_RETRY_SECONDS)
+    return outcome
 
 
-@shared_task(name="tools.run_call", bind=True, ignore_result=False)
+@shared_task(name="tools.run_call", bind=True, ignore_result=False, max_retries=_BUSY_RETRIES)
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
     """Execute one tool call; its result is stored before the task is acknowledged."""
     deps = get_tool_deps()
-    if _gave_up(
-        deps.store, deps.settings, str(self.request.id), response_id, f"Tool call {call_id}"
-    ):
+    if _gave_up(deps.store, deps.settings, _delivery(self), response_id, f"Tool call {call_id}"):
         return "failed"
-    return run_tool_call(deps, response_id, call_id)
+    outcome = run_tool_call(deps, response_id, call_id)
+    if outcome == "busy":  # another delivery still holds the call: look again later
+        raise self.retry(countdown=1.0)
+    return outcome
+
+
+@shared_task(name="responses.compact", bind=True)
+def compact_task(self: Task, compaction_id: str) -> str:  # type: ignore[type-arg]
+    """Summarise a compaction job; the waiting gateway pops the answer."""
+    deps = get_deps()
+    deliveries = deps.store.count_delivery(_delivery(self))
+    if deliveries > deps.settings.max_task_deliveries:  # a job that kills its worker
+        message = f"The compaction was started {deliveries - 1} times and never finished."
+        fail_compaction(deps.store, compaction_id, ServerError(message))
+        return "failed"
+    try:
+        return run_compaction(deps, compaction_id)
+    except Exception:  # the task boundary: the gateway must get an answer, not a timeout
+        logger.exception("compaction %s crashed", compaction_id)
+        fail_compaction(
+            deps.store, compaction_id, ServerError("The compaction failed on the worker.")
+        )
+        return "failed"

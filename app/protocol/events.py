@@ -145,6 +145,7 @@ MERGEABLE_DELTAS = frozenset(
         "response.output_text.delta",
         "response.reasoning.delta",
         "response.function_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
     }
 )
 
@@ -159,6 +160,66 @@ def try_merge(previous: Event, event: Event) -> bool:
         return False
     previous["delta"] += event["delta"]
     return True
+
+
+# -- vendor extension ``antwort:progress`` (only for requests that ``include`` it) --------------
+
+
+def plan_event(steps: list[str]) -> Event:
+    """``antwort:plan``: the steps the model means to take, in order."""
+    return {"type": "antwort:plan", "steps": steps}
+
+
+def step_started(*, item_id: str, output_index: int, call_id: str, name: str, title: str) -> Event:
+    """``antwort:step.started``: a tool call was made; ``title`` says what it does."""
+    return {
+        "type": "antwort:step.started",
+        "item_id": item_id,
+        "output_index": output_index,
+        "call_id": call_id,
+        "name": name,
+        "title": title,
+    }
+
+
+def step_completed(*, item_id: str, output_index: int, call_id: str, is_error: bool) -> Event:
+    """``antwort:step.completed``: the call's result (``item_id``) is in the output."""
+    return {
+        "type": "antwort:step.completed",
+        "item_id": item_id,
+        "output_index": output_index,
+        "call_id": call_id,
+        "status": "failed" if is_error else "completed",
+    }
+
+
+def code_interpreter_call_event(phase: str, item_id: str, output_index: int) -> Event:
+    """``response.code_interpreter_call.in_progress|interpreting|completed``."""
+    return {
+        "type": f"response.code_interpreter_call.{phase}",
+        "item_id": item_id,
+        "output_index": output_index,
+    }
+
+
+def code_interpreter_code_delta(item_id: str, output_index: int, delta: str) -> Event:
+    """``response.code_interpreter_call_code.delta``: a piece of the code as the model writes it."""
+    return {
+        "type": "response.code_interpreter_call_code.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "delta": delta,
+    }
+
+
+def code_interpreter_code_done(item_id: str, output_index: int, code: str) -> Event:
+    """``response.code_interpreter_call_code.done``."""
+    return {
+        "type": "response.code_interpreter_call_code.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "code": code,
+    }
 
 
 # -- MCP (OpenAI-only events; emitted only when MCP tools run) -------------------------------

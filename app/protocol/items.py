@@ -130,6 +130,40 @@ class McpApprovalResponseItem(_Strict):
     id: str | None = None
 
 
+class CompactionItem(_Strict):
+    """The conversation so far, sealed by ``POST /v1/responses/compact`` (opaque to clients)."""
+
+    type: Literal["compaction"]
+    encrypted_content: str = Field(min_length=1, max_length=10_485_760)
+    id: str | None = None
+    created_by: str | None = None
+
+
+class CodeInterpreterLogs(_Strict):
+    """Logs a code interpreter call printed."""
+
+    type: Literal["logs"]
+    logs: str
+
+
+class CodeInterpreterImage(_Strict):
+    """An image a code interpreter call produced."""
+
+    type: Literal["image"]
+    url: str
+
+
+class CodeInterpreterCallItem(_Strict):
+    """A code interpreter call sent back as input (a previous response's output item)."""
+
+    type: Literal["code_interpreter_call"]
+    id: str = Field(min_length=1)
+    code: str | None = None
+    container_id: str
+    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
+    status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -141,6 +175,8 @@ InputItem = Annotated[
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
     Discriminator(
         _item_type,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.protocol.items import InputItem
+
+TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
+"""``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 
 class _Strict(BaseModel):
@@ -27,6 +30,37 @@ class InternalToolRef(_Strict):
     """An internal tool of the fleet (a plugin that runs on ``tools.internal`` workers)."""
 
     type: Literal["internal"]
+    name: str = Field(min_length=1, max_length=128)
+
+
+class CodeInterpreterAuto(_Strict):
+    """``container: {"type": "auto"}``: a container for the response chain."""
+
+    type: Literal["auto"]
+    file_ids: list[str] | None = None
+    memory_limit: Literal["1g", "4g", "16g", "64g"] | None = None
+    network_policy: dict[str, Any] | None = None
+
+
+class CodeInterpreterTool(_Strict):
+    """OpenAI's ``code_interpreter``: Python in the fleet's sandbox (``tools.sandbox``)."""
+
+    type: Literal["code_interpreter"]
+    container: str | CodeInterpreterAuto = Field(
+        default_factory=lambda: CodeInterpreterAuto(type="auto")
+    )
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by."""
+        return "code_interpreter"
+
+
+class SandboxToolRef(_Strict):
+    """A sandboxed function tool the operator declared (``ANTWORT_SANDBOX_TOOLS_FILE``)."""
+
+    type: Literal["sandbox"]
     name: str = Field(min_length=1, max_length=128)
 
 
@@ -57,7 +91,10 @@ class McpTool(_Strict):
     server_description: str | None = None
 
 
-Tool = Annotated[FunctionTool | InternalToolRef | McpTool, Field(discriminator="type")]
+Tool = Annotated[
+    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef | McpTool,
+    Field(discriminator="type"),
+]
 
 
 class FunctionChoice(_Strict):
@@ -170,3 +207,11 @@ class CreateResponseRequest(_Strict):
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     include: list[str] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_tool_protocol(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        protocol = (value or {}).get(TOOL_PROTOCOL_METADATA_KEY)
+        if protocol is not None and protocol not in ("native", "json"):
+            raise ValueError(f"'{TOOL_PROTOCOL_METADATA_KEY}' must be 'native' or 'json'")
+        return value

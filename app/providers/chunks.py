@@ -33,6 +33,8 @@ class ToolCallDelta:
     call_id: str | None = None
     name: str | None = None
     arguments: str = ""
+    title: str | None = None
+    """A human-readable step title (JSON tool protocol); None: derived from name and arguments."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,4 +53,12 @@ class UsageReport:
     usage: Usage
 
 
-Chunk = TextDelta | ReasoningDelta | ToolCallDelta | Finish | UsageReport
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanUpdate:
+    """The model's plan: the titles of the steps it means to take (JSON tool protocol)."""
+
+    type: Literal["plan"] = "plan"
+    steps: tuple[str, ...]
+
+
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | Finish | UsageReport | PlanUpdate

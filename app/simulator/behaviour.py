@@ -44,6 +44,8 @@ Generated arguments
     property called ``name``, coerced to its type (an array takes comma-separated values; an
     unquoted value loses trailing ``.,;:!?``); a value that does not coerce is ignored. The JSON
     is written with ``json.dumps`` default spacing.
+    ``name=```value``` `` takes the value verbatim, newlines and quotes included (for code);
+    such a block is left out when tools are chosen and other assignments are read.
 
 Text answers
     After tool results (the last message is a ``tool`` message): ``"Tool results: "`` + the
@@ -59,6 +61,10 @@ Usage
     completion_tokens = reasoning tokens + content tokens, or for tool calls reasoning tokens +
     the words of all the arguments JSON (at least 1).
 
+JSON tool protocol
+    A request whose system prompt starts with ``# Antwort JSON tool protocol`` is answered with
+    JSON directives instead, by the rules of :mod:`app.simulator.json_mode`.
+
 Malformed requests (no ``messages`` array of objects, ``tools`` not an array, an unknown forced
 tool) are a 400 ``invalid_request_error``.
 """
@@ -71,6 +77,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from app.simulator.json_mode import (
+    is_json_protocol,
+    json_answer,
+    manifest_tools,
+    parse_faults,
+    request_index,
+)
 
 MAX_ANSWER_TOKENS = 100_000
 """Upper bound for ``[tokens=N]``, so a typo cannot exhaust memory."""
@@ -85,6 +99,7 @@ _DIRECTIVE = re.compile(
     r"\[\s*(tokens|error|delay_ms|ttft_ms)\s*=\s*(\d+(?:\.\d+)?)\s*\]|\[\s*reason\s*\]",
     re.IGNORECASE,
 )
+_FENCED = re.compile(r"(?<![\w-])([A-Za-z_][\w-]*)=```(.*?)```", re.DOTALL)
 _ASSIGNMENT = re.compile(r'(?<![\w-])([A-Za-z_][\w-]*)=(?:"([^"]*)"|(\S+))')
 _SCALARS: dict[str, Any] = {
     "string": "sim",
@@ -220,6 +235,8 @@ def plan_answer(request: Mapping[str, Any], config: SimConfig) -> Plan:
 
 def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
     messages = _messages(request)
+    if is_json_protocol(messages):
+        return _plan_json(request, messages, config)
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     directives = parse_directives(content_text(last_user.get("content")) if last_user else "")
     if directives.error is not None:
@@ -227,7 +244,8 @@ def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
     reasoning = tokenize(f"Thinking about: {directives.text}") if directives.is_reasoning else ()
     calls: tuple[PlannedToolCall, ...] = ()
     if messages[-1].get("role") == "user":
-        calls = _plan_tool_calls(request, messages, directives.text)
+        raw = content_text(last_user.get("content")) if last_user else ""
+        calls = _plan_tool_calls(request, messages, directives.text, raw)
     content: tuple[str, ...] = ()
     if calls:
         finish: FinishReason = "tool_calls"
@@ -235,16 +253,78 @@ def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
     else:
         content, finish = _plan_text(request, messages, directives, config)
         emitted = len(content)
+    return _answer_plan(
+        messages,
+        directives,
+        config,
+        _Emitted(reasoning=reasoning, content=content, tool_calls=calls, finish_reason=finish),
+        completion_tokens=len(reasoning) + emitted,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Emitted:
+    reasoning: tuple[str, ...]
+    content: tuple[str, ...]
+    tool_calls: tuple[PlannedToolCall, ...] = ()
+    finish_reason: FinishReason
+
+
+def _answer_plan(
+    messages: Sequence[Mapping[str, Any]],
+    directives: Directives,
+    config: SimConfig,
+    emitted: _Emitted,
+    *,
+    completion_tokens: int,
+) -> AnswerPlan:
     delay_ms = config.token_delay_ms if directives.delay_ms is None else directives.delay_ms
     return AnswerPlan(
-        reasoning=reasoning,
-        content=content,
-        tool_calls=calls,
-        finish_reason=finish,
+        reasoning=emitted.reasoning,
+        content=emitted.content,
+        tool_calls=emitted.tool_calls,
+        finish_reason=emitted.finish_reason,
         prompt_tokens=sum(len(content_text(m.get("content")).split()) + 1 for m in messages),
-        completion_tokens=len(reasoning) + emitted,
+        completion_tokens=completion_tokens,
         ttft_ms=config.ttft_ms if directives.ttft_ms is None else directives.ttft_ms,
         token_delay_ms=delay_ms,
+    )
+
+
+def _plan_json(
+    request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], config: SimConfig
+) -> Plan:
+    """A JSON-protocol answer (see :mod:`app.simulator.json_mode`)."""
+    index = request_index(messages)
+    text = content_text(messages[index].get("content")) if index is not None else ""
+    faults, text = parse_faults(text)
+    directives = parse_directives(text)
+    if directives.error is not None:
+        return _error_plan(directives.error)
+    tools = manifest_tools(content_text(messages[0].get("content")))
+    named = select_tools({"tool_choice": "auto"}, tools, directives.text)
+    overrides = parse_assignments(directives.text)
+    length = config.default_tokens if directives.tokens is None else directives.tokens
+    answer = json_answer(
+        messages[index + 1 :] if index is not None else messages,
+        named=named,
+        tools=tools,
+        arguments={name: generate_arguments(tools[name], overrides=overrides) for name in named},
+        faults=faults,
+        fallback="".join(_padded(tokenize(f"Simulated answer to: {directives.text}"), length)),
+    )
+    reasoning = tokenize(f"Thinking about: {directives.text}") if directives.is_reasoning else ()
+    content = tokenize(answer)
+    limit = _max_tokens(request)
+    finish: FinishReason = "stop"
+    if limit is not None and limit < len(content):
+        content, finish = content[:limit], "length"
+    return _answer_plan(
+        messages,
+        directives,
+        config,
+        _Emitted(reasoning=reasoning, content=content, finish_reason=finish),
+        completion_tokens=len(reasoning) + len(content),
     )
 
 
@@ -374,13 +454,14 @@ def _max_tokens(request: Mapping[str, Any]) -> int | None:
 
 
 def _plan_tool_calls(
-    request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], text: str
+    request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], text: str, raw: str
 ) -> tuple[PlannedToolCall, ...]:
     tools = _function_tools(request)
+    text = _FENCED.sub(" ", text)
     names = select_tools(request, tools, text)
     if not names:
         return ()
-    overrides = parse_assignments(text)
+    overrides = {**parse_assignments(text), **dict(_FENCED.findall(raw))}
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
     return tuple(
         PlannedToolCall(

@@ -58,6 +58,8 @@ class ToolDefinition:
     """Overrides the fleet's default per-call timeout."""
     mcp: McpToolRef | None = None
     """Set for MCP tools: which server and tool."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific settings from the request (a code interpreter's ``container_id``)."""
 
     def chat_tool(self) -> dict[str, Any]:
         """The definition as the model server sees it."""

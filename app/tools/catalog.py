@@ -10,17 +10,34 @@ from app.tools.base import ToolDefinition, ToolKind
 from app.tools.internal import Registry
 from app.tools.mcp import presenter as _mcp_presenter  # noqa: F401 - registers MCP's items
 from app.tools.mcp.catalog import declared_servers, mcp_definitions
+from app.tools.sandbox.tools import (
+    CODE_INTERPRETER,
+    SandboxToolSpec,
+    code_interpreter_definition,
+    echo_sandbox_tool,
+)
 
 
-def echo_tools(declared: list[dict[str, Any]], registry: Registry) -> list[dict[str, Any]]:
+def echo_tools(
+    declared: list[dict[str, Any]],
+    registry: Registry,
+    *,
+    history: Sequence[Mapping[str, Any]] = (),
+    sandbox_tools: Mapping[str, SandboxToolSpec] | None = None,
+) -> list[dict[str, Any]]:
     """The ``tools`` of the response object: declared tools, internal ones filled in.
 
+    ``history`` (the previous responses' items) tells a code interpreter which container the
+    chain already uses; ``sandbox_tools`` are the operator's sandboxed function tools.
+
     Raises:
-        InvalidRequestError: an internal tool that no worker registers.
+        InvalidRequestError: an internal or sandbox tool that no worker offers.
     """
     echoed = []
     for index, tool in enumerate(declared):
-        if tool["type"] == "internal":
+        if tool["type"] in (CODE_INTERPRETER, "sandbox"):
+            tool = echo_sandbox_tool(tool, index, history=history, operator_tools=sandbox_tools)
+        elif tool["type"] == "internal":
             found = registry.get(tool["name"])
             if found is None:
                 known = ", ".join(sorted(d.name for d in registry.list())) or "none"
@@ -54,6 +71,9 @@ def definitions(
     """
     found: dict[str, ToolDefinition] = {}
     for tool in tools:
+        if tool["type"] == CODE_INTERPRETER:
+            found[CODE_INTERPRETER] = code_interpreter_definition(tool)
+            continue
         kind = ToolKind(tool["type"]) if tool["type"] in ToolKind.__members__.values() else None
         if kind is None or kind is ToolKind.MCP:
             continue
@@ -70,10 +90,17 @@ def definitions(
 
 
 def model_tools(
-    tools: list[dict[str, Any]], items: Sequence[dict[str, Any]]
+    tools: list[dict[str, Any]], items: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
-    """The tools as the model is offered them: declared ones, then the listed MCP tools."""
-    offered = [tool for tool in tools if tool["type"] != "mcp"]
+    """The tools as the model is offered them, all as functions.
+
+    Declared tools first (hosted ones too), then the MCP tools listed in ``items``.
+    """
+    offered = [
+        code_interpreter_definition(tool).chat_tool() if tool["type"] == CODE_INTERPRETER else tool
+        for tool in tools
+        if tool["type"] != "mcp"
+    ]
     names = {tool.get("name") for tool in offered}
     for name, definition in mcp_definitions(tools, items).items():
         if name == definition.name and name not in names:
@@ -92,7 +119,11 @@ def allowed_names(tool_choice: Any) -> frozenset[str] | None:
     """Names an ``allowed_tools`` choice lets run (None: every declared tool)."""
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "allowed_tools":
         return None
-    return frozenset(ref["name"] for ref in tool_choice.get("tools", []) if ref.get("name"))
+    names = (
+        ref.get("name") or (CODE_INTERPRETER if ref.get("type") == CODE_INTERPRETER else None)
+        for ref in tool_choice.get("tools", [])
+    )
+    return frozenset(name for name in names if name)
 
 
 def is_allowed(tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:

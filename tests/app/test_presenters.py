@@ -77,12 +77,15 @@ class InPlacePresenter:
 @pytest.fixture
 def shell_kind() -> Iterator[CallPresenter]:
     presenter = InPlacePresenter()
+    previous = presenters._BY_KIND.get(ToolKind.SANDBOX)
     presenters.register(ToolKind.SANDBOX, presenter)
     try:
         yield presenter
     finally:
         presenters._BY_KIND.pop(ToolKind.SANDBOX)
         presenters._BY_ITEM_TYPE.pop("shell_call")
+        if previous is not None:  # the real sandbox presenter, registered on import
+            presenters.register(ToolKind.SANDBOX, previous)
 
 
 def test_a_kind_presents_its_calls_and_results_in_its_own_items(

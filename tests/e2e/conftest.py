@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,16 @@ import redis
 from app.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.support.mcp_servers import stdio_command
+
+SANDBOX_TOOLS = [
+    {
+        "name": "word_count",
+        "description": "Count the words of a text (runs in the sandbox).",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        "script": "import json, sys\nprint(len(json.load(sys.stdin)['text'].split()))",
+    }
+]
+"""Operator-declared sandboxed tools of the e2e fleet (``ANTWORT_SANDBOX_TOOLS_FILE``)."""
 
 
 @dataclass
@@ -109,6 +120,12 @@ def fleet(
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
     )
+    # -- sandbox kind and built-ins (tests/e2e/test_sandbox.py, test_builtins.py) -------------
+    sandbox_tools = tmp_path_factory.mktemp("sandbox") / "tools.json"
+    sandbox_tools.write_text(json.dumps(SANDBOX_TOOLS))
+    env.update(ANTWORT_SANDBOX_TOOLS_FILE=str(sandbox_tools), ANTWORT_SANDBOX_TIMEOUT_SECONDS="3")
+    env["ANTWORT_FETCH_ALLOWED_HOSTS"] = "127.0.0.1"  # http_fetch may read the tests' server
+    # -------------------------------------------------------------------------------------------
     # -- MCP (tests/e2e/test_mcp*.py): test servers on loopback, one configured stdio server --
     mcp_servers = tmp_path_factory.mktemp("mcp") / "servers.json"
     command, args = stdio_command("local")
@@ -119,12 +136,14 @@ def fleet(
         ANTWORT_MCP_SECRET_KEY="e2e-seal-key",
         ANTWORT_MCP_TIMEOUT_SECONDS="5",
     )
-    # -- end MCP --------------------------------------------------------------------------------
+    # -------------------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
     running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
     running.start_worker("worker-0")
     running.start_worker("tools-0", "tools.internal")
+    if shutil.which("bwrap"):  # the sandbox kind (its tests skip without bubblewrap)
+        running.start_worker("sandbox-0", "tools.sandbox")
     running.start_worker("mcp-0", "tools.mcp")  # MCP
     try:
         wait_ready(base_url)

@@ -8,8 +8,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import redis
 
+from app.keys import Keys
 from tests.e2e.conftest import Fleet
+from tests.e2e.helpers import TERMINAL, wait_for_status
 
 CLIENT_FN = {
     "type": "function",
@@ -146,6 +149,57 @@ def test_forced_tool_applies_to_first_turn_only(client: openai.OpenAI) -> None:
     assert kinds(response) == ["function_call", "function_call_output", "message"]
 
 
+def test_tool_choice_required_makes_the_model_call_a_tool(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="antwort-sim",
+        input="hello",  # names no tool: only "required" makes the model call one
+        tools=internal("fast_echo", "calculator"),  # type: ignore[arg-type]
+        tool_choice="required",
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    assert response.output[0].name == "fast_echo"  # type: ignore[union-attr]
+    assert response.output_text == "Tool results: fast_echo done"
+    assert response.tool_choice == "required"
+
+
+def test_allowed_tools_required_runs_an_allowed_tool(client: openai.OpenAI) -> None:
+    choice = {"type": "allowed_tools", "mode": "required", "tools": internal("fast_echo")}
+    response = client.responses.create(
+        model="antwort-sim",
+        input="hello",
+        tools=internal("fast_echo", "calculator"),  # type: ignore[arg-type]
+        tool_choice=choice,  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["function_call", "function_call_output", "message"]
+    assert response.output[1].output == "fast_echo done"  # type: ignore[union-attr]
+
+
+def test_allowed_tools_none_answers_without_tools(client: openai.OpenAI) -> None:
+    choice = {"type": "allowed_tools", "mode": "none", "tools": internal("fast_echo")}
+    response = client.responses.create(
+        model="antwort-sim",
+        input="fast_echo",
+        tools=internal("fast_echo"),  # type: ignore[arg-type]
+        tool_choice=choice,  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["message"]
+
+
+def test_forced_function_name_not_among_tools_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="antwort-sim",
+            input="hello",
+            tools=[CLIENT_FN],  # type: ignore[list-item]
+            tool_choice={"type": "function", "name": "calculator"},
+        )
+    assert caught.value.param == "tool_choice"
+    assert caught.value.status_code == 400
+
+
 def test_forced_unknown_tool_is_400(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
@@ -251,3 +305,28 @@ def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet) -> None:
     assert [i.type for i in final.output] == ["function_call"]  # its late result was discarded
     raw = httpx.get(f"{fleet.base_url}/v1/responses/{response.id}?stream=true", timeout=10).text
     assert "function_call_output" not in raw
+
+
+def test_next_turn_waits_for_a_lease_still_held_instead_of_stalling(
+    client: openai.OpenAI, fleet: Fleet, redis_client: redis.Redis
+) -> None:
+    """The chord's callback finds the lease held (as when the run that queued it is still
+    releasing it): it looks again shortly rather than leaving the turn to the sweeper, which
+    would wait out the tool's whole deadline (60 s here)."""
+    response = client.responses.create(
+        model="antwort-sim",
+        input="slow_echo",
+        tools=internal("slow_echo"),  # type: ignore[arg-type]
+        background=True,
+    )
+    deadline = time.monotonic() + 30
+    while not any(i.type == "function_call" for i in client.responses.retrieve(response.id).output):
+        assert time.monotonic() < deadline, "the tool call never appeared"
+        time.sleep(0.02)
+    lease = Keys(fleet.env["ANTWORT_KEY_PREFIX"]).lease(response.id)
+    redis_client.set(lease, "someone-else", px=2500)  # held past the tool's 0.8 s
+
+    final = wait_for_status(client, response.id, TERMINAL, timeout=20)
+
+    assert final.status == "completed"
+    assert kinds(final) == ["function_call", "function_call_output", "message"]

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ToolChord:
+    """One ``enqueue_tools`` call: the calls and the turn queued after them."""
+
+    response_id: str
+    calls: list[tuple[str, str]]
+    """``(call_id, queue)`` in dispatch order."""
+    then_turn: int
 
 
 class RecordingDispatcher:
-    """Records turns and revokes; tool chords are not expected where it is used."""
+    """Records turns, tool chords and revokes instead of queueing them."""
 
     def __init__(self) -> None:
         self.turns: list[tuple[str, int]] = []
+        self.chords: list[ToolChord] = []
         self.revoked: list[tuple[str, int]] = []
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
@@ -18,7 +30,7 @@ class RecordingDispatcher:
     def enqueue_tools(
         self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
     ) -> None:
-        raise AssertionError("no server-side tools here")
+        self.chords.append(ToolChord(response_id, list(calls), then_turn))
 
     def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
         self.revoked.append((response_id, turn))

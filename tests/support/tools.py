@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import redis
 
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.internal import Registry
@@ -42,6 +45,47 @@ class Sleeper:
         return ToolResult(call_id=call.id, output=self.output or f"{self.name} done")
 
 
+@dataclass
+class Counted:
+    """Sleeps like :class:`Sleeper`, counting in Redis how often each call started and finished.
+
+    The counters are ``<ANTWORT_KEY_PREFIX>test:runs:<call_id>:started`` (and ``:finished``);
+    without ``ANTWORT_REDIS_URL`` nothing is counted.
+    """
+
+    name: str
+    seconds: float
+    timeout: float | None = None
+    client: redis.Redis | None = field(default=None, repr=False)
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            name=self.name,
+            kind=ToolKind.INTERNAL,
+            description=f"counted test tool {self.name}",
+            timeout_seconds=self.timeout,
+        )
+
+    def initialize(self) -> None:
+        url = os.environ.get("ANTWORT_REDIS_URL")
+        self.client = redis.Redis.from_url(url) if url else None
+
+    def shutdown(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+    def _count(self, call: ToolCall, what: str) -> None:
+        if self.client is not None:
+            prefix = os.environ.get("ANTWORT_KEY_PREFIX", "antwort:")
+            self.client.incr(f"{prefix}test:runs:{call.id}:{what}")
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self._count(call, "started")
+        time.sleep(self.seconds)
+        self._count(call, "finished")
+        return ToolResult(call_id=call.id, output=f"{self.name} done")
+
+
 def register(registry: Registry) -> None:
     registry.register(Sleeper("slow_echo", 0.8))
     registry.register(Sleeper("fast_echo", 0.05))
@@ -49,3 +93,4 @@ def register(registry: Registry) -> None:
     registry.register(Sleeper("hanging_tool", 30.0, timeout=1.0))
     registry.register(Sleeper("big_output", 0.0, output="x" * 5000))
     registry.register(Sleeper("long_tool", 5.0))
+    registry.register(Counted("counted_slow", 3.0, timeout=6.0))

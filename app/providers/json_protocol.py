@@ -1,0 +1,537 @@
+"""The prompted JSON tool protocol, for models without reliable native tool calling.
+
+A model on the ``json`` protocol is sent no native tools. Instead every call's system prompt
+carries the protocol's rules and a manifest of the tools that may be called right now (rebuilt
+from ``tools``, ``tool_choice`` and ``allowed_tools`` on every call), and the model answers with
+exactly one JSON directive::
+
+    {"type": "plan" | "tool_request" | "reply" | "cancel", "message"?, "step_title"?,
+     "tool"?: {"name", "args"}, "steps"?: [...], "more"?: bool}
+
+:class:`JsonToolProtocol` wraps any provider and turns directives into the chunks a native tool
+call produces — ``message`` → :class:`TextDelta`, ``tool_request`` → :class:`ToolCallDelta` — so
+the loop, the output items and the events are the same as with native calls; a ``plan`` becomes
+a :class:`PlanUpdate`, a ``cancel`` a ``Finish`` whose reason is :data:`MODEL_CANCELLED`. A plan
+(and a ``reply`` with ``"more": true``) does not end the model turn: the wrapper answers it at once
+and asks for the next directive. An answer that breaks the protocol (invalid JSON, a schema
+violation, an unknown tool, arguments that fail the tool's JSON schema, no plan first) gets one
+repair call that tells the model exactly what was wrong; a second failure raises
+:class:`ModelBehaviorError`, which fails the response with that explanation.
+
+The wrapper and the model simulator share the wire conventions below (:data:`PROTOCOL_HEADER`,
+:data:`NOTE_PREFIX`, the ``<tools>`` block): the simulator answers in directives when it sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from app.config import Settings
+from app.errors import ModelBehaviorError
+from app.progress import step_title
+from app.protocol.request import TOOL_PROTOCOL_METADATA_KEY
+from app.protocol.response import ResponseObject, Usage
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    PlanUpdate,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.providers.translate import ModelRequest, to_chat_tool
+from app.tools.catalog import allowed_names
+
+MODEL_CANCELLED = "cancelled"
+"""``Finish.reason`` of a ``cancel`` directive: the run ends ``cancelled``."""
+PROTOCOL_HEADER = "# Antwort JSON tool protocol"
+"""First line of the system prompt of every ``json`` call."""
+NOTE_PREFIX = "[antwort] "
+"""Start of every user-role message the protocol writes (tool results, repairs, go-aheads)."""
+RESULT_PREFIX = NOTE_PREFIX + "Result of "
+"""Start of a tool result message: ``[antwort] Result of NAME (CALL_ID):`` + newline + output."""
+TOOLS_OPEN = "<tools>"
+TOOLS_CLOSE = "</tools>"
+
+_MAX_CONTINUATIONS = 4
+"""Plans and interim replies one model turn may take before its answer is taken as final."""
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+_RULES = """\
+Answer every message with exactly ONE JSON object and nothing else: no prose around it, no
+code fences. Its shape:
+{"type": "plan" | "tool_request" | "reply" | "cancel", "message"?: string,
+ "step_title"?: string, "tool"?: {"name": string, "args": object}, "steps"?: [string],
+ "more"?: boolean}
+- "plan": before you act, list the steps you will take as short titles in "steps".
+- "tool_request": call ONE tool: "tool" names it and gives "args" that match its schema;
+  "step_title" says in a few words what this step does (reuse your plan's titles).
+- "reply": your answer to the user in "message" (Markdown allowed). It ends your work, unless
+  "more" is true: then the message is an interim update and you continue.
+- "cancel": stop because the task cannot or must not be done; say why in "message".
+"message" is optional except in a reply, and is shown to the user at once. Tool results come
+back in user messages that start with "[antwort] Result of"."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolRequest(_Strict):
+    """``tool`` of a ``tool_request``: which tool, with which arguments."""
+
+    name: str
+    args: dict[str, Any] = {}
+
+
+class Directive(_Strict):
+    """One answer of a model on the JSON tool protocol."""
+
+    type: Literal["plan", "tool_request", "reply", "cancel"]
+    message: str | None = None
+    step_title: str | None = None
+    tool: ToolRequest | None = None
+    steps: list[str] | None = None
+    more: bool = False
+
+    @model_validator(mode="after")
+    def _check_fields_of_type(self) -> Directive:
+        if self.type == "plan" and not self.steps:
+            raise ValueError('a "plan" needs "steps": a non-empty list of step titles')
+        if self.type == "tool_request" and self.tool is None:
+            raise ValueError('a "tool_request" needs "tool": {"name": ..., "args": {...}}')
+        if self.type != "tool_request" and self.tool is not None:
+            raise ValueError(f'"tool" belongs to a "tool_request", not to a "{self.type}"')
+        if self.type == "reply" and not self.message:
+            raise ValueError('a "reply" needs a non-empty "message"')
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestTool:
+    """A tool as the protocol's manifest lists it."""
+
+    kind: str
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
+
+    def wire(self) -> dict[str, Any]:
+        """The manifest entry."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    """What the model may call in this call."""
+
+    tools: dict[str, ManifestTool]
+    is_required: bool = False
+    """``tool_choice`` demands a call: a reply is refused."""
+
+
+class ProtocolViolation(Exception):
+    """An answer broke the protocol; ``message`` says how, in words the model is shown."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class _Provider(Protocol):
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]: ...
+
+
+def protocol_of(settings: Settings, response: ResponseObject) -> str:
+    """``native`` or ``json``: the request's metadata, else the model's setting, else native."""
+    chosen = (response.metadata or {}).get(TOOL_PROTOCOL_METADATA_KEY)
+    if chosen:
+        return str(chosen)
+    protocols = settings.tool_protocol_map
+    return protocols.get(response.model) or protocols.get("*") or "native"
+
+
+def with_tool_protocol(
+    provider: _Provider,
+    settings: Settings,
+    response: ResponseObject,
+    *,
+    is_fresh: bool,
+    plan: Sequence[str] | None = None,
+) -> _Provider:
+    """The provider that speaks the response's tool protocol.
+
+    Args:
+        provider: The model server's provider (native tool calling).
+        settings: The fleet's settings (``tool_protocols``).
+        response: The response being run (its model and metadata).
+        is_fresh: The first turn of a new request: the model must plan first.
+        plan: The plan the model made in an earlier turn of the response, if any.
+    """
+    if protocol_of(settings, response) != "json":
+        return provider
+    return JsonToolProtocol(provider, needs_plan=is_fresh, plan=plan)
+
+
+def build_manifest(request: ModelRequest) -> Manifest:
+    """The tools the model may call now, under ``tool_choice`` and ``allowed_tools``."""
+    choice = request.tool_choice
+    if choice == "none":
+        return Manifest(tools={})
+    allowed = allowed_names(choice)
+    is_forced = isinstance(choice, dict) and choice.get("type") == "function"
+    forced = choice.get("name") if is_forced else None
+    tools: dict[str, ManifestTool] = {}
+    for tool in request.tools:
+        if not tool.get("name"):
+            continue  # a tool declaration that is not one callable tool
+        function = to_chat_tool(tool)["function"]
+        name = function["name"]
+        if (allowed is not None and name not in allowed) or (forced and name != forced):
+            continue
+        tools[name] = ManifestTool(
+            kind=str(tool.get("type", "function")),
+            name=name,
+            description=function.get("description"),
+            parameters=function["parameters"],
+        )
+    is_required = (
+        choice == "required"
+        or forced is not None
+        or (isinstance(choice, dict) and choice.get("mode") == "required")
+    )
+    return Manifest(tools=tools, is_required=is_required and bool(tools))
+
+
+def system_prompt(
+    manifest: Manifest,
+    instructions: str | None,
+    *,
+    needs_plan: bool,
+    plan: Sequence[str] | None = None,
+) -> str:
+    """The protocol's rules, the plan so far, the manifest, then the developer's instructions."""
+    parts = [PROTOCOL_HEADER, _RULES]
+    if needs_plan:
+        parts.append('Your first answer to a new request must be a "plan".')
+    elif plan:
+        steps = "\n".join(f"{number}. {step}" for number, step in enumerate(plan, start=1))
+        parts.append(f"Your plan, made earlier (the results so far follow below):\n{steps}")
+    if manifest.tools:
+        listed = json.dumps([tool.wire() for tool in manifest.tools.values()], indent=1)
+        parts.append(
+            "Tools you may call now (kind, name, description, JSON schema of args):\n"
+            f"{TOOLS_OPEN}\n{listed}\n{TOOLS_CLOSE}"
+        )
+        if manifest.is_required:
+            parts.append("You must call a tool now: answer with a tool_request.")
+    else:
+        parts.append(f"{TOOLS_OPEN}\n[]\n{TOOLS_CLOSE}\nNo tool may be called now.")
+    if instructions:
+        parts.append(f"# Instructions\n{instructions}")
+    return "\n\n".join(parts)
+
+
+def render_transcript(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as plain messages: the model's calls as the directives it wrote.
+
+    An assistant message followed by a call becomes that call's ``message``; a result becomes a
+    user message starting with :data:`RESULT_PREFIX`. Reasoning and other items are left out.
+    """
+    rendered: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    said: str | None = None  # assistant text that a call may still claim as its message
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            names[item["call_id"]] = item["name"]
+            rendered.append(_assistant(_call_directive(item, said)))
+            said = None
+            continue
+        if said is not None:
+            rendered.append(_assistant({"type": "reply", "message": said}))
+            said = None
+        if kind == "message" and item.get("role") == "assistant":
+            said = _text(item.get("content"))
+        elif kind == "message":
+            rendered.append(item)
+        elif kind == "function_call_output":
+            name = names.get(item["call_id"], "a tool")
+            note = f"{RESULT_PREFIX}{name} ({item['call_id']}):\n{_text(item.get('output'))}"
+            rendered.append(_user(note))
+    if said is not None:
+        rendered.append(_assistant({"type": "reply", "message": said}))
+    return rendered
+
+
+def _call_directive(item: dict[str, Any], message: str | None) -> dict[str, Any]:
+    try:
+        args = json.loads(item.get("arguments") or "{}")
+    except ValueError:
+        args = {}
+    directive: dict[str, Any] = {"type": "tool_request"}
+    if message:
+        directive["message"] = message
+    directive["step_title"] = step_title(item["name"], item.get("arguments", ""))
+    directive["tool"] = {"name": item["name"], "args": args if isinstance(args, dict) else {}}
+    return directive
+
+
+def _assistant(directive: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": json.dumps(directive)}
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def parse_directive(
+    text: str, manifest: Manifest, *, must_plan: bool, may_plan: bool = True
+) -> Directive:
+    """Validate one answer against the protocol and the manifest.
+
+    Raises:
+        ProtocolViolation: what is wrong, said so that the model can fix it.
+    """
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group(1)
+    try:
+        value = json.loads(stripped)
+    except ValueError as exc:
+        raise ProtocolViolation(f"your answer is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ProtocolViolation(f"your answer is JSON but not an object: {stripped[:80]}")
+    try:
+        directive = Directive.model_validate(value)
+    except ValidationError as exc:
+        problem = f"your answer does not fit the directive schema: {_errors(exc)}"
+        raise ProtocolViolation(problem) from None
+    _check_against_manifest(directive, manifest, must_plan=must_plan, may_plan=may_plan)
+    return directive
+
+
+def _errors(exc: ValidationError) -> str:
+    found = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        found.append(f"{where}: {message}" if where else message)
+    return "; ".join(found)
+
+
+def _check_against_manifest(
+    directive: Directive, manifest: Manifest, *, must_plan: bool, may_plan: bool
+) -> None:
+    if must_plan and directive.type not in ("plan", "cancel"):
+        raise ProtocolViolation(
+            f'your first answer must be a "plan" (with "steps"), not a "{directive.type}"'
+        )
+    if directive.type == "plan" and not may_plan:
+        raise ProtocolViolation(
+            'you already made a plan: now answer with a "tool_request" or a "reply"'
+        )
+    if directive.type == "reply" and manifest.is_required:
+        raise ProtocolViolation('a tool must be called now: answer with a "tool_request"')
+    if directive.tool is not None:
+        _check_tool(directive.tool, manifest)
+
+
+def _check_tool(request: ToolRequest, manifest: Manifest) -> None:
+    tool = manifest.tools.get(request.name)
+    if tool is None:
+        known = ", ".join(manifest.tools) or "none (no tool may be called now)"
+        raise ProtocolViolation(f"there is no tool named '{request.name}'; the tools are: {known}")
+    try:
+        validator_class = jsonschema.validators.validator_for(tool.parameters)
+        validator_class.check_schema(tool.parameters)
+    except jsonschema.SchemaError:
+        return  # the tool's own schema is broken: nothing to hold the model to
+    errors = validator_class(tool.parameters).iter_errors(request.args)
+    error = jsonschema.exceptions.best_match(errors)
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "args"
+        raise ProtocolViolation(
+            f"the args for '{request.name}' do not match its schema at '{where}': {error.message}"
+        )
+
+
+@dataclass(slots=True)
+class _Answer:
+    text: str = ""
+    finish_reason: str = "stop"
+    usage: Usage = field(default_factory=Usage)
+
+
+class JsonToolProtocol:
+    """A provider on the JSON tool protocol, wrapped around one without it."""
+
+    def __init__(self, inner: _Provider, *, needs_plan: bool, plan: Sequence[str] | None = None):
+        self._inner = inner
+        self._needs_plan = needs_plan
+        self._plan = list(plan or ())
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        """Ask for directives until one ends the turn; yield them as native chunks."""
+        manifest = build_manifest(request)
+        turn = _Turn(
+            request=request,
+            manifest=manifest,
+            items=render_transcript(request.items),
+            must_plan=self._needs_plan,
+            plan=self._plan,
+        )
+        finish = "stop"
+        for continuation in range(_MAX_CONTINUATIONS + 1):
+            directive, raw = yield from self._directive(turn)
+            if directive.message:
+                yield TextDelta(text=("\n\n" if turn.has_said else "") + directive.message)
+                turn.has_said = True
+            if directive.type == "plan" or (
+                directive.type == "reply" and directive.more and continuation < _MAX_CONTINUATIONS
+            ):
+                if directive.type == "plan":
+                    turn.plan = list(directive.steps or ())
+                    yield PlanUpdate(steps=tuple(turn.plan))
+                    turn.must_plan, turn.has_planned = False, True
+                turn.items += [_raw_assistant(raw), _user(_go_ahead(directive))]
+                continue
+            finish = self._finish(directive)
+            if directive.tool is not None:
+                yield _call_chunk(directive, directive.tool)
+            break
+        yield UsageReport(usage=turn.usage)
+        yield Finish(reason=finish)
+
+    @staticmethod
+    def _finish(directive: Directive) -> str:
+        if directive.type == "cancel":
+            return MODEL_CANCELLED
+        return "tool_calls" if directive.type == "tool_request" else "stop"
+
+    def _directive(self, turn: _Turn) -> Generator[Chunk, None, tuple[Directive, str]]:
+        """One valid directive, with one repair call if the first answer breaks the protocol."""
+        problems: list[str] = []
+        for _ in range(2):
+            answer = yield from self._ask(turn)
+            try:
+                if answer.finish_reason == "length":
+                    raise ProtocolViolation("your answer was cut off (too long): keep it shorter")
+                directive = parse_directive(
+                    answer.text,
+                    turn.manifest,
+                    must_plan=turn.must_plan,
+                    may_plan=not turn.has_planned,
+                )
+            except ProtocolViolation as violation:
+                problems.append(violation.message)
+                turn.items += [_raw_assistant(answer.text), _user(_repair(violation.message))]
+                continue
+            return directive, answer.text
+        raise ModelBehaviorError(
+            "The model did not follow the JSON tool protocol, even after being told what was "
+            f"wrong. First answer: {problems[0]}. Second answer: {problems[1]}."
+        )
+
+    def _ask(self, turn: _Turn) -> Generator[Chunk, None, _Answer]:
+        """One call of the model; reasoning passes through, the text is collected."""
+        request = turn.request
+        params = {k: v for k, v in request.params.items() if k != "response_format"}
+        call = ModelRequest(
+            model=request.model,
+            instructions=system_prompt(
+                turn.manifest,
+                request.instructions,
+                needs_plan=turn.must_plan,
+                plan=turn.plan,
+            ),
+            items=list(turn.items),
+            params=params,
+        )
+        answer = _Answer()
+        pieces: list[str] = []
+        stream = self._inner.stream(call)
+        try:
+            for chunk in stream:
+                if isinstance(chunk, TextDelta):
+                    pieces.append(chunk.text)
+                elif isinstance(chunk, ReasoningDelta):
+                    yield chunk
+                elif isinstance(chunk, Finish):
+                    answer.finish_reason = chunk.reason
+                elif isinstance(chunk, UsageReport):
+                    answer.usage = chunk.usage
+                # native tool calls and plans are not part of this protocol: ignored
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        answer.text = "".join(pieces)
+        turn.usage = turn.usage.plus(answer.usage)
+        return answer
+
+
+@dataclass(slots=True, kw_only=True)
+class _Turn:
+    """The state of one model turn on the protocol: the conversation grows with each call."""
+
+    request: ModelRequest
+    manifest: Manifest
+    items: list[dict[str, Any]]
+    must_plan: bool
+    plan: list[str] = field(default_factory=list)
+    has_planned: bool = False
+    has_said: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
+def _call_chunk(directive: Directive, tool: ToolRequest) -> ToolCallDelta:
+    arguments = json.dumps(tool.args)
+    return ToolCallDelta(
+        index=0,
+        name=tool.name,
+        arguments=arguments,
+        title=directive.step_title or step_title(tool.name, arguments),
+    )
+
+
+def _raw_assistant(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": text}
+
+
+def _repair(problem: str) -> str:
+    return (
+        f"{NOTE_PREFIX}Your last answer broke the protocol: {problem}. Answer again with exactly "
+        "one JSON object that follows the protocol, and nothing else."
+    )
+
+
+def _go_ahead(directive: Directive) -> str:
+    if directive.type == "plan":
+        return (
+            f"{NOTE_PREFIX}Plan noted. Now take its first step: answer with a tool_request, or "
+            "with a reply if no tool is needed."
+        )
+    return f"{NOTE_PREFIX}Go on."

@@ -1,0 +1,159 @@
+"""Sealed ``compaction`` items: the conversation so far, opaque to clients, readable only here.
+
+A compaction item's ``encrypted_content`` is ``ac1.`` + base64url(nonce ‖ AES-256-GCM
+ciphertext) of a small JSON record (the model's summary, the model, the time). GCM
+authenticates it, so a client can neither read nor forge nor alter one: any change is a 400.
+The key is the ``compaction_key`` setting (hashed to 256 bits) or, when unset, a random key
+that the first process to need one stores in Redis (``SET NX``), so every replica of gateway
+and workers seals and opens with the same key.
+
+Before a model call, :func:`model_items` replaces each compaction item by what it stands for:
+an assistant message carrying the summary.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from app.config import Settings
+from app.errors import InvalidRequestError
+from app.keys import Keys
+from app.store import ResponseStore
+
+_VERSION = "ac1."
+_AAD = b"antwort-fleet compaction v1"
+_NONCE_BYTES = 12
+SUMMARY_HEADER = "Summary of the conversation so far:"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactedState:
+    """What a compaction item holds."""
+
+    summary: str
+    """The model's summary of the conversation it replaces."""
+    model: str
+    """The model that wrote the summary."""
+    created_at: int
+    """When (Unix seconds)."""
+
+
+class InvalidCompactionError(InvalidRequestError):
+    """A ``compaction`` item this server did not seal, or one that was altered (400)."""
+
+    default_code = "invalid_encrypted_content"
+
+
+class Sealer:
+    """Seals and opens compaction states with one AES-256-GCM key."""
+
+    def __init__(self, key: bytes):
+        self._aead = AESGCM(key)
+
+    def seal(self, state: CompactedState) -> str:
+        """The ``encrypted_content`` of ``state``."""
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        plain = json.dumps(asdict(state), separators=(",", ":")).encode()
+        sealed = nonce + self._aead.encrypt(nonce, plain, _AAD)
+        return _VERSION + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def open(self, token: str, *, param: str | None = None) -> CompactedState:
+        """The state sealed in ``token``.
+
+        Raises:
+            InvalidCompactionError: not sealed by this server's key, or altered.
+        """
+        try:
+            if not token.startswith(_VERSION):
+                raise ValueError("unknown version")
+            body = token[len(_VERSION) :]
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            plain = self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _AAD)
+            fields = json.loads(plain)
+            return CompactedState(
+                summary=str(fields["summary"]),
+                model=str(fields["model"]),
+                created_at=int(fields["created_at"]),
+            )
+        except (ValueError, binascii.Error, InvalidTag, KeyError, TypeError):
+            raise InvalidCompactionError(
+                "The compaction item's encrypted_content is invalid: it was not produced by this "
+                "server or it was altered.",
+                param=param,
+            ) from None
+
+
+def load_sealer(client: redis.Redis, keys: Keys, configured: str | None) -> Sealer:
+    """The fleet's sealer: the configured secret's, else the key kept in Redis (made once)."""
+    if configured:
+        return Sealer(hashlib.sha256(configured.encode()).digest())
+    client.set(keys.compaction_key, secrets.token_hex(32), nx=True)
+    stored = client.get(keys.compaction_key)
+    if stored is None:  # pragma: no cover - deleted between SET NX and GET
+        raise RuntimeError("the compaction key vanished from Redis")
+    return Sealer(bytes.fromhex(stored.decode() if isinstance(stored, bytes) else str(stored)))
+
+
+def fleet_sealer(store: ResponseStore, settings: Settings) -> Sealer:
+    """:func:`load_sealer` for the store's Redis and keyspace."""
+    return load_sealer(store.redis, store.keys, settings.compaction_key)
+
+
+def has_compaction(items: Sequence[dict[str, Any]]) -> bool:
+    """Whether any item is a ``compaction`` item."""
+    return any(item.get("type") == "compaction" for item in items)
+
+
+def check_compactions(
+    store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]]
+) -> None:
+    """Every ``compaction`` input item was sealed here and is intact.
+
+    Raises:
+        InvalidCompactionError: with ``param`` naming the first bad item.
+    """
+    if not has_compaction(inputs):
+        return
+    sealer = fleet_sealer(store, settings)
+    for index, item in enumerate(inputs):
+        if item.get("type") == "compaction":
+            sealer.open(item["encrypted_content"], param=f"input.{index}.encrypted_content")
+
+
+def summary_message(summary: str) -> dict[str, Any]:
+    """The message the model sees in place of a compaction item."""
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": f"{SUMMARY_HEADER}\n{summary}"}],
+    }
+
+
+def open_items(sealer: Sealer, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items with each compaction item replaced by its summary message."""
+    return [
+        summary_message(sealer.open(item["encrypted_content"]).summary)
+        if item.get("type") == "compaction"
+        else item
+        for item in items
+    ]
+
+
+def model_items(
+    store: ResponseStore, settings: Settings, items: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The items a model call sees: compaction items opened (no key is read when there are none)."""
+    if not has_compaction(items):
+        return list(items)
+    return open_items(fleet_sealer(store, settings), items)

@@ -1,0 +1,211 @@
+"""WebSocket mode of ``/v1/responses``: one connection, ``response.create`` after another.
+
+A :class:`SocketSession` serves one connection. Each ``response.create`` message is a create
+body (without ``stream``, ``stream_options`` and ``background``); the response is created and
+queued exactly like an HTTP one, and its events are relayed from the event log as they are —
+same events, same order, same ``sequence_number``s as SSE. One response is in flight at a time;
+messages that arrive meanwhile wait their turn.
+
+The connection remembers its most recent response. Continuing from it with
+``previous_response_id`` works even when it was created with ``store: false``: the connection
+hands the conversation it holds (``context``) to the new response. Another connection knows
+nothing of it (``previous_response_not_found``), and a continuation that fails forgets it.
+Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}``; after
+``websocket_max_seconds`` the connection ends with ``websocket_connection_limit_reached``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.config import Settings
+from app.conversation import load_history
+from app.dispatch import Dispatcher
+from app.errors import AppError, InvalidRequestError, NotFoundError
+from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.relay import EventHub, Keepalive, follow_events
+from app.responses import create_response
+from app.store import ResponseStore
+
+CREATE_EVENT = "response.create"
+_TRANSPORT_FIELDS = ("stream", "stream_options", "background")
+_CONTINUABLE = frozenset({"completed", "incomplete", "requires_action"})
+
+
+class Transport(Protocol):
+    """The connection as the session sees it (``simple_websocket.Server`` in the gateway)."""
+
+    def send(self, data: str) -> None:
+        """Send one text message."""
+
+    def receive(self, timeout: float | None = None) -> str | bytes | None:
+        """The next message; None when ``timeout`` passes first."""
+
+
+class ConnectionLimitError(AppError):
+    """The connection reached its lifetime (``websocket_max_seconds``)."""
+
+    status = 400
+    type = "invalid_request_error"
+    default_code = "websocket_connection_limit_reached"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CachedResponse:
+    """The connection's most recent response."""
+
+    response_id: str
+    context: list[dict[str, Any]] | None
+    """Everything the model saw and said, for an unstored response; None: read the store."""
+
+
+def error_message(error: AppError) -> str:
+    """The WebSocket form of an error."""
+    body = {
+        "type": "error",
+        "status": error.status,
+        "error": {
+            "type": error.type,
+            "code": error.code or error.type,
+            "message": error.message,
+            "param": error.param,
+        },
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_create_message(message: str | bytes) -> dict[str, Any]:
+    """The create body of a ``response.create`` message.
+
+    Raises:
+        InvalidRequestError: not JSON, not a ``response.create``, or an HTTP-only field.
+    """
+    try:
+        event = json.loads(message)
+    except ValueError:
+        raise InvalidRequestError("The message is not valid JSON.", code="invalid_json") from None
+    if not isinstance(event, dict):
+        raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
+    if event.get("type") != CREATE_EVENT:
+        raise InvalidRequestError(
+            f"Unsupported event type {event.get('type')!r}; send '{CREATE_EVENT}'.",
+            param="type",
+            code="invalid_event_type",
+        )
+    for name in _TRANSPORT_FIELDS:
+        if name in event:
+            raise InvalidRequestError(
+                f"'{name}' is not supported in WebSocket mode (responses always stream).",
+                param=name,
+                code="unsupported_parameter",
+            )
+    return {name: value for name, value in event.items() if name != "type"}
+
+
+class SocketSession:
+    """Serves one WebSocket connection; keeps its most recent response."""
+
+    def __init__(
+        self,
+        *,
+        store: ResponseStore,
+        hub: EventHub,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.store = store
+        self.hub = hub
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.clock = clock
+        self.deadline = clock() + settings.websocket_max_seconds
+        self.cached: CachedResponse | None = None
+
+    def serve(self, transport: Transport) -> None:
+        """Answer messages until the client leaves or the connection's time is up."""
+        while True:
+            remaining = self.deadline - self.clock()
+            if remaining <= 0:
+                transport.send(error_message(_limit_reached()))
+                return
+            message = transport.receive(timeout=remaining)
+            if message is not None and not self.handle(transport, message):
+                return
+
+    def handle(self, transport: Transport, message: str | bytes) -> bool:
+        """Answer one message; False when the connection must end."""
+        body: dict[str, Any] = {}
+        try:
+            body = parse_create_message(message)
+            self.run(transport, body)
+        except AppError as error:
+            self.forget(body.get("previous_response_id"))
+            transport.send(error_message(error))
+            return not isinstance(error, ConnectionLimitError)
+        return True
+
+    def run(self, transport: Transport, body: dict[str, Any]) -> None:
+        """Create the response, relay its events, and remember it when it can be continued.
+
+        Raises:
+            AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
+                when the connection's time ran out while the response ran.
+        """
+        previous = body.get("previous_response_id")
+        context = self.cached.context if self.is_cached(previous) and self.cached else None
+        response, request = create_response(
+            self.store, self.dispatcher, self.settings, body, context=context
+        )
+        before: list[dict[str, Any]] | None = None
+        if not request.store:
+            history = context if context is not None else self._history(previous)
+            before = [*history, *self.store.inputs(response.id)]
+        final = self.relay(transport, response.id)
+        if final is None:
+            raise ConnectionLimitError(_limit_reached().message)
+        if final["status"] in _CONTINUABLE:
+            context_after = None if before is None else [*before, *final["output"]]
+            self.cached = CachedResponse(response_id=response.id, context=context_after)
+        else:
+            self.forget(previous)
+
+    def relay(self, transport: Transport, response_id: str) -> dict[str, Any] | None:
+        """Send the response's events; its final object, or None when time ran out first."""
+        events = follow_events(
+            self.store, self.hub, response_id, keepalive_seconds=self.settings.keepalive_seconds
+        )
+        with closing(events):
+            for event in events:
+                if isinstance(event, Keepalive):
+                    if self.clock() >= self.deadline:
+                        return None
+                    continue
+                transport.send(event.data)
+                if event.type in TERMINAL_EVENT_TYPES:
+                    final: dict[str, Any] = json.loads(event.data)["response"]
+                    return final
+        raise NotFoundError(f"Response {response_id} was deleted while it ran.")
+
+    def is_cached(self, response_id: str | None) -> bool:
+        """Whether ``response_id`` is the connection's most recent response."""
+        return self.cached is not None and self.cached.response_id == response_id
+
+    def forget(self, response_id: Any) -> None:
+        """Evict ``response_id`` from the connection's cache (a failed continuation)."""
+        if isinstance(response_id, str) and self.is_cached(response_id):
+            self.cached = None
+
+    def _history(self, previous: str | None) -> list[dict[str, Any]]:
+        return load_history(self.store, previous) if previous else []
+
+
+def _limit_reached() -> ConnectionLimitError:
+    return ConnectionLimitError(
+        "The WebSocket connection reached its time limit; open a new connection to continue."
+    )

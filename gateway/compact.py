@@ -1,0 +1,52 @@
+"""``POST /v1/responses/compact``: queue a summary turn on the fleet and wait for its answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, jsonify
+
+from app import compaction
+from app.compaction import CompactionQueue
+from gateway.context import gateway
+from gateway.responses import json_body
+
+blueprint = Blueprint("compact", __name__)
+
+_EXTENSION = "antwort.compaction"
+
+
+class CeleryCompactionQueue:
+    """Sends ``responses.compact`` by name to the ``inference`` queue."""
+
+    def __init__(self, celery: Any):
+        self.celery = celery
+
+    def enqueue_compaction(self, compaction_id: str) -> None:
+        """Queue the job (its id is the task id: a job is summarised once)."""
+        self.celery.send_task(
+            "responses.compact",
+            args=[compaction_id],
+            task_id=f"{compaction_id}:compact",
+            queue="inference",
+        )
+
+
+def register(app: Flask, queue: CompactionQueue) -> None:
+    """Serve the endpoint, queueing jobs on ``queue``."""
+    app.extensions[_EXTENSION] = queue
+    app.register_blueprint(blueprint)
+
+
+@blueprint.post("/v1/responses/compact")
+def compact() -> Response:
+    """Compact the given conversation into user messages and one sealed ``compaction`` item."""
+    gw = gateway()
+    compaction_id = compaction.start_compaction(
+        gw.store, current_app.extensions[_EXTENSION], gw.settings, json_body()
+    )
+    return jsonify(
+        compaction.wait_for_compaction(
+            gw.store, compaction_id, timeout_seconds=gw.settings.sync_timeout_seconds
+        )
+    )

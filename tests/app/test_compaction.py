@@ -1,0 +1,277 @@
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openresponses_types
+import pytest
+import redis
+
+from app.compaction import (
+    DEFAULT_INSTRUCTIONS,
+    SUMMARY_REQUEST,
+    run_compaction,
+    start_compaction,
+    wait_for_compaction,
+)
+from app.config import Settings
+from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
+from app.keys import Keys
+from app.responses import create_response
+from app.run import RunDeps, run_turn
+from app.sealing import (
+    SUMMARY_HEADER,
+    CompactedState,
+    InvalidCompactionError,
+    Sealer,
+    load_sealer,
+)
+from app.store import ResponseStore
+from tests.app.test_run import FakeModel, answer
+from tests.support.dispatch import RecordingDispatcher
+
+STATE = CompactedState(summary="We launch on Tuesday.", model="antwort-sim", created_at=1)
+CONVERSATION = [
+    {"role": "user", "content": "When do we launch?"},
+    {"role": "assistant", "content": "On Tuesday."},
+]
+
+
+class RecordingQueue:
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    def enqueue_compaction(self, compaction_id: str) -> None:
+        self.jobs.append(compaction_id)
+
+
+def compact(
+    store: ResponseStore, settings: Settings, model: FakeModel, **body: Any
+) -> dict[str, Any]:
+    """The whole round trip: gateway side, worker side, gateway side."""
+    queue = RecordingQueue()
+    body.setdefault("model", "antwort-sim")
+    compaction_id = start_compaction(store, queue, settings, body)
+    assert queue.jobs == [compaction_id]
+    assert run_compaction(RunDeps(store=store, provider=model, settings=settings), compaction_id)
+    return wait_for_compaction(store, compaction_id, timeout_seconds=5)
+
+
+def tamper(token: str) -> str:
+    middle = len(token) // 2
+    return token[:middle] + ("A" if token[middle] != "A" else "B") + token[middle + 1 :]
+
+
+def test_sealer_opens_what_it_sealed() -> None:
+    sealer = Sealer(b"k" * 32)
+
+    token = sealer.seal(STATE)
+
+    assert token.startswith("ac1.")
+    assert "Tuesday" not in token
+    assert sealer.open(token) == STATE
+    assert sealer.seal(STATE) != token  # a fresh nonce each time
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        tamper,
+        lambda token: token[:-2],
+        lambda token: "ac2." + token[4:],
+        lambda token: "ac1.!!!",
+        lambda token: "",
+        lambda token: Sealer(b"x" * 32).seal(STATE),
+    ],
+)
+def test_sealer_refuses_altered_or_foreign_content(mangle: Callable[[str], str]) -> None:
+    sealer = Sealer(b"k" * 32)
+
+    with pytest.raises(InvalidCompactionError) as raised:
+        sealer.open(mangle(sealer.seal(STATE)), param="input.0.encrypted_content")
+
+    assert raised.value.status == 400
+    assert raised.value.code == "invalid_encrypted_content"
+    assert raised.value.param == "input.0.encrypted_content"
+
+
+def test_load_sealer_shares_one_generated_key_through_redis(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    keys = Keys(key_prefix)
+    token = load_sealer(redis_client, keys, None).seal(STATE)
+
+    assert load_sealer(redis_client, keys, None).open(token) == STATE
+    with pytest.raises(InvalidCompactionError):
+        load_sealer(redis_client, keys, "a configured secret").open(token)
+    configured = load_sealer(redis_client, keys, "a configured secret").seal(STATE)
+    assert load_sealer(redis_client, keys, "a configured secret").open(configured) == STATE
+
+
+def test_compaction_summarises_on_the_worker_and_seals_the_summary(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    model = answer("We launch on Tuesday.")
+
+    result = compact(store, settings, model, input=CONVERSATION, prompt_cache_key="k")
+
+    openresponses_types.CompactResource.model_validate(result)
+    assert result["object"] == "response.compaction"
+    assert result["id"].startswith("resp_")
+    *messages, item = result["output"]
+    assert [m["content"] for m in messages] == [
+        [{"type": "input_text", "text": "When do we launch?"}]
+    ]
+    assert set(item) == {"id", "type", "encrypted_content"}
+    sealed = load_sealer(store.redis, store.keys, None).open(item["encrypted_content"])
+    assert sealed.summary == "We launch on Tuesday."
+    assert result["usage"]["total_tokens"] == 14
+    [request] = model.requests
+    assert request.instructions == DEFAULT_INSTRUCTIONS
+    assert [i.get("role") for i in request.items] == ["user", "assistant", "user"]
+    assert request.items[-1]["content"] == SUMMARY_REQUEST
+    assert request.tools == ()
+
+
+def test_compaction_of_a_chain_with_an_earlier_compaction_sees_its_summary(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    first = compact(store, settings, answer("Launch Tuesday."), input=CONVERSATION)
+    model = answer("Launch Tuesday, support first.")
+
+    second = compact(
+        store,
+        settings,
+        model,
+        input=[*first["output"], {"role": "user", "content": "Tell support first."}],
+        instructions="Keep dates.",
+    )
+
+    [request] = model.requests
+    assert request.instructions == "Keep dates."
+    summaries = [i for i in request.items if i.get("role") == "assistant"]
+    assert summaries[0]["content"][0]["text"] == f"{SUMMARY_HEADER}\nLaunch Tuesday."
+    assert [i["type"] for i in second["output"]] == ["message", "message", "compaction"]
+
+
+def test_compaction_from_previous_response_id(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    response, _ = create_response(store, RecordingDispatcher(), settings, {"input": "Hi there"})
+    run_turn(RunDeps(store=store, provider=answer("Hello!"), settings=settings), response.id, 0)
+    model = answer("They greeted.")
+
+    result = compact(store, settings, model, previous_response_id=response.id)
+
+    assert [i["type"] for i in result["output"]] == ["message", "compaction"]
+    [request] = model.requests
+    assert [i.get("role") for i in request.items] == ["user", "assistant", "user"]
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        ({"input": "x"}, "missing_required_parameter", "model"),
+        ({"model": "m", "input": "x", "stream": True}, "unknown_parameter", "stream"),
+        ({"model": "m"}, "missing_required_parameter", "input"),
+        (
+            {"model": "m", "input": [{"type": "compaction"}]},
+            "missing_required_parameter",
+            "input.0.encrypted_content",
+        ),
+        (
+            {"model": "m", "input": [{"type": "compaction", "encrypted_content": "ac1.AAAA"}]},
+            "invalid_encrypted_content",
+            "input.0.encrypted_content",
+        ),
+    ],
+)
+def test_start_compaction_refuses_bad_requests(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    body: dict[str, Any],
+    code: str,
+    param: str,
+) -> None:
+    queue = RecordingQueue()
+
+    with pytest.raises(InvalidRequestError) as raised:
+        start_compaction(store, queue, make_settings(), body)
+
+    assert (raised.value.code, raised.value.param) == (code, param)
+    assert queue.jobs == []
+
+
+def test_start_compaction_needs_a_stored_previous_response(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    with pytest.raises(PreviousResponseNotFoundError):
+        start_compaction(
+            store, RecordingQueue(), make_settings(), {"model": "m", "previous_response_id": "x"}
+        )
+
+
+def test_compaction_model_failure_reaches_the_gateway(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    model = FakeModel(UpstreamError("the model server is down"))
+
+    with pytest.raises(UpstreamError) as raised:
+        compact(store, make_settings(), model, input="x")
+
+    assert raised.value.message == "the model server is down"
+
+
+def test_compaction_task_redelivered_after_its_answer_does_nothing(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    compaction_id = start_compaction(
+        store, RecordingQueue(), settings, {"model": "m", "input": "x"}
+    )
+    deps = RunDeps(store=store, provider=answer("sum"), settings=settings)
+
+    assert run_compaction(deps, compaction_id) == "completed"
+    assert run_compaction(deps, compaction_id) == "skipped"
+    assert store.redis.llen(store.keys.compaction_result(compaction_id)) == 1
+    wait_for_compaction(store, compaction_id, timeout_seconds=5)
+    assert run_compaction(deps, compaction_id) == "skipped"
+
+
+def test_response_after_compaction_gives_the_model_the_summary(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    compacted = compact(store, settings, answer("We launch on Tuesday."), input=CONVERSATION)
+    body = {"input": [*compacted["output"], {"role": "user", "content": "When again?"}]}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    model = answer("Tuesday.")
+
+    assert run_turn(RunDeps(store=store, provider=model, settings=settings), response.id, 0) == (
+        "completed"
+    )
+
+    [request] = model.requests
+    texts = [json.dumps(item["content"]) for item in request.items]
+    assert [item["role"] for item in request.items] == ["user", "assistant", "user"]
+    assert "We launch on Tuesday." in texts[1]
+    assert "encrypted_content" not in json.dumps(request.items)
+    stored_inputs = store.inputs(response.id)
+    assert [i["type"] for i in stored_inputs] == ["message", "compaction", "message"]
+    assert "Tuesday" not in json.dumps(stored_inputs[1])
+
+
+def test_create_response_refuses_a_tampered_compaction_item(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    compacted = compact(store, settings, answer("Summary."), input=CONVERSATION)
+    *messages, item = compacted["output"]
+    item = {**item, "encrypted_content": tamper(item["encrypted_content"])}
+
+    with pytest.raises(InvalidCompactionError) as raised:
+        create_response(store, RecordingDispatcher(), settings, {"input": [*messages, item]})
+
+    assert raised.value.param == "input.1.encrypted_content"

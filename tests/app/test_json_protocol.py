@@ -1,0 +1,462 @@
+"""The JSON tool protocol: directive validation, the manifest, repairs, and runs through it."""
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.errors import InvalidRequestError, ModelBehaviorError
+from app.progress import step_title
+from app.protocol.response import ResponseObject
+from app.providers.chunks import (
+    Chunk,
+    Finish,
+    PlanUpdate,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from app.providers.json_protocol import (
+    PROTOCOL_HEADER,
+    RESULT_PREFIX,
+    JsonToolProtocol,
+    ProtocolViolation,
+    build_manifest,
+    parse_directive,
+    protocol_of,
+    render_transcript,
+)
+from app.providers.openai_chat import ChatCompletionsProvider
+from app.providers.translate import ModelRequest
+from app.responses import create_response, parse_request
+from app.run import RunDeps, run_turn
+from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
+from app.store import ResponseStore
+from tests.support.dispatch import RecordingDispatcher
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+CLOCK = {"type": "function", "name": "clock", "parameters": {"type": "object", "properties": {}}}
+JSON_MODE = {"antwort_tool_protocol": "json"}
+
+
+class ScriptedModel:
+    """Answers each call with the next scripted text; records the requests."""
+
+    def __init__(self, *answers: str):
+        self.answers = list(answers)
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        self.requests.append(request)
+        text = self.answers.pop(0)
+        yield TextDelta(text=text[:3])
+        yield TextDelta(text=text[3:])
+        yield Finish(reason="stop")
+
+
+def model_request(
+    *tools: dict[str, Any], tool_choice: Any = "auto", text: str = "hi"
+) -> ModelRequest:
+    return ModelRequest(
+        model="m",
+        instructions="Be brief.",
+        items=[{"type": "message", "role": "user", "content": text}],
+        tools=list(tools),
+        tool_choice=tool_choice,
+    )
+
+
+def run(wrapper: JsonToolProtocol, request: ModelRequest) -> list[Chunk]:
+    return list(wrapper.stream(request))
+
+
+# -- directives ---------------------------------------------------------------------------------
+
+
+def problem(text: str, *tools: dict[str, Any], must_plan: bool = False, **kw: Any) -> str:
+    with pytest.raises(ProtocolViolation) as caught:
+        parse_directive(text, build_manifest(model_request(*tools, **kw)), must_plan=must_plan)
+    return caught.value.message
+
+
+def test_parse_directive_accepts_each_type_and_fenced_json() -> None:
+    manifest = build_manifest(model_request(WEATHER))
+    plan = parse_directive('{"type": "plan", "steps": ["a"]}', manifest, must_plan=True)
+    assert plan.steps == ["a"]
+    fenced = '```json\n{"type": "reply", "message": "hi"}\n```'
+    assert parse_directive(fenced, manifest, must_plan=False).message == "hi"
+    call = parse_directive(
+        '{"type": "tool_request", "tool": {"name": "get_weather", "args": {"city": "Oslo"}}}',
+        manifest,
+        must_plan=False,
+    )
+    assert call.tool is not None and call.tool.args == {"city": "Oslo"}
+    assert parse_directive('{"type": "cancel"}', manifest, must_plan=True).type == "cancel"
+
+
+def test_parse_directive_says_exactly_what_is_wrong() -> None:
+    assert problem("{not json").startswith("your answer is not valid JSON (")
+    assert "not an object" in problem("[1, 2]")
+    schema = problem('{"type": "tool_request", "message": "x"}')
+    assert 'a "tool_request" needs "tool"' in schema
+    assert "extra" in problem('{"type": "reply", "message": "x", "mood": "happy"}').lower()
+    assert "type" in problem('{"type": "shout", "message": "x"}')
+    unknown = problem('{"type": "tool_request", "tool": {"name": "nope"}}', WEATHER)
+    assert unknown == "there is no tool named 'nope'; the tools are: get_weather"
+    bad = problem(
+        '{"type": "tool_request", "tool": {"name": "get_weather", "args": {"city": 5}}}', WEATHER
+    )
+    assert (
+        bad
+        == "the args for 'get_weather' do not match its schema at 'city': 5 is not of type 'string'"
+    )
+    missing = problem('{"type": "tool_request", "tool": {"name": "get_weather"}}', WEATHER)
+    assert "'city' is a required property" in missing
+    first = problem('{"type": "reply", "message": "x"}', must_plan=True)
+    assert first == 'your first answer must be a "plan" (with "steps"), not a "reply"'
+    required = problem('{"type": "reply", "message": "x"}', WEATHER, tool_choice="required")
+    assert required.startswith("a tool must be called now")
+
+
+def test_manifest_follows_tool_choice_and_allowed_tools() -> None:
+    assert list(build_manifest(model_request(WEATHER, CLOCK)).tools) == ["get_weather", "clock"]
+    assert build_manifest(model_request(WEATHER, tool_choice="none")).tools == {}
+    allowed = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "clock"}],
+    }
+    manifest = build_manifest(model_request(WEATHER, CLOCK, tool_choice=allowed))
+    assert list(manifest.tools) == ["clock"] and manifest.is_required
+    forced = build_manifest(
+        model_request(WEATHER, CLOCK, tool_choice={"type": "function", "name": "get_weather"})
+    )
+    assert list(forced.tools) == ["get_weather"] and forced.is_required
+    assert forced.tools["get_weather"].wire() == {
+        "kind": "function",
+        "name": "get_weather",
+        "description": "The weather of a city",
+        "parameters": WEATHER["parameters"],
+    }
+
+
+def test_render_transcript_shows_calls_as_directives_and_results_as_notes() -> None:
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Looking."}],
+        },
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "get_weather",
+            "arguments": '{"city": "Oslo"}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "reasoning", "summary": []},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Sunny."}],
+        },
+    ]
+    rendered = render_transcript(items)
+    assert [m["role"] for m in rendered] == ["user", "assistant", "user", "assistant"]
+    assert json.loads(rendered[1]["content"]) == {
+        "type": "tool_request",
+        "message": "Looking.",
+        "step_title": "get_weather: city=Oslo",
+        "tool": {"name": "get_weather", "args": {"city": "Oslo"}},
+    }
+    assert rendered[2]["content"] == f"{RESULT_PREFIX}get_weather (c1):\nsunny"
+    assert json.loads(rendered[3]["content"]) == {"type": "reply", "message": "Sunny."}
+
+
+def test_step_title_is_derived_from_tool_and_arguments() -> None:
+    assert step_title("calculator", '{"expression": "6*7"}') == "calculator: expression=6*7"
+    assert step_title("clock", "{}") == "clock"
+    assert step_title("clock", "not json") == "clock"
+    assert step_title("echo", json.dumps({"note": "x" * 200})) == "echo: note=" + "x" * 39 + "…"
+    many = step_title("echo", json.dumps({f"k{i}": "v" * 30 for i in range(5)}))
+    assert len(many) == 80 and many.endswith("…")
+
+
+# -- the wrapper --------------------------------------------------------------------------------
+
+
+def test_wrapper_sends_no_native_tools_and_a_manifest_each_call() -> None:
+    model = ScriptedModel(
+        '{"type": "plan", "steps": ["Check the weather"]}',
+        '{"type": "tool_request", "step_title": "Check the weather", "message": "Checking.",'
+        ' "tool": {"name": "get_weather", "args": {"city": "Oslo"}}}',
+    )
+    chunks = run(JsonToolProtocol(model, needs_plan=True), model_request(WEATHER))
+
+    assert [r.tools for r in model.requests] == [(), ()]
+    first, second = model.requests
+    assert first.instructions is not None and first.instructions.startswith(PROTOCOL_HEADER)
+    assert '"name": "get_weather"' in first.instructions
+    assert first.instructions.endswith("# Instructions\nBe brief.")
+    assert 'must be a "plan"' in first.instructions
+    assert 'must be a "plan"' not in (second.instructions or "")
+    assert [m["role"] for m in second.items] == ["user", "assistant", "user"]
+    assert second.items[2]["content"].startswith("[antwort] Plan noted.")
+    assert chunks[:3] == [
+        PlanUpdate(steps=("Check the weather",)),
+        TextDelta(text="Checking."),
+        ToolCallDelta(
+            index=0, name="get_weather", arguments='{"city": "Oslo"}', title="Check the weather"
+        ),
+    ]
+    assert isinstance(chunks[3], UsageReport)
+    assert chunks[4] == Finish(reason="tool_calls")
+
+
+def test_wrapper_repairs_once_telling_the_model_what_was_wrong() -> None:
+    model = ScriptedModel(
+        '{"type": "plan"',
+        '{"type": "plan", "steps": ["Answer"]}',
+        '{"type": "reply", "message": "Hi!"}',
+    )
+    chunks = run(JsonToolProtocol(model, needs_plan=True), model_request())
+
+    assert len(model.requests) == 3
+    repair = model.requests[1].items
+    assert repair[-2] == {"type": "message", "role": "assistant", "content": '{"type": "plan"'}
+    assert repair[-1]["content"].startswith(
+        "[antwort] Your last answer broke the protocol: your answer is not valid JSON ("
+    )
+    assert TextDelta(text="Hi!") in chunks and chunks[-1] == Finish(reason="stop")
+
+
+def test_wrapper_fails_after_a_second_broken_answer() -> None:
+    model = ScriptedModel('{"type": "plan"', '{"type": "tool_request", "tool": {"name": "nope"}}')
+    with pytest.raises(ModelBehaviorError) as caught:
+        run(JsonToolProtocol(model, needs_plan=False), model_request(WEATHER))
+    message = caught.value.message
+    assert message.startswith("The model did not follow the JSON tool protocol")
+    assert "First answer: your answer is not valid JSON" in message
+    assert "Second answer: there is no tool named 'nope'; the tools are: get_weather." in message
+
+
+def test_wrapper_refuses_a_second_plan_and_ends_on_cancel() -> None:
+    model = ScriptedModel(
+        '{"type": "plan", "steps": ["a"]}',
+        '{"type": "plan", "steps": ["b"]}',
+        '{"type": "reply", "message": "Working.", "more": true}',
+        '{"type": "cancel", "message": "Cannot do that."}',
+    )
+    chunks = run(JsonToolProtocol(model, needs_plan=True), model_request())
+    assert "you already made a plan" in model.requests[2].items[-1]["content"]
+    texts = [c.text for c in chunks if isinstance(c, TextDelta)]
+    assert texts == ["Working.", "\n\nCannot do that."]
+    assert chunks[-1] == Finish(reason="cancelled")
+
+
+def test_protocol_comes_from_metadata_then_settings(make_settings: Callable[..., Settings]) -> None:
+    def response(model: str, metadata: dict[str, str]) -> ResponseObject:
+        return ResponseObject(
+            id="resp_1", created_at=0, status="queued", model=model, metadata=metadata
+        )
+
+    settings = make_settings(tool_protocols="small-llm=json, big-llm=native")
+    assert protocol_of(settings, response("small-llm", {})) == "json"
+    assert protocol_of(settings, response("big-llm", {})) == "native"
+    assert protocol_of(settings, response("big-llm", JSON_MODE)) == "json"
+    assert protocol_of(make_settings(tool_protocols="*=json"), response("any", {})) == "json"
+    assert protocol_of(make_settings(), response("any", {})) == "native"
+    with pytest.raises(ValueError, match="model=native"):
+        make_settings(tool_protocols="small-llm=xml")
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request({"model": "m", "metadata": {"antwort_tool_protocol": "xml"}})
+    assert caught.value.param == "metadata"
+
+
+# -- the simulator in JSON mode -----------------------------------------------------------------
+
+
+def sim_text(messages: list[dict[str, Any]]) -> str:
+    plan = plan_answer({"messages": messages}, SimConfig())
+    assert isinstance(plan, AnswerPlan)
+    return "".join(plan.content)
+
+
+def sim_conversation(text: str, *tools: dict[str, Any]) -> list[dict[str, Any]]:
+    request = model_request(*tools, text=text)
+    from app.providers.json_protocol import system_prompt
+
+    system = system_prompt(build_manifest(request), None, needs_plan=True)
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def test_simulator_plans_calls_named_tools_then_replies_with_results() -> None:
+    messages = sim_conversation("weather please: get_weather city=Oslo", WEATHER)
+    plan = json.loads(sim_text(messages))
+    assert plan == {"type": "plan", "steps": ["Run get_weather", "Write the answer"]}
+    messages += [
+        {"role": "assistant", "content": json.dumps(plan)},
+        {"role": "user", "content": "[antwort] Plan noted."},
+    ]
+    call = json.loads(sim_text(messages))
+    assert call == {
+        "type": "tool_request",
+        "step_title": "Run get_weather",
+        "tool": {"name": "get_weather", "args": {"city": "Oslo"}},
+    }
+    messages += [
+        {"role": "assistant", "content": json.dumps(call)},
+        {"role": "user", "content": f"{RESULT_PREFIX}get_weather (c1):\nsunny"},
+    ]
+    assert json.loads(sim_text(messages)) == {"type": "reply", "message": "Tool results: sunny"}
+    native = [{"role": "user", "content": "get_weather city=Oslo"}]
+    assert "Simulated answer" in sim_text(native)  # without the protocol: the old rules
+
+
+def test_simulator_makes_scripted_mistakes_once_per_listing() -> None:
+    messages = sim_conversation("[json_fault=bad_json,bad_json] hi")
+    first = sim_text(messages)
+    assert first.startswith('{"type": "plan"') and "sim-fault" in first
+    messages += [
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "[antwort] Your last answer broke the protocol: ..."},
+    ]
+    assert "sim-fault" in sim_text(messages)
+    once = sim_conversation("[json_fault=unknown_tool] get_weather", WEATHER)
+    once += [
+        {"role": "assistant", "content": '{"type": "plan", "steps": ["x"]}'},
+        {"role": "user", "content": "[antwort] Plan noted."},
+    ]
+    wrong = json.loads(sim_text(once))
+    assert wrong["tool"]["name"] == "sim_fault_tool"
+    once += [
+        {"role": "assistant", "content": json.dumps(wrong)},
+        {"role": "user", "content": "[antwort] Your last answer broke the protocol: ..."},
+    ]
+    assert json.loads(sim_text(once))["tool"]["name"] == "get_weather"
+
+
+# -- whole turns through the simulator ------------------------------------------------------------
+
+
+def start(store: ResponseStore, settings: Settings, text: str, **body: Any) -> tuple[str, RunDeps]:
+    body = {"input": text, "metadata": JSON_MODE, "background": True, **body}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    provider = ChatCompletionsProvider(base_url=str(settings.llm_base_url), max_retries=0)
+    return response.id, RunDeps(store=store, provider=provider, settings=settings)
+
+
+def events(store: ResponseStore, rid: str) -> list[dict[str, Any]]:
+    return [json.loads(e.data) for e in store.events_after(rid, -1)]
+
+
+def test_turn_on_json_protocol_pauses_on_a_call_with_progress_events(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid, deps = start(
+        store, settings, "get_weather city=Oslo", tools=[WEATHER], include=["antwort:progress"]
+    )
+    assert run_turn(deps, rid, 0) == "completed"
+    [call] = store.get(rid).response.output
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Oslo"})
+    vendor = [e for e in events(store, rid) if e["type"].startswith("antwort:")]
+    assert vendor[0] == {
+        "type": "antwort:plan",
+        "steps": ["Run get_weather", "Write the answer"],
+        "sequence_number": vendor[0]["sequence_number"],
+    }
+    assert vendor[1]["type"] == "antwort:step.started"
+    assert (vendor[1]["title"], vendor[1]["call_id"]) == ("Run get_weather", call["call_id"])
+    assert store.get(rid).extra["plan"] == ["Run get_weather", "Write the answer"]
+
+
+def test_later_turns_are_reminded_of_the_plan() -> None:
+    model = ScriptedModel('{"type": "reply", "message": "Done."}')
+    run(JsonToolProtocol(model, needs_plan=False, plan=["Look", "Answer"]), model_request())
+    instructions = model.requests[0].instructions or ""
+    assert "Your plan, made earlier (the results so far follow below):\n1. Look\n2. Answer" in (
+        instructions
+    )
+    assert 'must be a "plan"' not in instructions
+
+
+def test_set_extra_does_not_bring_back_a_deleted_response(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    rid, _ = start(store, make_settings(), "hi")
+    store.set_extra(rid, {"plan": ["a"]})
+    assert store.get(rid).extra == {"plan": ["a"]}
+    store.delete(rid)
+    store.set_extra(rid, {"plan": ["b"]})
+    assert not store.redis.exists(store.keys.record(rid))
+
+
+def test_turn_without_include_emits_only_standard_events(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid, deps = start(store, settings, "get_weather city=Oslo", tools=[WEATHER])
+    run_turn(deps, rid, 0)
+    assert not [e for e in events(store, rid) if not e["type"].startswith(("response.", "error"))]
+
+
+def test_cancel_directive_ends_the_response_cancelled_with_its_message(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid, deps = start(store, settings, "[json_fault=cancel] get_weather", tools=[WEATHER])
+    assert run_turn(deps, rid, 0) == "cancelled"
+    response = store.get(rid).response
+    assert response.status == "cancelled"
+    assert response.output[0]["content"][0]["text"] == "The simulator gives up, as scripted."
+
+
+def test_twice_broken_answers_fail_the_response_with_the_reason(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid, deps = start(store, settings, "[json_fault=bad_schema,bad_schema] hi")
+    assert run_turn(deps, rid, 0) == "failed"
+    error = store.get(rid).response.error
+    assert error is not None and "did not follow the JSON tool protocol" in error.message
+    assert 'a "tool_request" needs "tool"' in error.message
+
+
+class OneCall:
+    """A native model that calls one tool."""
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        yield ToolCallDelta(index=0, call_id="call_x", name="nope", arguments='{"a": 1}')
+        yield Finish(reason="tool_calls")
+
+
+def test_native_rejected_call_is_a_failed_step(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    body = {"input": "hi", "tools": [WEATHER], "include": ["antwort:progress"]}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    deps = RunDeps(
+        store=store, provider=OneCall(), settings=settings, dispatcher=RecordingDispatcher()
+    )
+    assert run_turn(deps, response.id, 0) == "continuing"
+    vendor = [e for e in events(store, response.id) if e["type"].startswith("antwort:")]
+    assert [(e["type"], e.get("title"), e.get("status")) for e in vendor] == [
+        ("antwort:step.started", "nope: a=1", None),
+        ("antwort:step.completed", None, "failed"),
+    ]
+    output = store.get(response.id).response.output
+    assert vendor[1]["item_id"] == output[1]["id"] and vendor[1]["output_index"] == 1

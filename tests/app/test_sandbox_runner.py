@@ -1,0 +1,172 @@
+"""The bubblewrap sandbox itself: isolation, limits, and what each escape attempt gets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from app.tools.sandbox.executor import report
+from app.tools.sandbox.runner import (
+    INSTALL_HINT,
+    Sandbox,
+    SandboxLimits,
+    SandboxOutcome,
+    SandboxRequest,
+    SandboxUnavailableError,
+    find_bubblewrap,
+)
+from app.tools.sandbox.slots import processes_of
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+
+UID_BASE = 62000
+UID_COUNT = 4
+LIMITS = SandboxLimits(
+    timeout_seconds=3,
+    cpu_seconds=5,
+    memory_bytes=256 * 1024 * 1024,
+    file_size_bytes=8 * 1024 * 1024,
+    processes=24,
+    work_dir_bytes=32 * 1024 * 1024,
+    max_output_bytes=4096,
+)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(limits=LIMITS, uid_base=UID_BASE, uid_count=UID_COUNT)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running() -> Iterator[None]:
+    yield
+    if os.geteuid() == 0:
+        left = {uid: processes_of(uid) for uid in range(UID_BASE, UID_BASE + UID_COUNT)}
+        assert not any(left.values()), left
+
+
+def run(sandbox: Sandbox, code: str, files: bytes = b"") -> SandboxOutcome:
+    return sandbox.run(SandboxRequest(code=code, files=files))
+
+
+def test_runner_runs_code_and_reports_its_output(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "import sys\nprint('out')\nprint('err', file=sys.stderr)")
+    assert outcome.is_ok
+    assert (outcome.stdout, outcome.stderr) == ("out\n", "err\n")
+
+
+def test_runner_reports_exceptions_without_its_own_frames(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "1/0")
+    assert not outcome.is_ok and outcome.exit_code == 1
+    assert "ZeroDivisionError" in outcome.stderr
+    assert "_become_program" not in outcome.stderr
+
+
+def test_runner_keeps_files_between_runs(sandbox: Sandbox) -> None:
+    first = run(sandbox, "open('data.txt', 'w').write('kept')")
+    assert first.files and first.files_listing == ("data.txt",)
+    second = run(sandbox, "print(open('data.txt').read())", files=first.files)
+    assert second.stdout == "kept\n"
+
+
+def test_runner_caps_output(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "print('x' * 100_000)")
+    assert outcome.truncated and len(outcome.stdout) == 4096
+
+
+def test_runner_runs_bash_programs(sandbox: Sandbox) -> None:
+    outcome = sandbox.run(
+        SandboxRequest(argv=("/bin/bash", "-c", "read line; echo got $line"), stdin="hi\n")
+    )
+    assert outcome.is_ok and outcome.stdout == "got hi\n"
+
+
+# -- escape and abuse attempts: each contained, reported as an error, nothing left behind ------
+
+
+def test_abuse_reading_worker_files_and_secrets_fails(sandbox: Sandbox) -> None:
+    here = os.path.abspath(__file__)
+    outcome = run(sandbox, f"print(open({here!r}).read())")
+    assert not outcome.is_ok and "FileNotFoundError" in outcome.stderr
+    os.environ["ANTWORT_SECRET_FOR_TEST"] = "s3cret"
+    try:
+        outcome = run(sandbox, "import os; print(os.environ['ANTWORT_SECRET_FOR_TEST'])")
+    finally:
+        del os.environ["ANTWORT_SECRET_FOR_TEST"]
+    assert not outcome.is_ok and "KeyError" in outcome.stderr
+    assert "s3cret" not in outcome.stdout + outcome.stderr
+
+
+def test_abuse_network_to_loopback_fails(sandbox: Sandbox) -> None:
+    with socket.socket() as server:  # a listener the sandbox must not reach
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)"
+        outcome = run(sandbox, code)
+    assert not outcome.is_ok
+    assert "ConnectionRefusedError" in outcome.stderr or "OSError" in outcome.stderr
+
+
+def test_abuse_fork_bomb_is_stopped(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "import os\nwhile True:\n    os.fork()")
+    assert not outcome.is_ok
+    assert "BlockingIOError" in outcome.stderr or outcome.timed_out
+
+
+def test_abuse_memory_bomb_is_stopped(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "blocks = []\nwhile True:\n    blocks.append(bytearray(10**7))")
+    assert not outcome.is_ok and "MemoryError" in outcome.stderr
+
+
+def test_abuse_infinite_loop_times_out(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "while True:\n    pass")
+    assert outcome.timed_out and not outcome.is_ok
+    assert "timed out" in report(outcome)
+
+
+def test_abuse_huge_file_is_stopped(sandbox: Sandbox) -> None:
+    code = "f = open('big', 'wb')\nfor _ in range(10 * 1024):\n    f.write(b'0' * 2**20)"
+    outcome = run(sandbox, code)
+    assert not outcome.is_ok
+    assert "SIGXFSZ" in report(outcome) or "No space left" in outcome.stderr
+
+
+def test_abuse_writing_outside_the_work_directory_fails(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "open('/usr/evil', 'w')")
+    assert not outcome.is_ok and "Read-only file system" in outcome.stderr
+    outcome = run(sandbox, "open('/etc/evil', 'w')")
+    assert not outcome.is_ok and "Error" in outcome.stderr
+
+
+def test_abuse_killing_the_parent_is_reported(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    assert not outcome.is_ok and outcome.error is not None
+    outcome = run(sandbox, "import os, signal\nos.kill(1, signal.SIGKILL)\nprint('alive')")
+    assert outcome.stdout == "alive\n"  # the namespace's init ignores it
+
+
+def test_abuse_process_left_running_is_killed(sandbox: Sandbox) -> None:
+    code = (
+        "import subprocess\n"
+        "subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "print('started')"
+    )
+    outcome = run(sandbox, code)
+    assert outcome.stdout == "started\n"
+    # the autouse fixture checks that no process of the sandbox uids is alive
+
+
+def test_abuse_writing_into_the_runner_output_is_denied(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "import os\nopen(f'/proc/{os.getppid()}/fd/1', 'w').write('{}')")
+    assert not outcome.is_ok and "PermissionError" in outcome.stderr
+
+
+def test_find_bubblewrap_says_how_to_install_it() -> None:
+    with pytest.raises(SandboxUnavailableError) as caught:
+        find_bubblewrap("/nonexistent/bwrap")
+    assert str(caught.value) == INSTALL_HINT and "apt-get install bubblewrap" in INSTALL_HINT

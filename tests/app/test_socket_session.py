@@ -1,0 +1,183 @@
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.relay import EventHub
+from app.run import RunDeps, run_turn
+from app.socket_session import SocketSession, parse_create_message
+from app.store import ResponseStore
+from tests.app import test_relay
+from tests.app.test_run import FakeModel, answer
+
+
+class ThreadDispatcher:
+    """Runs each queued turn in a thread of this process: a fleet of one, for the session."""
+
+    def __init__(self, deps: RunDeps):
+        self.deps = deps
+        self.threads: list[threading.Thread] = []
+
+    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
+        thread = threading.Thread(target=run_turn, args=(self.deps, response_id, turn))
+        thread.start()
+        self.threads.append(thread)
+
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        raise AssertionError("no server-side tools here")
+
+    def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
+        raise AssertionError("nothing is cancelled here")
+
+
+class ScriptedTransport:
+    """Hands out the scripted messages, then says the client left; records what was sent."""
+
+    def __init__(self, *messages: str):
+        self.messages = list(messages)
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, data: str) -> None:
+        self.sent.append(json.loads(data))
+
+    def receive(self, timeout: float | None = None) -> str | None:
+        if not self.messages:
+            raise ConnectionAbortedError("the client left")
+        return self.messages.pop(0)
+
+    def finals(self) -> list[dict[str, Any]]:
+        return [e["response"] for e in self.sent if e["type"] == "response.completed"]
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [e for e in self.sent if e["type"] == "error" and "status" in e]
+
+
+def create(**body: Any) -> str:
+    return json.dumps({"type": "response.create", **body})
+
+
+hub = test_relay.hub  # the running EventHub fixture, shared
+
+
+@pytest.fixture
+def make_session(
+    store: ResponseStore, hub: EventHub, make_settings: Callable[..., Settings]
+) -> Iterator[Callable[..., SocketSession]]:
+    dispatchers: list[ThreadDispatcher] = []
+
+    def make(model: FakeModel, **settings: Any) -> SocketSession:
+        config = make_settings(keepalive_seconds=0.2, **settings)
+        dispatchers.append(ThreadDispatcher(RunDeps(store=store, provider=model, settings=config)))
+        return SocketSession(store=store, hub=hub, dispatcher=dispatchers[-1], settings=config)
+
+    yield make
+    for dispatcher in dispatchers:
+        for thread in dispatcher.threads:
+            thread.join(timeout=10)
+
+
+def serve(session: SocketSession, transport: ScriptedTransport) -> None:
+    with pytest.raises(ConnectionAbortedError):
+        session.serve(transport)
+
+
+def test_session_continues_an_unstored_response_from_its_cache(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    model = answer("Noted.")
+    session = make_session(model)
+    transport = ScriptedTransport(create(input="Remember papaya", store=False))
+    serve(session, transport)
+    [first] = transport.finals()
+
+    transport = ScriptedTransport(
+        create(input="Which fruit?", store=False, previous_response_id=first["id"])
+    )
+    serve(session, transport)
+
+    [second] = transport.finals()
+    assert second["previous_response_id"] == first["id"]
+    texts = [json.dumps(item["content"]) for item in model.requests[-1].items]
+    assert "Remember papaya" in texts[0] and "Noted." in texts[1] and "Which fruit?" in texts[2]
+    assert session.cached is not None and session.cached.response_id == second["id"]
+    assert session.cached.context is not None and len(session.cached.context) == 4
+
+
+def test_session_forgets_after_a_failed_continuation(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    session = make_session(answer("Noted."))
+    transport = ScriptedTransport(create(input="hi", store=False))
+    serve(session, transport)
+    [first] = transport.finals()
+    bad = {"type": "function_call_output", "call_id": "nope", "output": "x"}
+
+    transport = ScriptedTransport(
+        create(input=[bad], previous_response_id=first["id"]),
+        create(input="again", previous_response_id=first["id"]),
+    )
+    serve(session, transport)
+
+    codes = [error["error"]["code"] for error in transport.errors()]
+    assert codes == ["invalid_value", "previous_response_not_found"]
+    assert session.cached is None
+
+
+def test_session_stored_responses_continue_through_the_store(
+    make_session: Callable[..., SocketSession], store: ResponseStore
+) -> None:
+    session = make_session(answer("Noted."))
+    transport = ScriptedTransport(create(input="hi"))
+    serve(session, transport)
+    [first] = transport.finals()
+
+    assert session.cached is not None and session.cached.context is None
+    other = make_session(answer("Again."))
+    transport = ScriptedTransport(create(input="go on", previous_response_id=first["id"]))
+    serve(other, transport)
+    assert [final["status"] for final in transport.finals()] == ["completed"]
+
+
+def test_session_ends_with_connection_limit_reached(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    now = [0.0]
+    session = make_session(answer("x"), websocket_max_seconds=5)
+    session.clock = lambda: now[0]
+    session.deadline = 5.0
+    transport = ScriptedTransport(create(input="hi"))
+
+    def receive(timeout: float | None = None) -> str | None:
+        now[0] += timeout or 0
+        return None
+
+    transport.receive = receive  # type: ignore[method-assign]
+    session.serve(transport)
+
+    [error] = transport.sent
+    assert error["error"]["code"] == "websocket_connection_limit_reached"
+    assert error["status"] == 400
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ("{", "invalid_json"),
+        ("1", "invalid_event"),
+        ('{"input": "x"}', "invalid_event_type"),
+        ('{"type": "response.create", "stream_options": {}}', "unsupported_parameter"),
+    ],
+)
+def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: str) -> None:
+    with pytest.raises(Exception) as raised:
+        parse_create_message(message)
+    assert getattr(raised.value, "code", None) == code
+
+
+def test_parse_create_message_returns_the_create_body() -> None:
+    assert parse_create_message(create(input="x", store=False)) == {"input": "x", "store": False}

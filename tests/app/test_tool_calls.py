@@ -1,0 +1,171 @@
+"""Tool tasks: one execution per call, however often (and however concurrently) delivered."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+import app.tool_calls
+from app.config import Settings
+from app.responses import cancel_response, create_response
+from app.run import RunDeps, run_turn
+from app.store import ResponseStore
+from app.tool_calls import ToolDeps, run_tool_call
+from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.internal import InternalExecutor, Registry
+from tests.support.dispatch import RecordingDispatcher
+from tests.support.model import ScriptedModel, calls, text
+
+CALL = "call_1"
+
+
+@dataclass
+class GatedTool:
+    """``slow_echo`` that counts its runs and finishes only when its gate opens."""
+
+    name: str = "slow_echo"
+    gate: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+    runs: int = 0
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(name=self.name, kind=ToolKind.INTERNAL, description="gated")
+
+    def initialize(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self.runs += 1
+        self.started.set()
+        assert self.gate.wait(20), "the gate never opened"
+        return ToolResult(call_id=call.id, output=f"run {self.runs}")
+
+
+@dataclass
+class Setup:
+    store: ResponseStore
+    settings: Settings
+    tool: GatedTool
+    dispatcher: RecordingDispatcher
+    rid: str
+
+    @property
+    def deps(self) -> ToolDeps:
+        registry = Registry()
+        registry.register(self.tool)
+        return ToolDeps(
+            store=self.store,
+            executors=ExecutorRegistry([InternalExecutor(registry)]),
+            settings=self.settings,
+        )
+
+    def deliver(self) -> Callable[[], str]:
+        """Run one delivery of the call in a thread; the returned function joins it."""
+        box: list[str] = []
+        thread = threading.Thread(
+            target=lambda: box.append(run_tool_call(self.deps, self.rid, CALL))
+        )
+        thread.start()
+
+        def join() -> str:
+            thread.join(30)
+            assert not thread.is_alive()
+            return box[0]
+
+        join.thread = thread  # type: ignore[attr-defined]
+        return join
+
+
+@pytest.fixture
+def setup(store: ResponseStore, make_settings: Callable[..., Settings]) -> Setup:
+    """A response whose first turn asked for ``slow_echo`` (call ``call_1``): tools pending."""
+    settings = make_settings(internal_tool_modules="tests.support.tools", tool_timeout_seconds=30)
+    dispatcher = RecordingDispatcher()
+    body = {"input": "go", "background": True, "tools": [{"type": "internal", "name": "slow_echo"}]}
+    response, _ = create_response(store, dispatcher, settings, body)
+    model = ScriptedModel(calls((CALL, "slow_echo", "{}")), text("done"))
+    deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=dispatcher)
+    assert run_turn(deps, response.id, 0) == "waiting"
+    return Setup(store, settings, GatedTool(), dispatcher, response.id)
+
+
+def stored_results(setup: Setup) -> list[str | None]:
+    return setup.store.tool_results(setup.rid, [CALL])
+
+
+def test_tool_call_runs_once_and_stores_its_result(setup: Setup) -> None:
+    setup.tool.gate.set()
+
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "ok"
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "stored"  # a redelivery
+
+    assert setup.tool.runs == 1
+    assert ToolResult.from_json(stored_results(setup)[0] or "").output == "run 1"
+    assert not setup.store.is_tool_call_claimed(setup.rid, CALL)  # the claim was given back
+
+
+def test_tool_call_delivered_again_while_running_waits_for_the_first(setup: Setup) -> None:
+    first = setup.deliver()
+    assert setup.tool.started.wait(10)
+    assert setup.store.is_tool_call_claimed(setup.rid, CALL)
+
+    second = setup.deliver()  # e.g. the sweeper dispatched the call again
+    time.sleep(0.5)
+    assert second.thread.is_alive(), "the second delivery did not wait"  # type: ignore[attr-defined]
+    assert setup.tool.runs == 1
+    setup.tool.gate.set()
+
+    assert sorted([first(), second()]) == ["ok", "stored"]
+    assert setup.tool.runs == 1
+    assert ToolResult.from_json(stored_results(setup)[0] or "").output == "run 1"
+
+
+def test_tool_call_claimed_by_a_dead_delivery_runs_once_the_claim_lapses(setup: Setup) -> None:
+    setup.store.claim_tool_call(setup.rid, CALL, token="dead-worker", ttl_seconds=0.6)
+    setup.tool.gate.set()
+
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "ok"
+
+    assert setup.tool.runs == 1
+    assert stored_results(setup)[0] is not None
+
+
+def test_tool_call_waiting_for_another_delivery_stops_on_cancel(setup: Setup) -> None:
+    setup.store.claim_tool_call(setup.rid, CALL, token="other", ttl_seconds=30)
+    waiting = setup.deliver()
+    time.sleep(0.3)
+
+    cancel_response(setup.store, setup.dispatcher, setup.rid)
+
+    assert waiting() == "cancelled"
+    assert setup.tool.runs == 0
+    assert stored_results(setup) == [None]
+
+
+def test_tool_call_held_too_long_elsewhere_is_busy(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, make_settings: Callable[..., Settings]
+) -> None:
+    monkeypatch.setattr(app.tool_calls, "CLAIM_GRACE_SECONDS", 0.0)
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools", tool_timeout_seconds=0.3
+    )
+    # A claim that outlives the call's own deadline: someone claimed the call again meanwhile.
+    setup.store.claim_tool_call(setup.rid, CALL, token="other", ttl_seconds=30)
+
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "busy"  # the task requeues itself
+
+    assert setup.tool.runs == 0
+
+
+def test_tool_call_of_a_finished_response_is_skipped(setup: Setup) -> None:
+    cancel_response(setup.store, setup.dispatcher, setup.rid)
+
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "skipped"
+    assert setup.tool.runs == 0

@@ -1,0 +1,222 @@
+"""``antwort chat`` as a person runs it: a subprocess against the fleet's gateway."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.e2e.conftest import Fleet
+from tests.e2e.helpers import check_sequence
+
+CHAT = [sys.executable, "-m", "app.cli", "chat"]
+
+
+def chat(
+    fleet: Fleet, *args: str, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CHAT, "--base-url", f"{fleet.base_url}/v1", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**fleet.env, "COLUMNS": "100"},
+        cwd=cwd,
+        check=False,
+    )
+
+
+def json_lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_chat_renders_plan_steps_results_and_answer(fleet: Fleet) -> None:
+    done = chat(
+        fleet,
+        "--protocol=json",
+        "--internal=fast_echo",
+        "--internal=calculator",
+        "fast_echo then calculator expression=6*7",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.rstrip() for line in done.stdout.splitlines()]
+    assert lines[:4] == ["Plan", "✔ Run fast_echo", "✔ Run calculator", "✔ Write the answer"]
+    assert lines[4:8] == ["✔ Run fast_echo", "  │ fast_echo done", "✔ Run calculator", "  │ 42"]
+    assert lines[8] == "Tool results: fast_echo done; 42"
+    assert lines[9].startswith("✔ completed  resp_")
+
+
+def test_chat_shortens_results_unless_asked_for_them_whole(fleet: Fleet) -> None:
+    short = chat(fleet, "--internal=big_output", "run big_output")
+    assert short.returncode == 0, short.stderr
+    assert "✔ big_output: note=sim" in short.stdout
+    assert "characters: --full-results)" in short.stdout
+    assert "x" * 1000 not in short.stdout
+    whole = chat(fleet, "--internal=big_output", "--full-results", "run big_output")
+    assert "--full-results)" not in whole.stdout
+    assert "x" * 90 in whole.stdout and whole.stdout.count("x") == 2000  # result and answer, whole
+
+
+def test_chat_json_prints_the_raw_events(fleet: Fleet) -> None:
+    done = chat(fleet, "--json", "--protocol=json", "--internal=fast_echo", "use fast_echo")
+    assert done.returncode == 0, done.stderr
+    events = json_lines(done.stdout)
+    check_sequence(events)
+    types = [e["type"] for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert "antwort:plan" in types and "antwort:step.completed" in types
+
+
+def test_chat_session_chains_previous_response_id(fleet: Fleet) -> None:
+    done = chat(fleet, "--json", stdin="hello\nand again\n")
+    assert done.returncode == 0, done.stderr
+    created = [e["response"] for e in json_lines(done.stdout) if e["type"] == "response.created"]
+    assert len(created) == 2
+    assert created[0]["previous_response_id"] is None
+    assert created[1]["previous_response_id"] == created[0]["id"]
+
+
+def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet) -> None:
+    proc = subprocess.Popen(
+        [
+            *CHAT,
+            "--base-url",
+            f"{fleet.base_url}/v1",
+            "--json",
+            "--internal=long_tool",
+            "run long_tool",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=fleet.env,
+    )
+    assert proc.stdout is not None
+    response_id = None
+    for line in proc.stdout:  # wait until the tool runs
+        event = json.loads(line)
+        response_id = response_id or event["response"]["id"]
+        if event["type"] == "response.output_item.done":
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert f"{response_id} is cancelled on the server." in err
+    assert all(json.loads(line) for line in out.splitlines())  # stdout: events only
+    stored = httpx.get(f"{fleet.base_url}/v1/responses/{response_id}", timeout=10).json()
+    assert stored["status"] == "cancelled"
+
+
+def start_background(fleet: Fleet, body: dict[str, Any], events: int) -> tuple[str, int]:
+    """Create a streamed background response; read ``events`` events, then hang up."""
+    seen: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{fleet.base_url}/v1/responses", json=body, timeout=30) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: {"):
+                seen.append(json.loads(line[6:]))
+            if len(seen) == events:
+                break
+    return seen[0]["response"]["id"], seen[-1]["sequence_number"]
+
+
+def test_chat_resume_reattaches_where_it_left_off(fleet: Fleet) -> None:
+    body = {
+        "model": "antwort-sim",
+        "input": "slow_echo then fast_echo",
+        "tools": [
+            {"type": "internal", "name": "slow_echo"},
+            {"type": "internal", "name": "fast_echo"},
+        ],
+        "metadata": {"antwort_tool_protocol": "json"},
+        "include": ["antwort:progress"],
+        "stream": True,
+        "background": True,
+    }
+    response_id, last = start_background(fleet, body, events=3)
+    done = chat(fleet, "--json", "--resume", response_id, "--after", str(last))
+    assert done.returncode == 0, done.stderr
+    events = json_lines(done.stdout)
+    check_sequence(events, start=last + 1)
+    assert events[-1]["type"] == "response.completed"
+
+    again, _ = start_background(fleet, body, events=3)
+    shown = chat(fleet, "--resume", again)  # from the start: the whole picture
+    assert shown.returncode == 0, shown.stderr
+    assert "✔ Run slow_echo" in shown.stdout and "✔ Write the answer" in shown.stdout
+    assert "Tool results: slow_echo done; fast_echo done" in shown.stdout
+
+
+def test_chat_answers_client_tool_calls_with_python_functions(fleet: Fleet, tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(
+        textwrap.dedent(
+            '''
+            def get_time(zone: str) -> str:
+                """The time in a zone."""
+                return f"12:00 in {zone}"
+            '''
+        )
+    )
+    for protocol in ("native", "json"):
+        done = chat(
+            fleet, f"--protocol={protocol}", "--tools=mytools", "get_time zone=UTC", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "│ 12:00 in UTC" in done.stdout
+        assert "Tool results: 12:00 in UTC" in done.stdout
+
+
+def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A real terminal (tmux): the running step spins, and the final screen is ticked."""
+    socket = f"antwort-chat-test-{tmp_path.name}"
+    tmux = ["tmux", "-L", socket]
+    command = shlex.join(
+        [
+            *CHAT,
+            f"--base-url={fleet.base_url}/v1",
+            "--protocol=json",
+            "--internal=long_tool",
+            "run long_tool",
+        ]
+    )
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command],
+        check=True,
+        env={**fleet.env, "TERM": "xterm-256color"},
+    )
+    try:
+        subprocess.run([*tmux, "set-option", "-t", "chat", "remain-on-exit", "on"], check=True)
+        screens = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            screen = subprocess.run(
+                [*tmux, "capture-pane", "-p", "-t", "chat"], capture_output=True, text=True
+            ).stdout
+            screens.append(screen)
+            if "completed" in screen:
+                break
+            time.sleep(0.1)
+        final = [line.rstrip() for line in screens[-1].splitlines() if line.strip()]
+        assert final[:3] == ["Plan", "✔ Run long_tool", "✔ Write the answer"], screens[-1]
+        assert final[3:6] == [
+            "✔ Run long_tool",
+            "  │ long_tool done",
+            "Tool results: long_tool done",
+        ]
+        assert final[6].startswith("✔ completed  resp_")
+        running = [s for s in screens if "Run long_tool" in s and "✔ Run long_tool" not in s]
+        assert running, "the running step was never shown with a spinner"
+        assert any(frame in running[-1] for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)

@@ -1,0 +1,237 @@
+"""``POST /v1/responses/compact`` against the fleet: the summary turn runs on a worker."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import openai
+import openresponses_types
+import pytest
+from openai.types.responses import ResponseCompactionItem
+
+from app.compaction import SUMMARY_REQUEST
+from app.sealing import SUMMARY_HEADER
+from app.supervisor import free_port
+from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.helpers import assert_error_body
+
+CONVERSATION = [
+    {"role": "user", "content": "We agreed to launch on Tuesday."},
+    {"role": "assistant", "content": "Understood: Tuesday."},
+]
+
+
+def post_compact(fleet: Fleet, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{fleet.base_url}/v1/responses/compact", json=body, timeout=60)
+
+
+def compacted(fleet: Fleet, **body: Any) -> dict[str, Any]:
+    response = post_compact(fleet, {"model": "antwort-sim", **body})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    openresponses_types.CompactResource.model_validate(result)
+    # The SDK types ``output`` as output items (assistant messages only), although OpenAI's own
+    # compaction output holds the user messages: check the compaction item with the SDK's type.
+    ResponseCompactionItem.model_validate(result["output"][-1])
+    return result
+
+
+def test_compact_returns_user_messages_and_one_sealed_compaction_item(fleet: Fleet) -> None:
+    result = compacted(fleet, input=CONVERSATION, prompt_cache_key="k", instructions="Keep dates.")
+
+    assert set(result) == {"id", "object", "output", "created_at", "usage"}
+    assert result["object"] == "response.compaction"
+    *messages, item = result["output"]
+    assert [(m["role"], m["content"][0]["text"]) for m in messages] == [
+        ("user", "We agreed to launch on Tuesday.")
+    ]
+    assert item["type"] == "compaction" and item["id"].startswith("cmp_")
+    assert "Tuesday" not in item["encrypted_content"]
+    assert result["usage"]["output_tokens"] > 0
+
+
+def test_compact_with_the_openai_sdk(client: openai.OpenAI, fleet: Fleet) -> None:
+    response = client.responses.create(input="Remember: the codeword is papaya.")
+
+    raw = client.responses.with_raw_response.compact(
+        model="antwort-sim", previous_response_id=response.id
+    )
+    result = raw.parse()
+
+    assert result.object == "response.compaction"
+    assert [item.type for item in result.output] == ["message", "compaction"]
+    openresponses_types.CompactResource.model_validate(raw.http_response.json())
+
+
+def test_compact_without_model_is_a_400(fleet: Fleet) -> None:
+    error = assert_error_body(post_compact(fleet, {"input": CONVERSATION}), 400)
+
+    assert (error["code"], error["param"]) == ("missing_required_parameter", "model")
+
+
+def test_compact_bad_requests_are_openai_errors(fleet: Fleet) -> None:
+    unknown = assert_error_body(post_compact(fleet, {"model": "antwort-sim", "tools": []}), 400)
+    missing = assert_error_body(
+        post_compact(fleet, {"model": "antwort-sim", "previous_response_id": "resp_x"}), 400
+    )
+    not_json = httpx.post(f"{fleet.base_url}/v1/responses/compact", content=b"model=x", timeout=10)
+
+    assert (unknown["code"], unknown["param"]) == ("unknown_parameter", "tools")
+    assert missing["code"] == "previous_response_not_found"
+    assert_error_body(not_json, 415)
+
+
+def test_compact_output_starts_a_new_chain_the_model_continues_from(
+    client: openai.OpenAI, fleet: Fleet
+) -> None:
+    output = compacted(fleet, input=CONVERSATION)["output"]
+    question = {"role": "user", "content": "When do we launch?"}
+
+    with_summary = client.responses.create(input=[*output, question])
+    without = client.responses.create(input=[*output[:-1], question])
+    follow_up = client.responses.create(input="And then?", previous_response_id=with_summary.id)
+
+    assert with_summary.status == "completed" and with_summary.previous_response_id is None
+    # The model saw one more message: the summary the compaction item stands for.
+    assert with_summary.usage and without.usage and follow_up.usage
+    assert with_summary.usage.input_tokens > without.usage.input_tokens + 1
+    assert follow_up.usage.input_tokens > with_summary.usage.input_tokens
+    items = client.responses.input_items.list(with_summary.id, order="asc").data
+    assert [item.type for item in items] == ["message", "compaction", "message"]
+
+
+def test_tampered_compaction_item_is_a_400(fleet: Fleet) -> None:
+    *messages, item = compacted(fleet, input=CONVERSATION)["output"]
+    token = item["encrypted_content"]
+    forged = {
+        **item,
+        "encrypted_content": token[:-6] + ("AAAAAA" if token[-6:] != "AAAAAA" else "BBBBBB"),
+    }
+    body = {"input": [*messages, forged, {"role": "user", "content": "go on"}]}
+
+    created = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=30)
+    compacting = post_compact(fleet, {"model": "antwort-sim", **body})
+
+    for response in (created, compacting):
+        error = assert_error_body(response, 400)
+        assert (error["code"], error["param"]) == (
+            "invalid_encrypted_content",
+            "input.1.encrypted_content",
+        )
+
+
+class RecordingModelServer(ThreadingHTTPServer):
+    """Forwards chat completions to the simulator and keeps each request with its answer."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.exchanges: list[tuple[dict[str, Any], str]] = []
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: RecordingModelServer
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        answer = httpx.post(
+            self.server.upstream + self.path.removeprefix("/v1"),
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+        self.server.exchanges.append((json.loads(body), answer.text))
+        self.send_response(answer.status_code)
+        self.send_header("Content-Type", answer.headers["content-type"])
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def streamed_text(sse: str) -> str:
+    chunks = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: {")]
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+
+@pytest.fixture(scope="module")
+def recorded(fleet: Fleet, sim_url: str) -> Iterator[tuple[str, RecordingModelServer]]:
+    """A gateway and an inference worker of their own whose model calls are recorded."""
+    model = RecordingModelServer(sim_url)
+    thread = threading.Thread(target=model.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    port = free_port()
+    env = {"ANTWORT_KEY_PREFIX": fleet.env["ANTWORT_KEY_PREFIX"] + "recorded:"}
+    fleet.spawn(
+        "gateway-recorded",
+        [sys.executable, "-m", "app.cli", "gateway"],
+        ANTWORT_PORT=str(port),
+        **env,
+    )
+    fleet.spawn(
+        "worker-recorded",
+        [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"],
+        ANTWORT_LLM_BASE_URL=model.url,
+        **env,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url)
+        yield base_url, model
+    finally:
+        fleet.stop("gateway-recorded")
+        fleet.stop("worker-recorded")
+        model.shutdown()
+        model.server_close()
+        thread.join(timeout=5)
+
+
+def test_compact_summary_written_by_the_model_is_what_the_model_sees_next(
+    recorded: tuple[str, RecordingModelServer],
+) -> None:
+    base_url, model = recorded
+    compacting = httpx.post(
+        f"{base_url}/v1/responses/compact",
+        json={"model": "antwort-sim", "input": CONVERSATION},
+        timeout=60,
+    )
+    assert compacting.status_code == 200, compacting.text
+    [(summary_request, summary_answer)] = model.exchanges
+    summary = streamed_text(summary_answer)
+    question = {"role": "user", "content": "When do we launch?"}
+
+    created = httpx.post(
+        f"{base_url}/v1/responses",
+        json={"input": [*compacting.json()["output"], question]},
+        timeout=60,
+    )
+
+    assert created.status_code == 200 and created.json()["status"] == "completed", created.text
+    assert [m["role"] for m in summary_request["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert summary_request["messages"][-1]["content"] == SUMMARY_REQUEST
+    assert summary.startswith("Simulated answer to:")
+    [(continuation, _)] = model.exchanges[1:]
+    assert continuation["messages"] == [
+        {"role": "user", "content": "We agreed to launch on Tuesday."},
+        {"role": "assistant", "content": f"{SUMMARY_HEADER}\n{summary}"},
+        {"role": "user", "content": "When do we launch?"},
+    ]

@@ -1,0 +1,130 @@
+"""A ``tools.internal`` worker SIGKILLed in the middle of a tool call: the call is retried, its
+result is stored once, and the response completes.
+
+Two deaths: the whole worker (its message stays unacked until the broker's visibility timeout;
+the turn's lease deadline lapses and a sweeper dispatches the call again), and only its pool
+child (Celery requeues the task at once; the new delivery finds the dead delivery's claim and
+runs the call when the claim lapses). The ``counted_slow`` tool counts in Redis how often each
+call started and finished.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import openai
+import psutil
+import pytest
+import redis
+
+from tests.e2e.conftest import Fleet
+from tests.e2e.helpers import TERMINAL, check_sequence, raw_events, wait_for_status
+
+RECOVERY_SECONDS = 90.0
+
+
+@pytest.fixture
+def counters(fleet: Fleet) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(fleet.env["ANTWORT_REDIS_URL"], decode_responses=True)
+    yield client
+    client.close()
+
+
+def _runs(fleet: Fleet, counters: redis.Redis, call_id: str) -> tuple[int, int]:
+    """(started, finished) executions of a call."""
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
+    started, finished = counters.mget(
+        f"{prefix}test:runs:{call_id}:started", f"{prefix}test:runs:{call_id}:finished"
+    )
+    return int(started or 0), int(finished or 0)
+
+
+def _wait_until_running(
+    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis, response_id: str
+) -> str:
+    """The call id, once its tool has started on a worker (bounded)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        response = client.responses.retrieve(response_id)
+        assert response.status not in TERMINAL, response.output
+        calls = [item for item in response.output if item.type == "function_call"]
+        if calls and _runs(fleet, counters, calls[0].call_id)[0] == 1:
+            return calls[0].call_id
+        time.sleep(0.05)
+    raise AssertionError("the tool call never started")
+
+
+def _pool_child(proc_pid: int) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = psutil.Process(proc_pid).children()
+        if children:
+            return children[0].pid
+        time.sleep(0.1)
+    raise AssertionError("the prefork worker has no pool child")
+
+
+@pytest.mark.parametrize("victim", ["whole-worker", "pool-child"])
+def test_tool_worker_sigkill_mid_call_retries_the_call_and_stores_it_once(
+    fleet: Fleet, client: openai.OpenAI, counters: redis.Redis, victim: str
+) -> None:
+    fleet.stop("tools-0")  # idle: a warm shutdown; the victim below must take the call
+    try:
+        pool = ["--pool=prefork", "--concurrency=1"] if victim == "pool-child" else []
+        worker = fleet.start_worker("tools-victim", "tools.internal", *pool)
+        created = client.responses.create(
+            model="antwort-sim",
+            input=f"counted_slow ({victim}, {uuid.uuid4().hex})",  # call ids hash the input
+            tools=[{"type": "internal", "name": "counted_slow"}],  # type: ignore[list-item]
+            background=True,
+        )
+        call_id = _wait_until_running(client, fleet, counters, created.id)
+
+        if victim == "whole-worker":
+            fleet.stop("tools-victim", signal.SIGKILL)
+            fleet.start_worker("tools-rescue", "tools.internal")
+        else:
+            os.kill(_pool_child(worker.pid), signal.SIGKILL)
+        assert _runs(fleet, counters, call_id) == (1, 0)  # killed mid-call
+
+        final = wait_for_status(client, created.id, TERMINAL, timeout=RECOVERY_SECONDS)
+
+        assert final.status == "completed", final.error
+        assert [item.type for item in final.output] == [
+            "function_call",
+            "function_call_output",
+            "message",
+        ]
+        assert final.output[1].output == "counted_slow done"  # type: ignore[union-attr]
+        assert final.output_text == "Tool results: counted_slow done"
+        # Retried once: the killed run started but never finished; the retry ran to the end.
+        # (Redispatches that found the retry's claim waited for its result instead of running.)
+        assert _runs(fleet, counters, call_id) == (2, 1)
+        replay = httpx.get(f"{fleet.base_url}/v1/responses/{created.id}?stream=true", timeout=30)
+        events = raw_events(replay)
+        check_sequence(events)
+        types = [payload["type"] for payload in events]
+        assert types.count("response.output_item.added") == 3  # the result was added once
+        assert types.count("response.completed") == 1 and types[-1] == "response.completed"
+    finally:
+        for name in ("tools-victim", "tools-rescue"):
+            if name in fleet.procs:
+                fleet.stop(name)
+        fleet.start_worker("tools-0", "tools.internal")
+        _wait_until_tools_served(client)
+
+
+def _wait_until_tools_served(client: openai.OpenAI) -> None:
+    """The restarted default tool worker answers again (later tests rely on it)."""
+    probe = client.responses.create(
+        model="antwort-sim",
+        input="fast_echo",
+        tools=[{"type": "internal", "name": "fast_echo"}],  # type: ignore[list-item]
+        background=True,
+    )
+    assert wait_for_status(client, probe.id, TERMINAL, timeout=60).status == "completed"
