@@ -82,6 +82,18 @@ class Settings(BaseSettings):
     """Comma-separated modules whose ``register(registry)`` adds internal tools."""
     sim_port: int = 8090
     """Port of the simulator that ``antwort up`` starts when no model is configured."""
+    mcp_servers_file: str | None = None
+    """JSON file of configured MCP servers (label → URL or stdio command, headers, timeout,
+    default approval); requests name them by ``server_label`` alone."""
+    mcp_secret_key: str | None = None
+    """Key that seals per-request MCP ``headers``/``authorization`` in the store; unset: a key
+    the fleet generates once and keeps in Redis."""
+    mcp_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Deadline of one MCP call or listing (a configured server may set its own)."""
+    mcp_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Deadline for connecting to an MCP server."""
+    mcp_list_cache_seconds: float = Field(default=300.0, ge=0)
+    """How long a worker reuses a server's tool listing (until ``tools/list_changed``)."""
 
     # -- sandbox (tools.sandbox) and the built-in internal tools ---------------------------------
     sandbox_bwrap: str | None = None

@@ -15,6 +15,10 @@ from app.store import ResponseStore
 from app.tool_calls import ToolDeps
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
+from app.tools.mcp.client import McpClient
+from app.tools.mcp.executor import McpExecutor
+from app.tools.mcp.security import Sealer, allowed_addresses
+from app.tools.mcp.servers import McpServers, seal_key
 from app.tools.sandbox.executor import optional_sandbox_executor
 
 QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
@@ -80,6 +84,7 @@ def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -
         settings=settings,
         dispatcher=dispatcher,
         leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+        mcp=make_mcp_executor(settings, store),
     )
 
 
@@ -92,8 +97,23 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
     registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
     store = make_store(settings)
-    executors = ExecutorRegistry([InternalExecutor(registry)])
+    executors = ExecutorRegistry([InternalExecutor(registry), make_mcp_executor(settings, store)])
     sandbox = optional_sandbox_executor(settings, store.redis, store.keys)
     if sandbox is not None:
         executors.register(sandbox)
     return ToolDeps(store=store, executors=executors, settings=settings, internal_tools=registry)
+
+
+def make_mcp_executor(settings: Settings, store: ResponseStore) -> McpExecutor:
+    """The process's MCP client (its own event loop and session pool) behind the executor."""
+
+    def policy(host: str) -> list[str]:  # checked again on every connect: DNS may change
+        return allowed_addresses(host, settings.mcp_allowed_hosts)
+
+    client = McpClient(
+        list_ttl_seconds=settings.mcp_list_cache_seconds,
+        connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
+        address_policy=policy,
+    )
+    servers = McpServers(settings, sealer=Sealer(seal_key(settings, store.redis)))
+    return McpExecutor(servers, client)

@@ -66,6 +66,11 @@ class Keys:
         return f"{self.prefix}r:{response_id}:tool:{call_id}"
 
     @property
+    def mcp_seal_key(self) -> str:
+        """The fleet's generated key that seals MCP headers when none is configured."""
+        return f"{self.prefix}mcp:seal-key"
+
+    @property
     def compaction_key(self) -> str:
         """String: the generated key that seals ``compaction`` items (no ``compaction_key`` set)."""
         return f"{self.prefix}compaction:key"

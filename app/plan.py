@@ -6,6 +6,7 @@ Also decides what follows a turn (a closed union of next steps) and enforces ``t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from app.output import TurnOutput
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.tools import presenters
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
-from app.tools.catalog import allowed_names, definitions, is_agentic
+from app.tools.catalog import allowed_names, definitions, is_agentic, is_allowed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +36,8 @@ class ToolPlan:
     """Handed to the client."""
     rejected: list[ToolResult] = field(default_factory=list)
     """Not executed (unknown or not allowed); the model is told why."""
+    approvals: list[ToolCall] = field(default_factory=list)
+    """Waiting for the client's approval (MCP approval requests)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +74,17 @@ class NextTurn:
 NextStep = Complete | PauseForClient | StopIncomplete | RunTools | NextTurn
 
 
-def plan_tool_calls(response: ResponseObject, calls: list[dict[str, Any]]) -> ToolPlan:
-    """Resolve each call item to a run, a client call or a rejection."""
-    tools = definitions(response.tools)
+def plan_tool_calls(
+    response: ResponseObject,
+    calls: list[dict[str, Any]],
+    *,
+    history: Sequence[dict[str, Any]] = (),
+) -> ToolPlan:
+    """Resolve each call item to a run, a client call, an approval to wait for or a rejection.
+
+    ``history``: the chain before this response (where MCP servers may have been listed).
+    """
+    tools = definitions(response.tools, [*history, *response.output])
     allowed = allowed_names(response.tool_choice)
     plan = ToolPlan()
     for item in calls:
@@ -81,9 +92,11 @@ def plan_tool_calls(response: ResponseObject, calls: list[dict[str, Any]]) -> To
         assert presenter is not None, item["type"]
         call = presenter.call_of(item)
         tool = tools.get(call.name)
-        if tool is None:
+        if presenters.awaits_client(item):
+            plan.approvals.append(call)
+        elif tool is None:
             plan.rejected.append(_rejection(call, f"Tool '{call.name}' does not exist."))
-        elif allowed is not None and call.name not in allowed:
+        elif allowed is not None and not is_allowed(tool, allowed, response.tool_choice):
             message = f"Tool '{call.name}' is not allowed by tool_choice; it was not executed."
             plan.rejected.append(_rejection(call, message))
         elif tool.kind is ToolKind.FUNCTION:
@@ -111,9 +124,16 @@ def plan_next_step(
         return StopIncomplete(reason="max_tool_calls")
     if plan.runs:
         return RunTools(runs=plan.runs)
-    if plan.client_calls:
-        return PauseForClient(status=client_tool_status(settings, response))
+    if plan.client_calls or plan.approvals:
+        return PauseForClient(status=pause_status(settings, response, plan))
     return NextTurn()
+
+
+def pause_status(settings: Settings, response: ResponseObject, plan: ToolPlan) -> ResponseStatus:
+    """A pause for approvals alone ends ``completed`` (OpenAI's behaviour); else as configured."""
+    if plan.approvals and not plan.client_calls:
+        return ResponseStatus.COMPLETED
+    return client_tool_status(settings, response)
 
 
 def forbids_tools(tool_choice: Any) -> bool:

@@ -26,6 +26,9 @@ from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
+from app.tools.mcp.requests import check_approval_responses, prepare_mcp_tools
+from app.tools.mcp.security import Sealer
+from app.tools.mcp.servers import seal_key
 from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools
 
 _ITEM_PREFIX = {
@@ -35,6 +38,7 @@ _ITEM_PREFIX = {
     "reasoning": "rs",
     "compaction": "cmp",
     "code_interpreter_call": "ci",
+    "mcp_approval_response": "mcpa",
 }
 
 
@@ -135,10 +139,21 @@ def create_response(
     else:
         history = []
     check_call_outputs(history, inputs)
+    check_approval_responses(history, inputs)
+    declared, sealed = prepare_mcp_tools(
+        settings,
+        [tool.model_dump(mode="json") for tool in request.tools],
+        sealer=lambda: Sealer(seal_key(settings, store.redis)),
+    )
     registry = internal_registry(tuple(settings.internal_tool_module_list))
     sandbox_tools = declared_sandbox_tools(settings.sandbox_tools_file)
     response = _new_response(
-        request, model, registry, history=[*history, *inputs], sandbox_tools=sandbox_tools
+        request,
+        model,
+        registry,
+        declared=declared,
+        history=[*history, *inputs],
+        sandbox_tools=sandbox_tools,
     )
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
@@ -150,6 +165,8 @@ def create_response(
     }
     if context is not None:
         extra["context"] = context
+    if sealed:
+        extra["mcp_sealed"] = sealed  # per-request MCP headers, sealed (never in plain text)
     store.create(response, inputs=inputs, extra=extra, events=events)
     try:
         dispatcher.enqueue_turn(response.id, 0)
@@ -196,7 +213,7 @@ def check_call_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any
 
 def _check_tool_choice(request: CreateResponseRequest) -> None:
     choice = request.tool_choice
-    names = {tool.name for tool in request.tools}
+    names = {getattr(tool, "name", None) for tool in request.tools}
     if isinstance(choice, FunctionChoice) and choice.name not in names:
         raise InvalidRequestError(
             f"Tool choice '{choice.name}' not found in 'tools' parameter.",
@@ -216,6 +233,7 @@ def _new_response(
     model: str,
     registry: Registry,
     *,
+    declared: list[dict[str, Any]],
     history: list[dict[str, Any]],
     sandbox_tools: dict[str, SandboxToolSpec],
 ) -> ResponseObject:
@@ -227,7 +245,7 @@ def _new_response(
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
         tools=echo_tools(
-            [tool.model_dump(mode="json") for tool in request.tools],
+            declared,
             registry,
             history=history,
             sandbox_tools=sandbox_tools,

@@ -31,7 +31,7 @@ from app.plan import (
     RunTools,
     StopIncomplete,
     ToolRun,
-    client_tool_status,
+    pause_status,
     plan_next_step,
     plan_tool_calls,
     tool_choice_for_turn,
@@ -56,6 +56,8 @@ from app.store import ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolResult
 from app.tools.catalog import definitions, model_tools
+from app.tools.mcp.executor import McpExecutor
+from app.tools.mcp.turn import list_servers, start_approved_calls
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class RunDeps:
     """Queues tool calls and follow-up turns; None: a response that needs them fails."""
     leases: LeaseKeeper | None = None
     """Holds turn leases while they run; None runs without (unit tests of one process)."""
+    mcp: McpExecutor | None = None
+    """Lists MCP servers before the model is called; None: their listings carry an error."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -138,14 +142,27 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
 
 def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     """Collect results, then pause, stop, wait for tools, or call the model and plan."""
-    unanswered = plan_tool_calls(state.response, unanswered_calls(state.response))
+    state.response = start_approved_calls(
+        state.response, history=state.history, inputs=state.inputs, sink=sink
+    )
+    unanswered = plan_tool_calls(
+        state.response, unanswered_calls(state.response), history=state.history
+    )
     missing = collect_tool_results(deps.store, state, sink, unanswered.runs)
     if missing:
         return RunTools(runs=missing)
-    if unanswered.client_calls:
-        return PauseForClient(status=client_tool_status(deps.settings, state.response))
+    if unanswered.client_calls or unanswered.approvals:
+        return PauseForClient(status=pause_status(deps.settings, state.response, unanswered))
     if state.turn >= deps.settings.max_turns:
         return StopIncomplete(reason="max_turns")
+    state.response = list_servers(
+        deps.mcp,
+        state.response,
+        history=state.history,
+        sealed=state.extra.get("mcp_sealed"),
+        turn=state.turn,
+        sink=sink,
+    )
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(
         update={
@@ -161,7 +178,7 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         deps.store.set_extra(state.response.id, state.extra)
     if output.finish_reason == MODEL_CANCELLED:
         raise _CancelledByModel
-    plan = plan_tool_calls(state.response, output.calls)
+    plan = plan_tool_calls(state.response, output.calls, history=state.history)
     step = plan_next_step(deps.settings, state.response, output, plan)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
@@ -247,6 +264,7 @@ def _result_index(before: list[dict[str, Any]], after: list[dict[str, Any]], cal
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response = state.response
+    chain = [*state.history, *response.output]
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
@@ -255,7 +273,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
                 deps.store, deps.settings, [*state.history, *state.inputs, *response.output]
             )
         ),
-        tools=model_tools(response.tools),
+        tools=model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),
@@ -265,7 +283,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         turn=state.turn,
         first_output_index=len(response.output),
         sink=sink,
-        tools=definitions(response.tools),
+        tools=definitions(response.tools, chain),
         progress=wants_progress(state.extra),
     )
     provider = with_tool_protocol(

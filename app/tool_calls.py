@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 
 from app.config import Settings
+from app.conversation import history_of
+from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
-from app.store import ResponseStore
+from app.store import ResponseStore, StoredResponse
 from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
@@ -94,7 +96,22 @@ def _find_call(
     presenter = presenters.for_item(found[1])
     assert presenter is not None
     call = presenter.call_of(found[1])
-    return call, definitions(stored.response.tools).get(call.name)
+    return call, _definition(store, stored, call.name)
+
+
+def _definition(store: ResponseStore, stored: StoredResponse, name: str) -> ToolDefinition | None:
+    """The called tool; MCP tools listed earlier in the chain need the chain to be found."""
+    response, sealed = stored.response, stored.extra.get("mcp_sealed")
+    tool = definitions(response.tools, response.output, sealed=sealed).get(name)
+    if tool is not None or (
+        response.previous_response_id is None and "context" not in stored.extra
+    ):
+        return tool
+    try:
+        history = history_of(store, stored)
+    except AppError:
+        return None
+    return definitions(response.tools, [*history, *response.output], sealed=sealed).get(name)
 
 
 def _timeout(deps: ToolDeps, tool: ToolDefinition | None) -> float:

@@ -233,9 +233,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--only",
-        choices=["core", "agentic", "sandbox"],
+        choices=["core", "agentic", "sandbox", "mcp"],
         help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6); "
-        "sandbox = bench/sandbox.py (issue 6)",
+        "sandbox = bench/sandbox.py (issue 6); mcp = bench/mcp.py (issue 5, §7)",
     )
     return parser
 
@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.only == "sandbox":
         return run_sandbox(args.quick)
+    if args.only == "mcp":
+        return run_mcp(args.quick)
     command = ".venv/bin/python -m bench.run" + (" --quick" if args.quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
     command += f" --only {args.only}" if args.only else ""
@@ -363,6 +365,13 @@ def run_core(
                      f"{mb:g} MB", command))  # fmt: skip
     fleet_cmds = [f"{role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
     return rows, fleet_cmds
+
+
+def run_mcp(quick: bool) -> int:
+    """``--only mcp``: an MCP call through the fleet vs the SDK alone; one worker's calls/s."""
+    from bench import mcp
+
+    return mcp.main(["--quick"] if quick else [])
 
 
 def run_sandbox(quick: bool) -> int:

@@ -220,3 +220,24 @@ def code_interpreter_code_done(item_id: str, output_index: int, code: str) -> Ev
         "output_index": output_index,
         "code": code,
     }
+
+
+# -- MCP (OpenAI-only events; emitted only when MCP tools run) -------------------------------
+
+
+def mcp_event(event_type: str, item_id: str, output_index: int) -> Event:
+    """``response.mcp_call.in_progress|completed|failed``, ``response.mcp_list_tools.*``."""
+    return {"type": event_type, "item_id": item_id, "output_index": output_index}
+
+
+def mcp_call_arguments_delta(item_id: str, output_index: int, delta: str) -> Event:
+    """``response.mcp_call_arguments.delta`` (shaped as the function-call one)."""
+    event = function_call_arguments_delta(item_id, output_index, delta)
+    return {**event, "type": "response.mcp_call_arguments.delta"}
+
+
+def mcp_call_arguments_done(item_id: str, output_index: int, arguments: str) -> Event:
+    """``response.mcp_call_arguments.done`` (no ``name``: the item has it)."""
+    event = function_call_arguments_done(item_id, output_index, arguments, "")
+    del event["name"]
+    return {**event, "type": "response.mcp_call_arguments.done"}

@@ -120,6 +120,16 @@ class ReasoningItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class McpApprovalResponseItem(_Strict):
+    """The client's decision on an ``mcp_approval_request`` of the previous response."""
+
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str = Field(min_length=1)
+    approve: bool
+    reason: str | None = None
+    id: str | None = None
+
+
 class CompactionItem(_Strict):
     """The conversation so far, sealed by ``POST /v1/responses/compact`` (opaque to clients)."""
 
@@ -166,7 +176,8 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[CompactionItem, Tag("compaction")]
-    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")],
+    | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",

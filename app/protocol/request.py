@@ -64,8 +64,35 @@ class SandboxToolRef(_Strict):
     name: str = Field(min_length=1, max_length=128)
 
 
+class McpToolFilter(_Strict):
+    """Which tools of an MCP server a rule applies to."""
+
+    tool_names: list[str] | None = None
+    read_only: bool | None = None
+
+
+class McpApprovalFilter(_Strict):
+    """``require_approval`` per tool: ``always`` / ``never`` filters."""
+
+    always: McpToolFilter | None = None
+    never: McpToolFilter | None = None
+
+
+class McpTool(_Strict):
+    """A remote MCP server (OpenAI's shape), or a configured one named by ``server_label``."""
+
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    server_url: str | None = Field(default=None, max_length=2048)
+    headers: dict[str, str] | None = None
+    authorization: str | None = None
+    allowed_tools: list[str] | McpToolFilter | None = None
+    require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
+    server_description: str | None = None
+
+
 Tool = Annotated[
-    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef,
+    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef | McpTool,
     Field(discriminator="type"),
 ]
 

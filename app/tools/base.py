@@ -33,6 +33,20 @@ class ToolKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class McpToolRef:
+    """Where an MCP tool lives (``ToolDefinition.mcp``)."""
+
+    server_label: str
+    tool_name: str
+    """The tool's name on its server (the model may know it by another)."""
+    server_url: str | None = None
+    """None: a server of the fleet's configuration."""
+    sealed_headers: str | None = field(default=None, repr=False)
+    """The request's ``headers``/``authorization``, sealed (``app.tools.mcp.security``)."""
+    needs_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolDefinition:
     """A tool the model may call."""
 
@@ -42,6 +56,8 @@ class ToolDefinition:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_seconds: float | None = None
     """Overrides the fleet's default per-call timeout."""
+    mcp: McpToolRef | None = None
+    """Set for MCP tools: which server and tool."""
     options: dict[str, Any] = field(default_factory=dict)
     """Kind-specific settings from the request (a code interpreter's ``container_id``)."""
 

@@ -8,6 +8,8 @@ from typing import Any
 from app.errors import InvalidRequestError
 from app.tools.base import ToolDefinition, ToolKind
 from app.tools.internal import Registry
+from app.tools.mcp import presenter as _mcp_presenter  # noqa: F401 - registers MCP's items
+from app.tools.mcp.catalog import declared_servers, mcp_definitions
 from app.tools.sandbox.tools import (
     CODE_INTERPRETER,
     SandboxToolSpec,
@@ -57,15 +59,23 @@ def echo_tools(
     return echoed
 
 
-def definitions(tools: list[dict[str, Any]]) -> dict[str, ToolDefinition]:
-    """The response's tools by name."""
+def definitions(
+    tools: list[dict[str, Any]],
+    items: Sequence[dict[str, Any]] = (),
+    *,
+    sealed: Mapping[str, str] | None = None,
+) -> dict[str, ToolDefinition]:
+    """The response's tools by name, with the MCP tools listed in ``items`` (the chain so far).
+
+    ``sealed``: the response's sealed MCP headers by server label (tool workers need them).
+    """
     found: dict[str, ToolDefinition] = {}
     for tool in tools:
         if tool["type"] == CODE_INTERPRETER:
             found[CODE_INTERPRETER] = code_interpreter_definition(tool)
             continue
         kind = ToolKind(tool["type"]) if tool["type"] in ToolKind.__members__.values() else None
-        if kind is None:
+        if kind is None or kind is ToolKind.MCP:
             continue
         found[tool["name"]] = ToolDefinition(
             name=tool["name"],
@@ -74,20 +84,35 @@ def definitions(tools: list[dict[str, Any]]) -> dict[str, ToolDefinition]:
             parameters=tool.get("parameters") or {"type": "object", "properties": {}},
             timeout_seconds=tool.get("timeout_seconds"),
         )
+    for name, definition in mcp_definitions(tools, items, sealed).items():
+        found.setdefault(name, definition)  # a declared function keeps its name
     return found
 
 
-def model_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The declared tools as function tools for the model (hosted tools become functions)."""
-    return [
+def model_tools(
+    tools: list[dict[str, Any]], items: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The tools as the model is offered them, all as functions.
+
+    Declared tools first (hosted ones too), then the MCP tools listed in ``items``.
+    """
+    offered = [
         code_interpreter_definition(tool).chat_tool() if tool["type"] == CODE_INTERPRETER else tool
         for tool in tools
+        if tool["type"] != "mcp"
     ]
+    names = {tool.get("name") for tool in offered}
+    for name, definition in mcp_definitions(tools, items).items():
+        if name == definition.name and name not in names:
+            offered.append({**definition.chat_tool(), "strict": None})
+    return offered
 
 
 def is_agentic(tools: list[dict[str, Any]]) -> bool:
     """Whether any declared tool is executed by the fleet (the agentic loop is engaged)."""
-    return any(definition.kind.is_server_side for definition in definitions(tools).values())
+    return bool(declared_servers(tools)) or any(
+        definition.kind.is_server_side for definition in definitions(tools).values()
+    )
 
 
 def allowed_names(tool_choice: Any) -> frozenset[str] | None:
@@ -99,3 +124,17 @@ def allowed_names(tool_choice: Any) -> frozenset[str] | None:
         for ref in tool_choice.get("tools", [])
     )
     return frozenset(name for name in names if name)
+
+
+def is_allowed(tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:
+    """Whether an ``allowed_tools`` choice lets ``tool`` run (by name, or by MCP server)."""
+    if tool.name in allowed:
+        return True
+    if tool.mcp is None or not isinstance(tool_choice, dict):
+        return False
+    return any(
+        ref.get("type") == "mcp"
+        and ref.get("server_label") == tool.mcp.server_label
+        and ref.get("name") in (None, tool.mcp.tool_name)
+        for ref in tool_choice.get("tools", [])
+    )

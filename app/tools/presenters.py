@@ -13,7 +13,7 @@ with :func:`register`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.protocol import events as ev
@@ -199,5 +199,38 @@ def model_view(items: Sequence[Item]) -> list[Item]:
     viewed: list[Item] = []
     for item in items:
         presenter = for_item(item)
-        viewed.extend([item] if presenter is None else presenter.model_view(item, items))
+        if presenter is not None:
+            viewed.extend(presenter.model_view(item, items))
+        elif item.get("type") in _VIEWS:
+            viewed.extend(_VIEWS[item["type"]](item, items))
+        else:
+            viewed.append(item)
     return viewed
+
+
+# -- additions for kinds with more than one item type ------------------------------------------
+
+ItemView = Callable[[Item, Sequence[Item]], list[Item]]
+_VIEWS: dict[str, ItemView] = {}
+_CLIENT_ITEM_TYPES: set[str] = set()
+
+
+def register_item_type(presenter: CallPresenter, *, awaits_client: bool = False) -> None:
+    """Also present call items of ``presenter.item_type`` (a kind's second call item type).
+
+    ``awaits_client``: such an item is answered by the client in a later request (an MCP
+    approval request), so the response pauses on it.
+    """
+    _BY_ITEM_TYPE[presenter.item_type] = presenter
+    if awaits_client:
+        _CLIENT_ITEM_TYPES.add(presenter.item_type)
+
+
+def register_view(item_type: str, view: ItemView) -> None:
+    """Show non-call items of ``item_type`` to the model as ``view`` says (default: as they are)."""
+    _VIEWS[item_type] = view
+
+
+def awaits_client(item: Item) -> bool:
+    """Whether a call item waits for the client (see :func:`register_item_type`)."""
+    return item.get("type") in _CLIENT_ITEM_TYPES

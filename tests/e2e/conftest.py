@@ -21,6 +21,7 @@ import redis
 
 from app.supervisor import free_port
 from tests.conftest import delete_prefix
+from tests.support.mcp_servers import stdio_command
 
 SANDBOX_TOOLS = [
     {
@@ -125,6 +126,17 @@ def fleet(
     env.update(ANTWORT_SANDBOX_TOOLS_FILE=str(sandbox_tools), ANTWORT_SANDBOX_TIMEOUT_SECONDS="3")
     env["ANTWORT_FETCH_ALLOWED_HOSTS"] = "127.0.0.1"  # http_fetch may read the tests' server
     # -------------------------------------------------------------------------------------------
+    # -- MCP (tests/e2e/test_mcp*.py): test servers on loopback, one configured stdio server --
+    mcp_servers = tmp_path_factory.mktemp("mcp") / "servers.json"
+    command, args = stdio_command("local")
+    mcp_servers.write_text(json.dumps({"servers": {"local": {"command": command, "args": args}}}))
+    env.update(
+        ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1,localhost",
+        ANTWORT_MCP_SERVERS_FILE=str(mcp_servers),
+        ANTWORT_MCP_SECRET_KEY="e2e-seal-key",
+        ANTWORT_MCP_TIMEOUT_SECONDS="5",
+    )
+    # -------------------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
     running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
@@ -132,6 +144,7 @@ def fleet(
     running.start_worker("tools-0", "tools.internal")
     if shutil.which("bwrap"):  # the sandbox kind (its tests skip without bubblewrap)
         running.start_worker("sandbox-0", "tools.sandbox")
+    running.start_worker("mcp-0", "tools.mcp")  # MCP
     try:
         wait_ready(base_url)
     except RuntimeError:

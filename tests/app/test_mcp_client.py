@@ -1,0 +1,212 @@
+"""The synchronous MCP client and the executor against real MCP servers (subprocesses)."""
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from app.config import Settings
+from app.errors import UpstreamError
+from app.tools.base import McpToolRef, ToolCall, ToolDefinition, ToolKind
+from app.tools.mcp.client import McpClient, McpTimeoutError, McpUnavailableError
+from app.tools.mcp.executor import McpExecutor
+from app.tools.mcp.security import Sealer, allowed_addresses
+from app.tools.mcp.servers import McpServers
+from app.tools.mcp.target import ServerTarget
+from tests.support.mcp_servers import (
+    PIXEL_PNG,
+    RunningServer,
+    digest,
+    free_port,
+    running,
+    start_server,
+    stdio_command,
+)
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[RunningServer]:
+    with running("streamable-http", name="unit") as server:
+        yield server
+
+
+@pytest.fixture
+def client() -> Iterator[McpClient]:
+    mcp = McpClient(list_ttl_seconds=300, connect_timeout_seconds=5)
+    yield mcp
+    mcp.close()
+
+
+def target(server: RunningServer | str, **kw: object) -> ServerTarget:
+    url = server if isinstance(server, str) else server.url
+    kw.setdefault("timeout_seconds", 5)
+    return ServerTarget(label="unit", url=url, **kw)  # type: ignore[arg-type]
+
+
+def test_list_and_call_over_one_pooled_session(
+    client: McpClient, http_server: RunningServer
+) -> None:
+    names = [tool.name for tool in client.list_tools(target(http_server))]
+    assert {"echo", "add", "slow", "picture"} <= set(names)
+    outcome = client.call_tool(target(http_server), "echo", {"text": "hi"})
+    assert outcome.content == [{"type": "text", "text": "unit: hi"}] and not outcome.is_error
+    assert client.call_tool(target(http_server), "add", {"a": 2, "b": 3}).structured == {
+        "result": 5
+    }
+    assert client.session_count() == 1
+
+
+def test_headers_reach_the_server_and_key_the_pool(
+    client: McpClient, http_server: RunningServer
+) -> None:
+    one = target(http_server, headers=(("X-Test-Token", "tok-one"),))
+    two = target(http_server, headers=(("X-Test-Token", "tok-two"),))
+    assert "tok-one" not in repr(one) and "tok-one" not in one.key and one.key != two.key
+    text = client.call_tool(one, "whoami", {}).content[0]["text"]
+    assert text.startswith(f"token={digest('tok-one')} ")
+    assert (
+        client.call_tool(two, "whoami", {})
+        .content[0]["text"]
+        .startswith(f"token={digest('tok-two')} ")
+    )
+    assert client.session_count() == 2
+
+
+def test_listing_is_cached_until_the_server_says_it_changed(client: McpClient) -> None:
+    server = start_server("streamable-http", name="cache")
+    try:
+        tgt = target(server)
+        client.list_tools(tgt)
+        count = client.call_tool(tgt, "list_count", {}).structured
+        client.list_tools(tgt)  # from the cache: the server sees no new tools/list
+        assert client.call_tool(tgt, "list_count", {}).structured == count
+        client.call_tool(tgt, "grow", {})
+        for _ in range(100):  # the notification arrives on its own stream
+            if "extra" in [tool.name for tool in client.list_tools(tgt)]:
+                break
+            threading.Event().wait(0.05)
+        assert "extra" in [tool.name for tool in client.list_tools(tgt)]
+    finally:
+        server.stop()
+
+
+def test_timeouts_and_tool_errors(client: McpClient, http_server: RunningServer) -> None:
+    quick = target(http_server, timeout_seconds=0.5)
+    with pytest.raises(McpTimeoutError, match="did not answer within 0.5 s"):
+        client.call_tool(quick, "slow", {"seconds": 5})
+    failed = client.call_tool(target(http_server), "fail", {"message": "nope"})
+    assert failed.is_error and "nope" in failed.content[0]["text"]
+
+
+def test_unreachable_server_is_an_upstream_error(client: McpClient) -> None:
+    with pytest.raises(McpUnavailableError, match="unreachable"):
+        client.list_tools(target(f"http://127.0.0.1:{free_port()}/mcp"))
+
+
+def test_a_dropped_session_reconnects(client: McpClient) -> None:
+    port = free_port()
+    server = start_server("streamable-http", name="first", port=port)
+    tgt = target(server)
+    try:
+        assert client.call_tool(tgt, "echo", {"text": "a"}).content[0]["text"] == "first: a"
+        with pytest.raises(UpstreamError):
+            client.call_tool(tgt, "vanish", {})
+    finally:
+        server.stop()
+    again = start_server("streamable-http", name="second", port=port)
+    try:
+        assert client.call_tool(tgt, "echo", {"text": "b"}).content[0]["text"] == "second: b"
+    finally:
+        again.stop()
+
+
+def test_eight_parallel_calls_share_one_session(
+    client: McpClient, http_server: RunningServer
+) -> None:
+    results: list[str] = []
+
+    def nap(index: int) -> None:
+        outcome = client.call_tool(target(http_server), f"nap{index}", {})
+        results.append(outcome.content[0]["text"])
+
+    threads = [threading.Thread(target=nap, args=(i,)) for i in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == ["together"] * 8
+    assert client.session_count() == 1
+
+
+def test_sse_and_stdio_transports(client: McpClient) -> None:
+    server = start_server("sse", name="sse")
+    try:
+        sse = ServerTarget(label="s", transport="sse", url=server.url, timeout_seconds=5)
+        assert client.call_tool(sse, "echo", {"text": "x"}).content[0]["text"] == "sse: x"
+    finally:
+        server.stop()
+    command, args = stdio_command("pipe")
+    stdio = ServerTarget(label="p", transport="stdio", command=command, args=tuple(args))
+    assert client.call_tool(stdio, "echo", {"text": "y"}).content[0]["text"] == "pipe: y"
+
+
+def test_address_policy_refuses_before_connecting(http_server: RunningServer) -> None:
+    guarded = McpClient(address_policy=lambda host: allowed_addresses(host, None))
+    try:
+        with pytest.raises(UpstreamError, match="private, loopback"):
+            guarded.list_tools(target(http_server))
+    finally:
+        guarded.close()
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+def test_connections_go_only_to_addresses_the_policy_gives(transport: str) -> None:
+    asked: list[str] = []
+
+    def policy(host: str) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]  # wherever the name resolves to, connect here
+
+    pinned = McpClient(address_policy=policy)
+    with running(transport, name="pinned", any_host=True) as server:
+        port = server.url.split(":")[2].split("/")[0]
+        kind = "sse" if transport == "sse" else "streamable_http"
+        path = "/sse" if transport == "sse" else "/mcp"
+        # A name that resolves nowhere: only the pinned address makes the connection possible.
+        url = f"http://mcp-pinned.invalid:{port}{path}"
+        tgt = ServerTarget(label="p", transport=kind, url=url, timeout_seconds=5)  # type: ignore[arg-type]
+        try:
+            outcome = pinned.call_tool(tgt, "echo", {"text": "x"})
+        finally:
+            pinned.close()
+    assert outcome.content[0]["text"] == "pinned: x"
+    assert set(asked) == {"mcp-pinned.invalid"} and len(asked) >= 2  # early check + connect
+
+
+def test_executor_results_are_data(client: McpClient, http_server: RunningServer) -> None:
+    settings = Settings(mcp_timeout_seconds=1)
+    sealer = Sealer(b"k")
+    executor = McpExecutor(McpServers(settings, sealer=sealer), client)
+
+    def run(name: str, arguments: str, sealed: str | None = None):  # type: ignore[no-untyped-def]
+        ref = McpToolRef(
+            server_label="unit", tool_name=name, server_url=http_server.url, sealed_headers=sealed
+        )
+        tool = ToolDefinition(name=name, kind=ToolKind.MCP, mcp=ref)
+        assert executor.can_execute(tool)
+        return executor.execute(ToolCall(id="c1", name=name, arguments=arguments), tool)
+
+    picture = run("picture", "{}")
+    assert picture.output == f"[image: image/png, {len(PIXEL_PNG)} bytes]"
+    assert picture.data is not None and picture.data["content"][0]["type"] == "image"
+    added = run("add", '{"a": 1, "b": 1}')
+    assert added.output == "2" and added.data == {"structured_content": {"result": 2}}
+    failed = run("fail", '{"message": "bad"}')
+    assert failed.is_error and failed.data is not None
+    assert failed.data["error"]["type"] == "mcp_tool_execution_error"
+    slow = run("slow", '{"seconds": 5}')
+    assert slow.is_error and slow.data is not None and slow.data["error"]["code"] == -32001
+    assert run("echo", "[1]").is_error  # arguments must be an object
+    sealed = sealer.seal("unit", {"X-Test-Token": "sealed!"})
+    assert run("whoami", "{}", sealed).output.startswith(f"token={digest('sealed!')} ")
+    assert run("whoami", "{}", "v1.AAAA").is_error  # headers that cannot be opened
