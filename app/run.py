@@ -333,6 +333,7 @@ def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
         state.waiting_until = time.time() + longest + deps.settings.lease_seconds
         if not commit(deps.store, state):
             return "skipped"
+        _hand_off(deps, state, state.waiting_until)
         _dispatcher(deps).enqueue_tools(
             state.response.id,
             [(run.call.id, run.tool.kind.queue) for run in batch],
@@ -342,9 +343,20 @@ def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
     if isinstance(step, NextTurn):
         if not commit(deps.store, state):
             return "skipped"
+        _hand_off(deps, state, time.time() + deps.settings.lease_seconds)
         _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
         return "continuing"
     assert_never(step)
+
+
+def _hand_off(deps: RunDeps, state: RunState, wait_until: float) -> None:
+    """Give the lease back before queuing what follows, so the next run can take it at once.
+
+    ``wait_until`` keeps the response under the sweeper's watch: should this process die before
+    the next run starts, the sweeper queues that run once the time has passed.
+    """
+    if deps.leases is not None:
+        deps.leases.release(state.response.id, wait_until=wait_until)
 
 
 def _dispatcher(deps: RunDeps) -> Dispatcher:

@@ -8,13 +8,15 @@ the chord would have queued. Everything else is the real code on real Redis.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from app.config import Settings
+from app.lease import LeaseKeeper
 from app.responses import create_response
 from app.run import RunDeps, run_turn
 from app.store import ResponseStore
@@ -378,3 +380,63 @@ def test_loop_forces_a_tool_on_the_first_turn_only(
     assert loop.drive(rid) == "completed"
 
     assert _choices(loop) == [choice, later]
+
+
+class LeaseProbe(RecordingDispatcher):
+    """Notes, at each hand-off, whether the next run could take the lease at once."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        super().__init__()
+        self.store = store
+        self.lease_free: list[bool] = []
+        self.watched_until: list[float | None] = []
+
+    def _probe(self, response_id: str) -> None:
+        keys = self.store.keys
+        self.lease_free.append(not self.store.redis.exists(keys.lease(response_id)))
+        self.watched_until.append(self.store.redis.zscore(keys.active, response_id))
+
+    def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
+        self._probe(response_id)
+        super().enqueue_turn(response_id, turn, retry=retry)
+
+    def enqueue_tools(
+        self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
+    ) -> None:
+        self._probe(response_id)
+        super().enqueue_tools(response_id, calls, then_turn=then_turn)
+
+
+def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.tools", lease_seconds=30)
+    loop = Loop(
+        store=store,
+        settings=settings,
+        model=ScriptedModel(
+            calls(("call_a", "fast_echo", json.dumps({"text": "a"}))), text("done")
+        ),
+        dispatcher=LeaseProbe(store),
+    )
+    rid = loop.create(tools=internal("fast_echo"))
+    probe = loop.dispatcher
+    assert isinstance(probe, LeaseProbe)
+    probe.lease_free.clear()  # the create's own hand-off
+    probe.watched_until.clear()
+    before = time.time()
+    deps = RunDeps(
+        store=store,
+        provider=loop.model,
+        settings=settings,
+        dispatcher=loop.dispatcher,
+        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+    )
+
+    assert run_turn(deps, rid, 0) == "waiting"
+
+    # The tools' callback turn can take the lease the moment it arrives (no retry, no sweeper)…
+    assert probe.lease_free == [True]
+    # …and the sweeper still watches the response until the tools' deadline has passed.
+    [until] = probe.watched_until
+    assert until is not None and until >= before + settings.tool_timeout_seconds
