@@ -201,7 +201,7 @@ def main() -> None:
     st = sub.add_parser("streams")
     st.add_argument("--url", required=True)
     st.add_argument("--count", type=int, default=1000)
-    st.add_argument("--directives", default="[tokens=20] [delay_ms=500]")
+    st.add_argument("--directives", default="[tokens=20] [delay_ms=1500]")
     st.add_argument("--read-timeout", type=float, default=120.0)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

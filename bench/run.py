@@ -7,7 +7,8 @@ the simulator at zero delay, one gateway process, inference workers with a threa
     to first chunk of the simulator's own ``/v1/chat/completions`` (stream=true), sequentially;
     also the time to the first text delta (the first event that went through queue + worker).
 (b) ``throughput``: streamed 100-token responses per second with 50 concurrent clients.
-(c) ``streams``: 1,000 concurrent background+stream responses held open by one gateway process.
+(c) ``streams``: 1,000 concurrent background+stream responses held open by one gateway process
+    (each lasts 30 s, longer than it takes to open them all on a 2-core box).
 (d) ``rss``: peak RSS of every fleet process during (b) and (c).
 
 Then the agentic section (``bench/agentic.py``, on a fleet of its own with tool workers):
@@ -292,7 +293,7 @@ def run_core(
     n_ttfe = 20 if quick else 200
     tp_clients, tp_seconds, tp_tokens = (10, 3.0, 100) if quick else (50, 15.0, 100)
     st_count, st_directives = (50, "[tokens=10] [delay_ms=200]") if quick else (
-        1000, "[tokens=20] [delay_ms=500]")  # fmt: skip
+        1000, "[tokens=20] [delay_ms=1500]")  # fmt: skip
     workers, threads = (1, 64) if quick else (4, 250)
 
     fleet = Fleet(

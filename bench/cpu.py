@@ -1,0 +1,101 @@
+"""CPU per streamed response, per process: ``python -m bench.cpu [--tokens 100] [--responses 400]``.
+
+Starts its own fleet (one inference worker of 32 threads), streams ``--responses`` answers of
+``--tokens`` tokens with 8 in flight, and reads each process's CPU time (user + system) before
+and after: where a response's cost goes across gateway, worker, simulator, Redis and the load
+client. Written to ``bench/results/cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.fleet import Fleet
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _redis_server() -> psutil.Process | None:
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if "redis-server" in (proc.info["name"] or "") and "6379" in " ".join(
+            proc.info["cmdline"] or []
+        ):
+            return proc
+    return None
+
+
+def _cpu_seconds(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    return {
+        role: sum(p.cpu_times().user + p.cpu_times().system for p in ps)
+        for role, ps in procs.items()
+    }
+
+
+async def _stream_all(url: str, tokens: int, count: int, in_flight: int) -> None:
+    body = {"model": "antwort-sim", "input": f"hi [tokens={tokens}]", "stream": True}
+    limit = asyncio.Semaphore(in_flight)
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def one() -> None:
+            async with limit, client.stream("POST", f"{url}/v1/responses", json=body) as answer:
+                async for _ in answer.aiter_raw():
+                    pass
+
+        await asyncio.gather(*(one() for _ in range(count)))
+
+
+def measure(tokens: int, responses: int, in_flight: int = 8) -> dict[str, Any]:
+    fleet = Fleet(inference_workers=1, worker_threads=32)
+    fleet.start()
+    try:
+        procs = {role: [psutil.Process(p) for p in pids] for role, pids in fleet.pids().items()}
+        redis_proc = _redis_server()
+        if redis_proc is not None:
+            procs["redis"] = [redis_proc]
+        procs["client"] = [psutil.Process()]
+        asyncio.run(_stream_all(fleet.gateway_url, tokens, 50, in_flight))  # warm-up
+        before, started = _cpu_seconds(procs), time.perf_counter()
+        asyncio.run(_stream_all(fleet.gateway_url, tokens, responses, in_flight))
+        elapsed = time.perf_counter() - started
+        after = _cpu_seconds(procs)
+    finally:
+        fleet.stop()
+    per_response = {
+        role: round((after[role] - before[role]) / responses * 1000, 2) for role in after
+    }
+    return {
+        "tokens": tokens,
+        "responses": responses,
+        "in_flight": in_flight,
+        "responses_per_s": round(responses / elapsed, 1),
+        "cpu_ms_per_response": per_response,
+        "cpu_ms_per_response_total": round(sum(per_response.values()), 2),
+        "fleet": {"commands": [" ".join(argv) for argv in fleet.commands().values()]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu")
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--responses", type=int, default=400)
+    args = parser.parse_args(argv)
+    figures = measure(args.tokens, args.responses)
+    figures["command"] = f".venv/bin/python -m bench.cpu --tokens {args.tokens}"
+    figures["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "cpu.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
