@@ -220,11 +220,15 @@ class OutputBuilder:
             self._sink.emit(event)
         if self._progress:
             title = call.title or step_title(call.name, arguments)
+            # The loop's id of the call (an item id for kinds without call ids, such as
+            # ``mcp_call``), so that ``step.completed`` names the same call.
+            presenter = presenters.for_item(item)
+            loop_id = presenter.call_of(item).id if presenter is not None else call.call_id
             self._sink.emit(
                 ev.step_started(
                     item_id=call.item_id,
                     output_index=call.output_index,
-                    call_id=call.call_id,
+                    call_id=loop_id,
                     name=call.name,
                     title=title,
                 )

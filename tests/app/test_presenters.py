@@ -144,3 +144,25 @@ def test_apply_result_of_an_unknown_call_raises() -> None:
 def test_unknown_tools_are_presented_as_function_calls() -> None:
     assert presenters.for_tool(None) is FUNCTION_CALLS
     assert presenters.for_item({"type": "message"}) is None
+
+
+def test_progress_names_a_call_by_the_loops_id_whatever_its_kind(
+    store: ResponseStore, shell_kind: CallPresenter
+) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=0)
+    tools = {"shell": ToolDefinition(name="shell", kind=ToolKind.SANDBOX)}
+    builder = OutputBuilder(
+        response_id=rid, turn=0, first_output_index=0, sink=sink, tools=tools, progress=True
+    )
+    builder.feed(
+        ToolCallDelta(index=0, call_id="call_x", name="shell", arguments='{"command": "ls"}')
+    )
+    builder.feed(Finish(reason="tool_calls"))
+    [shell] = builder.close().items
+    sink.flush()
+
+    [started] = [e for e in events(store, rid) if e["type"] == "antwort:step.started"]
+    # The shell item answers to its item id (as mcp_call does), not the model's call_id: the
+    # step.completed event of its result will carry the same id.
+    assert started["call_id"] == shell["id"] == shell_kind.call_of(shell).id
