@@ -33,6 +33,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -52,6 +59,7 @@ class LeaseKeeper:
         self._held: dict[str, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._acquire = store.redis.register_script(_ACQUIRE)
         self._release = store.redis.register_script(_RELEASE)
         self._renew = store.redis.register_script(_RENEW)
 
@@ -60,9 +68,12 @@ class LeaseKeeper:
         token = secrets.token_hex(8)
         keys = self._store.keys
         ttl_ms = int(self._lease_seconds * 1000)
-        if not self._store.redis.set(keys.lease(response_id), token, nx=True, px=ttl_ms):
+        deadline = repr(time.time() + self._lease_seconds)
+        taken = self._acquire(
+            keys=[keys.lease(response_id), keys.active], args=[token, ttl_ms, deadline, response_id]
+        )  # one round trip: the lease, and the sweeper's watch on it
+        if not taken:
             return False
-        self._store.redis.zadd(keys.active, {response_id: time.time() + self._lease_seconds})
         with self._lock:
             self._held[response_id] = token
             self._start_renewer()

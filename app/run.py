@@ -188,7 +188,7 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
 
 def load_state(store: ResponseStore, response_id: str) -> RunState | None:
     """The run as stored, with the chain the model will see; None when gone."""
-    stored = store.load(response_id)
+    stored, inputs = store.load_with_inputs(response_id)
     if stored is None:
         return None
     try:
@@ -201,7 +201,7 @@ def load_state(store: ResponseStore, response_id: str) -> RunState | None:
         turn=stored.turn,
         extra=stored.extra,
         history=history,
-        inputs=store.inputs(response_id),
+        inputs=inputs,
     )
 
 

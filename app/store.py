@@ -80,6 +80,17 @@ return {ver, ARGV[6], last}
 )
 
 # KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
+# Where a turn's events begin: the last sequence number when the turn first started (a re-run
+# finds the mark of the first run). KEYS: record, sequence counter. ARGV: the turn's field.
+_MARK_TURN = """
+local raw = redis.call('GET', KEYS[2])
+local last = -1
+if raw then last = tonumber(raw) - 1 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], last) == 1 then
+  return {last, 1}
+end
+return {tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 0}
+"""
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -160,6 +171,22 @@ def _event_args(events: Iterable[Event]) -> list[str]:
     return args
 
 
+_RECORD_FIELDS = ("object", "ver", "turn", "extra")
+
+
+def _stored(fields: list[Any]) -> StoredResponse | None:
+    """A record's ``_RECORD_FIELDS`` as read by HMGET; None when there is no record."""
+    raw, ver, turn, extra = fields
+    if raw is None:
+        return None
+    return StoredResponse(
+        response=ResponseObject.model_validate_json(raw),
+        version=int(ver or 0),
+        turn=int(turn or 0),
+        extra=json.loads(extra) if extra else {},
+    )
+
+
 class ResponseStore:
     """Responses, their input items and their event logs, in one Redis database."""
 
@@ -180,6 +207,7 @@ class ResponseStore:
         self._emit = client.register_script(_EMIT)
         self._write = client.register_script(_WRITE)
         self._release_claim = client.register_script(_RELEASE_CLAIM)
+        self._mark_turn = client.register_script(_MARK_TURN)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -291,16 +319,18 @@ class ResponseStore:
 
     def load(self, response_id: str) -> StoredResponse | None:
         """The record, or None when unknown, expired or deleted."""
-        fields = self.redis.hmget(self.keys.record(response_id), "object", "ver", "turn", "extra")
-        raw, ver, turn, extra = fields
-        if raw is None:
-            return None
-        return StoredResponse(
-            response=ResponseObject.model_validate_json(raw),
-            version=int(ver or 0),
-            turn=int(turn or 0),
-            extra=json.loads(extra) if extra else {},
-        )
+        fields = self.redis.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
+        return _stored(fields)
+
+    def load_with_inputs(
+        self, response_id: str
+    ) -> tuple[StoredResponse | None, list[dict[str, Any]]]:
+        """The record and its input items, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
+        pipe.lrange(self.keys.inputs(response_id), 0, -1)
+        fields, inputs = pipe.execute()
+        return _stored(fields), [json.loads(raw) for raw in inputs]
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
@@ -373,11 +403,9 @@ class ResponseStore:
     def mark_turn_start(self, response_id: str, turn: int) -> tuple[int, bool]:
         """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""
         field = f"turn{turn}_seq"
-        record = self.keys.record(response_id)
-        last = self.last_sequence_number(response_id)
-        if self.redis.hsetnx(record, field, last):
-            return last, False
-        return int(self.redis.hget(record, field) or last), True
+        keys = [self.keys.record(response_id), self.keys.sequence(response_id)]
+        start, fresh = self._mark_turn(keys=keys, args=[field])
+        return int(start), bool(fresh)
 
     # -- fleet bookkeeping ---------------------------------------------------------------------
 

@@ -185,6 +185,8 @@ def _execute(
     deadline = time.monotonic() + timeout
     while worker.is_alive():
         worker.join(_POLL_SECONDS)
+        if not worker.is_alive():
+            break  # done: the status is checked once more before the result is stored
         if deps.store.status(response_id) not in ACTIVE_STATUSES:
             return None
         if time.monotonic() > deadline and worker.is_alive():

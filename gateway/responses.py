@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import closing
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -57,23 +59,27 @@ def create() -> Response:
         )
     if parsed.background:
         return jsonify(response.wire())
-    _wait_until_done(response.id)
-    return jsonify(gw.store.get(response.id).response.wire())
+    final = _wait_until_done(response.id)
+    return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
 
 
-def _wait_until_done(response_id: str) -> None:
+def _wait_until_done(response_id: str) -> dict[str, Any] | None:
+    """The response as its terminal event carries it (None: it ended without one, cancelled)."""
     gw = _gw()
     deadline = time.monotonic() + gw.settings.sync_timeout_seconds
     events = follow_events(gw.store, gw.hub, response_id, keepalive_seconds=1.0)
     with closing(events):
         for event in events:
             if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:
-                return
+                # Written in the same atomic step as the stored object: no need to read it back.
+                final: dict[str, Any] = json.loads(event.data)["response"]
+                return final
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"Response {response_id} did not finish within "
                     f"{gw.settings.sync_timeout_seconds:.0f}s; retrieve it later."
                 )
+    return None
 
 
 @blueprint.get("/v1/responses/<response_id>")
