@@ -82,14 +82,15 @@ return {ver, ARGV[6], last}
 # KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
 # Where a turn's events begin: the last sequence number when the turn first started (a re-run
 # finds the mark of the first run). KEYS: record, sequence counter. ARGV: the turn's field.
+# Returns {start, 1 when this is a re-run}.
 _MARK_TURN = """
 local raw = redis.call('GET', KEYS[2])
 local last = -1
 if raw then last = tonumber(raw) - 1 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], last) == 1 then
-  return {last, 1}
+  return {last, 0}
 end
-return {tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 0}
+return {tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 1}
 """
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -404,8 +405,8 @@ class ResponseStore:
         """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""
         field = f"turn{turn}_seq"
         keys = [self.keys.record(response_id), self.keys.sequence(response_id)]
-        start, fresh = self._mark_turn(keys=keys, args=[field])
-        return int(start), bool(fresh)
+        start, rerun = self._mark_turn(keys=keys, args=[field])
+        return int(start), bool(rerun)
 
     # -- fleet bookkeeping ---------------------------------------------------------------------
 

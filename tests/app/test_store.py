@@ -318,3 +318,30 @@ def test_store_live_workers_counts_recent_heartbeats_per_queue(
     assert store.live_workers("inference", within_seconds=300) == 3
     assert store.live_workers("tools.mcp") == 1
     assert store.live_workers("tools.sandbox") == 0
+
+
+def test_store_mark_turn_start_remembers_where_a_turn_began_for_its_reruns(
+    store: ResponseStore,
+) -> None:
+    rid = new_response(store)
+    assert store.mark_turn_start(rid, 0) == (-1, False)  # the first run, before any event
+    store.emit(rid, [delta("a"), delta("b")])
+
+    # A re-run of turn 0 (its worker died) learns where the first run's events began.
+    assert store.mark_turn_start(rid, 0) == (-1, True)
+    # Turn 1 starts fresh after them; its own re-run finds the same mark.
+    assert store.mark_turn_start(rid, 1) == (1, False)
+    store.emit(rid, [delta("c")])
+    assert store.mark_turn_start(rid, 1) == (1, True)
+
+
+def test_store_load_with_inputs_reads_record_and_inputs_together(store: ResponseStore) -> None:
+    response = make_response("queued")
+    inputs = [{"type": "message", "role": "user", "content": "hi"}]
+    store.create(response, inputs=inputs, extra={"k": 1}, events=[])
+
+    stored, read = store.load_with_inputs(response.id)
+
+    assert stored is not None and stored.response.id == response.id and stored.extra == {"k": 1}
+    assert read == inputs
+    assert store.load_with_inputs("resp_missing") == (None, [])
