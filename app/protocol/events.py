@@ -146,6 +146,7 @@ MERGEABLE_DELTAS = frozenset(
         "response.reasoning.delta",
         "response.function_call_arguments.delta",
         "response.code_interpreter_call_code.delta",
+        "response.mcp_call_arguments.delta",
     }
 )
 

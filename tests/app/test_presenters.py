@@ -166,3 +166,32 @@ def test_progress_names_a_call_by_the_loops_id_whatever_its_kind(
     # The shell item answers to its item id (as mcp_call does), not the model's call_id: the
     # step.completed event of its result will carry the same id.
     assert started["call_id"] == shell["id"] == shell_kind.call_of(shell).id
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_mcp_call_arguments_stream_as_the_model_writes_them_unless_gated(
+    store: ResponseStore, gated: bool
+) -> None:
+    import app.tools.mcp.presenter  # noqa: F401  (registers the MCP presenter)
+    from app.tools.base import McpToolRef
+
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=0)
+    ref = McpToolRef(server_label="srv", tool_name="add", needs_approval=gated)
+    tools = {"add": ToolDefinition(name="add", kind=ToolKind.MCP, mcp=ref)}
+    builder = OutputBuilder(response_id=rid, turn=0, first_output_index=0, sink=sink, tools=tools)
+    builder.feed(ToolCallDelta(index=0, call_id="call_m", name="add", arguments='{"a": 1,'))
+    builder.feed(ToolCallDelta(index=0, arguments=' "b": 2}'))
+    builder.feed(Finish(reason="tool_calls"))
+    [item] = builder.close().items
+    sink.flush()
+
+    emitted = events(store, rid)
+    deltas = [e["delta"] for e in emitted if e["type"] == "response.mcp_call_arguments.delta"]
+    done = [e for e in emitted if e["type"] == "response.mcp_call_arguments.done"]
+    if gated:  # an approval request carries its arguments whole, with no call events
+        assert item["type"] == "mcp_approval_request" and (deltas, done) == ([], [])
+    else:
+        assert item["type"] == "mcp_call"
+        assert deltas == ['{"a": 1,', ' "b": 2}']
+        assert [e["arguments"] for e in done] == ['{"a": 1, "b": 2}']

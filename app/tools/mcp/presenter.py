@@ -92,18 +92,24 @@ class McpCallPresenter:
     item_type = CALL_ITEM
     id_prefix = "mcp"
 
+    def __init__(self) -> None:
+        self._streaming: set[str] = set()
+        """Calls being streamed as ``mcp_call`` (not gated): their arguments go out as deltas."""
+
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
         label, name, is_gated = _ref(tool)
         if is_gated:
             return _approval_item(approval_request_id(item_id), label, name, ""), []
+        self._streaming.add(item_id)
         item = call_item(item_id, server_label=label, name=name, arguments="")
         return item, [ev.mcp_event("response.mcp_call.in_progress", item_id, output_index)]
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
-        # Whether the call is gated is not known here; the arguments go out whole when done.
-        return []
+        if item_id not in self._streaming:  # an approval request: no call events
+            return []
+        return [ev.mcp_call_arguments_delta(item_id, output_index, delta)]
 
     def finished(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
@@ -112,8 +118,9 @@ class McpCallPresenter:
         if is_gated:
             item = _approval_item(approval_request_id(item_id), label, name, call.arguments)
             return item, [ev.output_item_done(output_index, item)]
+        self._streaming.discard(item_id)
         item = call_item(item_id, server_label=label, name=name, arguments=call.arguments)
-        return item, arguments_events(item, output_index)
+        return item, [ev.mcp_call_arguments_done(item_id, output_index, call.arguments)]
 
     def call_of(self, item: Item) -> ToolCall:
         return ToolCall(
