@@ -382,6 +382,10 @@ class ResponseStore:
         raw = self.redis.mget([self.keys.tool_result(response_id, c) for c in call_ids])
         return [None if value is None else _text(value) for value in raw]
 
+    def has_tool_result(self, response_id: str, call_id: str) -> bool:
+        """Whether the call's result is stored."""
+        return bool(self.redis.exists(self.keys.tool_result(response_id, call_id)))
+
     def claim_tool_call(
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
     ) -> bool:

@@ -62,7 +62,7 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
     """
     store = deps.store
     for _ in range(2):  # a claim whose holder died lapses once; then this delivery takes over
-        if store.tool_results(response_id, [call_id])[0] is not None:
+        if store.has_tool_result(response_id, call_id):
             return "stored"
         found = _find_call(store, response_id, call_id)
         if found is None:
@@ -72,7 +72,7 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         if store.claim_tool_call(response_id, call_id, token=token, ttl_seconds=ttl):
             try:
-                if store.tool_results(response_id, [call_id])[0] is not None:
+                if store.has_tool_result(response_id, call_id):
                     return "stored"  # its holder stored it between our check and our claim
                 return _run_claimed(deps, response_id, call, tool)
             finally:
@@ -130,13 +130,13 @@ def _await_other_delivery(
     logger.info("call %s of %s is running elsewhere; waiting for its result", call_id, response_id)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if store.tool_results(response_id, [call_id])[0] is not None:
+        if store.has_tool_result(response_id, call_id):
             return "stored"
         if store.status(response_id) not in ACTIVE_STATUSES:
             return "cancelled"
         if not store.is_tool_call_claimed(response_id, call_id):
             # released just now with its result, or lapsed because its holder died
-            return "stored" if store.tool_results(response_id, [call_id])[0] else None
+            return "stored" if store.has_tool_result(response_id, call_id) else None
         time.sleep(_POLL_SECONDS)
     return "busy"
 

@@ -72,6 +72,21 @@ class CallPresenter(Protocol):
         """The item as ``function_call``/``function_call_output`` items for the model."""
 
 
+def call_view(call: ToolCall) -> Item:
+    """A call as the model sees it: a ``function_call`` item (kinds' :meth:`model_view`)."""
+    return {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def result_view(call_id: str, output: str) -> Item:
+    """A call's result as the model sees it: a ``function_call_output`` item."""
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
 class FunctionCallPresenter:
     """``function_call`` items answered by ``function_call_output`` items (function, internal)."""
 

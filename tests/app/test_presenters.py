@@ -59,18 +59,9 @@ class InPlacePresenter:
 
     def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
         call = self.call_of(item)
-        viewed: list[Item] = [
-            {
-                "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-            }
-        ]
+        viewed = [presenters.call_view(call)]
         if "output" in item:
-            viewed.append(
-                {"type": "function_call_output", "call_id": call.id, "output": item["output"]}
-            )
+            viewed.append(presenters.result_view(call.id, item["output"]))
         return viewed
 
 

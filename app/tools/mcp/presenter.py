@@ -163,7 +163,7 @@ class McpCallPresenter:
         if not item.get("approval_request_id"):
             viewed.append(_function_call(call_id, output, item))
         if item["status"] != "in_progress":
-            viewed.append(_function_call_output(call_id, _model_text(item)))
+            viewed.append(presenters.result_view(call_id, _model_text(item)))
         return viewed
 
 
@@ -201,16 +201,9 @@ def _approval_item(item_id: str, label: str, name: str, arguments: str) -> Item:
 
 
 def _function_call(call_id: str, items: Sequence[Item], item: Item) -> Item:
-    return {
-        "type": "function_call",
-        "call_id": call_id,
-        "name": model_name(items, item["server_label"], item["name"]),
-        "arguments": item.get("arguments") or "{}",
-    }
-
-
-def _function_call_output(call_id: str, output: str) -> Item:
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
+    name = model_name(items, item["server_label"], item["name"])
+    arguments = item.get("arguments") or "{}"
+    return presenters.call_view(ToolCall(id=call_id, name=name, arguments=arguments))
 
 
 def _model_text(item: Item) -> str:
@@ -230,7 +223,7 @@ def view_approval_response(item: Item, items: Sequence[Item]) -> list[Item]:
         return []
     reason = f" Reason: {item['reason']}" if item.get("reason") else ""
     return [
-        _function_call_output(
+        presenters.result_view(
             item["approval_request_id"], f"The user denied this tool call; it did not run.{reason}"
         )
     ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.protocol import events as ev
 from app.tools.base import ToolCall, ToolDefinition, ToolResult
-from app.tools.presenters import FUNCTION_CALLS
+from app.tools.presenters import FUNCTION_CALLS, call_view, result_view
 from app.tools.sandbox.tools import CODE_INTERPRETER
 
 Item = dict[str, Any]
@@ -141,19 +141,10 @@ class SandboxPresenter:
 
     def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
         call = self.call_of(item)
-        viewed: list[Item] = [
-            {
-                "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-            }
-        ]
         logs = [o["logs"] for o in item.get("outputs") or [] if o.get("type") == "logs"]
         # A call that never finished (its response was cancelled) still needs an answer.
         text = "\n".join(logs) if logs else "Error: the code did not run to the end."
-        viewed.append({"type": "function_call_output", "call_id": call.id, "output": text})
-        return viewed
+        return [call_view(call), result_view(call.id, text)]
 
 
 def _item(item_id: str, tool: ToolDefinition, *, code: str, status: str) -> Item:
