@@ -23,8 +23,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.config import Settings
 from app.errors import InvalidRequestError
@@ -59,6 +57,9 @@ class Sealer:
     """Seals and opens compaction states with one AES-256-GCM key."""
 
     def __init__(self, key: bytes):
+        # imported here: cryptography costs a process ~8 MB, and most never seal anything
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(key)
 
     def seal(self, state: CompactedState) -> str:
@@ -74,6 +75,8 @@ class Sealer:
         Raises:
             InvalidCompactionError: not sealed by this server's key, or altered.
         """
+        from cryptography.exceptions import InvalidTag
+
         try:
             if not token.startswith(_VERSION):
                 raise ValueError("unknown version")

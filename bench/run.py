@@ -294,7 +294,7 @@ def run_core(
     tp_clients, tp_seconds, tp_tokens = (10, 3.0, 100) if quick else (50, 15.0, 100)
     st_count, st_directives = (50, "[tokens=10] [delay_ms=200]") if quick else (
         1000, "[tokens=20] [delay_ms=1500]")  # fmt: skip
-    workers, threads = (1, 64) if quick else (4, 250)
+    workers, threads = (1, 64) if quick else (5, 200)
 
     fleet = Fleet(
         inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix

@@ -6,6 +6,8 @@ Also the Celery app for ``celery -A workers.main`` (flower, inspect).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import logging
 import os
 import socket
@@ -24,6 +26,25 @@ settings = Settings()
 celery = make_celery(settings)
 
 _DEFAULT_POOL = {"inference": "threads", "tools.mcp": "threads", "tools.internal": "threads"}
+
+
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's malloc arenas before the pool's threads exist.
+
+    glibc gives threads their own arenas (up to eight per core); a thread pool of hundreds of
+    turns then holds several mostly empty arenas, megabytes each. Two are plenty for threads that
+    spend their time waiting on sockets. ``MALLOC_ARENA_MAX`` in the environment wins.
+    """
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_ARENA_MAX, arenas)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
 
 
 def _heartbeat(queues: list[str], hostname: str) -> None:
@@ -75,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown queue(s) {unknown}; known: {', '.join(QUEUES)}")
     if "tools.sandbox" in queues:
         check_sandbox(settings)  # no bubblewrap: refuse to start, saying how to install it
+    limit_malloc_arenas()
     pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"

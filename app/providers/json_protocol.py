@@ -30,7 +30,6 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from app.config import Settings
@@ -360,6 +359,8 @@ def _check_against_manifest(
 
 
 def _check_tool(request: ToolRequest, manifest: Manifest) -> None:
+    import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock; ~3 MB, used here only
+
     tool = manifest.tools.get(request.name)
     if tool is None:
         known = ", ".join(manifest.tools) or "none (no tool may be called now)"

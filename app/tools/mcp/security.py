@@ -18,9 +18,6 @@ import socket
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from app.errors import InvalidRequestError
 
 Resolver = Callable[[str], list[str]]
@@ -127,6 +124,9 @@ class Sealer:
     """Seals and opens small secrets with AES-GCM; the label is bound as associated data."""
 
     def __init__(self, key: bytes):
+        # imported here: cryptography costs a process ~8 MB, and most never seal anything
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(hashlib.sha256(key).digest())
 
     def seal(self, label: str, secret: dict[str, str]) -> str:
@@ -143,6 +143,8 @@ class Sealer:
         """
         if not token.startswith("v1."):
             raise ValueError("unknown sealed format")
+        from cryptography.exceptions import InvalidTag
+
         raw = base64.urlsafe_b64decode(token[3:])
         try:
             plain = self._aead.decrypt(raw[:12], raw[12:], label.encode())
