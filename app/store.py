@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -96,6 +96,24 @@ _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# KEYS: claim, result. ARGV: token, ttl ms. 2: a result is stored already; 1: claimed; 0: held.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
+# KEYS: record, result, claim. ARGV: result json, ttl, token, active statuses ("|a|b|").
+# Stores the result while the response is active (a result after a cancel is discarded), and
+# gives the claim back either way. Returns {1 when stored, the status}.
+_FINISH_CALL = """
+local status = redis.call('HGET', KEYS[1], 'status') or ''
+local stored = 0
+if status ~= '' and string.find(ARGV[4], '|' .. status .. '|', 1, true) then
+  if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then stored = 1 end
+end
+if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
+return {stored, status}
+"""
 
 
 # KEYS: record. ARGV: extra json. A deleted record is not brought back as a stub.
@@ -138,6 +156,21 @@ class WriteResult:
     """The status now stored (the new one when ``ok``, else the one that blocked the write)."""
     conflict: bool = False
     """The version moved under us: reload and try again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenedCall:
+    """What a tool task reads first (:meth:`ResponseStore.open_tool_call`)."""
+
+    deliveries: int
+    """This delivery's count (0 when none was counted)."""
+    has_result: bool
+    stored: StoredResponse | None
+
+
+ClaimOutcome = Literal["claimed", "held", "stored"]
+_CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored")
+_ACTIVE_ARG = "|" + "|".join(sorted(ACTIVE_STATUSES)) + "|"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,6 +241,8 @@ class ResponseStore:
         self._emit = client.register_script(_EMIT)
         self._write = client.register_script(_WRITE)
         self._release_claim = client.register_script(_RELEASE_CLAIM)
+        self._claim = client.register_script(_CLAIM)
+        self._finish_call = client.register_script(_FINISH_CALL)
         self._mark_turn = client.register_script(_MARK_TURN)
 
     # -- writing -------------------------------------------------------------------------------
@@ -370,11 +405,6 @@ class ResponseStore:
         raw = self.redis.get(self.keys.sequence(response_id))
         return int(raw) - 1 if raw is not None else -1
 
-    def put_tool_result(self, response_id: str, call_id: str, result_json: str) -> bool:
-        """Store a call's result once; False when one was stored already."""
-        key = self.keys.tool_result(response_id, call_id)
-        return bool(self.redis.set(key, result_json, nx=True, ex=self.ttl_seconds))
-
     def tool_results(self, response_id: str, call_ids: Sequence[str]) -> list[str | None]:
         """Stored results of the calls, None where a call has none yet."""
         if not call_ids:
@@ -386,16 +416,63 @@ class ResponseStore:
         """Whether the call's result is stored."""
         return bool(self.redis.exists(self.keys.tool_result(response_id, call_id)))
 
+    def open_tool_call(
+        self, response_id: str, call_id: str, *, delivery: str | None = None
+    ) -> OpenedCall:
+        """What a tool task reads first, in one round trip.
+
+        Its delivery count (when ``delivery`` names the task delivery to count), whether the
+        call's result is stored already, and the response record.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        if delivery is not None:
+            pipe.incr(self.keys.deliveries(delivery))
+            pipe.expire(self.keys.deliveries(delivery), self.ttl_seconds)
+        pipe.exists(self.keys.tool_result(response_id, call_id))
+        pipe.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
+        answers = pipe.execute()
+        return OpenedCall(
+            deliveries=int(answers[0]) if delivery is not None else 0,
+            has_result=bool(answers[-2]),
+            stored=_stored(answers[-1]),
+        )
+
     def claim_tool_call(
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
-    ) -> bool:
-        """Claim the execution of a call (``SET NX``); False while another delivery holds it.
+    ) -> ClaimOutcome:
+        """Claim the execution of a call, unless its result is in already.
+
+        ``"claimed"``; ``"held"`` by another delivery; ``"stored"``: nothing left to run.
 
         The claim lapses after ``ttl_seconds`` (the tool's deadline plus a grace), so a delivery
         that died mid-call blocks the call no longer than the call itself could have run.
         """
-        key = self.keys.tool_claim(response_id, call_id)
-        return bool(self.redis.set(key, token, nx=True, px=max(1, int(ttl_seconds * 1000))))
+        code = self._claim(
+            keys=[
+                self.keys.tool_claim(response_id, call_id),
+                self.keys.tool_result(response_id, call_id),
+            ],
+            args=[token, max(1, int(ttl_seconds * 1000))],
+        )
+        return _CLAIM_OUTCOMES[int(code)]
+
+    def finish_tool_call(
+        self, response_id: str, call_id: str, result_json: str, *, token: str
+    ) -> bool:
+        """Store a claimed call's result and give the claim back, in one step.
+
+        Returns False when nothing was stored: the response is no longer active (a result that
+        arrives after a cancel is discarded) or a result was stored already.
+        """
+        stored, _status = self._finish_call(
+            keys=[
+                self.keys.record(response_id),
+                self.keys.tool_result(response_id, call_id),
+                self.keys.tool_claim(response_id, call_id),
+            ],
+            args=[result_json, self.ttl_seconds, token, _ACTIVE_ARG],
+        )
+        return bool(stored)
 
     def release_tool_claim(self, response_id: str, call_id: str, *, token: str) -> None:
         """Give a claim back, if it is still ours."""

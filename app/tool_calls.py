@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
 from app.config import Settings
@@ -28,6 +32,7 @@ from app.store import ResponseStore, StoredResponse
 from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
+    SubmittingExecutor,
     ToolCall,
     ToolDefinition,
     ToolResult,
@@ -54,29 +59,47 @@ class ToolDeps:
     """The internal tools behind the executors, shut down when the worker stops."""
 
 
-def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
+class RedeliveredTooOftenError(Exception):
+    """A tool task was delivered more often than ``max_task_deliveries``: it kills its worker."""
+
+    def __init__(self, deliveries: int):
+        super().__init__(f"delivered {deliveries} times")
+        self.deliveries = deliveries
+
+
+def run_tool_call(
+    deps: ToolDeps, response_id: str, call_id: str, *, delivery: str | None = None
+) -> str:
     """Execute one call of a response and store its result; returns what happened.
 
-    ``"busy"``: another delivery kept the call claimed longer than one claim can last (it was
-    claimed again meanwhile); the caller should requeue this delivery.
+    ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
+    rides on the first round trip). ``"busy"``: another delivery kept the call claimed longer
+    than one claim can last (it was claimed again meanwhile); the caller should requeue this
+    delivery.
+
+    Raises:
+        RedeliveredTooOftenError: this call was delivered more often than allowed.
     """
     store = deps.store
-    for _ in range(2):  # a claim whose holder died lapses once; then this delivery takes over
-        if store.has_tool_result(response_id, call_id):
+    opened = store.open_tool_call(response_id, call_id, delivery=delivery)
+    if opened.deliveries > deps.settings.max_task_deliveries:
+        raise RedeliveredTooOftenError(opened.deliveries)
+    for attempt in range(2):  # a claim whose holder died lapses once; then this one takes over
+        if attempt:
+            opened = store.open_tool_call(response_id, call_id)
+        if opened.has_result:
             return "stored"
-        found = _find_call(store, response_id, call_id)
+        found = _find_call(store, opened.stored, call_id)
         if found is None:
             return "skipped"
         call, tool = found
         ttl = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        if store.claim_tool_call(response_id, call_id, token=token, ttl_seconds=ttl):
-            try:
-                if store.has_tool_result(response_id, call_id):
-                    return "stored"  # its holder stored it between our check and our claim
-                return _run_claimed(deps, response_id, call, tool)
-            finally:
-                store.release_tool_claim(response_id, call_id, token=token)
+        claim = store.claim_tool_call(response_id, call_id, token=token, ttl_seconds=ttl)
+        if claim == "stored":  # its holder stored it between our look and our claim
+            return "stored"
+        if claim == "claimed":
+            return _run_claimed(deps, response_id, call, tool, token=token)
         outcome = _await_other_delivery(store, response_id, call_id, within=ttl + 1.0)
         if outcome is not None:
             return outcome
@@ -84,10 +107,9 @@ def run_tool_call(deps: ToolDeps, response_id: str, call_id: str) -> str:
 
 
 def _find_call(
-    store: ResponseStore, response_id: str, call_id: str
+    store: ResponseStore, stored: StoredResponse | None, call_id: str
 ) -> tuple[ToolCall, ToolDefinition | None] | None:
     """The call and its tool, or None when the response or the call is gone or inactive."""
-    stored = store.load(response_id)
     if stored is None or stored.response.status not in ACTIVE_STATUSES:
         return None
     found = presenters.find_call(stored.response.output, call_id)
@@ -142,11 +164,17 @@ def _await_other_delivery(
 
 
 def _run_claimed(
-    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None
+    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
 ) -> str:
-    """Run a call this delivery holds the claim of, and store its result."""
-    result = _execute(deps, response_id, call, tool)
+    """Run a call this delivery holds the claim of, store its result, give the claim back."""
+    store = deps.store
+    try:
+        result = _execute(deps, response_id, call, tool)
+    except BaseException:
+        store.release_tool_claim(response_id, call.id, token=token)
+        raise
     if result is None:
+        store.release_tool_claim(response_id, call.id, token=token)
         return "cancelled"
     result = ToolResult(
         call_id=call.id,
@@ -154,10 +182,8 @@ def _run_claimed(
         is_error=result.is_error,
         data=result.data,
     )
-    store = deps.store
-    if store.status(response_id) not in ACTIVE_STATUSES:
+    if not store.finish_tool_call(response_id, call.id, result.to_json(), token=token):
         return "cancelled"  # a result that arrives after a cancel is discarded
-    store.put_tool_result(response_id, call.id, result.to_json())
     return "error" if result.is_error else "ok"
 
 
@@ -171,28 +197,86 @@ def _execute(
         message = f"No executor for {tool.kind} tool '{tool.name}' on this worker."
         return ToolResult(call_id=call.id, output=message, is_error=True)
     timeout = _timeout(deps, tool)
-    box: list[ToolResult] = []
 
-    def target() -> None:
+    def run() -> ToolResult:
         try:
-            box.append(executor.execute(call, tool))
+            return executor.execute(call, tool)
         except Exception as exc:  # a failing tool is data for the model
             logger.warning("tool %s raised", tool.name, exc_info=True)
-            box.append(ToolResult(call_id=call.id, output=f"Error: {exc}", is_error=True))
+            return ToolResult(call_id=call.id, output=f"Error: {exc}", is_error=True)
 
-    worker = threading.Thread(target=target, name=f"tool-{call.id}", daemon=True)
-    worker.start()
+    if isinstance(executor, SubmittingExecutor):
+        future = executor.submit(call, tool)
+    else:
+        future = _RUNNERS.submit(run)
     deadline = time.monotonic() + timeout
-    while worker.is_alive():
-        worker.join(_POLL_SECONDS)
-        if not worker.is_alive():
-            break  # done: the status is checked once more before the result is stored
+    while True:
+        try:
+            return future.result(timeout=_POLL_SECONDS)
+        except FutureTimeoutError:
+            pass
+        except CancelledError:
+            return ToolResult(
+                call_id=call.id, output="Error: the call was cancelled.", is_error=True
+            )
         if deps.store.status(response_id) not in ACTIVE_STATUSES:
+            future.cancel()
             return None
-        if time.monotonic() > deadline and worker.is_alive():
+        if time.monotonic() > deadline and not future.done():
+            future.cancel()
             return ToolResult(
                 call_id=call.id,
                 output=f"Error: tool '{tool.name}' timed out after {timeout:g} s.",
                 is_error=True,
             )
-    return box[0]
+
+
+class _Runners:
+    """Daemon threads that run tool calls, reused from call to call.
+
+    A call runs beside its task so the task can watch the response (a cancel) and the deadline.
+    Starting a thread per call cost a busy worker several milliseconds (the new thread has to win
+    the GIL before ``start()`` returns); an idle runner is handed the call through a queue instead.
+    A runner exists for each call running at once and leaves after ``idle_seconds`` without work;
+    one stuck in a tool past its deadline is simply not idle, and being a daemon it never holds up
+    the worker's exit.
+    """
+
+    def __init__(self, idle_seconds: float = 60.0):
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], ToolResult], Future[ToolResult]]] = (
+            queue.SimpleQueue()
+        )
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._idle_seconds = idle_seconds
+
+    def submit(self, fn: Callable[[], ToolResult]) -> Future[ToolResult]:
+        future: Future[ToolResult] = Future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # that runner is this job's
+            else:
+                threading.Thread(target=self._run, name="tool-runner", daemon=True).start()
+        self._jobs.put((fn, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            try:
+                fn, future = self._jobs.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle:  # nobody counted on this runner: leave
+                        self._idle -= 1
+                        return
+                continue  # a job is on its way to this runner
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # fn turns exceptions into results; not these
+                    future.set_exception(exc)
+            with self._lock:
+                self._idle += 1
+
+
+_RUNNERS = _Runners()

@@ -28,7 +28,7 @@ def make_celery(settings: Settings) -> Celery:
             "responses.run_turn": {"queue": "inference"},
             "tools.run_call": {"queue": "tools.internal"},
         },
-        task_ignore_result=True,  # tool tasks opt in: a chord counts its members' results
+        task_ignore_result=True,  # state lives in the store; a chord counts its members regardless
         result_expires=3600,
         task_serializer="json",
         accept_content=["json"],

@@ -16,7 +16,7 @@ from app.lease import run_sweeper
 from app.protocol.response import ResponseStatus
 from app.run import RunDeps, fail_response, run_turn
 from app.store import ResponseStore
-from app.tool_calls import ToolDeps, run_tool_call
+from app.tool_calls import RedeliveredTooOftenError, ToolDeps, run_tool_call
 from workers.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
@@ -134,13 +134,20 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
     return outcome
 
 
-@shared_task(name="tools.run_call", bind=True, ignore_result=False, max_retries=_BUSY_RETRIES)
+@shared_task(name="tools.run_call", bind=True, max_retries=_BUSY_RETRIES)
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
-    """Execute one tool call; its result is stored before the task is acknowledged."""
+    """Execute one tool call; its result is stored before the task is acknowledged.
+
+    Its Celery result is not stored (``task_ignore_result``): the chord counts its members all
+    the same, and the call's result lives in the response store.
+    """
     deps = get_tool_deps()
-    if _gave_up(deps.store, deps.settings, _delivery(self), response_id, f"Tool call {call_id}"):
+    try:
+        outcome = run_tool_call(deps, response_id, call_id, delivery=_delivery(self))
+    except RedeliveredTooOftenError as exc:
+        message = f"Tool call {call_id} was started {exc.deliveries - 1} times and never finished."
+        fail_response(deps.store, response_id, code="worker_lost", message=message)
         return "failed"
-    outcome = run_tool_call(deps, response_id, call_id)
     if outcome == "busy":  # another delivery still holds the call: look again later
         raise self.retry(countdown=1.0)
     return outcome

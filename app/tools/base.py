@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class ToolKind(StrEnum):
@@ -134,6 +135,18 @@ class ToolExecutor(Protocol):
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run one call; errors come back as ``is_error`` results, never as exceptions."""
+
+
+@runtime_checkable
+class SubmittingExecutor(ToolExecutor, Protocol):
+    """An executor that starts a call without blocking (its own event loop, say).
+
+    The task then waits on the future itself instead of handing the call to a runner thread,
+    and cancels it when the response stops or the deadline passes.
+    """
+
+    def submit(self, call: ToolCall, tool: ToolDefinition) -> Future[ToolResult]:
+        """Start one call; the future's result is what :meth:`execute` would return."""
 
 
 class ExecutorRegistry:

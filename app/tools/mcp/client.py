@@ -137,7 +137,16 @@ class McpClient:
         Raises:
             UpstreamError: the server is unreachable, timed out, dropped or answered an error.
         """
-        return self._run(self._call_tool(target, name, arguments), target.timeout_seconds)
+        return self.submit_call(target, name, arguments).result()
+
+    def submit_call(
+        self, target: ServerTarget, name: str, arguments: dict[str, Any]
+    ) -> Future[CallOutcome]:
+        """Start one call on the loop and return at once.
+
+        The future raises what :meth:`call_tool` raises; cancelling it cancels the call.
+        """
+        return self._submit(self._call_tool(target, name, arguments), target.timeout_seconds)
 
     def session_count(self) -> int:
         """Live pooled sessions (for tests and metrics)."""
@@ -155,10 +164,12 @@ class McpClient:
             self._loop.close()
 
     def _run(self, coro: Awaitable[T], timeout: float) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(
+        return self._submit(coro, timeout).result()
+
+    def _submit(self, coro: Awaitable[T], timeout: float) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(
             _with_timeout(coro, timeout + self.connect_timeout_seconds), self._loop
         )
-        return future.result()
 
     # -- inside the loop -----------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 from app.errors import UpstreamError
@@ -32,20 +33,52 @@ class McpExecutor:
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Call the tool; every failure comes back as an ``is_error`` result."""
+        return self.submit(call, tool).result()
+
+    def submit(self, call: ToolCall, tool: ToolDefinition) -> Future[ToolResult]:
+        """Start the call on the client's loop and return at once (no thread waits on it).
+
+        The future's result is what :meth:`execute` returns; cancelling it cancels the call.
+        """
         assert tool.mcp is not None
         try:
             arguments = call.parsed_arguments()
         except ValueError as exc:
-            return _failed(call, "mcp_protocol_error", -32602, f"Invalid arguments: {exc}.")
+            return _done(_failed(call, "mcp_protocol_error", -32602, f"Invalid arguments: {exc}."))
+        label = tool.mcp.server_label
         try:
             target = self.servers.target(tool.mcp)
-            outcome = self.client.call_tool(target, tool.mcp.tool_name, arguments)
-        except McpTimeoutError as exc:
-            return _failed(call, "mcp_protocol_error", -32001, exc.message)
+            pending = self.client.submit_call(target, tool.mcp.tool_name, arguments)
         except UpstreamError as exc:
-            logger.info("MCP call %s on %s failed: %s", call.id, tool.mcp.server_label, exc)
-            return _failed(call, "mcp_protocol_error", -32000, exc.message)
-        return result_of(call.id, outcome)
+            return _done(_failed(call, "mcp_protocol_error", -32000, exc.message))
+        answer: Future[ToolResult] = Future()
+
+        def finish(done: Future[CallOutcome]) -> None:
+            if answer.done():  # cancelled by the caller
+                return
+            if done.cancelled():
+                answer.cancel()
+                return
+            try:
+                answer.set_result(result_of(call.id, done.result()))
+            except McpTimeoutError as exc:
+                answer.set_result(_failed(call, "mcp_protocol_error", -32001, exc.message))
+            except UpstreamError as exc:
+                logger.info("MCP call %s on %s failed: %s", call.id, label, exc)
+                answer.set_result(_failed(call, "mcp_protocol_error", -32000, exc.message))
+            except Exception as exc:  # a bug of ours must still end the call
+                logger.exception("MCP call %s on %s broke", call.id, label)
+                answer.set_result(_failed(call, "mcp_protocol_error", -32000, str(exc)))
+
+        answer.add_done_callback(lambda mine: mine.cancelled() and pending.cancel())
+        pending.add_done_callback(finish)
+        return answer
+
+
+def _done(result: ToolResult) -> Future[ToolResult]:
+    future: Future[ToolResult] = Future()
+    future.set_result(result)
+    return future
 
 
 def result_of(call_id: str, outcome: CallOutcome) -> ToolResult:
