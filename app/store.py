@@ -96,10 +96,27 @@ _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: claim, result. ARGV: token, ttl ms. 2: a result is stored already; 1: claimed; 0: held.
-_CLAIM = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+# KEYS: record, result, claim, deliveries. ARGV: token, claim ttl ms, deliveries ttl, "1" to
+# count this delivery, active statuses ("|a|b|"). Returns {deliveries (0: not counted), claim
+# (0 held elsewhere, 1 claimed, 2 result stored, 3 response inactive or gone), record fields}.
+_OPEN_CALL = """
+local deliveries = 0
+if ARGV[4] == '1' then
+  deliveries = redis.call('INCR', KEYS[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[3])
+end
+local fields = redis.call('HMGET', KEYS[1], 'object', 'ver', 'turn', 'extra', 'status')
+if redis.call('EXISTS', KEYS[2]) == 1 then return {deliveries, 2, fields} end
+local status = fields[5]
+if not status or not string.find(ARGV[5], '|' .. status .. '|', 1, true) then
+  return {deliveries, 3, fields}
+end
+if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {deliveries, 1, fields} end
+return {deliveries, 0, fields}
+"""
+# KEYS: claim. ARGV: token, ttl ms.
+_EXTEND_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 # KEYS: record, result, claim. ARGV: result json, ttl, token, active statuses ("|a|b|").
@@ -164,12 +181,14 @@ class OpenedCall:
 
     deliveries: int
     """This delivery's count (0 when none was counted)."""
-    has_result: bool
+    claim: ClaimOutcome
+    """``claimed`` by this delivery; ``held`` by another; ``stored``: its result is in already;
+    ``inactive``: the response is gone or no longer active."""
     stored: StoredResponse | None
 
 
-ClaimOutcome = Literal["claimed", "held", "stored"]
-_CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored")
+ClaimOutcome = Literal["held", "claimed", "stored", "inactive"]
+_CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored", "inactive")
 _ACTIVE_ARG = "|" + "|".join(sorted(ACTIVE_STATUSES)) + "|"
 
 
@@ -241,7 +260,8 @@ class ResponseStore:
         self._emit = client.register_script(_EMIT)
         self._write = client.register_script(_WRITE)
         self._release_claim = client.register_script(_RELEASE_CLAIM)
-        self._claim = client.register_script(_CLAIM)
+        self._open_call = client.register_script(_OPEN_CALL)
+        self._extend_claim = client.register_script(_EXTEND_CLAIM)
         self._finish_call = client.register_script(_FINISH_CALL)
         self._mark_turn = client.register_script(_MARK_TURN)
 
@@ -417,44 +437,58 @@ class ResponseStore:
         return bool(self.redis.exists(self.keys.tool_result(response_id, call_id)))
 
     def open_tool_call(
-        self, response_id: str, call_id: str, *, delivery: str | None = None
+        self,
+        response_id: str,
+        call_id: str,
+        *,
+        token: str,
+        claim_seconds: float,
+        delivery: str | None = None,
     ) -> OpenedCall:
-        """What a tool task reads first, in one round trip.
+        """Everything a tool task does first, in one step.
 
-        Its delivery count (when ``delivery`` names the task delivery to count), whether the
-        call's result is stored already, and the response record.
+        Counts the delivery (when ``delivery`` names the task delivery to count), reads the
+        record, and claims the call's execution for ``claim_seconds`` under ``token`` unless
+        its result is stored already, the response is no longer active, or another delivery
+        holds the claim. The claim lapses after its time (the tool's deadline plus a grace), so
+        a delivery that died mid-call blocks the call no longer than the call could have run.
         """
-        pipe = self.redis.pipeline(transaction=False)
-        if delivery is not None:
-            pipe.incr(self.keys.deliveries(delivery))
-            pipe.expire(self.keys.deliveries(delivery), self.ttl_seconds)
-        pipe.exists(self.keys.tool_result(response_id, call_id))
-        pipe.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
-        answers = pipe.execute()
+        deliveries, claim, fields = self._open_call(
+            keys=[
+                self.keys.record(response_id),
+                self.keys.tool_result(response_id, call_id),
+                self.keys.tool_claim(response_id, call_id),
+                self.keys.deliveries(delivery or ""),
+            ],
+            args=[
+                token,
+                max(1, int(claim_seconds * 1000)),
+                self.ttl_seconds,
+                "1" if delivery is not None else "0",
+                _ACTIVE_ARG,
+            ],
+        )
         return OpenedCall(
-            deliveries=int(answers[0]) if delivery is not None else 0,
-            has_result=bool(answers[-2]),
-            stored=_stored(answers[-1]),
+            deliveries=int(deliveries),
+            claim=_CLAIM_OUTCOMES[int(claim)],
+            stored=_stored(fields[:4]),
         )
 
     def claim_tool_call(
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
-    ) -> ClaimOutcome:
-        """Claim the execution of a call, unless its result is in already.
+    ) -> bool:
+        """Claim a call's execution (``SET NX``) outside a task; False while it is held."""
+        key = self.keys.tool_claim(response_id, call_id)
+        return bool(self.redis.set(key, token, nx=True, px=max(1, int(ttl_seconds * 1000))))
 
-        ``"claimed"``; ``"held"`` by another delivery; ``"stored"``: nothing left to run.
-
-        The claim lapses after ``ttl_seconds`` (the tool's deadline plus a grace), so a delivery
-        that died mid-call blocks the call no longer than the call itself could have run.
-        """
-        code = self._claim(
-            keys=[
-                self.keys.tool_claim(response_id, call_id),
-                self.keys.tool_result(response_id, call_id),
-            ],
+    def extend_tool_claim(
+        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
+    ) -> None:
+        """Set a claim we hold to lapse ``ttl_seconds`` from now."""
+        self._extend_claim(
+            keys=[self.keys.tool_claim(response_id, call_id)],
             args=[token, max(1, int(ttl_seconds * 1000))],
         )
-        return _CLAIM_OUTCOMES[int(code)]
 
     def finish_tool_call(
         self, response_id: str, call_id: str, result_json: str, *, token: str

@@ -81,24 +81,35 @@ def run_tool_call(
         RedeliveredTooOftenError: this call was delivered more often than allowed.
     """
     store = deps.store
-    opened = store.open_tool_call(response_id, call_id, delivery=delivery)
-    if opened.deliveries > deps.settings.max_task_deliveries:
-        raise RedeliveredTooOftenError(opened.deliveries)
+    default_ttl = deps.settings.tool_timeout_seconds + CLAIM_GRACE_SECONDS
     for attempt in range(2):  # a claim whose holder died lapses once; then this one takes over
-        if attempt:
-            opened = store.open_tool_call(response_id, call_id)
-        if opened.has_result:
+        token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        # One round trip: count the delivery, look for a stored result, read the record, and
+        # claim the call (for the default deadline; a tool with its own is adjusted below).
+        opened = store.open_tool_call(
+            response_id,
+            call_id,
+            delivery=None if attempt else delivery,
+            token=token,
+            claim_seconds=default_ttl,
+        )
+        claimed = opened.claim == "claimed"
+        if opened.deliveries > deps.settings.max_task_deliveries:
+            if claimed:
+                store.release_tool_claim(response_id, call_id, token=token)
+            raise RedeliveredTooOftenError(opened.deliveries)
+        if opened.claim == "stored":
             return "stored"
         found = _find_call(store, opened.stored, call_id)
         if found is None:
+            if claimed:
+                store.release_tool_claim(response_id, call_id, token=token)
             return "skipped"
         call, tool = found
         ttl = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
-        token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        claim = store.claim_tool_call(response_id, call_id, token=token, ttl_seconds=ttl)
-        if claim == "stored":  # its holder stored it between our look and our claim
-            return "stored"
-        if claim == "claimed":
+        if claimed:
+            if ttl != default_ttl:
+                store.extend_tool_claim(response_id, call_id, token=token, ttl_seconds=ttl)
             return _run_claimed(deps, response_id, call, tool, token=token)
         outcome = _await_other_delivery(store, response_id, call_id, within=ttl + 1.0)
         if outcome is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,31 +170,56 @@ class TaskBench:
 
     def send(self, response_id: str, call_id: str) -> None:
         self.celery.send_task(
-            "tools.run_call", args=[response_id, call_id], queue="tools.mcp",
+            "tools.run_call",
+            args=[response_id, call_id],
+            queue="tools.mcp",
             task_id=f"{response_id}:{call_id}",
-        )  # fmt: skip
+            ignore_result=True,
+        )  # fmt: skip  (as the fleet sends it: the result is read from the store, not Celery)
 
-    def wait(self, response_id: str, call_ids: list[str], timeout: float = 120) -> None:
+    def wait(
+        self, response_id: str, call_ids: list[str], timeout: float = 120, poll: float = 0.005
+    ) -> None:
+        """Poll until every call's result is stored (for the throughput run)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             results = self.store.tool_results(response_id, call_ids)
             if all(r is not None for r in results):
                 assert all('"is_error": false' in str(r) for r in results), results[:1]
                 return
-            time.sleep(0.0005)
+            time.sleep(poll)
         raise TimeoutError("tool results did not arrive")
 
     def latency(self, n: int) -> list[float]:
-        """(c) one task at a time, enqueue → result stored."""
-        rid = self.response_with_calls(n + 20)
+        """(c) one task at a time, enqueue → result stored.
+
+        Each call is in a response of its own (a turn that called one tool), stored before the
+        clock starts. The clock stops at the Redis keyspace notification of the result's SET:
+        polling for it would take CPU from the worker and the server on a 2-core box.
+        """
         samples = []
-        for i in range(n + 20):
-            call_id = f"mcp_{i:06d}"
-            started = time.perf_counter()
-            self.send(rid, call_id)
-            self.wait(rid, [call_id])
-            if i >= 20:  # the first calls warm the worker's session
-                samples.append((time.perf_counter() - started) * 1000)
+        keys = self.store.keys
+        with _keyspace_events(self.store.redis):
+            pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                for i in range(n + 20):
+                    rid = self.response_with_calls(1)
+                    call_id = "mcp_000000"
+                    channel = f"__keyspace@{_DB}__:{keys.tool_result(rid, call_id)}"
+                    pubsub.subscribe(channel)
+                    started = time.perf_counter()
+                    self.send(rid, call_id)
+                    message = None
+                    while message is None and time.perf_counter() - started < 60:
+                        message = pubsub.get_message(timeout=60)  # None: a confirmation
+                    elapsed = (time.perf_counter() - started) * 1000
+                    assert message is not None and message["data"] == b"set", message
+                    pubsub.unsubscribe(channel)
+                    self.wait(rid, [call_id])  # stored, and not an error
+                    if i >= 20:  # the first calls warm the worker's session
+                        samples.append(elapsed)
+            finally:
+                pubsub.close()
         return samples
 
     def throughput(self, n: int, per_response: int = 8) -> dict[str, Any]:
@@ -215,6 +242,20 @@ class TaskBench:
             "seconds": round(elapsed, 3),
             "calls_per_s": round(calls / elapsed, 1),
         }
+
+
+_DB = int(REDIS_URL.rsplit("/", 1)[1])
+
+
+@contextlib.contextmanager
+def _keyspace_events(client: redis.Redis) -> Iterator[None]:
+    """Keyspace notifications for string commands while the block runs (restored after)."""
+    before = client.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    client.config_set("notify-keyspace-events", "K$")
+    try:
+        yield
+    finally:
+        client.config_set("notify-keyspace-events", before)
 
 
 def start_worker(prefix: str, threads: int, log: Path) -> subprocess.Popen[bytes]:

@@ -67,8 +67,9 @@ def test_tool_worker_initializes_tools_at_start_and_shuts_them_down_at_stop(
             "tools.run_call", args=["resp_missing", "call_1"], queue="tools.internal"
         )
         _wait_for(
-            lambda: f"[{result.id}] succeeded" in log.read_text()
-            and "'skipped'" in log.read_text(),
+            lambda: (
+                f"[{result.id}] succeeded" in log.read_text() and "'skipped'" in log.read_text()
+            ),
             60,
             "the task to run",
         )
