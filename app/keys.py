@@ -61,9 +61,9 @@ class Keys:
         """String with TTL: a tool task is executing this call right now."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}:claim"
 
-    def tool_result(self, response_id: str, call_id: str) -> str:
-        """String: the stored result of one tool call (idempotent tool tasks)."""
-        return f"{self.prefix}r:{response_id}:tool:{call_id}"
+    def tool_results(self, response_id: str) -> str:
+        """Hash: call id → the stored result of that tool call (idempotent tool tasks)."""
+        return f"{self.prefix}r:{response_id}:results"
 
     @property
     def mcp_seal_key(self) -> str:

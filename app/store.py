@@ -96,9 +96,10 @@ _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: record, result, claim, deliveries. ARGV: token, claim ttl ms, deliveries ttl, "1" to
-# count this delivery, active statuses ("|a|b|"). Returns {deliveries (0: not counted), claim
-# (0 held elsewhere, 1 claimed, 2 result stored, 3 response inactive or gone), record fields}.
+# KEYS: record, results, claim, deliveries. ARGV: token, claim ttl ms, deliveries ttl, "1" to
+# count this delivery, active statuses ("|a|b|"), call id. Returns {deliveries (0: not
+# counted), claim (0 held elsewhere, 1 claimed, 2 result stored, 3 response inactive or gone),
+# record fields}.
 _OPEN_CALL = """
 local deliveries = 0
 if ARGV[4] == '1' then
@@ -106,7 +107,7 @@ if ARGV[4] == '1' then
   redis.call('EXPIRE', KEYS[4], ARGV[3])
 end
 local fields = redis.call('HMGET', KEYS[1], 'object', 'ver', 'turn', 'extra', 'status')
-if redis.call('EXISTS', KEYS[2]) == 1 then return {deliveries, 2, fields} end
+if redis.call('HEXISTS', KEYS[2], ARGV[6]) == 1 then return {deliveries, 2, fields} end
 local status = fields[5]
 if not status or not string.find(ARGV[5], '|' .. status .. '|', 1, true) then
   return {deliveries, 3, fields}
@@ -119,14 +120,15 @@ _EXTEND_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
-# KEYS: record, result, claim. ARGV: result json, ttl, token, active statuses ("|a|b|").
-# Stores the result while the response is active (a result after a cancel is discarded), and
-# gives the claim back either way. Returns {1 when stored, the status}.
+# KEYS: record, results, claim. ARGV: result json, ttl, token, active statuses ("|a|b|"), call
+# id. Stores the result while the response is active (a result after a cancel is discarded),
+# and gives the claim back either way. Returns {1 when stored, the status}.
 _FINISH_CALL = """
 local status = redis.call('HGET', KEYS[1], 'status') or ''
 local stored = 0
 if status ~= '' and string.find(ARGV[4], '|' .. status .. '|', 1, true) then
-  if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then stored = 1 end
+  stored = redis.call('HSETNX', KEYS[2], ARGV[5], ARGV[1])
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
 end
 if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
 return {stored, status}
@@ -365,6 +367,7 @@ class ResponseStore:
             self.keys.events(response_id),
             self.keys.sequence(response_id),
             self.keys.lease(response_id),
+            self.keys.tool_results(response_id),
         )
         self.redis.zrem(self.keys.active, response_id)
         if removed:
@@ -429,12 +432,12 @@ class ResponseStore:
         """Stored results of the calls, None where a call has none yet."""
         if not call_ids:
             return []
-        raw = self.redis.mget([self.keys.tool_result(response_id, c) for c in call_ids])
+        raw = self.redis.hmget(self.keys.tool_results(response_id), list(call_ids))
         return [None if value is None else _text(value) for value in raw]
 
     def has_tool_result(self, response_id: str, call_id: str) -> bool:
         """Whether the call's result is stored."""
-        return bool(self.redis.exists(self.keys.tool_result(response_id, call_id)))
+        return bool(self.redis.hexists(self.keys.tool_results(response_id), call_id))
 
     def open_tool_call(
         self,
@@ -456,7 +459,7 @@ class ResponseStore:
         deliveries, claim, fields = self._open_call(
             keys=[
                 self.keys.record(response_id),
-                self.keys.tool_result(response_id, call_id),
+                self.keys.tool_results(response_id),
                 self.keys.tool_claim(response_id, call_id),
                 self.keys.deliveries(delivery or ""),
             ],
@@ -466,6 +469,7 @@ class ResponseStore:
                 self.ttl_seconds,
                 "1" if delivery is not None else "0",
                 _ACTIVE_ARG,
+                call_id,
             ],
         )
         return OpenedCall(
@@ -501,10 +505,10 @@ class ResponseStore:
         stored, _status = self._finish_call(
             keys=[
                 self.keys.record(response_id),
-                self.keys.tool_result(response_id, call_id),
+                self.keys.tool_results(response_id),
                 self.keys.tool_claim(response_id, call_id),
             ],
-            args=[result_json, self.ttl_seconds, token, _ACTIVE_ARG],
+            args=[result_json, self.ttl_seconds, token, _ACTIVE_ARG, call_id],
         )
         return bool(stored)
 

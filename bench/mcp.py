@@ -205,7 +205,7 @@ class TaskBench:
                 for i in range(n + 20):
                     rid = self.response_with_calls(1)
                     call_id = "mcp_000000"
-                    channel = f"__keyspace@{_DB}__:{keys.tool_result(rid, call_id)}"
+                    channel = f"__keyspace@{_DB}__:{keys.tool_results(rid)}"
                     pubsub.subscribe(channel)
                     started = time.perf_counter()
                     self.send(rid, call_id)
@@ -213,7 +213,7 @@ class TaskBench:
                     while message is None and time.perf_counter() - started < 60:
                         message = pubsub.get_message(timeout=60)  # None: a confirmation
                     elapsed = (time.perf_counter() - started) * 1000
-                    assert message is not None and message["data"] == b"set", message
+                    assert message is not None and message["data"] == b"hset", message
                     pubsub.unsubscribe(channel)
                     self.wait(rid, [call_id])  # stored, and not an error
                     if i >= 20:  # the first calls warm the worker's session
@@ -249,9 +249,9 @@ _DB = int(REDIS_URL.rsplit("/", 1)[1])
 
 @contextlib.contextmanager
 def _keyspace_events(client: redis.Redis) -> Iterator[None]:
-    """Keyspace notifications for string commands while the block runs (restored after)."""
+    """Keyspace notifications for hash commands while the block runs (restored after)."""
     before = client.config_get("notify-keyspace-events")["notify-keyspace-events"]
-    client.config_set("notify-keyspace-events", "K$")
+    client.config_set("notify-keyspace-events", "Kh")
     try:
         yield
     finally:

@@ -208,6 +208,9 @@ def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redi
     store.emit(response.id, [delta("a")])
     redis_client.set(store.keys.lease(response.id), "worker-1")
     redis_client.zadd(store.keys.active, {response.id: time.time()})
+    for call_id in ("call_1", "call_2"):  # tool results (what the tools answered) go too
+        store.open_tool_call(response.id, call_id, token="t", claim_seconds=30)
+        assert store.finish_tool_call(response.id, call_id, '{"output": "secret"}', token="t")
 
     assert store.delete(response.id) is True
 
