@@ -13,10 +13,10 @@ import json
 import resource
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -32,81 +32,176 @@ class StreamResult:
     types: set[str] = field(default_factory=set)
 
 
-async def consume(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> StreamResult:
+class Connection:
+    """One keep-alive HTTP/1.1 connection to the gateway, spoken by hand.
+
+    The load generator shares the 2-core box with the fleet it measures: an HTTP client stack
+    (httpx, httpcore, h11) and a JSON parse per event cost it several milliseconds of CPU per
+    100-token response, CPU the fleet then lacks. This reads the chunked SSE body with a few
+    bytes operations and finds each event's ``sequence_number`` where the gateway puts it.
+    """
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, path: str, body: bytes) -> tuple[int, AsyncIterator[bytes]]:
+        """Send a POST; (status, the body's chunks)."""
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(
+                self.host, self.port, limit=1 << 20
+            )
+        assert self.reader is not None
+        self.writer.write(
+            b"POST %b HTTP/1.1\r\nHost: %b:%d\r\nContent-Type: application/json\r\n"
+            b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
+            % (path.encode(), self.host.encode(), self.port, len(body), body)
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        headers = head.lower()
+        if b"transfer-encoding: chunked" in headers:
+            return status, self._chunked(self.reader)
+        length = 0
+        for line in headers.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        return status, self._sized(self.reader, length)
+
+    @staticmethod
+    async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        while True:
+            size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";", 1)[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return
+            data = await reader.readexactly(size + 2)
+            yield data[:-2]
+
+    @staticmethod
+    async def _sized(reader: asyncio.StreamReader, length: int) -> AsyncIterator[bytes]:
+        if length:
+            yield await reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+_SEQ = b'"sequence_number":'
+
+
+def _sequence_number(data: bytes) -> int:
+    """The event's ``sequence_number`` (the gateway writes it last); -1 when there is none."""
+    at = data.rfind(_SEQ)
+    if at < 0:
+        return -1
+    at += len(_SEQ)
+    end = at
+    while data[end : end + 1].isdigit():
+        end += 1
+    return int(data[at:end]) if end > at else -1
+
+
+@dataclass
+class _Check:
+    """Checks the frames of one stream as they arrive."""
+
+    result: StreamResult
+    expected: int = 0
+    last_type: bytes = b""
+    done: bool = False
+
+    def frames(self, frames: list[bytes]) -> bool:
+        """Account for complete frames; False (and ``result.error``) at a sequence gap."""
+        for frame in frames:
+            if frame.startswith(b"data: [DONE]"):
+                self.done = True
+                continue
+            if not frame.startswith(b"event: "):
+                continue  # ": connected", ": keepalive"
+            event_type, _, data = frame[7:].partition(b"\ndata: ")
+            seq = _sequence_number(data)
+            now = time.monotonic()
+            if self.result.events == 0:
+                self.result.t_first_event = now
+            if not self.result.t_first_delta and event_type == b"response.output_text.delta":
+                self.result.t_first_delta = now
+            if seq != self.expected:
+                self.result.error = f"sequence gap: got {seq}, expected {self.expected}"
+                return False
+            self.expected += 1
+            self.result.events += 1
+            self.last_type = event_type
+        return True
+
+    def finish(self) -> None:
+        if self.result.error is not None:
+            return
+        if self.last_type != b"response.completed":
+            self.result.error = f"last event {self.last_type!r}"
+        elif not self.done:
+            self.result.error = "no [DONE]"
+        else:
+            self.result.ok = True
+
+
+async def consume(connection: Connection, body: dict[str, Any]) -> StreamResult:
     """POST one streamed response and check all its events."""
     result = StreamResult(t_start=time.monotonic())
-    expected = 0
-    last_type = ""
-    done = False
+    check = _Check(result)
     try:
-        async with client.stream("POST", url, json=body) as response:
-            result.t_headers = time.monotonic()
-            if response.status_code != 200:
-                result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
-                return result
-            buffer = b""
-            async for chunk in response.aiter_bytes():
-                buffer += chunk
-                while b"\n\n" in buffer:
-                    frame, buffer = buffer.split(b"\n\n", 1)
-                    if frame.startswith(b"data: [DONE]"):
-                        done = True
-                        continue
-                    if not frame.startswith(b"event: "):
-                        continue  # ": connected", ": keepalive"
-                    head, _, data = frame.partition(b"\ndata: ")
-                    event_type = head[7:].decode()
-                    seq = json.loads(data)["sequence_number"]
-                    if result.events == 0:
-                        result.t_first_event = time.monotonic()
-                    if not result.t_first_delta and event_type == "response.output_text.delta":
-                        result.t_first_delta = time.monotonic()
-                    if seq != expected:
-                        result.error = f"sequence gap: got {seq}, expected {expected}"
-                        return result
-                    expected += 1
-                    result.events += 1
-                    last_type = event_type
-    except httpx.HTTPError as exc:
+        status, chunks = await connection.request("/v1/responses", json.dumps(body).encode())
+        result.t_headers = time.monotonic()
+        if status != 200:
+            result.error = f"HTTP {status}: {b''.join([c async for c in chunks])[:200]!r}"
+            return result
+        buffer = b""
+        async for chunk in chunks:
+            buffer += chunk
+            if b"\n\n" in buffer:
+                *frames, buffer = buffer.split(b"\n\n")
+                if not check.frames(frames):
+                    connection.close()
+                    return result
+        check.finish()
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        connection.close()
         result.error = f"{type(exc).__name__}: {exc}"
-        return result
     finally:
         result.t_end = time.monotonic()
-    if last_type != "response.completed":
-        result.error = f"last event {last_type!r}"
-    elif not done:
-        result.error = "no [DONE]"
-    else:
-        result.ok = True
     return result
 
 
-SHARD = 50
-"""Connections per ``httpx.AsyncClient`` (limits raised to this)."""
-
-
-def _limits(n: int) -> httpx.Limits:
-    return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60)
+async def _bounded(connection: Connection, body: dict[str, Any], seconds: float) -> StreamResult:
+    try:
+        return await asyncio.wait_for(consume(connection, body), seconds)
+    except TimeoutError:
+        connection.close()
+        return StreamResult(error=f"no end within {seconds:g} s")
 
 
 async def throughput(args: argparse.Namespace) -> dict[str, Any]:
     """``clients`` loops for ``seconds``: POST stream=true, read to the end, repeat."""
     body = {"input": f"Count for me [tokens={args.tokens}]", "stream": True}
-    url = f"{args.url}/v1/responses"
-    timeout = httpx.Timeout(60.0, connect=30.0)
+    host, port = address(args.url)
+    connections = [Connection(host, port) for _ in range(args.clients)]
     results: list[StreamResult] = []
-    async with httpx.AsyncClient(limits=_limits(args.clients + 10), timeout=timeout) as client:
-        for _ in range(min(args.clients, 10)):  # warm the connections
-            await consume(client, url, {**body, "input": "warm up [tokens=5]"})
-        start = time.monotonic()
-        stop_at = start + args.seconds
+    for connection in connections[:10]:  # warm the connections
+        await consume(connection, {**body, "input": "warm up [tokens=5]"})
+    start = time.monotonic()
+    stop_at = start + args.seconds
 
-        async def loop() -> None:
-            while time.monotonic() < stop_at:
-                results.append(await consume(client, url, body))
+    async def loop(connection: Connection) -> None:
+        while time.monotonic() < stop_at:
+            results.append(await consume(connection, body))
 
-        await asyncio.gather(*(loop() for _ in range(args.clients)))
-        end = time.monotonic()
+    await asyncio.gather(*(loop(c) for c in connections))
+    end = time.monotonic()
+    for connection in connections:
+        connection.close()
     in_window = [r for r in results if r.ok and r.t_end <= stop_at]
     failed = [r for r in results if not r.ok]
     latencies = sorted(r.t_end - r.t_start for r in results if r.ok)
@@ -131,24 +226,15 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
 async def streams(args: argparse.Namespace) -> dict[str, Any]:
     """Open ``count`` background+stream responses at once and hold them to the end."""
     body = {"input": f"Hold on {args.directives}", "stream": True, "background": True}
-    url = f"{args.url}/v1/responses"
-    timeout = httpx.Timeout(args.read_timeout, connect=60.0, pool=120.0)
-    # httpcore's pool scans its connections on every request and release: one AsyncClient with
-    # 1,000 connections spends the client's CPU there. Shards of SHARD connections each do not.
-    shards = [
-        httpx.AsyncClient(limits=_limits(SHARD), timeout=timeout)
-        for _ in range((args.count + SHARD - 1) // SHARD)
-    ]
+    host, port = address(args.url)
+    connections = [Connection(host, port) for _ in range(args.count)]
+    start = time.monotonic()
     try:
-        start = time.monotonic()
-        tasks = [
-            asyncio.create_task(consume(shards[i // SHARD], url, body)) for i in range(args.count)
-        ]
-        results = await asyncio.gather(*tasks)
-        end = time.monotonic()
+        results = await asyncio.gather(*(_bounded(c, body, args.read_timeout) for c in connections))
     finally:
-        for shard in shards:
-            await shard.aclose()
+        for connection in connections:
+            connection.close()
+    end = time.monotonic()
     ok = [r for r in results if r.ok]
     # Peak of streams open at once: a stream is open from its headers to its last byte.
     edges = sorted(
@@ -181,6 +267,11 @@ async def streams(args: argparse.Namespace) -> dict[str, Any]:
         "first_text_delta_at_ms": _percentiles(sorted(r.t_first_delta - start for r in ok)),
         "client_cpu_s": round(time.process_time(), 2),
     }
+
+
+def address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
 
 
 def _percentiles(sorted_s: list[float]) -> dict[str, float]:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
+from bench.clients import Connection, address, consume
 from bench.fleet import Fleet
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -41,16 +41,21 @@ def _cpu_seconds(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
 
 
 async def _stream_all(url: str, tokens: int, count: int, in_flight: int) -> None:
+    """``count`` streamed responses, ``in_flight`` at a time, each checked event by event."""
     body = {"model": "antwort-sim", "input": f"hi [tokens={tokens}]", "stream": True}
-    limit = asyncio.Semaphore(in_flight)
-    async with httpx.AsyncClient(timeout=60) as client:
+    host, port = address(url)
+    todo = iter(range(count))
 
-        async def one() -> None:
-            async with limit, client.stream("POST", f"{url}/v1/responses", json=body) as answer:
-                async for _ in answer.aiter_raw():
-                    pass
+    async def worker() -> None:
+        connection = Connection(host, port)
+        try:
+            for _ in todo:
+                result = await consume(connection, body)
+                assert result.ok, result.error
+        finally:
+            connection.close()
 
-        await asyncio.gather(*(one() for _ in range(count)))
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
 def measure(tokens: int, responses: int, in_flight: int = 8) -> dict[str, Any]:

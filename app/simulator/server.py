@@ -6,7 +6,8 @@ What to answer is decided by :mod:`app.simulator.behaviour`; this module only pu
 wire, streaming chunks laid out the way vLLM sends them.
 
 It runs on the stdlib ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive: JSON answers carry a
-``Content-Length``, streams use chunked transfer encoding with one write per SSE event.
+``Content-Length``, streams use chunked transfer encoding with one chunk per SSE event (chunks
+due at the same moment share a socket write).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ logger = logging.getLogger(__name__)
 
 _ARGUMENT_PIECES = 3
 _DONE = b"data: [DONE]\n\n"
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _add_chunk(pending: bytearray, data: bytes) -> None:
+    """Append ``data`` as one HTTP/1.1 chunk."""
+    pending += b"%x\r\n%b\r\n" % (len(data), data)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,22 +135,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        # One HTTP chunk per SSE event, as vLLM sends them; events that are due at once (no delay
+        # between them) leave in one socket write rather than one write each.
+        pending = bytearray()
         try:
             for delay, chunk in chunks:
                 if delay > 0:
+                    self._send(pending)
                     time.sleep(delay)
-                data = json.dumps(chunk, separators=(",", ":")).encode()
-                self._write_chunk(b"data: " + data + b"\n\n")
-            self._write_chunk(_DONE)
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+                _add_chunk(pending, b"data: %b\n\n" % _ENCODE(chunk).encode())
+            _add_chunk(pending, _DONE)
+            pending += b"0\r\n\r\n"
+            self._send(pending)
         except (BrokenPipeError, ConnectionResetError):
             logger.debug("simulator client %s left mid-stream", self.address_string())
             self.close_connection = True
 
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
-        self.wfile.flush()
+    def _send(self, pending: bytearray) -> None:
+        if pending:
+            self.wfile.write(pending)
+            self.wfile.flush()
+            pending.clear()
 
     def _read_body(self) -> bytes | None:
         """Read the request body so the connection can be reused; None if it was refused."""
