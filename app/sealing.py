@@ -17,13 +17,13 @@ import base64
 import binascii
 import hashlib
 import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
 
+from app.aead import Aead, generated_key
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.keys import Keys
@@ -31,7 +31,6 @@ from app.store import ResponseStore
 
 _VERSION = "ac1."
 _AAD = b"antwort-fleet compaction v1"
-_NONCE_BYTES = 12
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
 
@@ -57,16 +56,12 @@ class Sealer:
     """Seals and opens compaction states with one AES-256-GCM key."""
 
     def __init__(self, key: bytes):
-        # imported here: cryptography costs a process ~8 MB, and most never seal anything
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        self._aead = AESGCM(key)
+        self._aead = Aead(key)
 
     def seal(self, state: CompactedState) -> str:
         """The ``encrypted_content`` of ``state``."""
-        nonce = secrets.token_bytes(_NONCE_BYTES)
         plain = json.dumps(asdict(state), separators=(",", ":")).encode()
-        sealed = nonce + self._aead.encrypt(nonce, plain, _AAD)
+        sealed = self._aead.seal(plain, _AAD)
         return _VERSION + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
     def open(self, token: str, *, param: str | None = None) -> CompactedState:
@@ -75,21 +70,18 @@ class Sealer:
         Raises:
             InvalidCompactionError: not sealed by this server's key, or altered.
         """
-        from cryptography.exceptions import InvalidTag
-
         try:
             if not token.startswith(_VERSION):
                 raise ValueError("unknown version")
             body = token[len(_VERSION) :]
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            plain = self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _AAD)
-            fields = json.loads(plain)
+            fields = json.loads(self._aead.open(raw, _AAD))
             return CompactedState(
                 summary=str(fields["summary"]),
                 model=str(fields["model"]),
                 created_at=int(fields["created_at"]),
             )
-        except (ValueError, binascii.Error, InvalidTag, KeyError, TypeError):
+        except (ValueError, binascii.Error, KeyError, TypeError):
             raise InvalidCompactionError(
                 "The compaction item's encrypted_content is invalid: it was not produced by this "
                 "server or it was altered.",
@@ -101,11 +93,7 @@ def load_sealer(client: redis.Redis, keys: Keys, configured: str | None) -> Seal
     """The fleet's sealer: the configured secret's, else the key kept in Redis (made once)."""
     if configured:
         return Sealer(hashlib.sha256(configured.encode()).digest())
-    client.set(keys.compaction_key, secrets.token_hex(32), nx=True)
-    stored = client.get(keys.compaction_key)
-    if stored is None:  # pragma: no cover - deleted between SET NX and GET
-        raise RuntimeError("the compaction key vanished from Redis")
-    return Sealer(bytes.fromhex(stored.decode() if isinstance(stored, bytes) else str(stored)))
+    return Sealer(bytes.fromhex(generated_key(client, keys.compaction_key)))
 
 
 def fleet_sealer(store: ResponseStore, settings: Settings) -> Sealer:

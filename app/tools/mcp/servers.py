@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import json
-import secrets
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.aead import generated_key
 from app.config import Settings
 from app.errors import ServerError, UpstreamError
 from app.keys import Keys
@@ -81,11 +81,7 @@ def seal_key(settings: Settings, client: redis.Redis) -> bytes:
     """The sealing key: configured, or generated once for the fleet and kept in Redis."""
     if settings.mcp_secret_key:
         return settings.mcp_secret_key.encode()
-    key = Keys(settings.key_prefix).mcp_seal_key
-    client.set(key, secrets.token_hex(32), nx=True)
-    value = client.get(key)
-    assert value is not None
-    return value if isinstance(value, bytes) else str(value).encode()
+    return generated_key(client, Keys(settings.key_prefix).mcp_seal_key).encode()
 
 
 def transport_of(url: str) -> Literal["streamable_http", "sse"]:
