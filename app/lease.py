@@ -33,12 +33,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# KEYS: lease, active[, deliveries]. ARGV: token, ttl ms, deadline, response id[, deliveries
+# ttl]. Returns {1 when taken, the delivery count (0 when none was counted)}.
 _ACQUIRE = """
+local deliveries = 0
+if KEYS[3] then
+  deliveries = redis.call('INCR', KEYS[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  return 1
+  return {1, deliveries}
 end
-return 0
+return {0, deliveries}
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -63,21 +70,28 @@ class LeaseKeeper:
         self._release = store.redis.register_script(_RELEASE)
         self._renew = store.redis.register_script(_RENEW)
 
-    def acquire(self, response_id: str) -> bool:
-        """Take the response's lease; False while another live run holds it."""
+    def acquire(self, response_id: str, *, delivery: str | None = None) -> tuple[bool, int]:
+        """Take the response's lease, in one round trip with the sweeper's watch on it.
+
+        Returns (taken: False while another live run holds it, the delivery count of
+        ``delivery`` when one is named — counted in the same step — else 0).
+        """
         token = secrets.token_hex(8)
         keys = self._store.keys
         ttl_ms = int(self._lease_seconds * 1000)
         deadline = repr(time.time() + self._lease_seconds)
-        taken = self._acquire(
-            keys=[keys.lease(response_id), keys.active], args=[token, ttl_ms, deadline, response_id]
-        )  # one round trip: the lease, and the sweeper's watch on it
+        lease_keys = [keys.lease(response_id), keys.active]
+        args: list[str | int] = [token, ttl_ms, deadline, response_id]
+        if delivery is not None:
+            lease_keys.append(keys.deliveries(delivery))
+            args.append(self._store.ttl_seconds)
+        taken, deliveries = self._acquire(keys=lease_keys, args=args)
         if not taken:
-            return False
+            return False, int(deliveries)
         with self._lock:
             self._held[response_id] = token
             self._start_renewer()
-        return True
+        return True, int(deliveries)
 
     def release(self, response_id: str, *, wait_until: float | None = None) -> None:
         """Give the lease back.

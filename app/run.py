@@ -52,7 +52,7 @@ from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
-from app.store import ResponseStore
+from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolResult
 from app.tools.catalog import definitions, model_tools
@@ -93,28 +93,46 @@ class RunState:
     extra: dict[str, Any]
     history: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
+    start_sequence_number: int = -1
+    """Where this turn's events begin (the last sequence number before it first started)."""
+    is_rerun: bool = False
+    """The turn was started before: its events so far are not emitted again."""
     waiting_until: float | None = None
     """Set when the run hands calls to tool workers: by then the next run must have started."""
 
 
-def run_turn(deps: RunDeps, response_id: str, turn: int) -> str:
-    """Advance a response whose committed turn count is ``turn``; returns what happened."""
-    if deps.leases is not None and not deps.leases.acquire(response_id):
-        return "skipped"  # another live run of this response holds the lease
+def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None = None) -> str:
+    """Advance a response whose committed turn count is ``turn``; returns what happened.
+
+    ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
+    rides on the lease's round trip).
+
+    Raises:
+        RedeliveredTooOftenError: ``delivery`` was delivered more often than allowed.
+    """
+    taken, deliveries = True, 0
+    if deps.leases is not None:
+        taken, deliveries = deps.leases.acquire(response_id, delivery=delivery)
+    elif delivery is not None:
+        deliveries = deps.store.count_delivery(delivery)
     state: RunState | None = None
     try:
-        state = load_state(deps.store, response_id)
+        if deliveries > deps.settings.max_task_deliveries:
+            raise RedeliveredTooOftenError(deliveries)
+        if not taken:
+            return "skipped"  # another live run of this response holds the lease
+        state = load_state(deps.store, response_id, turn)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return "skipped"
         return _run_loaded(deps, state)
     finally:
-        if deps.leases is not None:
+        if deps.leases is not None and taken:
             deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
 
 
 def _run_loaded(deps: RunDeps, state: RunState) -> str:
     response_id = state.response.id
-    start_seq, is_rerun = deps.store.mark_turn_start(response_id, state.turn)
+    start_seq, is_rerun = state.start_sequence_number, state.is_rerun
     emitted = deps.store.events_after(response_id, start_seq, count=1_000_000) if is_rerun else []
     sink = EventSink(
         deps.store,
@@ -186,9 +204,13 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     return step
 
 
-def load_state(store: ResponseStore, response_id: str) -> RunState | None:
-    """The run as stored, with the chain the model will see; None when gone."""
-    stored, inputs = store.load_with_inputs(response_id)
+def load_state(store: ResponseStore, response_id: str, turn: int) -> RunState | None:
+    """The run of ``turn`` as stored, with the chain the model will see; None when gone.
+
+    Marks where the turn's events begin: call it holding the response's lease.
+    """
+    loaded = store.load_turn(response_id, turn)
+    stored, inputs = loaded.stored, loaded.inputs
     if stored is None:
         return None
     try:
@@ -202,6 +224,8 @@ def load_state(store: ResponseStore, response_id: str) -> RunState | None:
         extra=stored.extra,
         history=history,
         inputs=inputs,
+        start_sequence_number=loaded.start_sequence_number,
+        is_rerun=loaded.is_rerun,
     )
 
 

@@ -53,9 +53,9 @@ return {emit(4), status}
 """
 )
 
-# KEYS: record, seq, stream. ARGV: channel, maxlen, ttl, expected statuses ("|a|b|" or "*new*"),
-# expected version ("" = any), new status, object json, turn ("" = keep), is_terminal ("1"/"0"),
-# record ttl, then (type, json) pairs.
+# KEYS: record, seq, stream, inputs. ARGV: channel, maxlen, ttl, expected statuses ("|a|b|" or
+# "*new*"), expected version ("" = any), new status, object json, turn ("" = keep), is_terminal
+# ("1"/"0"), record ttl, then (type, json) pairs. A terminal write sets the inputs' ttl too.
 _WRITE = (
     _EMIT_EVENTS_LUA
     + """
@@ -74,7 +74,10 @@ local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
 redis.call('EXPIRE', KEYS[1], ARGV[10])
 local last = emit(11)
-if ARGV[9] == '1' then redis.call('PUBLISH', ARGV[1], '-1 end -') end
+if ARGV[9] == '1' then
+  redis.call('EXPIRE', KEYS[4], ARGV[10])
+  redis.call('PUBLISH', ARGV[1], '-1 end -')
+end
 return {ver, ARGV[6], last}
 """
 )
@@ -83,15 +86,31 @@ return {ver, ARGV[6], last}
 # Where a turn's events begin: the last sequence number when the turn first started (a re-run
 # finds the mark of the first run). KEYS: record, sequence counter. ARGV: the turn's field.
 # Returns {start, 1 when this is a re-run}.
-_MARK_TURN = """
-local raw = redis.call('GET', KEYS[2])
-local last = -1
-if raw then last = tonumber(raw) - 1 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], last) == 1 then
-  return {last, 0}
+_MARK_TURN_LUA = """
+local function mark_turn(record, sequence, field)
+  local raw = redis.call('GET', sequence)
+  local last = -1
+  if raw then last = tonumber(raw) - 1 end
+  if redis.call('HSETNX', record, field, last) == 1 then
+    return {last, 0}
+  end
+  return {tonumber(redis.call('HGET', record, field)) or last, 1}
 end
-return {tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 1}
 """
+_MARK_TURN = _MARK_TURN_LUA + "return mark_turn(KEYS[1], KEYS[2], ARGV[1])"
+# A run's first read: the record, its input items, and the turn's mark (only on a record that
+# exists: a deleted one is not brought back as a stub). KEYS: record, inputs, sequence counter.
+# ARGV: the turn's field. Returns {record fields, inputs, mark start, 1 when a re-run}.
+_LOAD_TURN = (
+    _MARK_TURN_LUA
+    + """
+local fields = redis.call('HMGET', KEYS[1], 'object', 'ver', 'turn', 'extra')
+local inputs = redis.call('LRANGE', KEYS[2], 0, -1)
+if not fields[1] then return {fields, inputs, -1, 0} end
+local mark = mark_turn(KEYS[1], KEYS[3], ARGV[1])
+return {fields, inputs, mark[1], mark[2]}
+"""
+)
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -175,6 +194,26 @@ class WriteResult:
     """The status now stored (the new one when ``ok``, else the one that blocked the write)."""
     conflict: bool = False
     """The version moved under us: reload and try again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedTurn:
+    """What a run reads first (:meth:`ResponseStore.load_turn`)."""
+
+    stored: StoredResponse | None
+    inputs: list[dict[str, Any]]
+    start_sequence_number: int
+    """The last sequence number before the turn first started (-1: none)."""
+    is_rerun: bool
+    """The turn was started before (its mark was there): a redelivery or a sweep."""
+
+
+class RedeliveredTooOftenError(Exception):
+    """A task was delivered more often than ``max_task_deliveries``: it kills its worker."""
+
+    def __init__(self, deliveries: int):
+        super().__init__(f"delivered {deliveries} times")
+        self.deliveries = deliveries
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,6 +305,7 @@ class ResponseStore:
         self._extend_claim = client.register_script(_EXTEND_CLAIM)
         self._finish_call = client.register_script(_FINISH_CALL)
         self._mark_turn = client.register_script(_MARK_TURN)
+        self._load_turn = client.register_script(_LOAD_TURN)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -327,12 +367,15 @@ class ResponseStore:
             *_event_args(events),
         ]
         code, now_status, _last = self._write(
-            keys=[self.keys.record(rid), self.keys.sequence(rid), self.keys.events(rid)],
+            keys=[
+                self.keys.record(rid),
+                self.keys.sequence(rid),
+                self.keys.events(rid),
+                self.keys.inputs(rid),
+            ],
             args=args,
         )
         now = now_status.decode() if isinstance(now_status, bytes) else str(now_status)
-        if is_terminal and code > 0:
-            self.redis.expire(self.keys.inputs(rid), ttl)
         return WriteResult(ok=code > 0, status=now, conflict=code == -3)
 
     def emit(self, response_id: str, events: Sequence[Event]) -> EmitResult:
@@ -390,6 +433,27 @@ class ResponseStore:
         pipe.lrange(self.keys.inputs(response_id), 0, -1)
         fields, inputs = pipe.execute()
         return _stored(fields), [json.loads(raw) for raw in inputs]
+
+    def load_turn(self, response_id: str, turn: int) -> LoadedTurn:
+        """What a run of ``turn`` reads first, in one step.
+
+        The record, its input items, and where the turn's events begin (see
+        :meth:`mark_turn_start`). Call it holding the response's lease: it marks the turn's start.
+        """
+        fields, inputs, start, rerun = self._load_turn(
+            keys=[
+                self.keys.record(response_id),
+                self.keys.inputs(response_id),
+                self.keys.sequence(response_id),
+            ],
+            args=[f"turn{turn}_seq"],
+        )
+        return LoadedTurn(
+            stored=_stored(fields),
+            inputs=[json.loads(raw) for raw in inputs],
+            start_sequence_number=int(start),
+            is_rerun=bool(rerun),
+        )
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""

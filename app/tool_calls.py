@@ -28,7 +28,7 @@ from app.config import Settings
 from app.conversation import history_of
 from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
-from app.store import ResponseStore, StoredResponse
+from app.store import RedeliveredTooOftenError, ResponseStore, StoredResponse
 from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
@@ -57,14 +57,6 @@ class ToolDeps:
     settings: Settings
     internal_tools: Registry | None = None
     """The internal tools behind the executors, shut down when the worker stops."""
-
-
-class RedeliveredTooOftenError(Exception):
-    """A tool task was delivered more often than ``max_task_deliveries``: it kills its worker."""
-
-    def __init__(self, deliveries: int):
-        super().__init__(f"delivered {deliveries} times")
-        self.deliveries = deliveries
 
 
 def run_tool_call(

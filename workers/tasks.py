@@ -15,8 +15,8 @@ from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.protocol.response import ResponseStatus
 from app.run import RunDeps, fail_response, run_turn
-from app.store import ResponseStore
-from app.tool_calls import RedeliveredTooOftenError, ToolDeps, run_tool_call
+from app.store import RedeliveredTooOftenError, ResponseStore
+from app.tool_calls import ToolDeps, run_tool_call
 from workers.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
@@ -96,26 +96,16 @@ def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
     )
 
 
-def _gave_up(
-    store: ResponseStore, settings: Settings, task_id: str, response_id: str, what: str
-) -> bool:
-    """Count a delivery; past the limit, fail the response (a task that kills its worker)."""
-    deliveries = store.count_delivery(task_id)
-    if deliveries <= settings.max_task_deliveries:
-        return False
-    message = f"{what} was started {deliveries - 1} times and never finished."
-    fail_response(store, response_id, code="worker_lost", message=message)
-    return True
-
-
 @shared_task(name="responses.run_turn", bind=True, max_retries=_HELD_TURN_RETRIES)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
-    if _gave_up(deps.store, deps.settings, _delivery(self), response_id, f"Turn {turn}"):
-        return "failed"
     try:
-        outcome = run_turn(deps, response_id, turn)
+        outcome = run_turn(deps, response_id, turn, delivery=_delivery(self))
+    except RedeliveredTooOftenError as exc:  # a turn that kills its worker
+        message = f"Turn {turn} was started {exc.deliveries - 1} times and never finished."
+        fail_response(deps.store, response_id, code="worker_lost", message=message)
+        return "failed"
     except Exception:  # the task boundary: whatever broke, the response must not hang
         logger.exception("turn %d of %s crashed", turn, response_id)
         fail_response(

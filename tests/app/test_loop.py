@@ -19,7 +19,7 @@ from app.config import Settings
 from app.lease import LeaseKeeper
 from app.responses import create_response
 from app.run import RunDeps, run_turn
-from app.store import ResponseStore
+from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
@@ -440,3 +440,47 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     # …and the sweeper still watches the response until the tools' deadline has passed.
     [until] = probe.watched_until
     assert until is not None and until >= before + settings.tool_timeout_seconds
+
+
+def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(max_task_deliveries=2)
+    loop = Loop(store=store, settings=settings, model=ScriptedModel(text("never")))
+    rid = loop.create()
+    deps = RunDeps(
+        store=store,
+        provider=loop.model,
+        settings=settings,
+        dispatcher=loop.dispatcher,
+        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+    )
+    delivery = f"{rid}:t0:infer"
+    store.count_delivery(delivery)  # two deliveries that died mid-turn
+    store.count_delivery(delivery)
+
+    with pytest.raises(RedeliveredTooOftenError) as raised:
+        run_turn(deps, rid, 0, delivery=delivery)  # the third: counted with the lease
+
+    assert raised.value.deliveries == 3
+    assert not store.redis.exists(store.keys.lease(rid))  # taken and given back
+    assert store.get(rid).response.status == "queued"  # the task fails it (workers/tasks.py)
+    assert loop.model.requests == []  # the model was never called
+
+
+def test_a_counted_turn_within_the_limit_runs(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    loop = Loop(store=store, settings=settings, model=ScriptedModel(text("hi")))
+    rid = loop.create()
+    deps = RunDeps(
+        store=store,
+        provider=loop.model,
+        settings=settings,
+        dispatcher=loop.dispatcher,
+        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
+    )
+
+    assert run_turn(deps, rid, 0, delivery=f"{rid}:t0:infer") == "completed"
+    assert store.redis.get(store.keys.deliveries(f"{rid}:t0:infer")) == b"1"

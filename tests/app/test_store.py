@@ -400,3 +400,29 @@ def test_store_finish_tool_call_discards_a_result_after_a_cancel(
     assert not store.finish_tool_call(rid, "c1", '{"output": "late"}', token="a")
     assert store.tool_results(rid, ["c1"]) == [None]
     assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))  # given back all the same
+
+
+def test_store_load_turn_reads_record_and_inputs_and_marks_the_turn(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    inputs = [{"type": "message", "role": "user", "content": "hi"}]
+    store.create(response, inputs=inputs, extra={"u": 1}, events=[created(response)])
+
+    first = store.load_turn(response.id, 0)
+    assert first.stored is not None and first.stored.response == response
+    assert first.stored.extra == {"u": 1} and first.inputs == inputs
+    assert (first.start_sequence_number, first.is_rerun) == (0, False)  # after response.created
+    store.emit(response.id, [delta("a")])
+    again = store.load_turn(response.id, 0)  # a redelivery finds the first run's mark
+    assert (again.start_sequence_number, again.is_rerun) == (0, True)
+    assert store.load_turn(response.id, 1).start_sequence_number == 1
+
+
+def test_store_load_turn_of_a_missing_response_leaves_no_stub(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    gone = f"resp_{uuid.uuid4().hex}"
+    loaded = store.load_turn(gone, 0)
+    assert (loaded.stored, loaded.inputs, loaded.is_rerun) == (None, [], False)
+    assert not redis_client.exists(store.keys.record(gone))
