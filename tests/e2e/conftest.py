@@ -33,6 +33,9 @@ SANDBOX_TOOLS = [
 ]
 """Operator-declared sandboxed tools of the e2e fleet (``ANTWORT_SANDBOX_TOOLS_FILE``)."""
 
+EXAMPLE_SERVERS_FILE = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers.json"
+"""compose.yaml's configured MCP servers; the fleet gets its ``example`` on a loopback port."""
+
 
 @dataclass
 class Fleet:
@@ -126,10 +129,14 @@ def fleet(
     env.update(ANTWORT_SANDBOX_TOOLS_FILE=str(sandbox_tools), ANTWORT_SANDBOX_TIMEOUT_SECONDS="3")
     env["ANTWORT_FETCH_ALLOWED_HOSTS"] = "127.0.0.1"  # http_fetch may read the tests' server
     # -------------------------------------------------------------------------------------------
-    # -- MCP (tests/e2e/test_mcp*.py): test servers on loopback, one configured stdio server --
+    # -- MCP (tests/e2e/test_mcp*.py): test servers on loopback, one configured stdio server, --
+    # -- and examples/mcp_servers.json's `example` moved to a loopback port (test_mcp_example) --
     mcp_servers = tmp_path_factory.mktemp("mcp") / "servers.json"
     command, args = stdio_command("local")
-    mcp_servers.write_text(json.dumps({"servers": {"local": {"command": command, "args": args}}}))
+    configured = {"local": {"command": command, "args": args}}
+    example = json.loads(EXAMPLE_SERVERS_FILE.read_text())["servers"]["example"]
+    configured["example"] = {**example, "url": f"http://127.0.0.1:{free_port()}/mcp"}
+    mcp_servers.write_text(json.dumps({"servers": configured}))
     env.update(
         ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1,localhost",
         ANTWORT_MCP_SERVERS_FILE=str(mcp_servers),

@@ -3,6 +3,7 @@
 Run one with ``python -m tests.support.mcp_servers --transport streamable-http --port N``
 (``sse`` and ``stdio`` too). :func:`start_server` starts one as a subprocess on a free loopback
 port and waits until it answers; the fixtures stop it in their teardown.
+:func:`start_example_server` does the same for ``examples/mcp_server.py``.
 
 Tools: ``echo``, ``add`` (structured result), ``whoami`` (the headers the server received),
 ``fail`` (``is_error``), ``crash`` (a plain exception), ``slow`` (sleeps), ``picture`` (an image),
@@ -27,6 +28,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.server.transport_security import TransportSecuritySettings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE_SERVER = os.path.join(ROOT, "examples", "mcp_server.py")
+"""The fleet's example MCP server (``compose.yaml``'s ``mcp-example``)."""
 
 # A 1x1 transparent PNG.
 PIXEL_PNG = base64.b64decode(
@@ -168,25 +173,29 @@ def start_server(
     ``any_host``: accept requests whatever their ``Host`` header (for names pinned to loopback).
     """
     port = port or free_port()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    argv = ["-m", "tests.support.mcp_servers", "--transport", transport, "--port", str(port)]
+    argv += ["--name", name, *(["--any-host"] if any_host else [])]
+    path = "/mcp" if transport == "streamable-http" else "/sse"
+    return _started(argv, port, path)
+
+
+def start_example_server(port: int | None = None, *extra: str) -> RunningServer:
+    """Start ``examples/mcp_server.py`` (the fleet's example server) on loopback and wait for it.
+
+    ``extra``: more command-line arguments (``--allowed-host NAME``).
+    """
+    port = port or free_port()
+    return _started([EXAMPLE_SERVER, "--port", str(port), *extra], port, "/mcp")
+
+
+def _started(argv: list[str], port: int, path: str) -> RunningServer:
+    """Run ``python argv`` from the repository root; the server once it accepts connections."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.mcp_servers",
-            "--transport",
-            transport,
-            "--port",
-            str(port),
-            "--name",
-            name,
-            *(["--any-host"] if any_host else []),
-        ],
-        cwd=root,
+        [sys.executable, *argv],
+        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    path = "/mcp" if transport == "streamable-http" else "/sse"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -195,6 +204,7 @@ def start_server(
             return RunningServer(process=process, url=f"http://127.0.0.1:{port}{path}")
         time.sleep(0.05)
     process.kill()
+    process.wait(10)
     raise RuntimeError("MCP test server did not start")
 
 
