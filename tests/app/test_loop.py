@@ -83,6 +83,16 @@ class Loop:
                 return self.outcomes[-1]
         raise AssertionError(f"no rest after 30 steps: {self.outcomes}")
 
+    def leased_deps(self) -> RunDeps:
+        """Collaborators of a run that takes the response's lease, as a worker's run does."""
+        return RunDeps(
+            store=self.store,
+            provider=self.model,
+            settings=self.settings,
+            dispatcher=self.dispatcher,
+            leases=LeaseKeeper(self.store, lease_seconds=self.settings.lease_seconds),
+        )
+
     def response(self, rid: str) -> Any:
         return self.store.get(rid).response
 
@@ -425,13 +435,7 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     probe.lease_free.clear()  # the create's own hand-off
     probe.watched_until.clear()
     before = time.time()
-    deps = RunDeps(
-        store=store,
-        provider=loop.model,
-        settings=settings,
-        dispatcher=loop.dispatcher,
-        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
-    )
+    deps = loop.leased_deps()
 
     assert run_turn(deps, rid, 0) == "waiting"
 
@@ -448,13 +452,7 @@ def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
     settings = make_settings(max_task_deliveries=2)
     loop = Loop(store=store, settings=settings, model=ScriptedModel(text("never")))
     rid = loop.create()
-    deps = RunDeps(
-        store=store,
-        provider=loop.model,
-        settings=settings,
-        dispatcher=loop.dispatcher,
-        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
-    )
+    deps = loop.leased_deps()
     delivery = f"{rid}:t0:infer"
     store.count_delivery(delivery)  # two deliveries that died mid-turn
     store.count_delivery(delivery)
@@ -474,13 +472,7 @@ def test_a_counted_turn_within_the_limit_runs(
     settings = make_settings()
     loop = Loop(store=store, settings=settings, model=ScriptedModel(text("hi")))
     rid = loop.create()
-    deps = RunDeps(
-        store=store,
-        provider=loop.model,
-        settings=settings,
-        dispatcher=loop.dispatcher,
-        leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
-    )
+    deps = loop.leased_deps()
 
     assert run_turn(deps, rid, 0, delivery=f"{rid}:t0:infer") == "completed"
     assert store.redis.get(store.keys.deliveries(f"{rid}:t0:infer")) == b"1"
