@@ -9,6 +9,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.protocol.items import InputItem
 
 TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
+
+Includable = Literal[
+    # OpenAI's values (the SDK's ``ResponseIncludable``): accepted; what this server produces
+    # carries them already (``logprobs: []`` on text, code interpreter outputs on their items)
+    # or has none to add (no file search, web search or computer use here).
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    # This server's extension: plan and step events (app/progress.py).
+    "antwort:progress",
+]
+"""What ``include`` may name; anything else is a 400 naming the entry."""
 """``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 
@@ -206,7 +223,7 @@ class CreateResponseRequest(_Strict):
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    include: list[str] | None = None
+    include: list[Includable] | None = None
 
     @field_validator("metadata")
     @classmethod

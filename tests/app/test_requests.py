@@ -71,6 +71,11 @@ def rejection(body: Any) -> InvalidRequestError:
             "invalid_value",
         ),
         ({"model": "m", "reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
+        (
+            {"model": "m", "include": ["reasoning.encrypted_content", "everything"]},
+            "include.1",
+            "invalid_value",
+        ),
     ],
 )
 def test_parse_request_names_the_offending_param(
@@ -82,6 +87,16 @@ def test_parse_request_names_the_offending_param(
     assert error.status == 400
     assert error.type == "invalid_request_error"
     assert param in error.message
+
+
+def test_parse_request_accepts_openais_include_values_and_the_progress_extension() -> None:
+    include = [
+        "reasoning.encrypted_content",
+        "message.output_text.logprobs",
+        "code_interpreter_call.outputs",
+        "antwort:progress",
+    ]
+    assert parse_request({"model": "m", "include": include}).include == include
 
 
 def test_parse_request_refuses_a_body_that_is_not_an_object() -> None:
