@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 from celery import Celery, chord, signature
 
@@ -21,6 +22,14 @@ def tool_task_id(response_id: str, call_id: str) -> str:
     return f"{response_id}:{call_id}"
 
 
+def _reprs(args: list[str | int]) -> dict[str, Any]:
+    """What flower and the logs show of a task's arguments (ids and numbers), made directly.
+
+    Celery's generic ``saferepr`` is a noticeable part of sending a task otherwise.
+    """
+    return {"argsrepr": repr(args), "kwargsrepr": "{}"}
+
+
 class CeleryDispatcher:
     """Sends tasks by name, so the sender never imports the task code."""
 
@@ -32,14 +41,16 @@ class CeleryDispatcher:
         task_id = turn_task_id(response_id, turn)
         if retry:
             task_id += f":r{secrets.token_hex(4)}"
+        args: list[str | int] = [response_id, turn]
         self.celery.send_task(
             "responses.run_turn",
-            args=[response_id, turn],
+            args=args,
             task_id=task_id,
             queue="inference",
             # Nobody waits on a turn's Celery result; without this the sender's result consumer
             # subscribes to every task's result channel and never lets go (a gateway leak).
             ignore_result=True,
+            **_reprs(args),
         )
 
     def enqueue_tools(
@@ -53,6 +64,7 @@ class CeleryDispatcher:
                 queue=queue,
                 task_id=tool_task_id(response_id, call_id),
                 app=self.celery,
+                **_reprs([response_id, call_id]),
             )
             for call_id, queue in calls
         ]
