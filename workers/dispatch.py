@@ -56,7 +56,10 @@ class CeleryDispatcher:
     def enqueue_tools(
         self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int
     ) -> None:
-        """A chord: the calls in parallel on their kinds' queues, then the next turn."""
+        """A chord: the calls in parallel on their kinds' queues, then the next turn.
+
+        A single call links the next turn directly.
+        """
         header = [
             signature(
                 "tools.run_call",
@@ -76,6 +79,12 @@ class CeleryDispatcher:
             immutable=True,
             app=self.celery,
         )
+        if len(header) == 1:
+            # A group of one: its only member links the next turn itself. The chord would be
+            # the same story told through the result backend's bookkeeping (the group's size
+            # stored at the send, every member's result counted and read back at the end).
+            header[0].apply_async(link=callback)
+            return
         chord(header, app=self.celery)(callback)
 
     def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
