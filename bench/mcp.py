@@ -169,13 +169,18 @@ class TaskBench:
         return response.id
 
     def send(self, response_id: str, call_id: str) -> None:
+        """Queue the call's task as the fleet's dispatcher sends a single call's task."""
+        from workers.dispatch import arg_reprs, tool_task_id
+
+        args: list[str | int] = [response_id, call_id]
         self.celery.send_task(
             "tools.run_call",
-            args=[response_id, call_id],
+            args=args,
             queue="tools.mcp",
-            task_id=f"{response_id}:{call_id}",
-            ignore_result=True,
-        )  # fmt: skip  (as the fleet sends it: the result is read from the store, not Celery)
+            task_id=tool_task_id(response_id, call_id),
+            ignore_result=True,  # the result is read from the store, not from Celery
+            **arg_reprs(args),
+        )
 
     def wait(
         self, response_id: str, call_ids: list[str], timeout: float = 120, poll: float = 0.005

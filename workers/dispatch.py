@@ -22,7 +22,7 @@ def tool_task_id(response_id: str, call_id: str) -> str:
     return f"{response_id}:{call_id}"
 
 
-def _reprs(args: list[str | int]) -> dict[str, Any]:
+def arg_reprs(args: list[str | int]) -> dict[str, Any]:
     """What flower and the logs show of a task's arguments (ids and numbers), made directly.
 
     Celery's generic ``saferepr`` is a noticeable part of sending a task otherwise.
@@ -50,7 +50,7 @@ class CeleryDispatcher:
             # Nobody waits on a turn's Celery result; without this the sender's result consumer
             # subscribes to every task's result channel and never lets go (a gateway leak).
             ignore_result=True,
-            **_reprs(args),
+            **arg_reprs(args),
         )
 
     def enqueue_tools(
@@ -67,7 +67,7 @@ class CeleryDispatcher:
                 queue=queue,
                 task_id=tool_task_id(response_id, call_id),
                 app=self.celery,
-                **_reprs([response_id, call_id]),
+                **arg_reprs([response_id, call_id]),
             )
             for call_id, queue in calls
         ]
