@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.protocol.items import InputItem
 
 TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
+"""``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 Includable = Literal[
     # OpenAI's values (the SDK's ``ResponseIncludable``): accepted; what this server produces
@@ -26,7 +27,6 @@ Includable = Literal[
     "antwort:progress",
 ]
 """What ``include`` may name; anything else is a 400 naming the entry."""
-"""``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 
 class _Strict(BaseModel):
