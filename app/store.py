@@ -1,6 +1,6 @@
 """The response store and event log in Redis.
 
-Three Lua scripts hold every invariant that spans keys:
+Lua scripts hold every invariant that spans keys:
 
 * ``_EMIT`` assigns ``sequence_number`` (INCR), appends to the response's bounded stream (XADD)
   and publishes (PUBLISH) — and refuses when the response is no longer active, so nothing is
@@ -8,7 +8,11 @@ Three Lua scripts hold every invariant that spans keys:
 * ``_WRITE`` is the compare-and-set of the response record: it checks the status (and optionally
   the version) before it writes, and emits the events that go with the write in the same step,
   so ``response.completed`` exists exactly when the stored status says ``completed``.
-* Deletion removes record, inputs, events and counters together.
+* ``_LOAD_TURN`` reads what a run needs and marks where its turn's events begin, once.
+* ``_OPEN_CALL`` claims a tool call only while its response is active and no result is stored;
+  ``_FINISH_CALL`` stores the result only while the response is still active (a result that
+  arrives after a cancel is discarded) and gives the claim back.
+* Deletion removes record, inputs, events, counters and tool results together.
 """
 
 from __future__ import annotations
@@ -82,35 +86,24 @@ return {ver, ARGV[6], last}
 """
 )
 
-# KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
-# Where a turn's events begin: the last sequence number when the turn first started (a re-run
-# finds the mark of the first run). KEYS: record, sequence counter. ARGV: the turn's field.
-# Returns {start, 1 when this is a re-run}.
-_MARK_TURN_LUA = """
-local function mark_turn(record, sequence, field)
-  local raw = redis.call('GET', sequence)
-  local last = -1
-  if raw then last = tonumber(raw) - 1 end
-  if redis.call('HSETNX', record, field, last) == 1 then
-    return {last, 0}
-  end
-  return {tonumber(redis.call('HGET', record, field)) or last, 1}
-end
-"""
-_MARK_TURN = _MARK_TURN_LUA + "return mark_turn(KEYS[1], KEYS[2], ARGV[1])"
-# A run's first read: the record, its input items, and the turn's mark (only on a record that
-# exists: a deleted one is not brought back as a stub). KEYS: record, inputs, sequence counter.
-# ARGV: the turn's field. Returns {record fields, inputs, mark start, 1 when a re-run}.
-_LOAD_TURN = (
-    _MARK_TURN_LUA
-    + """
+# A run's first read: the record, its input items, and where the turn's events begin — the last
+# sequence number when the turn first started (a re-run finds the mark of the first run). The
+# mark is only set on a record that exists: a deleted one is not brought back as a stub.
+# KEYS: record, inputs, sequence counter. ARGV: the turn's field.
+# Returns {record fields, inputs, mark start, 1 when a re-run}.
+_LOAD_TURN = """
 local fields = redis.call('HMGET', KEYS[1], 'object', 'ver', 'turn', 'extra')
 local inputs = redis.call('LRANGE', KEYS[2], 0, -1)
 if not fields[1] then return {fields, inputs, -1, 0} end
-local mark = mark_turn(KEYS[1], KEYS[3], ARGV[1])
-return {fields, inputs, mark[1], mark[2]}
+local raw = redis.call('GET', KEYS[3])
+local last = -1
+if raw then last = tonumber(raw) - 1 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], last) == 1 then
+  return {fields, inputs, last, 0}
+end
+return {fields, inputs, tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 1}
 """
-)
+# KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -304,7 +297,6 @@ class ResponseStore:
         self._open_call = client.register_script(_OPEN_CALL)
         self._extend_claim = client.register_script(_EXTEND_CLAIM)
         self._finish_call = client.register_script(_FINISH_CALL)
-        self._mark_turn = client.register_script(_MARK_TURN)
         self._load_turn = client.register_script(_LOAD_TURN)
 
     # -- writing -------------------------------------------------------------------------------
@@ -424,21 +416,13 @@ class ResponseStore:
         fields = self.redis.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
         return _stored(fields)
 
-    def load_with_inputs(
-        self, response_id: str
-    ) -> tuple[StoredResponse | None, list[dict[str, Any]]]:
-        """The record and its input items, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(self.keys.record(response_id), *_RECORD_FIELDS)
-        pipe.lrange(self.keys.inputs(response_id), 0, -1)
-        fields, inputs = pipe.execute()
-        return _stored(fields), [json.loads(raw) for raw in inputs]
-
     def load_turn(self, response_id: str, turn: int) -> LoadedTurn:
         """What a run of ``turn`` reads first, in one step.
 
-        The record, its input items, and where the turn's events begin (see
-        :meth:`mark_turn_start`). Call it holding the response's lease: it marks the turn's start.
+        The record, its input items, and where the turn's events begin: the last sequence number
+        when the turn first started; a re-run finds the first run's mark, so it knows which of
+        the turn's events are out already. Call it holding the response's lease: it marks the
+        turn's start.
         """
         fields, inputs, start, rerun = self._load_turn(
             keys=[
@@ -542,13 +526,6 @@ class ResponseStore:
             stored=_stored(fields[:4]),
         )
 
-    def claim_tool_call(
-        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
-    ) -> bool:
-        """Claim a call's execution (``SET NX``) outside a task; False while it is held."""
-        key = self.keys.tool_claim(response_id, call_id)
-        return bool(self.redis.set(key, token, nx=True, px=max(1, int(ttl_seconds * 1000))))
-
     def extend_tool_claim(
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
     ) -> None:
@@ -583,13 +560,6 @@ class ResponseStore:
     def is_tool_call_claimed(self, response_id: str, call_id: str) -> bool:
         """Whether some delivery holds the call's claim right now."""
         return bool(self.redis.exists(self.keys.tool_claim(response_id, call_id)))
-
-    def mark_turn_start(self, response_id: str, turn: int) -> tuple[int, bool]:
-        """Remember where turn ``turn``'s events begin; (that sequence number, is a re-run)."""
-        field = f"turn{turn}_seq"
-        keys = [self.keys.record(response_id), self.keys.sequence(response_id)]
-        start, rerun = self._mark_turn(keys=keys, args=[field])
-        return int(start), bool(rerun)
 
     # -- fleet bookkeeping ---------------------------------------------------------------------
 

@@ -323,31 +323,24 @@ def test_store_live_workers_counts_recent_heartbeats_per_queue(
     assert store.live_workers("tools.sandbox") == 0
 
 
-def test_store_mark_turn_start_remembers_where_a_turn_began_for_its_reruns(
+def test_store_load_turn_remembers_where_a_turn_began_for_its_reruns(
     store: ResponseStore,
 ) -> None:
     rid = new_response(store)
-    assert store.mark_turn_start(rid, 0) == (-1, False)  # the first run, before any event
+
+    def mark(turn: int) -> tuple[int, bool]:
+        loaded = store.load_turn(rid, turn)
+        return loaded.start_sequence_number, loaded.is_rerun
+
+    assert mark(0) == (-1, False)  # the first run, before any event
     store.emit(rid, [delta("a"), delta("b")])
 
     # A re-run of turn 0 (its worker died) learns where the first run's events began.
-    assert store.mark_turn_start(rid, 0) == (-1, True)
+    assert mark(0) == (-1, True)
     # Turn 1 starts fresh after them; its own re-run finds the same mark.
-    assert store.mark_turn_start(rid, 1) == (1, False)
+    assert mark(1) == (1, False)
     store.emit(rid, [delta("c")])
-    assert store.mark_turn_start(rid, 1) == (1, True)
-
-
-def test_store_load_with_inputs_reads_record_and_inputs_together(store: ResponseStore) -> None:
-    response = make_response("queued")
-    inputs = [{"type": "message", "role": "user", "content": "hi"}]
-    store.create(response, inputs=inputs, extra={"k": 1}, events=[])
-
-    stored, read = store.load_with_inputs(response.id)
-
-    assert stored is not None and stored.response.id == response.id and stored.extra == {"k": 1}
-    assert read == inputs
-    assert store.load_with_inputs("resp_missing") == (None, [])
+    assert mark(1) == (1, True)
 
 
 def test_store_open_tool_call_counts_reads_and_claims_in_one_step(

@@ -128,7 +128,8 @@ def test_tool_call_delivered_again_while_running_waits_for_the_first(setup: Setu
 
 
 def test_tool_call_claimed_by_a_dead_delivery_runs_once_the_claim_lapses(setup: Setup) -> None:
-    setup.store.claim_tool_call(setup.rid, CALL, token="dead-worker", ttl_seconds=0.6)
+    claim = setup.store.open_tool_call(setup.rid, CALL, token="dead-worker", claim_seconds=0.6)
+    assert claim.claim == "claimed"
     setup.tool.gate.set()
 
     assert run_tool_call(setup.deps, setup.rid, CALL) == "ok"
@@ -138,7 +139,8 @@ def test_tool_call_claimed_by_a_dead_delivery_runs_once_the_claim_lapses(setup: 
 
 
 def test_tool_call_waiting_for_another_delivery_stops_on_cancel(setup: Setup) -> None:
-    setup.store.claim_tool_call(setup.rid, CALL, token="other", ttl_seconds=30)
+    claim = setup.store.open_tool_call(setup.rid, CALL, token="other", claim_seconds=30)
+    assert claim.claim == "claimed"
     waiting = setup.deliver()
     time.sleep(0.3)
 
@@ -157,7 +159,8 @@ def test_tool_call_held_too_long_elsewhere_is_busy(
         internal_tool_modules="tests.support.tools", tool_timeout_seconds=0.3
     )
     # A claim that outlives the call's own deadline: someone claimed the call again meanwhile.
-    setup.store.claim_tool_call(setup.rid, CALL, token="other", ttl_seconds=30)
+    claim = setup.store.open_tool_call(setup.rid, CALL, token="other", claim_seconds=30)
+    assert claim.claim == "claimed"
 
     assert run_tool_call(setup.deps, setup.rid, CALL) == "busy"  # the task requeues itself
 
