@@ -1,6 +1,7 @@
 import http.client
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -525,15 +526,20 @@ def test_connection_is_kept_alive(start_simulator: Callable[[SimConfig], str]) -
 
 def test_chunked_request_body_is_refused(start_simulator: Callable[[SimConfig], str]) -> None:
     port = int(start_simulator(SimConfig()).split(":")[2].split("/")[0])
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request("POST", "/v1/chat/completions", body=iter([b"{}"]), encode_chunked=True)
-        response = connection.getresponse()
+    # The whole request in one write: sent piece by piece, a piece that follows the server's
+    # refusal (it answers and closes without reading the body) breaks the client's pipe.
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
         assert response.status == 411
         assert response.getheader("Connection") == "close"
         response.read()
-    finally:
-        connection.close()
 
 
 def test_client_leaving_mid_stream_is_harmless(client: httpx.Client) -> None:
