@@ -1,4 +1,4 @@
-"""Helpers of the end-to-end tests: spec schemas, bounded polling, raw SSE parsing."""
+"""Helpers of the end-to-end tests: spec schemas, bounded polling, raw SSE parsing, tools."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ import pydantic
 from openai.types.responses import Response
 
 TERMINAL = frozenset({"completed", "failed", "incomplete", "cancelled", "requires_action"})
+
+CLIENT_FN = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+"""A function tool the client executes (the response pauses for it)."""
+
+
+def internal(*names: str) -> list[dict[str, Any]]:
+    """``internal`` tools by name, as a request declares them."""
+    return [{"type": "internal", "name": name} for name in names]
 
 
 @cache

@@ -12,18 +12,7 @@ import redis
 
 from app.keys import Keys
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import TERMINAL, wait_for_status
-
-CLIENT_FN = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-
-
-def internal(*names: str) -> list[dict[str, Any]]:
-    return [{"type": "internal", "name": name} for name in names]
+from tests.e2e.helpers import CLIENT_FN, TERMINAL, internal, wait_for_status
 
 
 def kinds(response: Any) -> list[str]:

@@ -11,19 +11,16 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import check_sequence, raw_events, validate_event, wait_for_status
+from tests.e2e.helpers import (
+    CLIENT_FN,
+    check_sequence,
+    internal,
+    raw_events,
+    validate_event,
+    wait_for_status,
+)
 
 JSON_MODE = {"antwort_tool_protocol": "json"}
-CLIENT_FN = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-
-
-def internal(*names: str) -> list[dict[str, Any]]:
-    return [{"type": "internal", "name": name} for name in names]
 
 
 def create(client: openai.OpenAI, text: str, *tools: str, **extra: Any) -> Any:
