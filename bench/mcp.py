@@ -8,7 +8,8 @@ Redis (db 14, unique key prefix), then measures the ``echo`` tool:
 (b) ``executor``: the fleet's synchronous ``McpExecutor`` (its own loop thread, pooled session)
     in this process — the cost the fleet's MCP layer adds to a call;
 (c) ``task``: one ``tools.run_call`` task through the broker to the ``tools.mcp`` worker until
-    its result is stored in Redis — a call as the fleet runs it (queueing included);
+    its result is stored in Redis — a call as the fleet runs it (queueing included), each paired
+    with a direct SDK call made just before it (the added cost is read against the pair);
 (d) ``throughput``: calls per second from that one worker with many tasks queued at once.
 
 Results go to ``bench/results/mcp.json`` (``results/quick/`` with ``--quick``).
@@ -121,6 +122,45 @@ def bench_executor(url: str, n: int) -> list[float]:
     return samples
 
 
+class DirectProbe:
+    """One warm SDK session on a loop thread of this process, for calls paired with tasks.
+
+    Each call is timed inside the loop (the hand-off from the calling thread is not counted),
+    so a task and the direct call measured just before it see the same state of the machine.
+    """
+
+    def __init__(self, url: str):
+        import threading
+
+        from mcp import Client
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = Client(url, cache=None)
+        self._run(self._client.__aenter__())
+        for _ in range(20):
+            self.call()
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
+
+    async def _timed(self) -> float:
+        started = time.perf_counter()
+        await self._client.call_tool("echo", {"text": "x"})
+        return (time.perf_counter() - started) * 1000
+
+    def call(self) -> float:
+        """One echo call; its ms."""
+        return float(self._run(self._timed()))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run(self._client.__aexit__(None, None, None))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
 class TaskBench:
     """Tool tasks against a real ``tools.mcp`` worker process."""
 
@@ -195,14 +235,16 @@ class TaskBench:
             time.sleep(poll)
         raise TimeoutError("tool results did not arrive")
 
-    def latency(self, n: int) -> list[float]:
-        """(c) one task at a time, enqueue → result stored.
+    def latency(self, n: int, probe: DirectProbe) -> tuple[list[float], list[float]]:
+        """(c) one task at a time, enqueue → result stored; (task ms, paired direct ms).
 
         Each call is in a response of its own (a turn that called one tool), stored before the
         clock starts. The clock stops at the Redis keyspace notification of the result's SET:
-        polling for it would take CPU from the worker and the server on a 2-core box.
+        polling for it would take CPU from the worker and the server on a 2-core box. Right
+        before each task, ``probe`` makes one direct SDK call to the same server: the box's
+        speed drifts from minute to minute, and the pair sees the same minute.
         """
-        samples = []
+        samples, paired = [], []
         keys = self.store.keys
         with _keyspace_events(self.store.redis):
             pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
@@ -212,6 +254,7 @@ class TaskBench:
                     call_id = "mcp_000000"
                     channel = f"__keyspace@{_DB}__:{keys.tool_results(rid)}"
                     pubsub.subscribe(channel)
+                    direct = probe.call()
                     started = time.perf_counter()
                     self.send(rid, call_id)
                     message = None
@@ -223,9 +266,10 @@ class TaskBench:
                     self.wait(rid, [call_id])  # stored, and not an error
                     if i >= 20:  # the first calls warm the worker's session
                         samples.append(elapsed)
+                        paired.append(direct)
             finally:
                 pubsub.close()
-        return samples
+        return samples, paired
 
     def throughput(self, n: int, per_response: int = 8) -> dict[str, Any]:
         """(d) ``n`` tasks queued at once (``per_response`` calls per response, as a turn's
@@ -318,7 +362,12 @@ def run(quick: bool) -> dict[str, Any]:
         ceiling = bench_server_ceiling(server.url, n_throughput // 2)
         wait_worker(prefix)
         tasks = TaskBench(server.url, prefix)
-        task = percentiles(tasks.latency(n_tasks))
+        probe = DirectProbe(server.url)
+        try:
+            task_samples, paired_samples = tasks.latency(n_tasks, probe)
+        finally:
+            probe.close()
+        task, paired = percentiles(task_samples), percentiles(paired_samples)
         throughput = tasks.throughput(n_throughput)
     finally:
         worker.terminate()
@@ -331,8 +380,10 @@ def run(quick: bool) -> dict[str, Any]:
         "executor_ms": executor,
         "direct_sdk_again_ms": direct_again,
         "tool_task_ms": task,
+        "direct_sdk_paired_ms": paired,
         "added_ms_p50_executor": round(executor["p50"] - best, 3),
         "added_ms_p50_tool_task": round(task["p50"] - best, 3),
+        "added_ms_p50_tool_task_paired": round(task["p50"] - paired["p50"], 3),
         "server_ceiling_sdk_direct": ceiling,
         "target_added_ms_p50": ADDED_P50_TARGET_MS,
         "one_worker_throughput": {**throughput, "threads": threads},
