@@ -465,8 +465,11 @@ async def _transport(
 
 
 async def _with_timeout(coro: Awaitable[T], seconds: float) -> T:
+    # asyncio.timeout, not wait_for: the coroutine runs in the caller's task (wait_for wraps
+    # it in a task of its own, one more task and loop pass per call).
     try:
-        return await asyncio.wait_for(coro, seconds)
+        async with asyncio.timeout(seconds):
+            return await coro
     except TimeoutError:
         raise McpTimeoutError(f"MCP request did not finish within {seconds:g} s.") from None
 
