@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(delay_ms / 1000)
         self._send_json(200, completion_body(plan, completion))
 
-    def _stream(self, chunks: Iterator[tuple[float, dict[str, Any]]]) -> None:
+    def _stream(self, chunks: Iterator[tuple[float, bytes]]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if delay > 0:
                     self._send(pending)
                     time.sleep(delay)
-                _add_chunk(pending, b"data: %b\n\n" % _ENCODE(chunk).encode())
+                _add_chunk(pending, b"data: %b\n\n" % chunk)
             _add_chunk(pending, _DONE)
             pending += b"0\r\n\r\n"
             self._send(pending)
@@ -194,7 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def stream_chunks(
     plan: AnswerPlan, completion: _Completion, *, include_usage: bool
-) -> Iterator[tuple[float, dict[str, Any]]]:
+) -> Iterator[tuple[float, bytes]]:
     """Lay out a planned answer as vLLM's Chat Completions stream.
 
     Args:
@@ -203,20 +203,59 @@ def stream_chunks(
         include_usage: Whether to end with a usage chunk (``stream_options.include_usage``).
 
     Yields:
-        ``(seconds to wait before sending, chunk)``, without the final ``[DONE]``.
+        ``(seconds to wait before sending, the chunk as JSON)``, without the final ``[DONE]``.
     """
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return _envelope(completion, "chat.completion.chunk", choices=[choice])
 
-    yield plan.ttft_ms / 1000, chunk({"role": "assistant", "content": ""})
+    tokens = _TokenChunks(chunk)
+    yield plan.ttft_ms / 1000, _json(chunk({"role": "assistant", "content": ""}))
     token_delay = plan.token_delay_ms / 1000
     for i, delta in enumerate(_token_deltas(plan)):
-        yield (token_delay if i else 0.0), chunk(delta)
-    yield 0.0, chunk({}, plan.finish_reason)
+        yield (token_delay if i else 0.0), tokens.encode(delta)
+    yield 0.0, _json(chunk({}, plan.finish_reason))
     if include_usage:
-        yield 0.0, _envelope(completion, "chat.completion.chunk", choices=[], usage=_usage(plan))
+        usage = _envelope(completion, "chat.completion.chunk", choices=[], usage=_usage(plan))
+        yield 0.0, _json(usage)
+
+
+def _json(value: Any) -> bytes:
+    return _ENCODE(value).encode()
+
+
+class _TokenChunks:
+    """Encodes the chunks of one completion, text tokens through a template.
+
+    A token's chunk differs from the next one's only in its text, so the rest is encoded once per
+    field (``content``, ``reasoning_content``) and the text is spliced in: the same bytes as
+    encoding the whole chunk, for a fraction of the work (the simulator shares the benchmark's
+    CPU with the fleet it drives).
+    """
+
+    _MARK = "\ufdd0antwort-sim\ufdd0"
+    """A noncharacter-fenced placeholder: no id, model or field name of a chunk contains it."""
+
+    def __init__(self, chunk: Callable[[dict[str, Any]], dict[str, Any]]):
+        self._chunk = chunk
+        self._templates: dict[str, tuple[bytes, bytes] | None] = {}
+
+    def encode(self, delta: dict[str, Any]) -> bytes:
+        """The chunk carrying ``delta``, as JSON."""
+        if len(delta) == 1:
+            ((field, value),) = delta.items()
+            if isinstance(value, str):
+                template = self._template(field)
+                if template is not None:
+                    return b"%b%b%b" % (template[0], _json(value), template[1])
+        return _json(self._chunk(delta))
+
+    def _template(self, field: str) -> tuple[bytes, bytes] | None:
+        if field not in self._templates:
+            parts = _json(self._chunk({field: self._MARK})).split(_json(self._MARK))
+            self._templates[field] = (parts[0], parts[1]) if len(parts) == 2 else None
+        return self._templates[field]
 
 
 def _token_deltas(plan: AnswerPlan) -> Iterator[dict[str, Any]]:

@@ -125,6 +125,31 @@ def test_stream_text_layout(client: httpx.Client) -> None:
     assert all("usage" not in chunk for chunk in chunks)
 
 
+def test_token_chunks_are_the_bytes_of_the_whole_chunk_encoded() -> None:
+    """Text tokens are spliced into a template: the result must equal encoding each chunk."""
+    plan = _plan(
+        model="m",
+        messages=[_user('say "quoted" \\ back\nslash, ünïcode ✓ and tabs\t [reason] [tokens=40]')],
+    )
+    completion = server_module._Completion(id="chatcmpl-x", created=1, model='m"odel')
+
+    def chunk(delta: dict[str, Any]) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
+                "model": 'm"odel', "choices": [choice]}  # fmt: skip
+
+    encoded = [
+        data for _, data in server_module.stream_chunks(plan, completion, include_usage=True)
+    ]
+    deltas = list(server_module._token_deltas(plan))
+    assert {key for delta in deltas for key in delta} >= {"content", "reasoning_content"}
+    for delta, data in zip(deltas, encoded[1:], strict=False):
+        assert data == json.dumps(chunk(delta), separators=(",", ":")).encode()
+    assert [json.loads(data) for data in encoded[1 : len(deltas) + 1]] == [
+        chunk(delta) for delta in deltas
+    ]
+
+
 def test_stream_usage_chunk_comes_last(client: httpx.Client) -> None:
     messages = [{"role": "system", "content": "be brief"}, _user("hi [tokens=3]")]
     chunks = _stream(client, messages=messages, stream_options={"include_usage": True})
