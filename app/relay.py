@@ -57,9 +57,9 @@ class Inbox:
         self._items: deque[_Message] = deque()
         self._ready = threading.Event()
 
-    def put(self, message: _Message) -> None:
-        """Deliver one message (from the hub's thread)."""
-        self._items.append(message)
+    def put(self, messages: list[_Message]) -> None:
+        """Deliver the messages of one publish, in order (from the hub's thread)."""
+        self._items.extend(messages)
         self._ready.set()
 
     def get(self, timeout: float) -> _Message:
@@ -142,10 +142,12 @@ class EventHub:
             listeners = list(self._listeners.get(response_id, ()))
         if not listeners:
             return
-        seq, event_type, data = payload.split(" ", 2)
-        message = _Message(int(seq), event_type, data)
+        messages = []
+        for line in payload.split("\n"):  # the events of one flush, a line each
+            seq, event_type, data = line.split(" ", 2)
+            messages.append(_Message(int(seq), event_type, data))
         for inbox in listeners:
-            inbox.put(message)
+            inbox.put(messages)
 
 
 def follow_events(

@@ -30,19 +30,24 @@ from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseObject
 
+# The events of one call are published together, one line each (``seq type json``; the JSON
+# is one line), so a gateway takes one pub/sub message per flush rather than one per event.
 _EMIT_EVENTS_LUA = """
-local function emit(first_arg)
+local function emit(first_arg, lines)
   local last = -1
   for i = first_arg, #ARGV, 2 do
     local seq = redis.call('INCR', KEYS[2]) - 1
     local body = string.sub(ARGV[i + 1], 1, -2) .. ',"sequence_number":' .. seq .. '}'
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '1-' .. seq, 't', ARGV[i], 'd', body)
-    redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ARGV[i] .. ' ' .. body)
+    lines[#lines + 1] = seq .. ' ' .. ARGV[i] .. ' ' .. body
     last = seq
   end
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('EXPIRE', KEYS[3], ARGV[3])
   return last
+end
+local function publish(lines)
+  if #lines > 0 then redis.call('PUBLISH', ARGV[1], table.concat(lines, '\\n')) end
 end
 """
 
@@ -53,7 +58,10 @@ _EMIT = (
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {-2, ''} end
 if status ~= 'queued' and status ~= 'in_progress' then return {-1, status} end
-return {emit(4), status}
+local lines = {}
+local last = emit(4, lines)
+publish(lines)
+return {last, status}
 """
 )
 
@@ -77,11 +85,13 @@ redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
 local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
 redis.call('EXPIRE', KEYS[1], ARGV[10])
-local last = emit(11)
+local lines = {}
+local last = emit(11, lines)
 if ARGV[9] == '1' then
   redis.call('EXPIRE', KEYS[4], ARGV[10])
-  redis.call('PUBLISH', ARGV[1], '-1 end -')
+  lines[#lines + 1] = '-1 end -'
 end
+publish(lines)
 return {ver, ARGV[6], last}
 """
 )

@@ -274,11 +274,34 @@ def test_store_publishes_seq_type_json_and_an_end_marker(
         seq, event_type, body = next_message(pubsub).split(" ", 2)
         assert (seq, event_type) == ("0", "response.output_text.delta")
         assert json.loads(body) == {**delta("a"), "sequence_number": 0}
-        seq, event_type, body = next_message(pubsub).split(" ", 2)
+        completed, end = next_message(pubsub).split("\n")  # one message per call, a line each
+        seq, event_type, body = completed.split(" ", 2)
         assert (seq, event_type) == ("1", "response.completed")
         assert json.loads(body)["sequence_number"] == 1
         assert json.loads(body)["response"]["status"] == "completed"
-        assert next_message(pubsub) == "-1 end -"
+        assert end == "-1 end -"
+    finally:
+        pubsub.close()
+
+
+def test_store_publishes_the_events_of_one_call_in_one_message(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[], extra={}, events=[])
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(store.keys.channel(response.id))
+    try:
+        store.emit(response.id, [delta("a\nb"), delta("c")])
+        store.emit(response.id, [delta("d")])
+
+        lines = next_message(pubsub).split("\n")
+        assert [line.split(" ", 2)[:2] for line in lines] == [
+            ["0", "response.output_text.delta"],
+            ["1", "response.output_text.delta"],
+        ]
+        assert json.loads(lines[0].split(" ", 2)[2])["delta"] == "a\nb"  # escaped in the JSON
+        assert next_message(pubsub).startswith("2 response.output_text.delta ")
     finally:
         pubsub.close()
 
