@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -38,7 +38,7 @@ from app.plan import (
 )
 from app.progress import wants_progress
 from app.protocol import events as ev
-from app.protocol.events import RESPONSE_EVENT_BY_STATUS
+from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
 from app.protocol.response import (
     ACTIVE_STATUSES,
     IncompleteDetails,
@@ -143,8 +143,7 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
     try:
         start_response(deps.store, state)
         step = advance(deps, state, sink)
-        sink.flush()
-        return apply_step(deps, state, step)
+        return apply_step(deps, state, step, events=sink.take())
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
         return "skipped"
@@ -344,10 +343,15 @@ def cancel_by_model(store: ResponseStore, state: RunState) -> str:
     return str(final.status) if result.ok else "skipped"
 
 
-def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
-    """Carry out a planned step: finalize, or commit and queue what follows."""
+def apply_step(
+    deps: RunDeps, state: RunState, step: NextStep, *, events: Sequence[Event] = ()
+) -> str:
+    """Carry out a planned step: finalize, or commit and queue what follows.
+
+    ``events``: the turn's events not written yet; they go out with the step's write.
+    """
     if isinstance(step, Complete | PauseForClient | StopIncomplete):
-        return finalize(deps.store, state, step)
+        return finalize(deps.store, state, step, events=events)
     if isinstance(step, RunTools):
         batch_size = deps.settings.max_parallel_tools if state.response.parallel_tool_calls else 1
         batch = step.runs[:batch_size]
@@ -355,7 +359,7 @@ def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
             run.tool.timeout_seconds or deps.settings.tool_timeout_seconds for run in batch
         )
         state.waiting_until = time.time() + longest + deps.settings.lease_seconds
-        if not commit(deps.store, state):
+        if not commit(deps.store, state, events=events):
             return "skipped"
         _hand_off(deps, state, state.waiting_until)
         _dispatcher(deps).enqueue_tools(
@@ -365,7 +369,7 @@ def apply_step(deps: RunDeps, state: RunState, step: NextStep) -> str:
         )
         return "waiting"
     if isinstance(step, NextTurn):
-        if not commit(deps.store, state):
+        if not commit(deps.store, state, events=events):
             return "skipped"
         _hand_off(deps, state, time.time() + deps.settings.lease_seconds)
         _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
@@ -389,16 +393,22 @@ def _dispatcher(deps: RunDeps) -> Dispatcher:
     return deps.dispatcher
 
 
-def commit(store: ResponseStore, state: RunState) -> bool:
-    """Write the run's progress; the response stays ``in_progress``."""
-    result = store.write(state.response, expected=frozenset({"in_progress"}), turn=state.turn)
+def commit(store: ResponseStore, state: RunState, *, events: Sequence[Event] = ()) -> bool:
+    """Write the run's progress (with ``events``); the response stays ``in_progress``."""
+    result = store.write(
+        state.response, expected=frozenset({"in_progress"}), turn=state.turn, events=events
+    )
     return result.ok
 
 
 def finalize(
-    store: ResponseStore, state: RunState, step: Complete | PauseForClient | StopIncomplete
+    store: ResponseStore,
+    state: RunState,
+    step: Complete | PauseForClient | StopIncomplete,
+    *,
+    events: Sequence[Event] = (),
 ) -> str:
-    """Commit the output and the response's final status in one write."""
+    """Commit the output and the response's final status in one write (after ``events``)."""
     update: dict[str, Any] = {"completed_at": int(time.time())}
     if isinstance(step, Complete):
         update["status"] = ResponseStatus.COMPLETED
@@ -413,7 +423,7 @@ def finalize(
     final = state.response.model_copy(update=update)
     event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
     result = store.write(
-        final, expected=frozenset({"in_progress"}), turn=state.turn, events=[event]
+        final, expected=frozenset({"in_progress"}), turn=state.turn, events=[*events, event]
     )
     return str(final.status) if result.ok else "skipped"
 

@@ -1,11 +1,13 @@
 """The event sink of a running turn: coalesces deltas, flushes to the store, notices cancels.
 
-The first event after a quiet spell is flushed at once (time to first token stays low); events
-that follow within ``coalesce_seconds`` are buffered, consecutive deltas of one part are merged,
-and a process-wide flusher thread writes the buffer out within one window. Every flush is one
-Redis round trip (``ResponseStore.emit``), and its answer says whether the response is still
-active: once it is not (cancelled, deleted), the next :meth:`EventSink.emit` raises
-:class:`ResponseInactiveError` and the turn stops.
+The first event after a quiet spell is flushed at once (time to first token stays low), unless
+it only announces what comes next (``*.added``: it waits, at most one window, for the content
+it announces); events that follow within ``coalesce_seconds`` are buffered, consecutive deltas
+of one part are merged, and a process-wide flusher thread writes the buffer out within one
+window. Every flush is one Redis round trip (``ResponseStore.emit``), and its answer says whether
+the response is still active: once it is not (cancelled, deleted), the next
+:meth:`EventSink.emit` raises :class:`ResponseInactiveError` and the turn stops. What is still
+buffered when the turn ends is :meth:`EventSink.take`-n into the turn's final write instead.
 """
 
 from __future__ import annotations
@@ -65,11 +67,23 @@ class EventSink:
             was_empty = not self._buffer
             if was_empty or not try_merge(self._buffer[-1], event):
                 self._buffer.append(dict(event))
-            if time.monotonic() - self._last_flush >= self._window:
+            if time.monotonic() - self._last_flush >= self._window and not _announces(event):
                 self._flush_locked()
             elif was_empty:  # the flusher writes out the whole buffer: one wake-up is enough
                 _FLUSHER.schedule(self)
         self._raise_if_inactive()
+
+    def take(self) -> list[Event]:
+        """Hand over what is buffered, for a write that carries it (the turn's last write).
+
+        Raises:
+            ResponseInactiveError: a flush was refused; the response is no longer active.
+        """
+        with self._lock:
+            self._raise_if_inactive()
+            events, self._buffer = self._buffer, []
+            self._last_flush = time.monotonic()
+        return events
 
     def flush(self) -> None:
         """Write out everything buffered now."""
@@ -102,6 +116,11 @@ class EventSink:
     def _raise_if_inactive(self) -> None:
         if self.inactive_status is not None:
             raise ResponseInactiveError(self.inactive_status)
+
+
+def _announces(event: Event) -> bool:
+    """``output_item.added``, ``content_part.added`` …: worth no round trip of their own."""
+    return str(event["type"]).endswith(".added")
 
 
 class _Flusher:

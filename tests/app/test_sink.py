@@ -1,0 +1,117 @@
+import json
+import time
+import uuid
+
+import pytest
+
+from app.protocol.events import Event
+from app.protocol.response import ResponseObject, ResponseStatus
+from app.sink import EventSink, ResponseInactiveError
+from app.store import ResponseStore
+
+WINDOW = 0.05
+
+
+def new_response(store: ResponseStore) -> str:
+    response = ResponseObject(
+        id=f"resp_{uuid.uuid4().hex}",
+        created_at=int(time.time()),
+        status=ResponseStatus.IN_PROGRESS,
+        model="test-model",
+    )
+    store.create(response, inputs=[], extra={}, events=[])
+    return response.id
+
+
+def added(item_id: str = "msg_1") -> Event:
+    return {"type": "response.output_item.added", "output_index": 0, "item": {"id": item_id}}
+
+
+def delta(text: str) -> Event:
+    return {
+        "type": "response.output_text.delta",
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": text,
+        "logprobs": [],
+    }
+
+
+def stored_types(store: ResponseStore, rid: str) -> list[str]:
+    return [event.type for event in store.events_after(rid, -1)]
+
+
+def test_first_delta_after_a_quiet_spell_is_written_at_once(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=60)
+
+    sink.emit(delta("a"))
+
+    assert stored_types(store, rid) == ["response.output_text.delta"]
+
+
+def test_an_announcement_waits_for_the_content_it_announces(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=60)
+
+    sink.emit(added())
+    assert stored_types(store, rid) == []  # no round trip of its own
+    sink.emit(delta("a"))
+
+    assert stored_types(store, rid) == ["response.output_item.added", "response.output_text.delta"]
+
+
+def test_an_announcement_alone_is_written_within_a_window(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=WINDOW)
+
+    sink.emit(added())
+
+    deadline = time.monotonic() + 5
+    while not stored_types(store, rid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert stored_types(store, rid) == ["response.output_item.added"]
+
+
+def test_deltas_within_a_window_are_merged(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=60)
+
+    for text in ["a", "b", "c", "d"]:
+        sink.emit(delta(text))
+    sink.flush()
+
+    written = [json.loads(event.data)["delta"] for event in store.events_after(rid, -1)]
+    assert written == ["a", "bcd"]  # the first at once, the rest as one
+
+
+def test_take_hands_over_the_buffer_in_order(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=60)
+    sink.emit(delta("a"))  # written at once
+    sink.emit(added("msg_2"))
+    sink.emit(delta("b"))
+
+    taken = sink.take()
+
+    assert [event["type"] for event in taken] == [
+        "response.output_item.added",
+        "response.output_text.delta",
+    ]
+    assert sink.take() == []
+    assert stored_types(store, rid) == ["response.output_text.delta"]
+
+
+def test_take_after_a_refused_flush_raises(store: ResponseStore) -> None:
+    rid = new_response(store)
+    sink = EventSink(store, rid, coalesce_seconds=60)
+    stored = store.load(rid)
+    assert stored is not None
+    cancelled = stored.response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(cancelled, expected=frozenset({"in_progress"})).ok
+
+    with pytest.raises(ResponseInactiveError):
+        sink.emit(delta("a"))  # refused: the response is cancelled
+    with pytest.raises(ResponseInactiveError):
+        sink.take()
