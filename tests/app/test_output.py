@@ -1,11 +1,9 @@
 import json
-import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from app.output import OutputBuilder, TurnOutput, item_id
-from app.protocol.response import ResponseObject, ResponseStatus, Usage
+from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
     Finish,
@@ -16,17 +14,11 @@ from app.providers.chunks import (
 )
 from app.sink import EventSink
 from app.store import ResponseStore
+from tests.support.responses import stored_response
 
 
 def new_response(store: ResponseStore) -> str:
-    response = ResponseObject(
-        id=f"resp_{uuid.uuid4().hex}",
-        created_at=int(time.time()),
-        status=ResponseStatus.IN_PROGRESS,
-        model="test-model",
-    )
-    store.create(response, inputs=[], extra={}, events=[])
-    return response.id
+    return stored_response(store).id
 
 
 def build(

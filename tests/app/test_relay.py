@@ -1,7 +1,6 @@
 import json
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
 from app.store import ResponseStore, StoredEvent
+from tests.support.responses import stored_response
 
 WAIT = 10.0
 
@@ -45,15 +45,7 @@ def delta(n: int) -> Event:
 
 
 def new_response(store: ResponseStore) -> ResponseObject:
-    response = ResponseObject(
-        id=f"resp_{uuid.uuid4().hex}",
-        created_at=int(time.time()),
-        status=ResponseStatus.IN_PROGRESS,
-        model="test-model",
-        background=True,
-    )
-    store.create(response, inputs=[], extra={}, events=[])
-    return response
+    return stored_response(store, background=True)
 
 
 def complete(store: ResponseStore, response: ResponseObject) -> None:

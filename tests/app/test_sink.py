@@ -1,26 +1,15 @@
 import json
 import time
-import uuid
 
 import pytest
 
 from app.protocol.events import Event
-from app.protocol.response import ResponseObject, ResponseStatus
+from app.protocol.response import ResponseStatus
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
+from tests.support.responses import stored_response
 
 WINDOW = 0.05
-
-
-def new_response(store: ResponseStore) -> str:
-    response = ResponseObject(
-        id=f"resp_{uuid.uuid4().hex}",
-        created_at=int(time.time()),
-        status=ResponseStatus.IN_PROGRESS,
-        model="test-model",
-    )
-    store.create(response, inputs=[], extra={}, events=[])
-    return response.id
 
 
 def added(item_id: str = "msg_1") -> Event:
@@ -43,7 +32,7 @@ def stored_types(store: ResponseStore, rid: str) -> list[str]:
 
 
 def test_first_delta_after_a_quiet_spell_is_written_at_once(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=60)
 
     sink.emit(delta("a"))
@@ -52,7 +41,7 @@ def test_first_delta_after_a_quiet_spell_is_written_at_once(store: ResponseStore
 
 
 def test_an_announcement_waits_for_the_content_it_announces(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=60)
 
     sink.emit(added())
@@ -63,7 +52,7 @@ def test_an_announcement_waits_for_the_content_it_announces(store: ResponseStore
 
 
 def test_an_announcement_alone_is_written_within_a_window(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=WINDOW)
 
     sink.emit(added())
@@ -75,7 +64,7 @@ def test_an_announcement_alone_is_written_within_a_window(store: ResponseStore) 
 
 
 def test_deltas_within_a_window_are_merged(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=60)
 
     for text in ["a", "b", "c", "d"]:
@@ -87,7 +76,7 @@ def test_deltas_within_a_window_are_merged(store: ResponseStore) -> None:
 
 
 def test_take_hands_over_the_buffer_in_order(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=60)
     sink.emit(delta("a"))  # written at once
     sink.emit(added("msg_2"))
@@ -104,7 +93,7 @@ def test_take_hands_over_the_buffer_in_order(store: ResponseStore) -> None:
 
 
 def test_take_after_a_refused_flush_raises(store: ResponseStore) -> None:
-    rid = new_response(store)
+    rid = stored_response(store).id
     sink = EventSink(store, rid, coalesce_seconds=60)
     stored = store.load(rid)
     assert stored is not None

@@ -1,6 +1,8 @@
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,6 +37,20 @@ def new_response(store: ResponseStore, status: str = "in_progress", **fields: An
     response = make_response(status, **fields)
     store.create(response, inputs=[], extra={}, events=[])
     return response.id
+
+
+@contextlib.contextmanager
+def published(
+    store: ResponseStore, redis_client: redis.Redis, response: ResponseObject
+) -> Iterator[redis.client.PubSub]:
+    """A subscription to the response's channel, after the response is created."""
+    store.create(response, inputs=[], extra={}, events=[])
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(store.keys.channel(response.id))
+    try:
+        yield pubsub
+    finally:
+        pubsub.close()
 
 
 def next_message(pubsub: redis.client.PubSub) -> str:
@@ -259,10 +275,7 @@ def test_store_publishes_seq_type_json_and_an_end_marker(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     response = make_response("in_progress")
-    store.create(response, inputs=[], extra={}, events=[])
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    pubsub.subscribe(store.keys.channel(response.id))
-    try:
+    with published(store, redis_client, response) as pubsub:
         store.emit(response.id, [delta("a")])
         done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
         store.write(
@@ -280,18 +293,13 @@ def test_store_publishes_seq_type_json_and_an_end_marker(
         assert json.loads(body)["sequence_number"] == 1
         assert json.loads(body)["response"]["status"] == "completed"
         assert end == "-1 end -"
-    finally:
-        pubsub.close()
 
 
 def test_store_publishes_the_events_of_one_call_in_one_message(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     response = make_response("in_progress")
-    store.create(response, inputs=[], extra={}, events=[])
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    pubsub.subscribe(store.keys.channel(response.id))
-    try:
+    with published(store, redis_client, response) as pubsub:
         store.emit(response.id, [delta("a\nb"), delta("c")])
         store.emit(response.id, [delta("d")])
 
@@ -302,25 +310,18 @@ def test_store_publishes_the_events_of_one_call_in_one_message(
         ]
         assert json.loads(lines[0].split(" ", 2)[2])["delta"] == "a\nb"  # escaped in the JSON
         assert next_message(pubsub).startswith("2 response.output_text.delta ")
-    finally:
-        pubsub.close()
 
 
 def test_store_non_terminal_write_publishes_no_end_marker(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     response = make_response("queued")
-    store.create(response, inputs=[], extra={}, events=[])
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    pubsub.subscribe(store.keys.channel(response.id))
-    try:
+    with published(store, redis_client, response) as pubsub:
         started = response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})
         store.write(started, expected=frozenset({"queued"}))
         store.emit(response.id, [delta("a")])
 
         assert next_message(pubsub).startswith("0 response.output_text.delta ")
-    finally:
-        pubsub.close()
 
 
 def test_store_count_delivery_counts_per_task_with_ttl(
