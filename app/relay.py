@@ -162,12 +162,15 @@ def follow_events(
     inbox = hub.listen(response_id)
     try:
         last = starting_after
-        for event in store.events_after(response_id, last):
+        # The status comes with the replay: whether the response ended before the inbox
+        # listened (its end message then never comes).
+        replay, status = store.events_and_status(response_id, last)
+        for event in replay:
             yield event
             last = event.sequence_number
             if event.type in TERMINAL_EVENT_TYPES:
                 return
-        yield from _follow_live(store, inbox, response_id, last, keepalive_seconds)
+        yield from _follow_live(store, inbox, response_id, last, keepalive_seconds, status)
     finally:
         hub.unlisten(response_id, inbox)
 
@@ -178,12 +181,15 @@ def _follow_live(
     response_id: str,
     last: int,
     keepalive_seconds: float,
+    status: str | None,
 ) -> Iterator[StoredEvent | Keepalive]:
-    check_status = True
+    check_status = False
     while True:
-        # Whether the response ended before the inbox listened (its end message then never
-        # comes): looked up once, then only after quiet spells, not for every message.
-        if check_status and store.status(response_id) not in ACTIVE_STATUSES:
+        # Whether the response ended (its end message may never come): known at the start,
+        # then looked up only after quiet spells, not for every message.
+        if check_status:
+            status = store.status(response_id)
+        if status not in ACTIVE_STATUSES:
             # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
             yield from store.events_after(response_id, last)
             return

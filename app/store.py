@@ -475,6 +475,27 @@ class ResponseStore:
         entries: list[Any] = (
             self.redis.xrange(key, min=f"1-{after + 1}", max="+", count=count) or []
         )
+        return self._checked_events(response_id, after, entries)
+
+    def events_and_status(
+        self, response_id: str, after: int, *, count: int = 1000
+    ) -> tuple[list[StoredEvent], str | None]:
+        """:meth:`events_after`, then :meth:`status`, in one round trip (a relay's start).
+
+        Raises:
+            ExpiredCursorError: when trimming removed events the caller has not seen.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrange(self.keys.events(response_id), min=f"1-{after + 1}", max="+", count=count)
+        pipe.hget(self.keys.record(response_id), "status")
+        entries, status = pipe.execute()
+        events = self._checked_events(response_id, after, entries or [])
+        return events, None if status is None else _text(status)
+
+    def _checked_events(
+        self, response_id: str, after: int, entries: list[Any]
+    ) -> list[StoredEvent]:
+        key = self.keys.events(response_id)
         if after >= 0:
             first: list[Any] = entries[:1] or self.redis.xrange(key, count=1) or []
             if first and _sequence_of(first[0][0]) > after + 1:

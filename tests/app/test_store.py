@@ -197,6 +197,17 @@ def test_store_events_after_returns_events_past_the_cursor(store: ResponseStore)
     assert store.events_after(rid, 99) == []
 
 
+def test_store_events_and_status_reads_both(store: ResponseStore) -> None:
+    rid = new_response(store)
+    store.emit(rid, [delta(str(i)) for i in range(4)])
+
+    events, status = store.events_and_status(rid, 1)
+
+    assert [e.sequence_number for e in events] == [2, 3]
+    assert status == "in_progress"
+    assert store.events_and_status("resp_gone", -1) == ([], None)
+
+
 def test_store_events_after_raises_when_the_stream_was_trimmed(
     redis_client: redis.Redis, key_prefix: str
 ) -> None:
@@ -206,6 +217,8 @@ def test_store_events_after_raises_when_the_stream_was_trimmed(
         small.emit(rid, [delta(str(i)) for i in range(start, start + 50)])
     assert redis_client.xlen(small.keys.events(rid)) < 1000
 
+    with pytest.raises(ExpiredCursorError):
+        small.events_and_status(rid, 0)
     with pytest.raises(ExpiredCursorError) as caught:
         small.events_after(rid, 0)
     assert caught.value.param == "starting_after"
