@@ -67,7 +67,8 @@ return {last, status}
 
 # KEYS: record, seq, stream, inputs. ARGV: channel, maxlen, ttl, expected statuses ("|a|b|" or
 # "*new*"), expected version ("" = any), new status, object json, turn ("" = keep), is_terminal
-# ("1"/"0"), record ttl, then (type, json) pairs. A terminal write sets the inputs' ttl too.
+# ("1"/"0"), record ttl, extra json ("" = keep), n input items, the n items (stored when the
+# record is new), then (type, json) pairs. A terminal write sets the inputs' ttl too.
 _WRITE = (
     _EMIT_EVENTS_LUA
     + """
@@ -81,12 +82,21 @@ else
     return {-3, status, -1}
   end
 end
+local n = tonumber(ARGV[12])
+if ARGV[4] == '*new*' then
+  redis.call('DEL', KEYS[4])
+  for i = 13, 12 + n, 1000 do
+    redis.call('RPUSH', KEYS[4], unpack(ARGV, i, math.min(i + 999, 12 + n)))
+  end
+  redis.call('EXPIRE', KEYS[4], ARGV[10])
+end
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[11]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
 local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
 redis.call('EXPIRE', KEYS[1], ARGV[10])
 local lines = {}
-local last = emit(11, lines)
+local last = emit(13 + n, lines)
 if ARGV[9] == '1' then
   redis.call('EXPIRE', KEYS[4], ARGV[10])
   lines[#lines + 1] = '-1 end -'
@@ -176,6 +186,14 @@ class StoredResponse:
     """Model turns committed so far."""
     extra: dict[str, Any]
     """Request fields that are not part of the response object (``include``, ``user`` …)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _NewRecord:
+    """What a response's first write stores beside the object: request fields, input items."""
+
+    extra: str
+    inputs: list[str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,18 +337,17 @@ class ResponseStore:
         extra: dict[str, Any],
         events: Sequence[Event],
     ) -> None:
-        """Store a new response with its input items and emit its first events."""
-        rid = response.id
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.delete(self.keys.inputs(rid))
-        if inputs:
-            pipe.rpush(self.keys.inputs(rid), *(json.dumps(item) for item in inputs))
-        pipe.expire(self.keys.inputs(rid), self.ttl_seconds)
-        pipe.hset(self.keys.record(rid), "extra", json.dumps(extra))
-        pipe.execute()
-        result = self.write(response, expected=None, turn=0, events=events)
+        """Store a new response with its input items and emit its first events (one script)."""
+        result = self._put(
+            response,
+            expected=None,
+            version=None,
+            turn=0,
+            events=events,
+            new=_NewRecord(extra=json.dumps(extra), inputs=[json.dumps(item) for item in inputs]),
+        )
         if not result.ok:  # pragma: no cover - ids are random; a clash is a bug
-            raise RuntimeError(f"response {rid} already exists")
+            raise RuntimeError(f"response {response.id} already exists")
 
     def write(
         self,
@@ -350,6 +367,20 @@ class ResponseStore:
             turn: New count of committed turns (``None``: unchanged).
             events: Events emitted only if the write happens.
         """
+        return self._put(response, expected=expected, version=version, turn=turn, events=events)
+
+    def _put(
+        self,
+        response: ResponseObject,
+        *,
+        expected: frozenset[str] | None,
+        version: int | None,
+        turn: int | None,
+        events: Sequence[Event],
+        new: _NewRecord | None = None,
+    ) -> WriteResult:
+        """:meth:`write`; a record created by it (``expected=None``) gets ``new``'s fields."""
+        extra, inputs = (new.extra, new.inputs) if new is not None else ("", [])
         rid = response.id
         status = str(response.status)
         is_terminal = status in TERMINAL_STATUSES
@@ -366,6 +397,9 @@ class ResponseStore:
             "" if turn is None else str(turn),
             "1" if is_terminal else "0",
             ttl,
+            extra,
+            len(inputs),
+            *inputs,
             *_event_args(events),
         ]
         code, now_status, _last = self._write(

@@ -78,6 +78,18 @@ def test_store_create_stores_record_inputs_extra_and_first_events(store: Respons
     assert (event.sequence_number, event.type) == (0, "response.created")
 
 
+def test_store_create_stores_thousands_of_inputs_in_order(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response()
+    inputs = [{"type": "message", "role": "user", "content": str(i)} for i in range(2500)]
+
+    store.create(response, inputs=inputs, extra={}, events=[])
+
+    assert store.inputs(response.id) == inputs
+    assert 0 < redis_client.ttl(store.keys.inputs(response.id)) <= store.ttl_seconds
+
+
 def test_store_write_requires_an_expected_status(store: ResponseStore) -> None:
     response = make_response("queued")
     store.create(response, inputs=[], extra={}, events=[])
