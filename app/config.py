@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     """Events kept per response for replay (``starting_after``)."""
     coalesce_ms: float = Field(default=5.0, ge=0)
     """Window in which text deltas are merged before they reach Redis."""
+    coalesce_max_ms: float = Field(default=25.0, ge=0)
+    """The window under load: a worker streaming many responses at once stretches
+    ``coalesce_ms`` (by one more for every 4 responses) up to this."""
     keepalive_seconds: float = Field(default=15.0, gt=0)
     """Interval of SSE ``: keepalive`` comments."""
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)

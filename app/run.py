@@ -138,6 +138,7 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
         deps.store,
         response_id,
         coalesce_seconds=deps.settings.coalesce_ms / 1000,
+        max_coalesce_seconds=deps.settings.coalesce_max_ms / 1000,
         guard=ReplayGuard(emitted) if is_rerun else None,
     )
     try:

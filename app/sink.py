@@ -2,12 +2,17 @@
 
 The first event after a quiet spell is flushed at once (time to first token stays low), unless
 it only announces what comes next (``*.added``: it waits, at most one window, for the content
-it announces); events that follow within ``coalesce_seconds`` are buffered, consecutive deltas
-of one part are merged, and a process-wide flusher thread writes the buffer out within one
-window. Every flush is one Redis round trip (``ResponseStore.emit``), and its answer says whether
-the response is still active: once it is not (cancelled, deleted), the next
-:meth:`EventSink.emit` raises :class:`ResponseInactiveError` and the turn stops. What is still
-buffered when the turn ends is :meth:`EventSink.take`-n into the turn's final write instead.
+it announces); events that follow within the window are buffered, consecutive deltas of one part
+are merged, and a process-wide flusher thread writes the buffer out when its window has passed.
+Every flush is one Redis round trip (``ResponseStore.emit``), and its answer says whether the
+response is still active: once it is not (cancelled, deleted), the next :meth:`EventSink.emit`
+raises :class:`ResponseInactiveError` and the turn stops. What is still buffered when the turn
+ends is :meth:`EventSink.take`-n into the turn's final write instead.
+
+The window is ``coalesce_seconds`` while a process streams a few responses, and stretches by
+one more of it for every :data:`STREAMS_PER_WINDOW` responses the process streams at once, up to
+``max_coalesce_seconds``: a busy worker spends its CPU on more tokens per round trip rather than
+on more round trips, and a client sees larger deltas, never later ones than the cap allows.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ class ResponseInactiveError(Exception):
         self.status = status
 
 
+STREAMS_PER_WINDOW = 4
+"""Responses streamed at once by one process per base window of coalescing."""
+
+
 class EventSink:
     """Buffered, ordered event emission for one response."""
 
@@ -43,17 +52,25 @@ class EventSink:
         response_id: str,
         *,
         coalesce_seconds: float,
+        max_coalesce_seconds: float | None = None,
         guard: ReplayGuard | None = None,
     ):
         self._store = store
         self._guard = guard
         self._response_id = response_id
-        self._window = coalesce_seconds
+        self._base_window = coalesce_seconds
+        self._max_window = max(coalesce_seconds, max_coalesce_seconds or 0.0)
         self._buffer: list[Event] = []
         self._lock = threading.Lock()
         self._last_flush = 0.0
         self.inactive_status: str | None = None
         """Set once a flush was refused; the status that refused it."""
+        _LIVE.add(self)
+
+    def window(self) -> float:
+        """The coalescing window now: the base one, stretched while the process is busy."""
+        load = len(_LIVE) / STREAMS_PER_WINDOW
+        return min(self._max_window, self._base_window * max(1.0, load))
 
     def emit(self, event: Event) -> None:
         """Queue one event (a copy: merging mutates the buffered one)."""
@@ -67,10 +84,12 @@ class EventSink:
             was_empty = not self._buffer
             if was_empty or not try_merge(self._buffer[-1], event):
                 self._buffer.append(dict(event))
-            if time.monotonic() - self._last_flush >= self._window and not _announces(event):
+            now, window = time.monotonic(), self.window()
+            is_due = now - self._last_flush >= window
+            if is_due and not _announces(event):
                 self._flush_locked()
             elif was_empty:  # the flusher writes out the whole buffer: one wake-up is enough
-                _FLUSHER.schedule(self)
+                _FLUSHER.schedule(self, now + window if is_due else self._last_flush + window)
         self._raise_if_inactive()
 
     def take(self) -> list[Event]:
@@ -124,17 +143,18 @@ def _announces(event: Event) -> bool:
 
 
 class _Flusher:
-    """One daemon thread per process that flushes sinks whose window has passed."""
+    """One daemon thread per process that flushes sinks when their window has passed."""
 
     def __init__(self) -> None:
-        self._pending: weakref.WeakSet[EventSink] = weakref.WeakSet()
+        self._due: weakref.WeakKeyDictionary[EventSink, float] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def schedule(self, sink: EventSink) -> None:
+    def schedule(self, sink: EventSink, due: float) -> None:
+        """Flush ``sink`` at ``due`` (``time.monotonic()``), or earlier if asked earlier."""
         with self._lock:
-            self._pending.add(sink)
+            self._due[sink] = min(due, self._due.get(sink, due))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="event-flusher", daemon=True)
                 self._thread.start()
@@ -142,14 +162,19 @@ class _Flusher:
 
     def _run(self) -> None:
         while True:
-            self._wakeup.wait()
-            time.sleep(0.004)
             with self._lock:
-                sinks = list(self._pending)
-                self._pending = weakref.WeakSet()
+                now = time.monotonic()
+                due = [sink for sink, at in self._due.items() if at <= now]
+                for sink in due:
+                    del self._due[sink]
+                next_at = min(self._due.values(), default=None)
                 self._wakeup.clear()
-            for sink in sinks:
+            for sink in due:
                 sink.flush_quietly()
+            if not due:
+                self._wakeup.wait(None if next_at is None else max(0.0, next_at - now))
 
 
+_LIVE: weakref.WeakSet[EventSink] = weakref.WeakSet()
+"""The sinks of this process's running turns (a sink goes with its turn)."""
 _FLUSHER = _Flusher()

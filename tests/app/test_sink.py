@@ -1,8 +1,11 @@
+import gc
 import json
 import time
+import weakref
 
 import pytest
 
+from app import sink as sink_module
 from app.protocol.events import Event
 from app.protocol.response import ResponseStatus
 from app.sink import EventSink, ResponseInactiveError
@@ -104,3 +107,23 @@ def test_take_after_a_refused_flush_raises(store: ResponseStore) -> None:
         sink.emit(delta("a"))  # refused: the response is cancelled
     with pytest.raises(ResponseInactiveError):
         sink.take()
+
+
+def test_the_window_stretches_with_the_streams_of_the_process(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink_module, "_LIVE", weakref.WeakSet())  # not other tests' sinks
+    rid = stored_response(store).id
+
+    def sink() -> EventSink:
+        return EventSink(store, rid, coalesce_seconds=0.005, max_coalesce_seconds=0.025)
+
+    alone = sink()
+    assert alone.window() == pytest.approx(0.005)
+    busy = [sink() for _ in range(11)]  # 12 streams: three base windows
+    assert alone.window() == pytest.approx(0.015)
+    busy += [sink() for _ in range(20)]
+    assert alone.window() == pytest.approx(0.025)  # capped
+    del busy
+    gc.collect()
+    assert alone.window() == pytest.approx(0.005)
