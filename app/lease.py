@@ -110,6 +110,16 @@ class LeaseKeeper:
                 keys=[keys.lease(response_id), keys.active], args=[token, response_id, deadline]
             )
 
+    def held(self) -> int:
+        """Leases this process holds now (for tests and metrics)."""
+        with self._lock:
+            return len(self._held)
+
+    def forget(self, response_id: str) -> None:
+        """Stop renewing a lease that a terminal write already freed (no round trip)."""
+        with self._lock:
+            self._held.pop(response_id, None)
+
     def _start_renewer(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(

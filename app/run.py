@@ -41,6 +41,7 @@ from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
 from app.protocol.response import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
     IncompleteDetails,
     ResponseError,
     ResponseObject,
@@ -99,6 +100,8 @@ class RunState:
     """The turn was started before: its events so far are not emitted again."""
     waiting_until: float | None = None
     """Set when the run hands calls to tool workers: by then the next run must have started."""
+    finished: bool = False
+    """The run wrote the response's final status, which freed its lease along the way."""
 
 
 def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None = None) -> str:
@@ -127,7 +130,10 @@ def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None
         return _run_loaded(deps, state)
     finally:
         if deps.leases is not None and taken:
-            deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
+            if state is not None and state.finished:
+                deps.leases.forget(response_id)
+            else:
+                deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
 
 
 def _run_loaded(deps: RunDeps, state: RunState) -> str:
@@ -426,6 +432,7 @@ def finalize(
     result = store.write(
         final, expected=frozenset({"in_progress"}), turn=state.turn, events=[*events, event]
     )
+    state.finished = result.ok and final.status in TERMINAL_STATUSES
     return str(final.status) if result.ok else "skipped"
 
 

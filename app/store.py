@@ -65,10 +65,11 @@ return {last, status}
 """
 )
 
-# KEYS: record, seq, stream, inputs. ARGV: channel, maxlen, ttl, expected statuses ("|a|b|" or
-# "*new*"), expected version ("" = any), new status, object json, turn ("" = keep), is_terminal
-# ("1"/"0"), record ttl, extra json ("" = keep), n input items, the n items (stored when the
-# record is new), then (type, json) pairs. A terminal write sets the inputs' ttl too.
+# KEYS: record, seq, stream, inputs, lease, active. ARGV: channel, maxlen, ttl, expected statuses
+# ("|a|b|" or "*new*"), expected version ("" = any), new status, object json, turn ("" = keep),
+# is_terminal ("1"/"0"), record ttl, response id, extra json ("" = keep), n input items, the n
+# items (stored when the record is new), then (type, json) pairs. A terminal write sets the
+# inputs' ttl too, and frees the response's lease (no run of it is needed any more).
 _WRITE = (
     _EMIT_EVENTS_LUA
     + """
@@ -82,23 +83,25 @@ else
     return {-3, status, -1}
   end
 end
-local n = tonumber(ARGV[12])
+local n = tonumber(ARGV[13])
 if ARGV[4] == '*new*' then
   redis.call('DEL', KEYS[4])
-  for i = 13, 12 + n, 1000 do
-    redis.call('RPUSH', KEYS[4], unpack(ARGV, i, math.min(i + 999, 12 + n)))
+  for i = 14, 13 + n, 1000 do
+    redis.call('RPUSH', KEYS[4], unpack(ARGV, i, math.min(i + 999, 13 + n)))
   end
   redis.call('EXPIRE', KEYS[4], ARGV[10])
 end
-if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[11]) end
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[12]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
 local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
 redis.call('EXPIRE', KEYS[1], ARGV[10])
 local lines = {}
-local last = emit(13 + n, lines)
+local last = emit(14 + n, lines)
 if ARGV[9] == '1' then
   redis.call('EXPIRE', KEYS[4], ARGV[10])
+  redis.call('DEL', KEYS[5])
+  redis.call('ZREM', KEYS[6], ARGV[11])
   lines[#lines + 1] = '-1 end -'
 end
 publish(lines)
@@ -397,6 +400,7 @@ class ResponseStore:
             "" if turn is None else str(turn),
             "1" if is_terminal else "0",
             ttl,
+            rid,
             extra,
             len(inputs),
             *inputs,
@@ -408,6 +412,8 @@ class ResponseStore:
                 self.keys.sequence(rid),
                 self.keys.events(rid),
                 self.keys.inputs(rid),
+                self.keys.lease(rid),
+                self.keys.active,
             ],
             args=args,
         )

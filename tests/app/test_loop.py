@@ -446,6 +446,20 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     assert until is not None and until >= before + settings.tool_timeout_seconds
 
 
+def test_a_finished_run_leaves_no_lease_and_no_watch(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    loop = Loop(store=store, settings=make_settings(), model=ScriptedModel(text("done")))
+    rid = loop.create()
+    deps = loop.leased_deps()
+
+    assert run_turn(deps, rid, 0) == "completed"
+
+    assert not store.redis.exists(store.keys.lease(rid))  # freed by the final write itself
+    assert store.redis.zscore(store.keys.active, rid) is None
+    assert deps.leases is not None and deps.leases.held() == 0  # nothing left to renew
+
+
 def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:

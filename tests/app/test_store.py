@@ -90,6 +90,24 @@ def test_store_create_stores_thousands_of_inputs_in_order(
     assert 0 < redis_client.ttl(store.keys.inputs(response.id)) <= store.ttl_seconds
 
 
+def test_store_terminal_write_frees_the_lease(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+    redis_client.set(store.keys.lease(rid), "a-worker")
+    redis_client.zadd(store.keys.active, {rid: time.time() + 60})
+    stored = store.get(rid)
+
+    store.write(stored.response, expected=frozenset({"in_progress"}))  # not terminal: kept
+    assert redis_client.exists(store.keys.lease(rid)) == 1
+    assert redis_client.zscore(store.keys.active, rid) is not None
+
+    done = stored.response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    assert store.write(done, expected=frozenset({"in_progress"})).ok
+    assert redis_client.exists(store.keys.lease(rid)) == 0
+    assert redis_client.zscore(store.keys.active, rid) is None
+
+
 def test_store_write_requires_an_expected_status(store: ResponseStore) -> None:
     response = make_response("queued")
     store.create(response, inputs=[], extra={}, events=[])
