@@ -130,7 +130,9 @@ class EventHub:
             pubsub.psubscribe(self._keys.channel_pattern)
             self._ready.set()
             while not self._stopped:
-                message = pubsub.get_message(timeout=1.0)
+                # A blocking read (no poll before each message); stop() takes effect with the
+                # next message, which on a busy fleet is never far off.
+                message = pubsub.get_message(timeout=None)
                 if message is not None:
                     self._dispatch(message["channel"].decode(), message["data"].decode())
         finally:
