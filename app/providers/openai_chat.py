@@ -93,7 +93,7 @@ class ChatCompletionsProvider:
             with self._client.stream("POST", url, json=body) as response:
                 if response.status_code != 200:
                     _raise_for_status(response)
-                for chunk in _parse_stream(_sse_data(response.iter_bytes())):
+                for chunk in _parse_stream(_sse_data(_body(response))):
                     has_yielded = True
                     yield chunk
         except httpx.TransportError as exc:
@@ -136,6 +136,14 @@ def _retry_after(response: httpx.Response) -> float:
         return max(0.0, float(response.headers.get("retry-after", "1")))
     except ValueError:
         return 1.0
+
+
+def _body(response: httpx.Response) -> Iterator[bytes]:
+    """The body as it arrives: raw when the server sent it as is (no decoder layer per chunk)."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "identity" and not response.is_stream_consumed:
+        return response.iter_raw()
+    return response.iter_bytes()  # decoded, or read already (a transport that buffers)
 
 
 def _sse_data(stream: Iterator[bytes]) -> Iterator[bytes]:

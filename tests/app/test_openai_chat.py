@@ -1,3 +1,4 @@
+import gzip
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -163,6 +164,16 @@ def test_provider_ignores_comments_and_blank_lines_and_stops_at_done(
     provider = make_provider(Recorder(stream_response(body)))
 
     assert list(provider.stream(REQUEST)) == [TextDelta(text="ok"), Finish(reason="stop")]
+
+
+def test_provider_decodes_a_compressed_stream(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = gzip.compress(sse(choice({"content": "packed"}), choice({}, finish_reason="stop")))
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    provider = make_provider(Recorder(httpx.Response(200, headers=headers, content=body)))
+
+    assert list(provider.stream(REQUEST)) == [TextDelta(text="packed"), Finish(reason="stop")]
 
 
 def test_provider_retries_a_429_after_its_retry_after(
