@@ -13,11 +13,12 @@ import logging
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 
 import redis
 
 from app.dispatch import Dispatcher
-from app.store import ResponseStore
+from app.store import LOAD_TURN_LUA, LoadedTurn, ResponseStore, loaded_turn
 
 logger = logging.getLogger(__name__)
 
@@ -33,20 +34,39 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-# KEYS: lease, active[, deliveries]. ARGV: token, ttl ms, deadline, response id[, deliveries
-# ttl]. Returns {1 when taken, the delivery count (0 when none was counted)}.
-_ACQUIRE = """
+# KEYS: lease, active, deliveries, then load_turn's keys. ARGV: token, ttl ms, deadline,
+# response id, "1" to count this delivery, deliveries ttl, then load_turn's argument. Returns
+# {1 when taken, the delivery count (0 when none was counted), what load_turn returned (only
+# when taken)}: the lease and the turn's first read in one step.
+_ACQUIRE = (
+    LOAD_TURN_LUA
+    + """
 local deliveries = 0
-if KEYS[3] then
+if ARGV[5] == '1' then
   deliveries = redis.call('INCR', KEYS[3])
-  redis.call('EXPIRE', KEYS[3], ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ARGV[6])
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  return {1, deliveries}
+  return {1, deliveries, load_turn(KEYS[4], KEYS[5], KEYS[6], ARGV[7])}
 end
 return {0, deliveries}
 """
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acquired:
+    """What :meth:`LeaseKeeper.acquire` found."""
+
+    taken: bool
+    """False while another live run holds the lease."""
+    deliveries: int
+    """The delivery count of the named delivery (0 when none was named)."""
+    loaded: LoadedTurn | None
+    """The turn's first read (:meth:`ResponseStore.load_turn`), when the lease was taken."""
+
+
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -70,28 +90,38 @@ class LeaseKeeper:
         self._release = store.redis.register_script(_RELEASE)
         self._renew = store.redis.register_script(_RENEW)
 
-    def acquire(self, response_id: str, *, delivery: str | None = None) -> tuple[bool, int]:
-        """Take the response's lease, in one round trip with the sweeper's watch on it.
+    def acquire(self, response_id: str, turn: int, *, delivery: str | None = None) -> Acquired:
+        """Take the response's lease and read ``turn`` (:meth:`ResponseStore.load_turn`).
 
-        Returns (taken: False while another live run holds it, the delivery count of
-        ``delivery`` when one is named — counted in the same step — else 0).
+        One round trip: the sweeper's watch goes on with the lease, and ``delivery``, when
+        named, is counted in the same step.
         """
         token = secrets.token_hex(8)
         keys = self._store.keys
-        ttl_ms = int(self._lease_seconds * 1000)
-        deadline = repr(time.time() + self._lease_seconds)
-        lease_keys = [keys.lease(response_id), keys.active]
-        args: list[str | int] = [token, ttl_ms, deadline, response_id]
-        if delivery is not None:
-            lease_keys.append(keys.deliveries(delivery))
-            args.append(self._store.ttl_seconds)
-        taken, deliveries = self._acquire(keys=lease_keys, args=args)
-        if not taken:
-            return False, int(deliveries)
+        load_keys, load_args = self._store.load_turn_operands(response_id, turn)
+        raw = self._acquire(
+            keys=[
+                keys.lease(response_id),
+                keys.active,
+                keys.deliveries(delivery or response_id),
+                *load_keys,
+            ],
+            args=[
+                token,
+                int(self._lease_seconds * 1000),
+                repr(time.time() + self._lease_seconds),
+                response_id,
+                "0" if delivery is None else "1",
+                self._store.ttl_seconds,
+                *load_args,
+            ],
+        )
+        if not raw[0]:
+            return Acquired(taken=False, deliveries=int(raw[1]), loaded=None)
         with self._lock:
             self._held[response_id] = token
             self._start_renewer()
-        return True, int(deliveries)
+        return Acquired(taken=True, deliveries=int(raw[1]), loaded=loaded_turn(raw[2]))
 
     def release(self, response_id: str, *, wait_until: float | None = None) -> None:
         """Give the lease back.

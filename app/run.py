@@ -53,7 +53,7 @@ from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
-from app.store import RedeliveredTooOftenError, ResponseStore
+from app.store import LoadedTurn, RedeliveredTooOftenError, ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolResult
 from app.tools.catalog import definitions, model_tools
@@ -113,9 +113,10 @@ def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None
     Raises:
         RedeliveredTooOftenError: ``delivery`` was delivered more often than allowed.
     """
-    taken, deliveries = True, 0
+    taken, deliveries, loaded = True, 0, None
     if deps.leases is not None:
-        taken, deliveries = deps.leases.acquire(response_id, delivery=delivery)
+        acquired = deps.leases.acquire(response_id, turn, delivery=delivery)
+        taken, deliveries, loaded = acquired.taken, acquired.deliveries, acquired.loaded
     elif delivery is not None:
         deliveries = deps.store.count_delivery(delivery)
     state: RunState | None = None
@@ -124,7 +125,7 @@ def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None
             raise RedeliveredTooOftenError(deliveries)
         if not taken:
             return "skipped"  # another live run of this response holds the lease
-        state = load_state(deps.store, response_id, turn)
+        state = load_state(deps.store, response_id, turn, loaded=loaded)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return "skipped"
         return _run_loaded(deps, state)
@@ -210,12 +211,16 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     return step
 
 
-def load_state(store: ResponseStore, response_id: str, turn: int) -> RunState | None:
+def load_state(
+    store: ResponseStore, response_id: str, turn: int, *, loaded: LoadedTurn | None = None
+) -> RunState | None:
     """The run of ``turn`` as stored, with the chain the model will see; None when gone.
 
-    Marks where the turn's events begin: call it holding the response's lease.
+    Marks where the turn's events begin: call it holding the response's lease. ``loaded``:
+    that first read, when it came with the lease.
     """
-    loaded = store.load_turn(response_id, turn)
+    if loaded is None:
+        loaded = store.load_turn(response_id, turn)
     stored, inputs = loaded.stored, loaded.inputs
     if stored is None:
         return None

@@ -112,20 +112,24 @@ return {ver, ARGV[6], last}
 # A run's first read: the record, its input items, and where the turn's events begin — the last
 # sequence number when the turn first started (a re-run finds the mark of the first run). The
 # mark is only set on a record that exists: a deleted one is not brought back as a stub.
-# KEYS: record, inputs, sequence counter. ARGV: the turn's field.
-# Returns {record fields, inputs, mark start, 1 when a re-run}.
-_LOAD_TURN = """
-local fields = redis.call('HMGET', KEYS[1], 'object', 'ver', 'turn', 'extra')
-local inputs = redis.call('LRANGE', KEYS[2], 0, -1)
-if not fields[1] then return {fields, inputs, -1, 0} end
-local raw = redis.call('GET', KEYS[3])
-local last = -1
-if raw then last = tonumber(raw) - 1 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], last) == 1 then
-  return {fields, inputs, last, 0}
+# Returns {record fields, inputs, mark start, 1 when a re-run}. A function, so that the lease's
+# script can take the lease and read the turn in one step (app/lease.py).
+LOAD_TURN_LUA = """
+local function load_turn(record, inputs_key, seq, field)
+  local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra')
+  local inputs = redis.call('LRANGE', inputs_key, 0, -1)
+  if not fields[1] then return {fields, inputs, -1, 0} end
+  local raw = redis.call('GET', seq)
+  local last = -1
+  if raw then last = tonumber(raw) - 1 end
+  if redis.call('HSETNX', record, field, last) == 1 then
+    return {fields, inputs, last, 0}
+  end
+  return {fields, inputs, tonumber(redis.call('HGET', record, field)) or last, 1}
 end
-return {fields, inputs, tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or last, 1}
 """
+# KEYS: record, inputs, sequence counter. ARGV: the turn's field.
+_LOAD_TURN = LOAD_TURN_LUA + "return load_turn(KEYS[1], KEYS[2], KEYS[3], ARGV[1])"
 # KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -287,6 +291,17 @@ def _event_args(events: Iterable[Event]) -> list[str]:
         args.append(event["type"])
         args.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
     return args
+
+
+def loaded_turn(raw: list[Any]) -> LoadedTurn:
+    """What ``LOAD_TURN_LUA``'s ``load_turn`` returned."""
+    fields, inputs, start, rerun = raw
+    return LoadedTurn(
+        stored=_stored(fields),
+        inputs=[json.loads(item) for item in inputs],
+        start_sequence_number=int(start),
+        is_rerun=bool(rerun),
+    )
 
 
 _RECORD_FIELDS = ("object", "ver", "turn", "extra")
@@ -474,20 +489,17 @@ class ResponseStore:
         the turn's events are out already. Call it holding the response's lease: it marks the
         turn's start.
         """
-        fields, inputs, start, rerun = self._load_turn(
-            keys=[
-                self.keys.record(response_id),
-                self.keys.inputs(response_id),
-                self.keys.sequence(response_id),
-            ],
-            args=[f"turn{turn}_seq"],
-        )
-        return LoadedTurn(
-            stored=_stored(fields),
-            inputs=[json.loads(raw) for raw in inputs],
-            start_sequence_number=int(start),
-            is_rerun=bool(rerun),
-        )
+        keys, args = self.load_turn_operands(response_id, turn)
+        return loaded_turn(self._load_turn(keys=keys, args=args))
+
+    def load_turn_operands(self, response_id: str, turn: int) -> tuple[list[str], list[str]]:
+        """The keys and arguments of ``LOAD_TURN_LUA``'s ``load_turn`` (in that order)."""
+        keys = [
+            self.keys.record(response_id),
+            self.keys.inputs(response_id),
+            self.keys.sequence(response_id),
+        ]
+        return keys, [f"turn{turn}_seq"]
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
