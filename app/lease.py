@@ -48,7 +48,8 @@ if ARGV[5] == '1' then
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  return {1, deliveries, load_turn(KEYS[4], KEYS[5], KEYS[6], ARGV[7])}
+  local loaded = load_turn(KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+  return {1, deliveries, loaded}
 end
 return {0, deliveries}
 """

@@ -241,7 +241,11 @@ def load_state(
 
 
 def start_response(store: ResponseStore, state: RunState) -> None:
-    """``queued → in_progress`` with ``response.in_progress`` (once, however often redelivered)."""
+    """``queued → in_progress`` with ``response.in_progress`` (once, however often redelivered).
+
+    The run's first read does this already when the record holds its prepared start (every
+    record created by ``ResponseStore.create`` of a queued response); this covers the others.
+    """
     if state.response.status != ResponseStatus.QUEUED:
         return
     started = state.response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})

@@ -28,28 +28,41 @@ import redis
 from app.errors import InvalidRequestError, NotFoundError
 from app.keys import Keys
 from app.protocol.events import Event
-from app.protocol.response import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseObject
+from app.protocol.response import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    ResponseObject,
+    ResponseStatus,
+)
 
 # The events of one call are published together, one line each (``seq type json``; the JSON
 # is one line), so a gateway takes one pub/sub message per flush rather than one per event.
-_EMIT_EVENTS_LUA = """
+_APPEND_EVENT_LUA = """
+local function append(seq_key, stream_key, maxlen, event_type, json, lines)
+  local seq = redis.call('INCR', seq_key) - 1
+  local body = string.sub(json, 1, -2) .. ',"sequence_number":' .. seq .. '}'
+  redis.call('XADD', stream_key, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', body)
+  lines[#lines + 1] = seq .. ' ' .. event_type .. ' ' .. body
+  return seq
+end
+local function publish(channel, lines)
+  if #lines > 0 then redis.call('PUBLISH', channel, table.concat(lines, '\\n')) end
+end
+"""
+_EMIT_EVENTS_LUA = (
+    _APPEND_EVENT_LUA
+    + """
 local function emit(first_arg, lines)
   local last = -1
   for i = first_arg, #ARGV, 2 do
-    local seq = redis.call('INCR', KEYS[2]) - 1
-    local body = string.sub(ARGV[i + 1], 1, -2) .. ',"sequence_number":' .. seq .. '}'
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '1-' .. seq, 't', ARGV[i], 'd', body)
-    lines[#lines + 1] = seq .. ' ' .. ARGV[i] .. ' ' .. body
-    last = seq
+    last = append(KEYS[2], KEYS[3], ARGV[2], ARGV[i], ARGV[i + 1], lines)
   end
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('EXPIRE', KEYS[3], ARGV[3])
   return last
 end
-local function publish(lines)
-  if #lines > 0 then redis.call('PUBLISH', ARGV[1], table.concat(lines, '\\n')) end
-end
 """
+)
 
 # KEYS: record, seq, stream. ARGV: channel, maxlen, ttl, then (type, json) pairs.
 _EMIT = (
@@ -60,16 +73,17 @@ if not status then return {-2, ''} end
 if status ~= 'queued' and status ~= 'in_progress' then return {-1, status} end
 local lines = {}
 local last = emit(4, lines)
-publish(lines)
+publish(ARGV[1], lines)
 return {last, status}
 """
 )
 
 # KEYS: record, seq, stream, inputs, lease, active. ARGV: channel, maxlen, ttl, expected statuses
 # ("|a|b|" or "*new*"), expected version ("" = any), new status, object json, turn ("" = keep),
-# is_terminal ("1"/"0"), record ttl, response id, extra json ("" = keep), n input items, the n
-# items (stored when the record is new), then (type, json) pairs. A terminal write sets the
-# inputs' ttl too, and frees the response's lease (no run of it is needed any more).
+# is_terminal ("1"/"0"), record ttl, response id, extra json ("" = keep), the object as it will
+# start ("" = none; see LOAD_TURN_LUA), n input items, the n items (stored when the record is
+# new), then (type, json) pairs. A terminal write sets the inputs' ttl too, and frees the
+# response's lease (no run of it is needed any more).
 _WRITE = (
     _EMIT_EVENTS_LUA
     + """
@@ -83,53 +97,83 @@ else
     return {-3, status, -1}
   end
 end
-local n = tonumber(ARGV[13])
+local n = tonumber(ARGV[14])
 if ARGV[4] == '*new*' then
   redis.call('DEL', KEYS[4])
-  for i = 14, 13 + n, 1000 do
-    redis.call('RPUSH', KEYS[4], unpack(ARGV, i, math.min(i + 999, 13 + n)))
+  for i = 15, 14 + n, 1000 do
+    redis.call('RPUSH', KEYS[4], unpack(ARGV, i, math.min(i + 999, 14 + n)))
   end
   redis.call('EXPIRE', KEYS[4], ARGV[10])
 end
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[12]) end
+if ARGV[13] ~= '' then
+  redis.call('HSET', KEYS[1], 'started', ARGV[13])
+elseif ARGV[6] ~= 'queued' then
+  redis.call('HDEL', KEYS[1], 'started')
+end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
 local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[8]) end
 redis.call('EXPIRE', KEYS[1], ARGV[10])
 local lines = {}
-local last = emit(14 + n, lines)
+local last = emit(15 + n, lines)
 if ARGV[9] == '1' then
   redis.call('EXPIRE', KEYS[4], ARGV[10])
   redis.call('DEL', KEYS[5])
   redis.call('ZREM', KEYS[6], ARGV[11])
   lines[#lines + 1] = '-1 end -'
 end
-publish(lines)
+publish(ARGV[1], lines)
 return {ver, ARGV[6], last}
 """
 )
 
 # A run's first read: the record, its input items, and where the turn's events begin — the last
 # sequence number when the turn first started (a re-run finds the mark of the first run). The
-# mark is only set on a record that exists: a deleted one is not brought back as a stub.
-# Returns {record fields, inputs, mark start, 1 when a re-run}. A function, so that the lease's
-# script can take the lease and read the turn in one step (app/lease.py).
-LOAD_TURN_LUA = """
-local function load_turn(record, inputs_key, seq, field)
-  local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra')
+# mark is only set on a record that exists: a deleted one is not brought back as a stub. A
+# ``queued`` record is started on the way: the object its creator stored for that moment
+# (``started``, the same object ``in_progress``) becomes the object, with ``response.in_progress``
+# after the mark. Returns {record fields, inputs, mark start, 1 when a re-run}. A function, so
+# that the lease's script can take the lease and read the turn in one step (app/lease.py).
+LOAD_TURN_LUA = (
+    _APPEND_EVENT_LUA
+    + """
+local function start(record, seq, stream, channel, maxlen, ttl, fields)
+  local started = fields[6]
+  redis.call('HSET', record, 'status', 'in_progress', 'object', started)
+  redis.call('HDEL', record, 'started')
+  fields[1] = started
+  fields[2] = redis.call('HINCRBY', record, 'ver', 1)
+  local lines = {}
+  local event = '{"type":"response.in_progress","response":' .. started .. '}'
+  append(seq, stream, maxlen, 'response.in_progress', event, lines)
+  redis.call('EXPIRE', seq, ttl)
+  redis.call('EXPIRE', stream, ttl)
+  publish(channel, lines)
+end
+local function load_turn(record, inputs_key, seq, stream, field, channel, maxlen, ttl)
+  local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started')
   local inputs = redis.call('LRANGE', inputs_key, 0, -1)
-  if not fields[1] then return {fields, inputs, -1, 0} end
+  if not fields[1] then return {{fields[1], fields[2], fields[3], fields[4]}, inputs, -1, 0} end
   local raw = redis.call('GET', seq)
   local last = -1
   if raw then last = tonumber(raw) - 1 end
-  if redis.call('HSETNX', record, field, last) == 1 then
-    return {fields, inputs, last, 0}
+  local mark, rerun = last, 0
+  if redis.call('HSETNX', record, field, last) == 0 then
+    mark, rerun = tonumber(redis.call('HGET', record, field)) or last, 1
   end
-  return {fields, inputs, tonumber(redis.call('HGET', record, field)) or last, 1}
+  if fields[5] == 'queued' and fields[6] then
+    start(record, seq, stream, channel, maxlen, ttl, fields)
+  end
+  return {{fields[1], fields[2], fields[3], fields[4]}, inputs, mark, rerun}
 end
 """
-# KEYS: record, inputs, sequence counter. ARGV: the turn's field.
-_LOAD_TURN = LOAD_TURN_LUA + "return load_turn(KEYS[1], KEYS[2], KEYS[3], ARGV[1])"
+)
+# KEYS: record, inputs, sequence counter, events. ARGV: the turn's field, channel, maxlen, ttl.
+_LOAD_TURN = (
+    LOAD_TURN_LUA
+    + "return load_turn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+)
 # KEYS: claim. ARGV: token. Deletes the claim only when the token is still the one stored.
 _RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -201,6 +245,8 @@ class _NewRecord:
 
     extra: str
     inputs: list[str]
+    started: str
+    """The object as its first run will start it (``in_progress``), or "" (no such start)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,6 +339,13 @@ def _event_args(events: Iterable[Event]) -> list[str]:
     return args
 
 
+def _started(response: ResponseObject) -> str:
+    """A queued response's object as its first run starts it (the run's first read does it)."""
+    if response.status != ResponseStatus.QUEUED:
+        return ""
+    return response.model_copy(update={"status": ResponseStatus.IN_PROGRESS}).model_dump_json()
+
+
 def loaded_turn(raw: list[Any]) -> LoadedTurn:
     """What ``LOAD_TURN_LUA``'s ``load_turn`` returned."""
     fields, inputs, start, rerun = raw
@@ -362,7 +415,11 @@ class ResponseStore:
             version=None,
             turn=0,
             events=events,
-            new=_NewRecord(extra=json.dumps(extra), inputs=[json.dumps(item) for item in inputs]),
+            new=_NewRecord(
+                extra=json.dumps(extra),
+                inputs=[json.dumps(item) for item in inputs],
+                started=_started(response),
+            ),
         )
         if not result.ok:  # pragma: no cover - ids are random; a clash is a bug
             raise RuntimeError(f"response {response.id} already exists")
@@ -398,7 +455,7 @@ class ResponseStore:
         new: _NewRecord | None = None,
     ) -> WriteResult:
         """:meth:`write`; a record created by it (``expected=None``) gets ``new``'s fields."""
-        extra, inputs = (new.extra, new.inputs) if new is not None else ("", [])
+        extra, started, inputs = (new.extra, new.started, new.inputs) if new else ("", "", [])
         rid = response.id
         status = str(response.status)
         is_terminal = status in TERMINAL_STATUSES
@@ -417,6 +474,7 @@ class ResponseStore:
             ttl,
             rid,
             extra,
+            started,
             len(inputs),
             *inputs,
             *_event_args(events),
@@ -498,8 +556,15 @@ class ResponseStore:
             self.keys.record(response_id),
             self.keys.inputs(response_id),
             self.keys.sequence(response_id),
+            self.keys.events(response_id),
         ]
-        return keys, [f"turn{turn}_seq"]
+        args = [
+            f"turn{turn}_seq",
+            self.keys.channel(response_id),
+            str(self.stream_maxlen),
+            str(self.ttl_seconds),
+        ]
+        return keys, args
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""

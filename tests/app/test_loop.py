@@ -446,6 +446,23 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     assert until is not None and until >= before + settings.tool_timeout_seconds
 
 
+@pytest.mark.parametrize("prepared", [True, False], ids=["started-by-read", "started-by-run"])
+def test_a_run_starts_a_queued_response_once_with_its_event(
+    make_loop: Callable[..., Loop], prepared: bool
+) -> None:
+    loop = make_loop(text("done"))
+    rid = loop.create(background=True)
+    if not prepared:  # a record written before its start was prepared at creation
+        loop.store.redis.hdel(loop.store.keys.record(rid), "started")
+
+    assert run_turn(loop.leased_deps(), rid, 0) == "completed"
+
+    types = [event["type"] for event in loop.events(rid)]
+    assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert types.count("response.in_progress") == 1
+    assert loop.response(rid).status == "completed"
+
+
 def test_a_finished_run_leaves_no_lease_and_no_watch(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
@@ -476,7 +493,8 @@ def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
 
     assert raised.value.deliveries == 3
     assert not store.redis.exists(store.keys.lease(rid))  # taken and given back
-    assert store.get(rid).response.status == "queued"  # the task fails it (workers/tasks.py)
+    # Started by the lease's read, not run: the task fails it (workers/tasks.py).
+    assert store.get(rid).response.status == "in_progress"
     assert loop.model.requests == []  # the model was never called
 
 

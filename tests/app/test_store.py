@@ -470,13 +470,53 @@ def test_store_load_turn_reads_record_and_inputs_and_marks_the_turn(
     store.create(response, inputs=inputs, extra={"u": 1}, events=[created(response)])
 
     first = store.load_turn(response.id, 0)
-    assert first.stored is not None and first.stored.response == response
+    started = response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})
+    assert first.stored is not None and first.stored.response == started  # started on the way
+    assert first.stored.version == 2
     assert first.stored.extra == {"u": 1} and first.inputs == inputs
     assert (first.start_sequence_number, first.is_rerun) == (0, False)  # after response.created
     store.emit(response.id, [delta("a")])
     again = store.load_turn(response.id, 0)  # a redelivery finds the first run's mark
     assert (again.start_sequence_number, again.is_rerun) == (0, True)
-    assert store.load_turn(response.id, 1).start_sequence_number == 1
+    assert again.stored is not None and again.stored.version == 2  # started once
+    assert store.load_turn(response.id, 1).start_sequence_number == 2
+
+
+def test_store_load_turn_starts_a_queued_response_once(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued", metadata={"status": "queued"})
+    with published(store, redis_client, response) as pubsub:
+        store.load_turn(response.id, 0)
+        store.load_turn(response.id, 0)
+
+        started = response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})
+        assert store.get(response.id).response == started
+        assert store.status(response.id) == "in_progress"
+        [event] = store.events_after(response.id, -1)
+        assert event.type == "response.in_progress"
+        assert json.loads(event.data) == {
+            "type": "response.in_progress",
+            "response": started.wire(),
+            "sequence_number": 0,
+        }
+        assert next_message(pubsub).startswith("0 response.in_progress ")
+    assert not redis_client.hexists(store.keys.record(response.id), "started")
+
+
+def test_store_load_turn_leaves_a_response_cancelled_while_queued(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+    cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(cancelled, expected=frozenset({"queued"})).ok
+    assert not redis_client.hexists(store.keys.record(response.id), "started")
+
+    loaded = store.load_turn(response.id, 0)
+
+    assert loaded.stored is not None and loaded.stored.response.status == "cancelled"
+    assert store.events_after(response.id, -1) == []
 
 
 def test_store_load_turn_of_a_missing_response_leaves_no_stub(
