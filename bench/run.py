@@ -1,7 +1,8 @@
 """The benchmarks: ``.venv/bin/python -m bench.run [--quick] [--only core|agentic]``.
 
-Starts its own fleet (the machine's Redis at 127.0.0.1:6379 db 14 under a unique key prefix,
-the simulator at zero delay, one gateway process, inference workers with a thread pool), then:
+Starts its own fleets (the machine's Redis at 127.0.0.1:6379 db 14 under a unique key prefix,
+the simulator at zero delay, one gateway process, inference workers with a thread pool: one
+worker per core for (a) and (b), 5 × 200 threads for (c)), then:
 
 (a) ``ttfe``: time to first SSE ``event:`` line of ``POST /v1/responses`` (stream=true) vs time
     to first chunk of the simulator's own ``/v1/chat/completions`` (stream=true), sequentially;
@@ -287,46 +288,68 @@ def main(argv: list[str] | None = None) -> int:
 def run_core(
     args: argparse.Namespace, command: str, outdir: Path
 ) -> tuple[list[tuple[str, str, str, str]], list[str]]:
-    """Sections (a)-(d): their own fleet; (table rows, fleet commands)."""
+    """Sections (a)-(d), each on a fleet sized for it; (table rows, fleet commands).
+
+    (a) and (b) run on one inference worker per core (the deployment this machine calls for;
+    more processes only add idle consumers and GIL contention); (c) needs 1,000 turns running
+    at once, so it runs on 5 workers × 200 threads. (d) is read during (b) and (c).
+    """
     quick = args.quick
 
     n_ttfe = 20 if quick else 200
     tp_clients, tp_seconds, tp_tokens = (10, 3.0, 100) if quick else (50, 15.0, 100)
     st_count, st_directives = (50, "[tokens=10] [delay_ms=200]") if quick else (
         1000, "[tokens=20] [delay_ms=1500]")  # fmt: skip
-    workers, threads = (1, 64) if quick else (5, 200)
+    tp_workers, tp_threads = (1, 64) if quick else (os.cpu_count() or 2, 64)
+    st_workers, st_threads = (1, 64) if quick else (5, 200)
 
-    fleet = Fleet(
-        inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix
-    )
+    def make_fleet(workers: int, threads: int) -> Fleet:
+        return Fleet(
+            inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix
+        )
+
+    def described(fleet: Fleet, workers: int, threads: int) -> dict[str, Any]:
+        return {
+            "commands": {role: shlex.join(a) for role, a in fleet.commands().items()},
+            "key_prefix": fleet.prefix,
+            "inference_workers": workers,
+            "threads_per_worker": threads,
+        }
+
     started = dt.datetime.now(dt.UTC)
+    fleet = make_fleet(tp_workers, tp_threads)
+    streams_fleet = make_fleet(st_workers, st_threads)
     meta: dict[str, Any] = {
         "command": command,
         "date": started.isoformat(timespec="seconds"),
         "machine": machine(),
         "fleet": {
-            "commands": {role: shlex.join(a) for role, a in fleet.commands().items()},
-            "key_prefix": fleet.prefix,
-            "inference_workers": workers,
-            "threads_per_worker": threads,
+            **described(fleet, tp_workers, tp_threads),
+            "streams_fleet": described(streams_fleet, st_workers, st_threads),
             "open_files_limit": raise_nofile(),
         },
     }
     try:
         fleet.start()
-        print(f"fleet up (logs: {fleet.logdir})", flush=True)
+        print(f"fleet for (a), (b) up (logs: {fleet.logdir})", flush=True)
         ttfe = bench_ttfe(fleet, n_ttfe)
         print("ttfe:", json.dumps(ttfe), flush=True)
         write(outdir, "ttfe", ttfe, meta)
         tp, tp_rss = bench_throughput(fleet, tp_clients, tp_seconds, tp_tokens)
         print("throughput:", json.dumps(tp), flush=True)
         write(outdir, "throughput", tp, meta)
-        st, st_rss = bench_streams(fleet, st_count, st_directives)
-        print("streams:", json.dumps(st), flush=True)
-        write(outdir, "streams", st, meta)
     finally:
         fleet.stop()
         print(f"fleet stopped; keys under {fleet.prefix!r} flushed", flush=True)
+    try:
+        streams_fleet.start()
+        print(f"fleet for (c) up (logs: {streams_fleet.logdir})", flush=True)
+        st, st_rss = bench_streams(streams_fleet, st_count, st_directives)
+        print("streams:", json.dumps(st), flush=True)
+        write(outdir, "streams", st, meta)
+    finally:
+        streams_fleet.stop()
+        print(f"fleet stopped; keys under {streams_fleet.prefix!r} flushed", flush=True)
 
     meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     rss = {"throughput": tp_rss.peaks_mb(), "streams": st_rss.peaks_mb()}
@@ -364,7 +387,9 @@ def run_core(
     for role, mb in sorted(roles.items()):
         rows.append((f"(d) peak RSS {role}, during (b)+(c)", f"< {RSS_TARGET_MB:g} MB",
                      f"{mb:g} MB", command))  # fmt: skip
-    fleet_cmds = [f"{role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
+    fleet_cmds = [f"(a), (b) {role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
+    streams_cmds = meta["fleet"]["streams_fleet"]["commands"]
+    fleet_cmds += [f"(c) {role}: {cmd}" for role, cmd in streams_cmds.items()]
     return rows, fleet_cmds
 
 
