@@ -1,11 +1,13 @@
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from app.config import Settings
 from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError
+from app.progress import PROGRESS_INCLUDE
 from app.protocol.items import MessageItem
+from app.protocol.request import Includable
 from app.responses import (
     check_input_items_query,
     create_response,
@@ -97,6 +99,13 @@ def test_parse_request_accepts_openais_include_values_and_the_progress_extension
         "antwort:progress",
     ]
     assert parse_request({"model": "m", "include": include}).include == include
+
+
+def test_includable_is_the_sdks_set_plus_the_progress_extension() -> None:
+    """Checked against the official SDK's ``ResponseIncludable``, not a copy of it."""
+    from openai.types.responses import ResponseIncludable
+
+    assert set(get_args(Includable)) == {*get_args(ResponseIncludable), PROGRESS_INCLUDE}
 
 
 def test_parse_request_refuses_a_body_that_is_not_an_object() -> None:
