@@ -108,7 +108,7 @@ end
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[12]) end
 if ARGV[13] ~= '' then
   redis.call('HSET', KEYS[1], 'started', ARGV[13])
-elseif ARGV[6] ~= 'queued' then
+elseif status == 'queued' and ARGV[6] ~= 'queued' then
   redis.call('HDEL', KEYS[1], 'started')
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'object', ARGV[7])
