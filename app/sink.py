@@ -101,7 +101,6 @@ class EventSink:
         with self._lock:
             self._raise_if_inactive()
             events, self._buffer = self._buffer, []
-            self._last_flush = time.monotonic()
         return events
 
     def flush(self) -> None:

@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -130,8 +131,6 @@ class DirectProbe:
     """
 
     def __init__(self, url: str):
-        import threading
-
         from mcp import Client
 
         self._loop = asyncio.new_event_loop()
