@@ -209,7 +209,7 @@ class TaskBench:
 
     def send(self, response_id: str, call_id: str) -> None:
         """Queue the call's task as the fleet's dispatcher sends a single call's task."""
-        from workers.dispatch import arg_reprs, tool_task_id
+        from workers.dispatch import send_options, tool_task_id
 
         args: list[str | int] = [response_id, call_id]
         self.celery.send_task(
@@ -218,7 +218,7 @@ class TaskBench:
             queue="tools.mcp",
             task_id=tool_task_id(response_id, call_id),
             ignore_result=True,  # the result is read from the store, not from Celery
-            **arg_reprs(args),
+            **send_options(args),
         )
 
     def wait(
