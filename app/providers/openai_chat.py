@@ -20,6 +20,7 @@ from app.providers.chunks import (
     ToolCallDelta,
     UsageReport,
 )
+from app.providers.http11 import lean_mounts
 from app.providers.translate import ModelRequest, build_chat_body
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class ChatCompletionsProvider:
             timeout=timeout or httpx.Timeout(300.0, connect=10.0),
             headers=headers,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            mounts=lean_mounts(),  # plain-HTTP model servers: a cheaper wire per token
         )
 
     def close(self) -> None:

@@ -1,0 +1,192 @@
+"""The lean plain-HTTP transport under httpx, against a real HTTP/1.1 server on loopback."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.providers.http11 import Http11Transport, lean_mounts
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.requests.append((self.client_address[1], self.path, body))
+        if self.path == "/stream":
+            self._chunked([f"data: {i}\n\n".encode() for i in range(5)])
+        elif self.path == "/drop":  # half a body, then the connection is gone
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"5\r\nhello\r\n")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        elif self.path == "/short":  # five bytes of the ten announced
+            self.send_response(200)
+            self.send_header("Content-Length", "10")
+            self.end_headers()
+            self.wfile.write(b"hello")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        elif self.path == "/slow":
+            time.sleep(1.0)
+            self._whole(b"late")
+        elif self.path == "/gzip":
+            self._whole(gzip.compress(b"unpacked"), encoding="gzip")
+        elif self.path == "/close":
+            self._whole(b"bye", close=True)
+        else:
+            self._whole(b"echo:" + body)
+
+    def _chunked(self, parts: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for part in parts:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _whole(self, body: bytes, *, encoding: str | None = None, close: bool = False) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[tuple[int, str, bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(transport=Http11Transport(), timeout=httpx.Timeout(5.0, read=0.3)) as c:
+        yield c
+
+
+def test_http11_streams_a_chunked_body_as_it_arrives(server: _Server, client: httpx.Client) -> None:
+    with client.stream("POST", f"{server.url}/stream", json={"a": 1}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream"
+        assert response.http_version == "HTTP/1.1"
+        chunks = list(response.iter_raw())
+
+    assert b"".join(chunks) == b"".join(f"data: {i}\n\n".encode() for i in range(5))
+    assert len(chunks) == 5  # one per chunked frame, not the body in one piece
+    [(_, path, body)] = server.requests
+    assert (path, body) == ("/stream", b'{"a":1}')
+
+
+def test_http11_reuses_a_connection_once_its_body_was_read(
+    server: _Server, client: httpx.Client
+) -> None:
+    for text in ("one", "two", "three"):
+        assert client.post(f"{server.url}/echo", content=text).text == f"echo:{text}"
+
+    ports = {port for port, _, _ in server.requests}
+    assert len(ports) == 1
+
+
+def test_http11_does_not_reuse_a_connection_whose_body_was_left_unread(
+    server: _Server, client: httpx.Client
+) -> None:
+    with client.stream("POST", f"{server.url}/stream") as response:
+        next(response.iter_raw())
+    assert client.post(f"{server.url}/echo", content="x").text == "echo:x"
+
+    ports = [port for port, _, _ in server.requests]
+    assert ports[0] != ports[1]
+
+
+def test_http11_opens_a_new_connection_after_the_server_closed_one(
+    server: _Server, client: httpx.Client
+) -> None:
+    assert client.post(f"{server.url}/close").text == "bye"
+    assert client.post(f"{server.url}/echo", content="x").text == "echo:x"
+
+    ports = [port for port, _, _ in server.requests]
+    assert ports[0] != ports[1]
+
+
+def test_http11_drops_an_idle_connection_the_server_closed_meanwhile(server: _Server) -> None:
+    transport = Http11Transport()
+    with httpx.Client(transport=transport) as client:
+        assert client.post(f"{server.url}/echo", content="a").text == "echo:a"
+        [[idle]] = transport._idle.values()
+        assert idle.sock is not None
+        idle.sock.shutdown(socket.SHUT_RD)  # reads as EOF, as a server's close would
+        assert client.post(f"{server.url}/echo", content="b").text == "echo:b"
+
+    assert len({port for port, _, _ in server.requests}) == 2
+
+
+def test_http11_maps_failures_to_httpx_exceptions(server: _Server, client: httpx.Client) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        client.post(f"{server.url}/slow")
+    with pytest.raises(httpx.RemoteProtocolError):  # the body broke off mid-frame
+        client.post(f"{server.url}/drop")
+    with pytest.raises(httpx.RemoteProtocolError):  # ... or short of its Content-Length
+        client.post(f"{server.url}/short")
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        client.post(f"http://127.0.0.1:{port}/")
+    with pytest.raises(httpx.UnsupportedProtocol):
+        client.post("https://127.0.0.1/")
+
+
+def test_http11_leaves_content_decoding_to_httpx(server: _Server, client: httpx.Client) -> None:
+    response = client.post(f"{server.url}/gzip")
+
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.content == b"unpacked"
+
+
+def test_lean_mounts_step_aside_for_a_configured_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(lean_mounts()["http://"], Http11Transport)
+
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert lean_mounts() == {}
