@@ -167,10 +167,12 @@ class TaskBench:
         from app.config import Settings
         from app.fleet import make_store
         from workers.celery_app import make_celery
+        from workers.publish import TaskPublisher
 
         self.settings = Settings(redis_url=REDIS_URL, key_prefix=prefix)
         self.store = make_store(self.settings)
         self.celery = make_celery(self.settings)
+        self.publisher = TaskPublisher(self.celery)
         self.url = url
 
     def response_with_calls(self, count: int) -> str:
@@ -208,17 +210,15 @@ class TaskBench:
         return response.id
 
     def send(self, response_id: str, call_id: str) -> None:
-        """Queue the call's task as the fleet's dispatcher sends a single call's task."""
-        from workers.dispatch import send_options, tool_task_id
+        """Queue the call's task as the fleet's dispatcher sends a single call's task (its link to
+        the next turn left out: no inference worker runs here)."""
+        from workers.dispatch import tool_task_id
 
-        args: list[str | int] = [response_id, call_id]
-        self.celery.send_task(
+        self.publisher.publish(
             "tools.run_call",
-            args=args,
-            queue="tools.mcp",
+            [response_id, call_id],
             task_id=tool_task_id(response_id, call_id),
-            ignore_result=True,  # the result is read from the store, not from Celery
-            **send_options(args),
+            queue="tools.mcp",
         )
 
     def wait(

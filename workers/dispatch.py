@@ -9,6 +9,8 @@ from typing import Any
 
 from celery import Celery, chord, signature
 
+from workers.publish import TaskPublisher
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,26 +39,27 @@ def send_options(args: list[str | int]) -> dict[str, Any]:
 
 
 class CeleryDispatcher:
-    """Sends tasks by name, so the sender never imports the task code."""
+    """Sends tasks by name, so the sender never imports the task code.
 
-    def __init__(self, celery: Celery):
+    A turn and a single call are written by :class:`TaskPublisher` (the message ``send_task``
+    would write, for a fraction of its cost); a chord goes through Celery.
+    """
+
+    def __init__(self, celery: Celery, publisher: TaskPublisher | None = None):
         self.celery = celery
+        self.publisher = publisher or TaskPublisher(celery)
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         """Queue a turn on ``inference``."""
         task_id = turn_task_id(response_id, turn)
         if retry:
             task_id += f":r{secrets.token_hex(4)}"
-        args: list[str | int] = [response_id, turn]
-        self.celery.send_task(
+        self.publisher.publish(
             "responses.run_turn",
-            args=args,
+            [response_id, turn],
             task_id=task_id,
             queue="inference",
-            # Nobody waits on a turn's Celery result; without this the sender's result consumer
-            # subscribes to every task's result channel and never lets go (a gateway leak).
-            ignore_result=True,
-            **send_options(args),
+            ignore_result=True,  # nobody waits on a turn's Celery result
         )
 
     def enqueue_tools(
@@ -66,6 +69,28 @@ class CeleryDispatcher:
 
         A single call links the next turn directly.
         """
+        callback = signature(
+            "responses.run_turn",
+            args=[response_id, then_turn],
+            queue="inference",
+            task_id=turn_task_id(response_id, then_turn),
+            immutable=True,
+            app=self.celery,
+            **send_options([response_id, then_turn]),
+        )
+        if len(calls) == 1:
+            # A group of one: its only member links the next turn itself. The chord would be
+            # the same story told through the result backend's bookkeeping (the group's size
+            # stored at the send, every member's result counted and read back at the end).
+            [(call_id, queue)] = calls
+            self.publisher.publish(
+                "tools.run_call",
+                [response_id, call_id],
+                task_id=tool_task_id(response_id, call_id),
+                queue=queue,
+                link=dict(callback),
+            )
+            return
         header = [
             signature(
                 "tools.run_call",
@@ -77,21 +102,6 @@ class CeleryDispatcher:
             )
             for call_id, queue in calls
         ]
-        callback = signature(
-            "responses.run_turn",
-            args=[response_id, then_turn],
-            queue="inference",
-            task_id=turn_task_id(response_id, then_turn),
-            immutable=True,
-            app=self.celery,
-            **send_options([response_id, then_turn]),
-        )
-        if len(header) == 1:
-            # A group of one: its only member links the next turn itself. The chord would be
-            # the same story told through the result backend's bookkeeping (the group's size
-            # stored at the send, every member's result counted and read back at the end).
-            header[0].apply_async(link=callback)
-            return
         chord(header, app=self.celery)(callback)
 
     def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
