@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import json
 import socket
 import threading
 import time
@@ -12,7 +13,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from app.errors import UpstreamError
+from app.providers.chunks import TextDelta
 from app.providers.http11 import Http11Transport, lean_mounts
+from app.providers.openai_chat import ChatCompletionsProvider
+from app.providers.translate import ModelRequest
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -41,6 +46,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"hello")
             self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        elif self.path == "/broken/chat/completions":  # a model that dies mid-answer
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for text in ("Hel", "lo"):
+                event = b"data: %s\n\n" % json.dumps(_chat_chunk(text)).encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
         elif self.path == "/slow":
@@ -73,6 +89,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
+
+
+def _chat_chunk(text: str) -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -181,6 +201,19 @@ def test_http11_leaves_content_decoding_to_httpx(server: _Server, client: httpx.
 
     assert response.headers["content-encoding"] == "gzip"
     assert response.content == b"unpacked"
+
+
+def test_provider_over_http11_reports_a_model_that_broke_off(server: _Server) -> None:
+    provider = ChatCompletionsProvider(base_url=f"{server.url}/broken", max_retries=0)
+    request = ModelRequest(model="m", instructions=None, items=[{"role": "user", "content": "hi"}])
+    received = []
+
+    with pytest.raises(UpstreamError, match="broke off"):
+        for chunk in provider.stream(request):
+            received.append(chunk)
+
+    assert received == [TextDelta(text="Hel"), TextDelta(text="lo")]
+    provider.close()
 
 
 def test_lean_mounts_step_aside_for_a_configured_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
