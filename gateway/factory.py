@@ -36,7 +36,7 @@ def create_app(
         settings=settings,
         store=make_store(settings, client),
         hub=EventHub(client, Keys(settings.key_prefix)),
-        dispatcher=dispatcher or _celery_dispatcher(celery),
+        dispatcher=dispatcher or _celery_dispatcher(celery, client),
         models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
         metrics=metrics.Metrics(),
     )
@@ -57,7 +57,8 @@ def _celery(settings: Settings) -> Any:
     return make_celery(settings)
 
 
-def _celery_dispatcher(celery: Any) -> Any:
+def _celery_dispatcher(celery: Any, client: redis.Redis) -> Any:
     from workers.dispatch import CeleryDispatcher
+    from workers.publish import TaskPublisher
 
-    return CeleryDispatcher(celery)
+    return CeleryDispatcher(celery, TaskPublisher(celery, client))  # sends share the pool

@@ -26,17 +26,24 @@ from typing import Any
 import redis
 from celery import Celery
 
+from app.config import Settings
+from app.fleet import make_redis
+
 _EMPTY_EMBED = {"errbacks": None, "chain": None, "chord": None}
 
 
 class TaskPublisher:
-    """Publishes task messages for ``celery``'s workers through ``client`` (the broker's Redis)."""
+    """Publishes task messages for ``celery``'s workers through a client of the broker's Redis.
+
+    ``client`` defaults to one built as the fleet builds its clients (``make_redis``): a burst of
+    sends beyond its pool waits for a connection instead of failing, as store writes do.
+    """
 
     def __init__(self, celery: Celery, client: redis.Redis | None = None):
         self._celery = celery
         options = celery.conf.broker_transport_options or {}
         self._prefix = str(options.get("global_keyprefix", ""))
-        self._redis = client or redis.Redis.from_url(str(celery.conf.broker_url))
+        self.redis = client or make_redis(Settings(redis_url=str(celery.conf.broker_url)))
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"  # as Celery names a sender
         self._reply_to = str(celery.thread_oid)
 
@@ -94,4 +101,4 @@ class TaskPublisher:
                 "delivery_tag": str(uuid.uuid4()),
             },
         }
-        self._redis.lpush(self._prefix + queue, json.dumps(message))
+        self.redis.lpush(self._prefix + queue, json.dumps(message))

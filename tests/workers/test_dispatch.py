@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+import pytest
 import redis
 from celery import signature
 from celery._state import _task_stack
@@ -13,6 +14,7 @@ from celery._state import _task_stack
 from app.config import Settings
 from workers.celery_app import make_celery
 from workers.dispatch import CeleryDispatcher, send_options
+from workers.publish import TaskPublisher
 
 
 def _messages(client: redis.Redis, key_prefix: str, queue: str) -> list[dict[str, Any]]:
@@ -142,3 +144,18 @@ def test_a_task_sent_by_a_running_task_is_its_child(
     [message] = _messages(redis_client, key_prefix, "inference")
     assert message["headers"]["parent_id"] == "resp_d:t0:infer"
     assert message["headers"]["root_id"] == "resp_d:root"
+
+
+def test_the_publisher_borrows_connections_from_a_blocking_pool_of_the_configured_size(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTWORT_REDIS_MAX_CONNECTIONS", "7")
+    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
+    try:
+        pool = TaskPublisher(celery).redis.connection_pool
+    finally:
+        celery.close()
+
+    # redis-py's default pool raises once 100 connections are out: a burst of sends would fail
+    assert isinstance(pool, redis.BlockingConnectionPool)
+    assert pool.max_connections == 7
