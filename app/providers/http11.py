@@ -177,6 +177,10 @@ class _Body(httpx.SyncByteStream):
 
 
 def _readable(sock: socket.socket) -> bool:
+    if hasattr(select, "poll"):  # any descriptor; select() refuses those past FD_SETSIZE (1024)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
     readable, _, _ = select.select([sock], [], [], 0)
     return bool(readable)
 

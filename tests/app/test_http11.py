@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import os
+import resource
 import socket
 import threading
 import time
@@ -177,6 +179,23 @@ def test_http11_drops_an_idle_connection_the_server_closed_meanwhile(server: _Se
         assert client.post(f"{server.url}/echo", content="b").text == "echo:b"
 
     assert len({port for port, _, _ in server.requests}) == 2
+
+
+def test_http11_reuses_a_connection_whose_descriptor_is_past_1024(
+    server: _Server, client: httpx.Client
+) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2048)), hard))
+    fillers = [os.dup(0) for _ in range(1100)]  # a busy process: the next socket's fd is high
+    try:
+        for text in ("one", "two"):
+            assert client.post(f"{server.url}/echo", content=text).text == f"echo:{text}"
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    assert len({port for port, _, _ in server.requests}) == 1
 
 
 def test_http11_maps_failures_to_httpx_exceptions(server: _Server, client: httpx.Client) -> None:
