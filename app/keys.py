@@ -48,6 +48,10 @@ class Keys:
         """String with TTL: the worker currently running the response's turn."""
         return f"{self.prefix}r:{response_id}:lease"
 
+    def sweep_claim(self, response_id: str) -> str:
+        """String with TTL: one sweeper is re-enqueuing the response's lapsed turn."""
+        return f"{self.lease(response_id)}:sweep"
+
     @property
     def active(self) -> str:
         """Sorted set: active responses by the time their lease lapses (for the sweeper)."""

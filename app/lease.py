@@ -4,7 +4,8 @@ A turn holds a lease (a Redis key with a TTL) while it runs; one thread per proc
 leases of that process's turns. A worker that dies stops renewing; within ``lease_seconds`` the
 sweeper of any other worker sees the lapsed lease of an ``in_progress`` response and enqueues
 that turn again. Celery's own redelivery (the visibility timeout, an hour) would be far slower.
-The lease is taken with ``SET NX``, so two runs of one turn never overlap.
+The lease is taken with ``SET NX``, so two runs of one turn never overlap, by the same script
+that reads the turn (``app/store/lua/load_turn.lua``); renewing and releasing have a script each.
 """
 
 from __future__ import annotations
@@ -18,64 +19,44 @@ from dataclasses import dataclass
 import redis
 
 from app.dispatch import Dispatcher
-from app.store import LOAD_TURN_LUA, LoadedTurn, ResponseStore, loaded_turn
+from app.store import LeaseRequest, OpenedTurn, ResponseStore
+from app.store.scripts import LuaScript, key
+from app.store.status import ResponseStatus
 
 logger = logging.getLogger(__name__)
 
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[3] == '' then
-    redis.call('ZREM', KEYS[2], ARGV[2])
-  else
-    redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
-  end
-  return 1
-end
-return 0
-"""
-# KEYS: lease, active, deliveries, then load_turn's keys. ARGV: token, ttl ms, deadline,
-# response id, "1" to count this delivery, deliveries ttl, then load_turn's argument. Returns
-# {1 when taken, the delivery count (0 when none was counted), what load_turn returned (only
-# when taken)}: the lease and the turn's first read in one step.
-_ACQUIRE = (
-    LOAD_TURN_LUA
-    + """
-local deliveries = 0
-if ARGV[5] == '1' then
-  deliveries = redis.call('INCR', KEYS[3])
-  redis.call('EXPIRE', KEYS[3], ARGV[6])
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  local loaded = load_turn(KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
-  return {1, deliveries, loaded}
-end
-return {0, deliveries}
-"""
-)
+
+Acquired = OpenedTurn
+"""What :meth:`LeaseKeeper.acquire` found: the lease taken, the delivery count, the turn read."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Acquired:
-    """What :meth:`LeaseKeeper.acquire` found."""
+class RenewLeaseCall:
+    """The operands of ``renew_lease.lua``."""
 
-    taken: bool
-    """False while another live run holds the lease."""
-    deliveries: int
-    """The delivery count of the named delivery (0 when none was named)."""
-    loaded: LoadedTurn | None
-    """The turn's first read (:meth:`ResponseStore.load_turn`), when the lease was taken."""
+    lease: str = key()
+    active: str = key()
+    token: str
+    lease_ms: int
+    deadline: float
+    """Epoch seconds: the sweeper's next look, should the lease lapse."""
+    response_id: str
 
 
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  return 1
-end
-return 0
-"""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseLeaseCall:
+    """The operands of ``release_lease.lua``."""
+
+    lease: str = key()
+    active: str = key()
+    token: str
+    response_id: str
+    wait_until: float | None
+    """Epoch seconds until the sweeper's watch goes on (None: the watch ends)."""
+
+
+RENEW_LEASE = LuaScript("renew_lease", RenewLeaseCall)
+RELEASE_LEASE = LuaScript("release_lease", ReleaseLeaseCall)
 
 
 class LeaseKeeper:
@@ -87,9 +68,8 @@ class LeaseKeeper:
         self._held: dict[str, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._acquire = store.redis.register_script(_ACQUIRE)
-        self._release = store.redis.register_script(_RELEASE)
-        self._renew = store.redis.register_script(_RENEW)
+        self._release = store.script(RELEASE_LEASE)
+        self._renew = store.script(RENEW_LEASE)
 
     def acquire(self, response_id: str, turn: int, *, delivery: str | None = None) -> Acquired:
         """Take the response's lease and read ``turn`` (:meth:`ResponseStore.load_turn`).
@@ -98,31 +78,21 @@ class LeaseKeeper:
         named, is counted in the same step.
         """
         token = secrets.token_hex(8)
-        keys = self._store.keys
-        load_keys, load_args = self._store.load_turn_operands(response_id, turn)
-        raw = self._acquire(
-            keys=[
-                keys.lease(response_id),
-                keys.active,
-                keys.deliveries(delivery or response_id),
-                *load_keys,
-            ],
-            args=[
-                token,
-                int(self._lease_seconds * 1000),
-                repr(time.time() + self._lease_seconds),
-                response_id,
-                "0" if delivery is None else "1",
-                self._store.ttl_seconds,
-                *load_args,
-            ],
+        opened = self._store.open_turn(
+            response_id,
+            turn,
+            lease=LeaseRequest(
+                token=token,
+                milliseconds=int(self._lease_seconds * 1000),
+                deadline=time.time() + self._lease_seconds,
+            ),
+            delivery=delivery,
         )
-        if not raw[0]:
-            return Acquired(taken=False, deliveries=int(raw[1]), loaded=None)
-        with self._lock:
-            self._held[response_id] = token
-            self._start_renewer()
-        return Acquired(taken=True, deliveries=int(raw[1]), loaded=loaded_turn(raw[2]))
+        if opened.taken:
+            with self._lock:
+                self._held[response_id] = token
+                self._start_renewer()
+        return opened
 
     def release(self, response_id: str, *, wait_until: float | None = None) -> None:
         """Give the lease back.
@@ -136,9 +106,14 @@ class LeaseKeeper:
             token = self._held.pop(response_id, None)
         if token is not None:
             keys = self._store.keys
-            deadline = "" if wait_until is None else repr(wait_until)
             self._release(
-                keys=[keys.lease(response_id), keys.active], args=[token, response_id, deadline]
+                ReleaseLeaseCall(
+                    lease=keys.lease(response_id),
+                    active=keys.active,
+                    token=token,
+                    response_id=response_id,
+                    wait_until=wait_until,
+                )
             )
 
     def held(self) -> int:
@@ -170,13 +145,14 @@ class LeaseKeeper:
         keys = self._store.keys
         try:
             self._renew(
-                keys=[keys.lease(response_id), keys.active],
-                args=[
-                    token,
-                    int(self._lease_seconds * 1000),
-                    time.time() + self._lease_seconds,
-                    response_id,
-                ],
+                RenewLeaseCall(
+                    lease=keys.lease(response_id),
+                    active=keys.active,
+                    token=token,
+                    lease_ms=int(self._lease_seconds * 1000),
+                    deadline=time.time() + self._lease_seconds,
+                    response_id=response_id,
+                )
             )
         except redis.RedisError:
             logger.warning("could not renew the lease of %s", response_id)
@@ -191,12 +167,13 @@ def sweep(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float)
         response_id = raw.decode() if isinstance(raw, bytes) else str(raw)
         if store.redis.exists(keys.lease(response_id)):
             continue  # renewed in the meantime
-        claim = f"{keys.lease(response_id)}:sweep"
-        if not store.redis.set(claim, "1", nx=True, ex=max(1, int(lease_seconds))):
+        if not store.redis.set(
+            keys.sweep_claim(response_id), "1", nx=True, ex=max(1, int(lease_seconds))
+        ):
             continue  # another sweeper has it
         store.redis.zrem(keys.active, response_id)
         stored = store.load(response_id)
-        if stored is None or stored.response.status != "in_progress":
+        if stored is None or stored.response.status != ResponseStatus.IN_PROGRESS:
             continue
         logger.warning(
             "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id

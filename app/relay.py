@@ -16,7 +16,6 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 
 import redis
 
@@ -24,17 +23,9 @@ from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore, StoredEvent
+from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published
 
 logger = logging.getLogger(__name__)
-
-_END = "end"
-
-
-@dataclass(frozen=True, slots=True)
-class _Message:
-    sequence_number: int
-    type: str
-    data: str
 
 
 class Keepalive:
@@ -54,15 +45,15 @@ class Inbox:
     __slots__ = ("_items", "_ready")
 
     def __init__(self) -> None:
-        self._items: deque[_Message] = deque()
+        self._items: deque[PublishedLine] = deque()
         self._ready = threading.Event()
 
-    def put(self, messages: list[_Message]) -> None:
+    def put(self, messages: list[PublishedLine]) -> None:
         """Deliver the messages of one publish, in order (from the hub's thread)."""
         self._items.extend(messages)
         self._ready.set()
 
-    def get(self, timeout: float) -> _Message:
+    def get(self, timeout: float) -> PublishedLine:
         """The next message; ``queue.Empty`` after ``timeout`` seconds without one."""
         deadline = time.monotonic() + timeout
         while True:
@@ -144,10 +135,7 @@ class EventHub:
             listeners = list(self._listeners.get(response_id, ()))
         if not listeners:
             return
-        messages = []
-        for line in payload.split("\n"):  # the events of one flush, a line each
-            seq, event_type, data = line.split(" ", 2)
-            messages.append(_Message(int(seq), event_type, data))
+        messages = parse_published(payload)  # the events of one flush, a line each
         for inbox in listeners:
             inbox.put(messages)
 
@@ -201,7 +189,7 @@ def _follow_live(
         except queue.Empty:
             yield KEEPALIVE
             message = None
-        if message is None or message.type == _END or message.sequence_number > last + 1:
+        if message is None or message.type == END_EVENT_TYPE or message.sequence_number > last + 1:
             # Quiet, ended, or a gap (pub/sub is best effort): the stream is the truth, and
             # the status says whether to stop (a cancelled response has no terminal event).
             caught_up = store.events_after(response_id, last)

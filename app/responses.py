@@ -24,6 +24,7 @@ from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
+from app.store.status import CANCEL
 from app.tools.catalog import echo_tools
 from app.tools.internal import Registry, load_registry
 from app.tools.mcp.requests import check_approval_responses, prepare_mcp_tools
@@ -337,7 +338,7 @@ def cancel_response(
         if response.status not in ACTIVE_STATUSES:
             return response
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
-        result = store.write(cancelled, expected=ACTIVE_STATUSES, version=stored.version)
+        result = store.write(cancelled, transition=CANCEL, version=stored.version)
         if result.ok:
             pending = [item["call_id"] for item in unanswered_calls(response)]
             dispatcher.revoke_response(response_id, stored.turn, pending)

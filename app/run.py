@@ -54,6 +54,7 @@ from app.replay import ReplayGuard
 from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
 from app.store import LoadedTurn, RedeliveredTooOftenError, ResponseStore
+from app.store.status import COMMIT, FAIL, FINISH
 from app.tools import presenters
 from app.tools.base import ToolResult
 from app.tools.catalog import definitions, model_tools
@@ -149,7 +150,6 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
         guard=ReplayGuard(emitted) if is_rerun else None,
     )
     try:
-        start_response(deps.store, state)
         step = advance(deps, state, sink)
         return apply_step(deps, state, step, events=sink.take())
     except ResponseInactiveError as stopped:
@@ -238,22 +238,6 @@ def load_state(
         start_sequence_number=loaded.start_sequence_number,
         is_rerun=loaded.is_rerun,
     )
-
-
-def start_response(store: ResponseStore, state: RunState) -> None:
-    """``queued → in_progress`` with ``response.in_progress`` (once, however often redelivered).
-
-    The run's first read does this already when the record holds its prepared start (every
-    record created by ``ResponseStore.create`` of a queued response); this covers the others.
-    """
-    if state.response.status != ResponseStatus.QUEUED:
-        return
-    started = state.response.model_copy(update={"status": ResponseStatus.IN_PROGRESS})
-    event = ev.response_event("response.in_progress", started.wire())
-    result = store.write(started, expected=frozenset({"queued"}), events=[event])
-    if not result.ok and result.status != ResponseStatus.IN_PROGRESS:
-        raise ResponseInactiveError(result.status)
-    state.response = started
 
 
 def unanswered_calls(response: ResponseObject) -> list[dict[str, Any]]:
@@ -355,7 +339,7 @@ class _CancelledByModel(Exception):
 def cancel_by_model(store: ResponseStore, state: RunState) -> str:
     """Commit the turn's output with the status ``cancelled`` (no terminal event, as a cancel)."""
     final = state.response.model_copy(update={"status": ResponseStatus.CANCELLED})
-    result = store.write(final, expected=frozenset({"in_progress"}), turn=state.turn)
+    result = store.write(final, transition=FINISH, turn=state.turn)
     return str(final.status) if result.ok else "skipped"
 
 
@@ -411,9 +395,7 @@ def _dispatcher(deps: RunDeps) -> Dispatcher:
 
 def commit(store: ResponseStore, state: RunState, *, events: Sequence[Event] = ()) -> bool:
     """Write the run's progress (with ``events``); the response stays ``in_progress``."""
-    result = store.write(
-        state.response, expected=frozenset({"in_progress"}), turn=state.turn, events=events
-    )
+    result = store.write(state.response, transition=COMMIT, turn=state.turn, events=events)
     return result.ok
 
 
@@ -438,9 +420,7 @@ def finalize(
         assert_never(step)
     final = state.response.model_copy(update=update)
     event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
-    result = store.write(
-        final, expected=frozenset({"in_progress"}), turn=state.turn, events=[*events, event]
-    )
+    result = store.write(final, transition=FINISH, turn=state.turn, events=[*events, event])
     state.finished = result.ok and final.status in TERMINAL_STATUSES
     return str(final.status) if result.ok else "skipped"
 
@@ -461,9 +441,7 @@ def fail_response(store: ResponseStore, response_id: str, *, code: str, message:
             ev.error_event(code=code, message=message),
             ev.response_event("response.failed", failed.wire()),
         ]
-        result = store.write(
-            failed, expected=frozenset(ACTIVE_STATUSES), version=stored.version, events=events
-        )
+        result = store.write(failed, transition=FAIL, version=stored.version, events=events)
         if not result.conflict:
             return result.ok
     return False

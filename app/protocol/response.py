@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ResponseStatus(StrEnum):
-    """Where a response is in its life; see ``app.state`` for the allowed moves."""
+    """Where a response is in its life; ``app.store.status`` holds the allowed moves."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"

@@ -446,14 +446,11 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     assert until is not None and until >= before + settings.tool_timeout_seconds
 
 
-@pytest.mark.parametrize("prepared", [True, False], ids=["started-by-read", "started-by-run"])
 def test_a_run_starts_a_queued_response_once_with_its_event(
-    make_loop: Callable[..., Loop], prepared: bool
+    make_loop: Callable[..., Loop],
 ) -> None:
     loop = make_loop(text("done"))
     rid = loop.create(background=True)
-    if not prepared:  # a record written before its start was prepared at creation
-        loop.store.redis.hdel(loop.store.keys.record(rid), "started")
 
     assert run_turn(loop.leased_deps(), rid, 0) == "completed"
 

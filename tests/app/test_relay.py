@@ -12,6 +12,8 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
 from app.store import ResponseStore, StoredEvent
+from app.store.events import END_LINE
+from app.store.status import CANCEL, FINISH
 from tests.support.responses import stored_response
 
 WAIT = 10.0
@@ -33,7 +35,7 @@ def hub(redis_url: str, key_prefix: str) -> Iterator[EventHub]:
     event_hub.start()
     yield event_hub
     event_hub.stop()
-    client.publish(Keys(key_prefix).channel("wake-up"), "-1 end -")  # ends the hub's wait
+    client.publish(Keys(key_prefix).channel("wake-up"), END_LINE)  # ends the hub's wait
     thread = event_hub._thread
     if thread is not None:
         thread.join(timeout=5)
@@ -51,7 +53,7 @@ def new_response(store: ResponseStore) -> ResponseObject:
 def complete(store: ResponseStore, response: ResponseObject) -> None:
     done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
     event = {"type": "response.completed", "response": done.wire()}
-    assert store.write(done, expected=frozenset({"in_progress"}), events=[event]).ok
+    assert store.write(done, transition=FINISH, events=[event]).ok
 
 
 class Follower:
@@ -217,7 +219,7 @@ def test_follow_events_ends_when_the_response_is_cancelled(
     assert follower.is_running
 
     cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
-    assert store.write(cancelled, expected=frozenset({"in_progress"})).ok
+    assert store.write(cancelled, transition=CANCEL).ok
 
     assert follower.finish() == [0, 1]
 

@@ -10,6 +10,7 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseStatus
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
+from app.store.status import CANCEL
 from tests.support.responses import stored_response
 
 WINDOW = 0.05
@@ -101,7 +102,7 @@ def test_take_after_a_refused_flush_raises(store: ResponseStore) -> None:
     stored = store.load(rid)
     assert stored is not None
     cancelled = stored.response.model_copy(update={"status": ResponseStatus.CANCELLED})
-    assert store.write(cancelled, expected=frozenset({"in_progress"})).ok
+    assert store.write(cancelled, transition=CANCEL).ok
 
     with pytest.raises(ResponseInactiveError):
         sink.emit(delta("a"))  # refused: the response is cancelled

@@ -1,0 +1,45 @@
+"""The response store and event log in Redis.
+
+Scripts (``app/store/lua/``, one file each, run through typed calls: :mod:`app.store.scripts`)
+hold every invariant that spans keys. The parts, by responsibility:
+
+* :mod:`~app.store.records` — response records and their compare-and-set writes: a write
+  checks the status against its transition (:mod:`~app.store.status`, the one status table)
+  and emits its events in the same step, so ``response.completed`` exists exactly when the
+  stored status says ``completed``;
+* :mod:`~app.store.events` — the event log: emit (refused once the response is no longer
+  active, so nothing is emitted after a cancel), stream reads, and the pub/sub line format;
+* :mod:`~app.store.turns` — a run's first read, which marks where its turn's events begin and
+  starts a queued response, together with the lease (``app.lease``) when one is asked for;
+* :mod:`~app.store.tool_calls` — tool results and the claims on calls;
+* :mod:`~app.store.fleet` — delivery counts and worker heartbeats.
+
+:class:`ResponseStore` is all of them over one client. The keyspace is :mod:`app.keys`.
+"""
+
+from __future__ import annotations
+
+from app.store.events import EmitResult, EventLog, ExpiredCursorError, StoredEvent
+from app.store.fleet import Fleet, RedeliveredTooOftenError
+from app.store.records import Records, StoredResponse, WriteResult
+from app.store.tool_calls import ClaimOutcome, OpenedCall, ToolCalls
+from app.store.turns import LeaseRequest, LoadedTurn, OpenedTurn, Turns
+
+__all__ = [
+    "ClaimOutcome",
+    "EmitResult",
+    "ExpiredCursorError",
+    "LeaseRequest",
+    "LoadedTurn",
+    "OpenedCall",
+    "OpenedTurn",
+    "RedeliveredTooOftenError",
+    "ResponseStore",
+    "StoredEvent",
+    "StoredResponse",
+    "WriteResult",
+]
+
+
+class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet):
+    """Responses, their input items and their event logs, in one Redis database."""

@@ -1,0 +1,45 @@
+"""What every part of the store shares: the client, the keyspace, the lifetimes, the scripts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from app.keys import Keys
+from app.store.scripts import BoundScript, LuaScript
+
+if TYPE_CHECKING:
+    from app.store.scripts import CallT
+
+
+class StoreBase:
+    """The state the store's parts share; :class:`app.store.ResponseStore` is all of them."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        keys: Keys,
+        ttl_seconds: int,
+        unstored_ttl_seconds: int = 300,
+        stream_maxlen: int = 20_000,
+    ):
+        self.redis = client
+        self.keys = keys
+        self.ttl_seconds = ttl_seconds
+        self.unstored_ttl_seconds = unstored_ttl_seconds
+        self.stream_maxlen = stream_maxlen
+        self._scripts: dict[str, BoundScript[Any]] = {}
+
+    def script(self, script: LuaScript[CallT]) -> BoundScript[CallT]:
+        """``script`` registered with this store's client (once)."""
+        bound = self._scripts.get(script.name)
+        if bound is None:
+            bound = self._scripts[script.name] = script.bind(self.redis)
+        return bound
+
+
+def text(raw: bytes | str) -> str:
+    """A Redis reply as text."""
+    return raw.decode() if isinstance(raw, bytes) else raw

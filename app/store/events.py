@@ -1,0 +1,214 @@
+"""The event log: each response's events in a bounded stream, published live as they go.
+
+``emit.lua`` assigns ``sequence_number`` (INCR), appends to the response's stream (XADD) and
+publishes (PUBLISH) — and refuses once the response is no longer active, so nothing is emitted
+after a cancel. Writes of the record emit their events the same way (``write.lua``).
+
+The events of one script call are published as one pub/sub message, one line each, so a
+gateway takes one message per flush rather than one per event. The line format, written by
+``lua/include/events.lua`` and read by ``app.relay``, is defined here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import InvalidRequestError
+from app.protocol.events import Event
+from app.store.base import StoreBase, text
+from app.store.scripts import LuaScript, counted, key
+from app.store.status import ACTIVE_STATUSES, ResponseStatus, packed
+
+LINE_SEPARATOR = "\n"
+"""Between the lines of one published message (event JSON is one line)."""
+LINE_FIELD_SEPARATOR = " "
+"""Between a line's fields: ``<sequence_number> <type> <json>``."""
+END_EVENT_TYPE = "end"
+"""The type of the line published when a response ends (or is deleted)."""
+END_LINE = f"-1{LINE_FIELD_SEPARATOR}{END_EVENT_TYPE}{LINE_FIELD_SEPARATOR}-"
+"""That line in full: no event, only the news that none will follow."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedLine:
+    """One line of a published message."""
+
+    sequence_number: int
+    type: str
+    data: str
+
+
+def parse_published(payload: str) -> list[PublishedLine]:
+    """The lines of one published message, in order."""
+    lines = []
+    for line in payload.split(LINE_SEPARATOR):
+        seq, event_type, data = line.split(LINE_FIELD_SEPARATOR, 2)
+        lines.append(PublishedLine(sequence_number=int(seq), type=event_type, data=data))
+    return lines
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEvent:
+    """One event of a response's log."""
+
+    sequence_number: int
+    type: str
+    data: str
+    """The event as one line of JSON, ``sequence_number`` included."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmitResult:
+    """What an emit did: the last sequence number, or why nothing was emitted."""
+
+    last_sequence_number: int
+    status: str
+
+    @property
+    def refused(self) -> bool:
+        """The response is no longer active (cancelled, finished or deleted)."""
+        return self.last_sequence_number < 0 and self.status not in ACTIVE_STATUSES
+
+
+class ExpiredCursorError(InvalidRequestError):
+    """The events after ``starting_after`` are no longer all in the log."""
+
+    default_code = "cursor_expired"
+
+    def __init__(
+        self, message: str, *, param: str | None = "starting_after", code: str | None = None
+    ):
+        super().__init__(message, param=param, code=code)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncodedEvents:
+    """Events as the scripts take them: types, and each event's JSON up to its sequence number.
+
+    A script completes each JSON prefix with the number it assigns and the closing brace.
+    """
+
+    types: tuple[str, ...]
+    json_prefixes: tuple[str, ...]
+
+
+_SEQUENCE_NUMBER_FIELD = ',"sequence_number":'
+
+
+def encode_events(events: Iterable[Event]) -> EncodedEvents:
+    """``events`` for a script that emits them."""
+    types: list[str] = []
+    prefixes: list[str] = []
+    for event in events:
+        types.append(event["type"])
+        body = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        prefixes.append(body[:-1] + _SEQUENCE_NUMBER_FIELD)  # drops the closing brace
+    return EncodedEvents(types=tuple(types), json_prefixes=tuple(prefixes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmitCall:
+    """The operands of ``emit.lua``."""
+
+    record: str = key()
+    sequence: str = key()
+    stream: str = key()
+    channel: str
+    maxlen: int
+    ttl: int
+    active_statuses: str
+    """Packed (:func:`app.store.status.packed`)."""
+    event_types: tuple[str, ...] = counted()
+    event_json_prefixes: tuple[str, ...] = counted()
+
+
+EMIT = LuaScript("emit", EmitCall)
+_ACTIVE = packed(ACTIVE_STATUSES)
+
+
+class EventLog(StoreBase):
+    """Emitting a response's events and reading them back."""
+
+    def emit(self, response_id: str, events: Sequence[Event]) -> EmitResult:
+        """Append events to an active response's log; refused once it is no longer active."""
+        if not events:
+            return EmitResult(last_sequence_number=-1, status=ResponseStatus.IN_PROGRESS)
+        encoded = encode_events(events)
+        last, status = self.script(EMIT)(
+            EmitCall(
+                record=self.keys.record(response_id),
+                sequence=self.keys.sequence(response_id),
+                stream=self.keys.events(response_id),
+                channel=self.keys.channel(response_id),
+                maxlen=self.stream_maxlen,
+                ttl=self.ttl_seconds,
+                active_statuses=_ACTIVE,
+                event_types=encoded.types,
+                event_json_prefixes=encoded.json_prefixes,
+            )
+        )
+        return EmitResult(last_sequence_number=int(last), status=text(status))
+
+    def events_after(self, response_id: str, after: int, *, count: int = 1000) -> list[StoredEvent]:
+        """Events with ``sequence_number > after``, oldest first (at most ``count``).
+
+        Raises:
+            ExpiredCursorError: when trimming removed events the caller has not seen.
+        """
+        key = self.keys.events(response_id)
+        entries: list[Any] = (
+            self.redis.xrange(key, min=f"1-{after + 1}", max="+", count=count) or []
+        )
+        return self._checked_events(response_id, after, entries)
+
+    def events_and_status(
+        self, response_id: str, after: int, *, count: int = 1000
+    ) -> tuple[list[StoredEvent], str | None]:
+        """:meth:`events_after`, then the stored status, in one round trip (a relay's start).
+
+        Raises:
+            ExpiredCursorError: when trimming removed events the caller has not seen.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrange(self.keys.events(response_id), min=f"1-{after + 1}", max="+", count=count)
+        pipe.hget(self.keys.record(response_id), "status")
+        entries, status = pipe.execute()
+        events = self._checked_events(response_id, after, entries or [])
+        return events, None if status is None else text(status)
+
+    def _checked_events(
+        self, response_id: str, after: int, entries: list[Any]
+    ) -> list[StoredEvent]:
+        key = self.keys.events(response_id)
+        if after >= 0:
+            first: list[Any] = entries[:1] or self.redis.xrange(key, count=1) or []
+            if first and _sequence_of(first[0][0]) > after + 1:
+                raise ExpiredCursorError(_expired_message(response_id, after))
+        return [_stored_event(entry_id, fields) for entry_id, fields in entries]
+
+    def last_sequence_number(self, response_id: str) -> int:
+        """The highest sequence number assigned so far (-1: none)."""
+        raw = self.redis.get(self.keys.sequence(response_id))
+        return int(raw) - 1 if raw is not None else -1
+
+
+def _expired_message(response_id: str, after: int) -> str:
+    return (
+        f"Events of response '{response_id}' after sequence_number {after} are no longer "
+        "available; retrieve the response instead."
+    )
+
+
+def _sequence_of(entry_id: bytes | str) -> int:
+    return int(text(entry_id).split("-")[1])
+
+
+def _stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
+    return StoredEvent(
+        sequence_number=_sequence_of(entry_id),
+        type=fields[b"t"].decode(),
+        data=fields[b"d"].decode(),
+    )

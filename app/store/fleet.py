@@ -1,0 +1,38 @@
+"""Fleet bookkeeping: how often a task was delivered, and which workers are alive."""
+
+from __future__ import annotations
+
+import time
+
+from app.store.base import StoreBase
+
+
+class RedeliveredTooOftenError(Exception):
+    """A task was delivered more often than ``max_task_deliveries``: it kills its worker."""
+
+    def __init__(self, deliveries: int):
+        super().__init__(f"delivered {deliveries} times")
+        self.deliveries = deliveries
+
+
+class Fleet(StoreBase):
+    """Delivery counts and worker heartbeats."""
+
+    def count_delivery(self, task_id: str) -> int:
+        """Count one more delivery of a task; the count lives as long as a response."""
+        key = self.keys.deliveries(task_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, self.ttl_seconds)
+        count, _ = pipe.execute()
+        return int(count)
+
+    def heartbeat_worker(self, queue: str, hostname: str) -> None:
+        """Mark a worker on ``queue`` alive now."""
+        self.redis.zadd(self.keys.workers(queue), {hostname: time.time()})
+
+    def live_workers(self, queue: str, *, within_seconds: float = 30.0) -> int:
+        """How many workers on ``queue`` sent a heartbeat recently."""
+        return int(
+            self.redis.zcount(self.keys.workers(queue), time.time() - within_seconds, "+inf")
+        )

@@ -1,0 +1,31 @@
+-- Appending to a response's event log (included by every script that emits events).
+-- The published form is app/store/events.py's line format: one line per event,
+-- `<sequence_number> <type> <json>`, the lines of one script call in one message.
+
+-- Assigns the next sequence number, completes the event's JSON with it (the JSON prefix ends
+-- right before the sequence number's value), adds the event to the stream (entry id
+-- 1-<sequence_number>) and its line to `lines`. Returns the sequence number.
+local function append(sequence, stream, maxlen, event_type, json_prefix, lines)
+  local seq = redis.call('INCR', sequence) - 1
+  local json = json_prefix .. seq .. '}'
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', json)
+  lines[#lines + 1] = seq .. ' ' .. event_type .. ' ' .. json
+  return seq
+end
+
+-- Appends every event (`types[i]`, `json_prefixes[i]`) and renews the log's time to live.
+-- Returns the last sequence number (-1: no event).
+local function append_all(sequence, stream, maxlen, ttl, types, json_prefixes, lines)
+  local last = -1
+  for i = 1, #types do
+    last = append(sequence, stream, maxlen, types[i], json_prefixes[i], lines)
+  end
+  redis.call('EXPIRE', sequence, ttl)
+  redis.call('EXPIRE', stream, ttl)
+  return last
+end
+
+-- Publishes the lines of one call as one message (none when there are none).
+local function publish(channel, lines)
+  if #lines > 0 then redis.call('PUBLISH', channel, table.concat(lines, '\n')) end
+end

@@ -1,0 +1,76 @@
+-- A run's first step, in one round trip: count the task's delivery (optional), take the
+-- response's lease (optional), and read the turn.
+--
+-- The lease is taken with SET NX (two runs of one turn never overlap) and puts the response
+-- under the sweeper's watch until `lease_deadline`. When the lease is held elsewhere nothing
+-- is read. The read: the record, its input items, and where the turn's events begin — the last
+-- sequence number when the turn first started (a re-run finds the mark of the first run). The
+-- mark is only set on a record that exists: a deleted one is not brought back as a stub. A
+-- record in a status the start moves from is started on the way: the object its creator stored
+-- for that moment (`started`) becomes the object, with the start event after the mark.
+--
+-- Returns {1 when the lease was taken (or none was asked for), the delivery count (0: none
+-- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run}}.
+--- @include operands
+--- @include events
+local record = KEYS[1]
+local inputs_key = KEYS[2]
+local sequence = KEYS[3]
+local stream = KEYS[4]
+local lease = KEYS[5]
+local active = KEYS[6]
+local deliveries = KEYS[7]
+local turn_field = ARGV[1]
+local channel = ARGV[2]
+local maxlen = ARGV[3]
+local ttl = ARGV[4]
+local start_sources = ARGV[5]
+local start_target = ARGV[6]
+local start_event_type = ARGV[7]
+local lease_token = ARGV[8]
+local lease_ms = ARGV[9]
+local lease_deadline = ARGV[10]
+local response_id = ARGV[11]
+local counts_delivery = ARGV[12]
+
+local function start(fields)
+  local started = fields[6]
+  redis.call('HSET', record, 'status', start_target, 'object', started)
+  redis.call('HDEL', record, 'started')
+  fields[1] = started
+  fields[2] = redis.call('HINCRBY', record, 'ver', 1)
+  local lines = {}
+  -- The event as app/protocol/events.py's response_event writes it.
+  local json_prefix = '{"type":"' .. start_event_type .. '","response":' .. started
+    .. ',"sequence_number":'
+  append_all(sequence, stream, maxlen, ttl, {start_event_type}, {json_prefix}, lines)
+  publish(channel, lines)
+end
+
+local function load_turn()
+  local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started')
+  local inputs = redis.call('LRANGE', inputs_key, 0, -1)
+  if not fields[1] then return {{fields[1], fields[2], fields[3], fields[4]}, inputs, -1, 0} end
+  local raw = redis.call('GET', sequence)
+  local last = -1
+  if raw then last = tonumber(raw) - 1 end
+  local mark, rerun = last, 0
+  if redis.call('HSETNX', record, turn_field, last) == 0 then
+    mark, rerun = tonumber(redis.call('HGET', record, turn_field)) or last, 1
+  end
+  if has_status(start_sources, fields[5]) and fields[6] then start(fields) end
+  return {{fields[1], fields[2], fields[3], fields[4]}, inputs, mark, rerun}
+end
+
+local delivery_count = 0
+if counts_delivery == '1' then
+  delivery_count = redis.call('INCR', deliveries)
+  redis.call('EXPIRE', deliveries, ttl)
+end
+if lease_token ~= '' then
+  if not redis.call('SET', lease, lease_token, 'NX', 'PX', lease_ms) then
+    return {0, delivery_count}
+  end
+  redis.call('ZADD', active, lease_deadline, response_id)
+end
+return {1, delivery_count, load_turn()}

@@ -1,0 +1,72 @@
+-- The compare-and-set write of a response record, with the events that go with it.
+-- Checks the record's status (one of the transition's sources; for a create: no record yet)
+-- and optionally its version, then writes the record and emits the events in the same step,
+-- so `response.completed` exists exactly when the stored status says `completed`. A create
+-- stores the input items too. A terminal write sets the inputs' time to live, frees the
+-- response's lease (no run of it is needed any more) and publishes the end line.
+-- Returns {the new version, the new status, the last sequence number}, or when refused
+-- {-1 (status), -2 (no record) or -3 (version moved), the stored status, -1}.
+--- @include operands
+--- @include events
+local record = KEYS[1]
+local sequence = KEYS[2]
+local stream = KEYS[3]
+local inputs_key = KEYS[4]
+local lease = KEYS[5]
+local active = KEYS[6]
+local channel = ARGV[1]
+local maxlen = ARGV[2]
+local ttl = ARGV[3]
+local is_create = ARGV[4]
+local source_statuses = ARGV[5]
+local expected_version = ARGV[6]
+local new_status = ARGV[7]
+local object = ARGV[8]
+local turn = ARGV[9]
+local extra = ARGV[10]
+local started = ARGV[11]
+local is_terminal = ARGV[12]
+local end_line = ARGV[13]
+local response_id = ARGV[14]
+local inputs, at = counted_list(15)
+local event_types, at = counted_list(at)
+local event_json_prefixes = counted_list(at)
+
+local status = redis.call('HGET', record, 'status')
+if is_create == '1' then
+  if status then return {-1, status, -1} end
+else
+  if not status then return {-2, '', -1} end
+  if not has_status(source_statuses, status) then return {-1, status, -1} end
+  if expected_version ~= '' and redis.call('HGET', record, 'ver') ~= expected_version then
+    return {-3, status, -1}
+  end
+end
+if is_create == '1' then
+  redis.call('DEL', inputs_key)
+  for i = 1, #inputs, 1000 do
+    redis.call('RPUSH', inputs_key, unpack(inputs, i, math.min(i + 999, #inputs)))
+  end
+  redis.call('EXPIRE', inputs_key, ttl)
+end
+if extra ~= '' then redis.call('HSET', record, 'extra', extra) end
+-- `started` (the object as the first run starts it) lives from the create to the first write.
+if started ~= '' then
+  redis.call('HSET', record, 'started', started)
+else
+  redis.call('HDEL', record, 'started')
+end
+redis.call('HSET', record, 'status', new_status, 'object', object)
+local ver = redis.call('HINCRBY', record, 'ver', 1)
+if turn ~= '' then redis.call('HSET', record, 'turn', turn) end
+redis.call('EXPIRE', record, ttl)
+local lines = {}
+local last = append_all(sequence, stream, maxlen, ttl, event_types, event_json_prefixes, lines)
+if is_terminal == '1' then
+  redis.call('EXPIRE', inputs_key, ttl)
+  redis.call('DEL', lease)
+  redis.call('ZREM', active, response_id)
+  lines[#lines + 1] = end_line
+end
+publish(channel, lines)
+return {ver, new_status, last}

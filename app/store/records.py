@@ -1,0 +1,276 @@
+"""Response records and their compare-and-set writes.
+
+A record is a hash (``Keys.record``): the response object, its status, a version bumped by
+every write, the committed turn count and the request's ``extra`` fields, with the response's
+input items in a list beside it. ``write.lua`` is the one way to change a record: it checks the
+status against the write's :class:`~app.store.status.Transition` (and optionally the version)
+and emits the write's events in the same step. Deletion removes record, inputs, events,
+counters and tool results together.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import NotFoundError
+from app.protocol.events import Event
+from app.protocol.response import ResponseObject
+from app.store.base import StoreBase, text
+from app.store.events import END_LINE, encode_events
+from app.store.scripts import LuaScript, counted, key
+from app.store.status import START, TERMINAL_STATUSES, Transition, packed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResponse:
+    """A response record as read from Redis."""
+
+    response: ResponseObject
+    """The response object clients see."""
+    version: int
+    """Bumped by every write; the compare-and-set token."""
+    turn: int
+    """Model turns committed so far."""
+    extra: dict[str, Any]
+    """Request fields that are not part of the response object (``include``, ``user`` …)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteResult:
+    """What a compare-and-set write did."""
+
+    ok: bool
+    status: str
+    """The status now stored (the new one when ``ok``, else the one that blocked the write)."""
+    conflict: bool = False
+    """The version moved under us: reload and try again."""
+
+
+RECORD_FIELDS = ("object", "ver", "turn", "extra")
+"""The record's fields that make a :class:`StoredResponse`, in :func:`stored_response`'s order."""
+
+
+def stored_response(fields: Sequence[Any]) -> StoredResponse | None:
+    """A record's :data:`RECORD_FIELDS` as read by HMGET; None when there is no record."""
+    raw, ver, turn, extra = fields
+    if raw is None:
+        return None
+    return StoredResponse(
+        response=ResponseObject.model_validate_json(raw),
+        version=int(ver or 0),
+        turn=int(turn or 0),
+        extra=json.loads(extra) if extra else {},
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteCall:
+    """The operands of ``write.lua``."""
+
+    record: str = key()
+    sequence: str = key()
+    stream: str = key()
+    inputs_key: str = key()
+    lease: str = key()
+    active: str = key()
+    channel: str
+    maxlen: int
+    ttl: int
+    """Of the record, its inputs and its events."""
+    is_create: bool
+    """The record must not exist yet."""
+    source_statuses: str
+    """Packed: the statuses the record must have now (ignored by a create)."""
+    expected_version: int | None
+    new_status: str
+    object: str
+    turn: int | None
+    """New count of committed turns (None: unchanged)."""
+    extra: str
+    """``extra`` as JSON ("": unchanged)."""
+    started: str
+    """The object as its first run will start it ("": none)."""
+    is_terminal: bool
+    end_line: str
+    response_id: str
+    inputs: tuple[str, ...] = counted()
+    """Stored by a create."""
+    event_types: tuple[str, ...] = counted()
+    event_json_prefixes: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetExtraCall:
+    """The operands of ``set_extra.lua``."""
+
+    record: str = key()
+    extra: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _NewRecord:
+    """What a response's create stores beside the object."""
+
+    inputs: tuple[str, ...]
+    extra: str
+    started: str
+
+
+WRITE = LuaScript("write", WriteCall)
+SET_EXTRA = LuaScript("set_extra", SetExtraCall)
+_CREATED = ""  # a create checks no source status (the record must not exist)
+
+
+class Records(StoreBase):
+    """Creating, writing, reading and deleting response records."""
+
+    def create(
+        self,
+        response: ResponseObject,
+        *,
+        inputs: Sequence[dict[str, Any]],
+        extra: dict[str, Any],
+        events: Sequence[Event],
+    ) -> None:
+        """Store a new response with its input items and emit its first events (one script).
+
+        A ``queued`` response is stored with the object its first run starts it as
+        (``in_progress``): the run's first read makes that move (``load_turn.lua``).
+        """
+        result = self._put(
+            response,
+            source=None,
+            events=events,
+            new=_NewRecord(
+                inputs=tuple(json.dumps(item) for item in inputs),
+                extra=json.dumps(extra),
+                started=_started(response),
+            ),
+        )
+        if not result.ok:  # ids are random; a clash is a bug
+            raise RuntimeError(f"response {response.id} already exists")
+
+    def write(
+        self,
+        response: ResponseObject,
+        *,
+        transition: Transition,
+        version: int | None = None,
+        turn: int | None = None,
+        events: Sequence[Event] = (),
+    ) -> WriteResult:
+        """Compare-and-set the record; emit ``events`` with the write, atomically.
+
+        Args:
+            response: The new response object (its ``status`` is the status written).
+            transition: The move this write makes; the record must have one of its sources.
+            version: The version the record must have now (``None``: any).
+            turn: New count of committed turns (``None``: unchanged).
+            events: Events emitted only if the write happens.
+
+        Raises:
+            ValueError: ``transition`` is not a write's, or does not lead to the response's
+                status (a bug, not a race).
+        """
+        if not transition.is_write:
+            raise ValueError(f"no write makes the {transition.name} transition")
+        if response.status not in transition.target:
+            raise ValueError(f"a {transition.name} write cannot store {response.status}")
+        return self._put(response, source=transition, version=version, turn=turn, events=events)
+
+    def _put(
+        self,
+        response: ResponseObject,
+        *,
+        source: Transition | None,
+        events: Sequence[Event],
+        version: int | None = None,
+        turn: int | None = None,
+        new: _NewRecord | None = None,
+    ) -> WriteResult:
+        """A write after ``source``'s statuses, or (``source=None``) the create of ``new``."""
+        new = new or _NewRecord(inputs=(), extra="", started="")
+        rid = response.id
+        is_terminal = response.status in TERMINAL_STATUSES
+        ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
+        encoded = encode_events(events)
+        code, now_status, _last = self.script(WRITE)(
+            WriteCall(
+                record=self.keys.record(rid),
+                sequence=self.keys.sequence(rid),
+                stream=self.keys.events(rid),
+                inputs_key=self.keys.inputs(rid),
+                lease=self.keys.lease(rid),
+                active=self.keys.active,
+                channel=self.keys.channel(rid),
+                maxlen=self.stream_maxlen,
+                ttl=ttl,
+                is_create=source is None,
+                source_statuses=_CREATED if source is None else packed(source.source),
+                expected_version=version,
+                new_status=response.status,
+                object=response.model_dump_json(),
+                turn=turn,
+                extra=new.extra,
+                started=new.started,
+                is_terminal=is_terminal,
+                end_line=END_LINE,
+                response_id=rid,
+                inputs=new.inputs,
+                event_types=encoded.types,
+                event_json_prefixes=encoded.json_prefixes,
+            )
+        )
+        return WriteResult(ok=code > 0, status=text(now_status), conflict=code == -3)
+
+    def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
+        """Replace the request's ``extra`` fields (no-op once the response is gone)."""
+        self.script(SET_EXTRA)(
+            SetExtraCall(record=self.keys.record(response_id), extra=json.dumps(extra))
+        )
+
+    def delete(self, response_id: str) -> bool:
+        """Remove a response, its input items and its events; False if it did not exist."""
+        removed = self.redis.delete(
+            self.keys.record(response_id),
+            self.keys.inputs(response_id),
+            self.keys.events(response_id),
+            self.keys.sequence(response_id),
+            self.keys.lease(response_id),
+            self.keys.tool_results(response_id),
+        )
+        self.redis.zrem(self.keys.active, response_id)
+        if removed:
+            self.redis.publish(self.keys.channel(response_id), END_LINE)
+        return bool(removed)
+
+    def load(self, response_id: str) -> StoredResponse | None:
+        """The record, or None when unknown, expired or deleted."""
+        return stored_response(self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS))
+
+    def get(self, response_id: str) -> StoredResponse:
+        """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
+        stored = self.load(response_id)
+        if stored is None:
+            raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        return stored
+
+    def status(self, response_id: str) -> str | None:
+        """The stored status alone (cheap)."""
+        raw = self.redis.hget(self.keys.record(response_id), "status")
+        return None if raw is None else text(raw)
+
+    def inputs(self, response_id: str) -> list[dict[str, Any]]:
+        """The response's own input items, in order."""
+        return [json.loads(raw) for raw in self.redis.lrange(self.keys.inputs(response_id), 0, -1)]
+
+
+def _started(response: ResponseObject) -> str:
+    """A queued response's object as its first run starts it (:data:`START`; "": not queued)."""
+    if response.status not in START.source:
+        return ""
+    [status] = START.target
+    return response.model_copy(update={"status": status}).model_dump_json()

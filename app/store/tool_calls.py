@@ -1,0 +1,182 @@
+"""Tool results and the claims that keep a call from running twice at once.
+
+``open_tool_call.lua`` claims a tool call only while its response is active and no result is
+stored; ``finish_tool_call.lua`` stores the result only while the response is still active (a
+result that arrives after a cancel is discarded) and gives the claim back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.store.base import StoreBase, text
+from app.store.records import StoredResponse, stored_response
+from app.store.scripts import LuaScript, key
+from app.store.status import ACTIVE_STATUSES, packed
+
+ClaimOutcome = Literal["held", "claimed", "stored", "inactive"]
+_CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored", "inactive")
+_ACTIVE = packed(ACTIVE_STATUSES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenedCall:
+    """What a tool task reads first (:meth:`ToolCalls.open_tool_call`)."""
+
+    deliveries: int
+    """This delivery's count (0 when none was counted)."""
+    claim: ClaimOutcome
+    """``claimed`` by this delivery; ``held`` by another; ``stored``: its result is in already;
+    ``inactive``: the response is gone or no longer active."""
+    stored: StoredResponse | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenCallCall:
+    """The operands of ``open_tool_call.lua``."""
+
+    record: str = key()
+    results: str = key()
+    claim: str = key()
+    deliveries: str = key()
+    token: str
+    claim_ms: int
+    deliveries_ttl: int
+    counts_delivery: bool
+    active_statuses: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishCallCall:
+    """The operands of ``finish_tool_call.lua``."""
+
+    record: str = key()
+    results: str = key()
+    claim: str = key()
+    result_json: str
+    ttl: int
+    token: str
+    active_statuses: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtendClaimCall:
+    """The operands of ``extend_tool_claim.lua``."""
+
+    claim: str = key()
+    token: str
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseClaimCall:
+    """The operands of ``release_tool_claim.lua``."""
+
+    claim: str = key()
+    token: str
+
+
+OPEN_TOOL_CALL = LuaScript("open_tool_call", OpenCallCall)
+FINISH_TOOL_CALL = LuaScript("finish_tool_call", FinishCallCall)
+EXTEND_TOOL_CLAIM = LuaScript("extend_tool_claim", ExtendClaimCall)
+RELEASE_TOOL_CLAIM = LuaScript("release_tool_claim", ReleaseClaimCall)
+
+
+class ToolCalls(StoreBase):
+    """Claiming tool calls and storing their results."""
+
+    def tool_results(self, response_id: str, call_ids: Sequence[str]) -> list[str | None]:
+        """Stored results of the calls, None where a call has none yet."""
+        if not call_ids:
+            return []
+        raw = self.redis.hmget(self.keys.tool_results(response_id), list(call_ids))
+        return [None if value is None else text(value) for value in raw]
+
+    def has_tool_result(self, response_id: str, call_id: str) -> bool:
+        """Whether the call's result is stored."""
+        return bool(self.redis.hexists(self.keys.tool_results(response_id), call_id))
+
+    def open_tool_call(
+        self,
+        response_id: str,
+        call_id: str,
+        *,
+        token: str,
+        claim_seconds: float,
+        delivery: str | None = None,
+    ) -> OpenedCall:
+        """Everything a tool task does first, in one step.
+
+        Counts the delivery (when ``delivery`` names the task delivery to count), reads the
+        record, and claims the call's execution for ``claim_seconds`` under ``token`` unless
+        its result is stored already, the response is no longer active, or another delivery
+        holds the claim. The claim lapses after its time (the tool's deadline plus a grace), so
+        a delivery that died mid-call blocks the call no longer than the call could have run.
+        """
+        deliveries, claim, fields = self.script(OPEN_TOOL_CALL)(
+            OpenCallCall(
+                record=self.keys.record(response_id),
+                results=self.keys.tool_results(response_id),
+                claim=self.keys.tool_claim(response_id, call_id),
+                deliveries=self.keys.deliveries(delivery or ""),
+                token=token,
+                claim_ms=max(1, int(claim_seconds * 1000)),
+                deliveries_ttl=self.ttl_seconds,
+                counts_delivery=delivery is not None,
+                active_statuses=_ACTIVE,
+                call_id=call_id,
+            )
+        )
+        return OpenedCall(
+            deliveries=int(deliveries),
+            claim=_CLAIM_OUTCOMES[int(claim)],
+            stored=stored_response(fields[:4]),
+        )
+
+    def extend_tool_claim(
+        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
+    ) -> None:
+        """Set a claim we hold to lapse ``ttl_seconds`` from now."""
+        self.script(EXTEND_TOOL_CLAIM)(
+            ExtendClaimCall(
+                claim=self.keys.tool_claim(response_id, call_id),
+                token=token,
+                ttl_ms=max(1, int(ttl_seconds * 1000)),
+            )
+        )
+
+    def finish_tool_call(
+        self, response_id: str, call_id: str, result_json: str, *, token: str
+    ) -> bool:
+        """Store a claimed call's result and give the claim back, in one step.
+
+        Returns False when nothing was stored: the response is no longer active (a result that
+        arrives after a cancel is discarded) or a result was stored already.
+        """
+        stored, _status = self.script(FINISH_TOOL_CALL)(
+            FinishCallCall(
+                record=self.keys.record(response_id),
+                results=self.keys.tool_results(response_id),
+                claim=self.keys.tool_claim(response_id, call_id),
+                result_json=result_json,
+                ttl=self.ttl_seconds,
+                token=token,
+                active_statuses=_ACTIVE,
+                call_id=call_id,
+            )
+        )
+        return bool(stored)
+
+    def release_tool_claim(self, response_id: str, call_id: str, *, token: str) -> None:
+        """Give a claim back, if it is still ours."""
+        self.script(RELEASE_TOOL_CLAIM)(
+            ReleaseClaimCall(claim=self.keys.tool_claim(response_id, call_id), token=token)
+        )
+
+    def is_tool_call_claimed(self, response_id: str, call_id: str) -> bool:
+        """Whether some delivery holds the call's claim right now."""
+        return bool(self.redis.exists(self.keys.tool_claim(response_id, call_id)))

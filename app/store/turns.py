@@ -1,0 +1,155 @@
+"""A run's first step: count its delivery, take its lease, read its turn — one script.
+
+``load_turn.lua`` serves both :meth:`Turns.load_turn` (no lease, no count) and the lease
+keeper's acquire (``app.lease``), which asks for both. The read starts a ``queued`` response on
+the way: the :data:`~app.store.status.START` transition, which no other write makes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.store.base import StoreBase
+from app.store.records import StoredResponse, stored_response
+from app.store.scripts import LuaScript, key
+from app.store.status import START, packed
+
+[_START_STATUS] = START.target
+_START_EVENT = "response.in_progress"
+"""The event of the start, after the turn's mark (its ``response`` is the started object)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedTurn:
+    """What a run reads first (:meth:`Turns.load_turn`)."""
+
+    stored: StoredResponse | None
+    inputs: list[dict[str, Any]]
+    start_sequence_number: int
+    """The last sequence number before the turn first started (-1: none)."""
+    is_rerun: bool
+    """The turn was started before (its mark was there): a redelivery or a sweep."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRequest:
+    """The lease a run asks to take with its first read."""
+
+    token: str
+    """What the lease key holds: proof that the lease is still ours."""
+    milliseconds: int
+    """How long the lease lasts unless renewed."""
+    deadline: float
+    """Epoch seconds: when the sweeper should look at the response should the lease lapse."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenedTurn:
+    """What :meth:`Turns.open_turn` did."""
+
+    taken: bool
+    """The lease was taken (always, when none was asked for)."""
+    deliveries: int
+    """The delivery count of the named delivery (0 when none was named)."""
+    loaded: LoadedTurn | None
+    """The turn's first read; None when the lease is held elsewhere."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadTurnCall:
+    """The operands of ``load_turn.lua``."""
+
+    record: str = key()
+    inputs_key: str = key()
+    sequence: str = key()
+    stream: str = key()
+    lease: str = key()
+    active: str = key()
+    deliveries: str = key()
+    turn_field: str
+    """The record's field that marks where the turn's events begin."""
+    channel: str
+    maxlen: int
+    ttl: int
+    """Of the events, and of the delivery count."""
+    start_sources: str
+    """Packed: the statuses the read starts a response from."""
+    start_target: str
+    start_event_type: str
+    lease_token: str
+    """"": take no lease."""
+    lease_ms: int
+    lease_deadline: float | None
+    response_id: str
+    counts_delivery: bool
+
+
+LOAD_TURN = LuaScript("load_turn", LoadTurnCall)
+
+
+class Turns(StoreBase):
+    """The first read of a run."""
+
+    def load_turn(self, response_id: str, turn: int) -> LoadedTurn:
+        """What a run of ``turn`` reads first, in one step.
+
+        The record, its input items, and where the turn's events begin: the last sequence number
+        when the turn first started; a re-run finds the first run's mark, so it knows which of
+        the turn's events are out already. A ``queued`` response is started on the way. Call it
+        holding the response's lease: it marks the turn's start.
+        """
+        loaded = self.open_turn(response_id, turn).loaded
+        assert loaded is not None  # no lease asked for: always read
+        return loaded
+
+    def open_turn(
+        self,
+        response_id: str,
+        turn: int,
+        *,
+        lease: LeaseRequest | None = None,
+        delivery: str | None = None,
+    ) -> OpenedTurn:
+        """Count ``delivery`` (when named), take ``lease`` (when asked), and :meth:`load_turn`.
+
+        One round trip. When the lease is held elsewhere, the turn is not read.
+        """
+        raw = self.script(LOAD_TURN)(
+            LoadTurnCall(
+                record=self.keys.record(response_id),
+                inputs_key=self.keys.inputs(response_id),
+                sequence=self.keys.sequence(response_id),
+                stream=self.keys.events(response_id),
+                lease=self.keys.lease(response_id),
+                active=self.keys.active,
+                deliveries=self.keys.deliveries(delivery or response_id),
+                turn_field=f"turn{turn}_seq",
+                channel=self.keys.channel(response_id),
+                maxlen=self.stream_maxlen,
+                ttl=self.ttl_seconds,
+                start_sources=packed(START.source),
+                start_target=_START_STATUS,
+                start_event_type=_START_EVENT,
+                lease_token="" if lease is None else lease.token,
+                lease_ms=0 if lease is None else lease.milliseconds,
+                lease_deadline=None if lease is None else lease.deadline,
+                response_id=response_id,
+                counts_delivery=delivery is not None,
+            )
+        )
+        taken, deliveries = bool(raw[0]), int(raw[1])
+        return OpenedTurn(
+            taken=taken, deliveries=deliveries, loaded=_loaded_turn(raw[2]) if taken else None
+        )
+
+
+def _loaded_turn(raw: list[Any]) -> LoadedTurn:
+    fields, inputs, start, rerun = raw
+    return LoadedTurn(
+        stored=stored_response(fields),
+        inputs=[json.loads(item) for item in inputs],
+        start_sequence_number=int(start),
+        is_rerun=bool(rerun),
+    )

@@ -1,0 +1,28 @@
+import time
+
+import redis
+
+from app.store import ResponseStore
+
+
+def test_store_count_delivery_counts_per_task_with_ttl(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    assert [store.count_delivery("resp_a:t0:infer") for _ in range(3)] == [1, 2, 3]
+    assert store.count_delivery("resp_b:t0:infer") == 1
+    assert 0 < redis_client.ttl(store.keys.deliveries("resp_a:t0:infer")) <= 3600
+
+
+def test_store_live_workers_counts_recent_heartbeats_per_queue(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    store.heartbeat_worker("inference", "worker-a")
+    store.heartbeat_worker("inference", "worker-b")
+    store.heartbeat_worker("inference", "worker-a")
+    store.heartbeat_worker("tools.mcp", "worker-c")
+    redis_client.zadd(store.keys.workers("inference"), {"worker-old": time.time() - 120})
+
+    assert store.live_workers("inference") == 2
+    assert store.live_workers("inference", within_seconds=300) == 3
+    assert store.live_workers("tools.mcp") == 1
+    assert store.live_workers("tools.sandbox") == 0

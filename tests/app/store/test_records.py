@@ -1,0 +1,190 @@
+import time
+
+import pytest
+import redis
+
+from app.protocol.response import ResponseStatus
+from app.store import ResponseStore
+from app.store.status import CANCEL, COMMIT, FAIL, FINISH
+from tests.app.store.support import created, delta, make_response, new_response
+
+
+def test_store_create_stores_record_inputs_extra_and_first_events(store: ResponseStore) -> None:
+    response = make_response()
+    inputs = [{"type": "message", "id": "msg_a", "role": "user", "content": "hi"}]
+
+    store.create(response, inputs=inputs, extra={"user": "u1"}, events=[created(response)])
+
+    stored = store.get(response.id)
+    assert stored.response == response
+    assert (stored.version, stored.turn, stored.extra) == (1, 0, {"user": "u1"})
+    assert store.status(response.id) == "queued"
+    assert store.inputs(response.id) == inputs
+    [event] = store.events_after(response.id, -1)
+    assert (event.sequence_number, event.type) == (0, "response.created")
+
+
+def test_store_create_stores_thousands_of_inputs_in_order(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response()
+    inputs = [{"type": "message", "role": "user", "content": str(i)} for i in range(2500)]
+
+    store.create(response, inputs=inputs, extra={}, events=[])
+
+    assert store.inputs(response.id) == inputs
+    assert 0 < redis_client.ttl(store.keys.inputs(response.id)) <= store.ttl_seconds
+
+
+def test_store_terminal_write_frees_the_lease(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+    redis_client.set(store.keys.lease(rid), "a-worker")
+    redis_client.zadd(store.keys.active, {rid: time.time() + 60})
+    stored = store.get(rid)
+
+    store.write(stored.response, transition=COMMIT)  # not terminal: kept
+    assert redis_client.exists(store.keys.lease(rid)) == 1
+    assert redis_client.zscore(store.keys.active, rid) is not None
+
+    done = stored.response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    assert store.write(done, transition=FINISH).ok
+    assert redis_client.exists(store.keys.lease(rid)) == 0
+    assert redis_client.zscore(store.keys.active, rid) is None
+
+
+def test_store_write_requires_a_source_status_of_its_transition(store: ResponseStore) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+    failed = response.model_copy(update={"status": ResponseStatus.FAILED})
+
+    refused = store.write(failed, transition=FINISH)  # a run's final write: in_progress only
+    assert (refused.ok, refused.status, refused.conflict) == (False, "queued", False)
+    assert store.status(response.id) == "queued"
+
+    accepted = store.write(failed, transition=FAIL, turn=1)  # any active response may fail
+    assert (accepted.ok, accepted.status) == (True, "failed")
+    stored = store.get(response.id)
+    assert (stored.response.status, stored.version, stored.turn) == ("failed", 2, 1)
+
+
+def test_store_write_refuses_a_stale_version(store: ResponseStore) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[], extra={}, events=[])
+    version = store.get(response.id).version
+    store.write(response, transition=COMMIT, version=version)
+
+    stale = store.write(
+        response.model_copy(update={"status": ResponseStatus.FAILED}),
+        transition=FAIL,
+        version=version,
+        events=[{"type": "response.failed", "response": {}}],
+    )
+
+    assert (stale.ok, stale.conflict, stale.status) == (False, True, "in_progress")
+    assert store.get(response.id).version == version + 1
+    assert store.events_after(response.id, -1) == []
+
+
+def test_store_write_of_an_unknown_response_is_refused(store: ResponseStore) -> None:
+    result = store.write(make_response("completed"), transition=FINISH)
+
+    assert (result.ok, result.status, result.conflict) == (False, "", False)
+
+
+def test_store_create_refuses_an_existing_id(store: ResponseStore) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+
+    with pytest.raises(RuntimeError, match="already exists"):
+        store.create(
+            response.model_copy(update={"status": ResponseStatus.COMPLETED}),
+            inputs=[{"type": "message"}],
+            extra={"a": 1},
+            events=[created(response)],
+        )
+
+    assert store.status(response.id) == "queued"
+    assert store.inputs(response.id) == []
+    assert store.get(response.id).extra == {}
+    assert store.events_after(response.id, -1) == []
+
+
+def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redis.Redis) -> None:
+    response = make_response("in_progress")
+    store.create(response, inputs=[{"type": "message"}], extra={"a": 1}, events=[created(response)])
+    store.emit(response.id, [delta("a")])
+    redis_client.set(store.keys.lease(response.id), "worker-1")
+    redis_client.zadd(store.keys.active, {response.id: time.time()})
+    for call_id in ("call_1", "call_2"):  # tool results (what the tools answered) go too
+        store.open_tool_call(response.id, call_id, token="t", claim_seconds=30)
+        assert store.finish_tool_call(response.id, call_id, '{"output": "secret"}', token="t")
+
+    assert store.delete(response.id) is True
+
+    assert redis_client.keys(f"{store.keys.record(response.id)}*") == []
+    assert redis_client.zscore(store.keys.active, response.id) is None
+    assert store.load(response.id) is None
+    assert store.inputs(response.id) == []
+    assert store.delete(response.id) is False
+
+
+def test_store_sets_ttl_on_record_inputs_and_events(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[{"type": "message"}], extra={}, events=[created(response)])
+    store.emit(response.id, [delta("a")])
+
+    for key in (
+        store.keys.record(response.id),
+        store.keys.inputs(response.id),
+        store.keys.events(response.id),
+        store.keys.sequence(response.id),
+    ):
+        assert 3500 < redis_client.ttl(key) <= 3600, key
+
+
+def test_store_shortens_ttl_of_a_finished_unstored_response(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("in_progress", store=False)
+    store.create(response, inputs=[{"type": "message"}], extra={}, events=[])
+    store.emit(response.id, [delta("a")])
+
+    done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    assert store.write(done, transition=FINISH).ok
+
+    for key in (
+        store.keys.record(response.id),
+        store.keys.inputs(response.id),
+        store.keys.events(response.id),
+    ):
+        assert 0 < redis_client.ttl(key) <= store.unstored_ttl_seconds, key
+
+
+def test_store_set_extra_replaces_extra_and_brings_back_no_deleted_record(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+
+    store.set_extra(rid, {"plan": ["a"]})
+    assert store.get(rid).extra == {"plan": ["a"]}
+
+    store.delete(rid)
+    store.set_extra(rid, {"plan": ["b"]})
+    assert not redis_client.exists(store.keys.record(rid))
+
+
+def test_store_write_keeps_a_queued_start_only_until_the_first_write(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued")
+    store.create(response, inputs=[], extra={}, events=[])
+    assert redis_client.hexists(store.keys.record(response.id), "started")
+
+    cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(cancelled, transition=CANCEL).ok
+
+    assert not redis_client.hexists(store.keys.record(response.id), "started")
