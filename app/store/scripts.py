@@ -79,8 +79,11 @@ def declared_operands(source: str) -> list[tuple[str, str]]:
             expected = 1 + sum(1 for _, other in declared if other == kind)
             if int(index) != expected:
                 raise ScriptOperandsError(f"{name} is {kind}[{index}], expected {expected}")
-        elif list_start != "at" and any(other == "list" for _, other in declared):
-            raise ScriptOperandsError(f"counted list {name} must start where the last ends")
+        elif any(other == "list" for _, other in declared):
+            if list_start != "at":
+                raise ScriptOperandsError(f"counted list {name} must start where the last ends")
+        elif list_start != str(1 + sum(1 for _, other in declared if other == "ARGV")):
+            raise ScriptOperandsError(f"counted list {name} must start after the last ARGV")
         declared.append((name, kind or "list"))
     return declared
 

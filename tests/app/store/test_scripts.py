@@ -15,7 +15,13 @@ import app.lease
 import app.store
 from app.protocol.response import ResponseStatus
 from app.store.events import END_LINE
-from app.store.scripts import LuaScript, ScriptOperandsError, key, lua_source
+from app.store.scripts import (
+    LuaScript,
+    ScriptOperandsError,
+    declared_operands,
+    key,
+    lua_source,
+)
 
 _LUA = resources.files("app.store").joinpath("lua")
 
@@ -86,3 +92,17 @@ def test_no_script_names_a_status_or_the_end_line() -> None:
         for status in ResponseStatus:
             assert f"'{status}'" not in source, (path.name, status)
         assert END_LINE not in source, path.name
+
+
+def test_operands_are_numbered_in_order_and_lists_follow_the_last_argument() -> None:
+    assert declared_operands(
+        "local a = KEYS[1]\nlocal b = ARGV[1]\nlocal c, at = counted_list(2)\n"
+        "local d = counted_list(at)\n"
+    ) == [("a", "KEYS"), ("b", "ARGV"), ("c", "list"), ("d", "list")]
+    for wrong in (
+        "local a = KEYS[2]\n",
+        "local b = ARGV[1]\nlocal c = counted_list(3)\n",
+        "local c, at = counted_list(1)\nlocal d = counted_list(2)\n",
+    ):
+        with pytest.raises(ScriptOperandsError):
+            declared_operands(wrong)
