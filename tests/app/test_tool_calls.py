@@ -12,7 +12,7 @@ import pytest
 import app.tool_calls
 from app.config import Settings
 from app.responses import cancel_response, create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolKind, ToolResult
@@ -92,7 +92,7 @@ def setup(store: ResponseStore, make_settings: Callable[..., Settings]) -> Setup
     response, _ = create_response(store, dispatcher, settings, body)
     model = ScriptedModel(calls((CALL, "slow_echo", "{}")), text("done"))
     deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=dispatcher)
-    assert run_turn(deps, response.id, 0) == "waiting"
+    assert advance_response(deps, response.id, 0) == "waiting"
     return Setup(store, settings, GatedTool(), dispatcher, response.id)
 
 
