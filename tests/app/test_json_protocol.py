@@ -473,3 +473,39 @@ def test_native_rejected_call_is_a_failed_step(
     ]
     output = store.get(response.id).response.output
     assert vendor[1]["item_id"] == output[1]["id"] and vendor[1]["output_index"] == 1
+
+
+class Recording:
+    """A model on the JSON protocol that plans, then replies; it keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        self.requests.append(request)
+        directive = {"type": "plan", "steps": ["a"]} if len(self.requests) == 1 else {
+            "type": "reply", "message": "ok"}  # fmt: skip
+        yield TextDelta(text=json.dumps(directive))
+        yield Finish(reason="stop")
+
+
+def test_turn_lists_only_the_tools_allowed_tools_lets_run(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    allowed = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "clock"}],
+    }
+    body = {"input": "hi", "metadata": JSON_MODE, "tools": [WEATHER, CLOCK], "tool_choice": allowed}
+    settings = make_settings()
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    model = Recording()
+
+    assert (
+        advance_response(RunDeps(store=store, provider=model, settings=settings), response.id, 0)
+        == "completed"
+    )
+
+    system = model.requests[0].instructions or ""
+    assert '"clock"' in system and '"get_weather"' not in system

@@ -4,13 +4,23 @@ from typing import Any
 
 from app.config import Settings
 from app.errors import UpstreamError
+from app.output import TurnOutput
+from app.plan import CancelByModel, ToolPlan, plan_next_step
 from app.protocol.response import Usage
-from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta, UsageReport
+from app.providers.chunks import (
+    MODEL_CANCELLED,
+    Chunk,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
 from app.providers.translate import ModelRequest
 from app.responses import cancel_response, create_response
-from app.run import RunDeps, advance_response
+from app.run import RunDeps, StepOutcome, advance_response
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.responses import stored_response
 
 USAGE = Usage(input_tokens=11, output_tokens=3, total_tokens=14)
 WEATHER_TOOL = {
@@ -298,3 +308,36 @@ def test_run_turn_chain_uses_the_new_instructions(
     advance_response(RunDeps(store=store, provider=model, settings=settings), second, 0)
 
     assert model.requests[0].instructions == "Be brief."
+
+
+def test_model_cancel_is_a_step_that_ends_the_response_cancelled(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher())
+    model = FakeModel(
+        TextDelta(text="I cannot do that."),
+        Finish(reason=MODEL_CANCELLED),
+        UsageReport(usage=USAGE),
+    )
+
+    outcome = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert outcome is StepOutcome.CANCELLED
+    stored = store.get(rid)
+    assert stored.response.status == "cancelled" and stored.turn == 1
+    assert stored.response.output[0]["content"][0]["text"] == "I cannot do that."
+    types = event_types(store, rid)
+    # The turn's events are written with the cancel; no terminal event follows, as a cancel.
+    assert types[-1] == "response.output_item.done"
+    assert not [t for t in types if t in ("response.completed", "response.failed")]
+
+
+def test_plan_next_step_cancels_before_anything_else_when_the_model_gave_up(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    response = stored_response(store)
+    call = {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"}
+    output = TurnOutput(items=[call], calls=[call], finish_reason=MODEL_CANCELLED, usage=USAGE)
+    step = plan_next_step(make_settings(), response, output, ToolPlan())
+    assert isinstance(step, CancelByModel)

@@ -31,6 +31,7 @@ class GatedTool:
     gate: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
     runs: int = 0
+    thread_name: str = ""
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(name=self.name, kind=ToolKind.INTERNAL, description="gated")
@@ -43,6 +44,7 @@ class GatedTool:
 
     def execute(self, call: ToolCall) -> ToolResult:
         self.runs += 1
+        self.thread_name = threading.current_thread().name
         self.started.set()
         assert self.gate.wait(20), "the gate never opened"
         return ToolResult(call_id=call.id, output=f"run {self.runs}")
@@ -172,3 +174,36 @@ def test_tool_call_of_a_finished_response_is_skipped(setup: Setup) -> None:
 
     assert run_tool_call(setup.deps, setup.rid, CALL) == "skipped"
     assert setup.tool.runs == 0
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["runner-pool", "thread-per-call"])
+def test_tool_call_runs_beside_its_task_with_or_without_the_runner_pool(
+    setup: Setup, make_settings: Callable[..., Settings], pool: bool
+) -> None:
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, tool_runner_pool=pool
+    )
+    running = setup.deliver()
+    assert setup.tool.started.wait(10)
+    assert setup.tool.thread_name == ("tool-runner" if pool else "tool-call")
+    setup.tool.gate.set()
+
+    assert running() == "ok"
+    assert ToolResult.from_json(stored_results(setup)[0] or "").output == "run 1"
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["runner-pool", "thread-per-call"])
+def test_tool_call_is_abandoned_on_cancel_with_or_without_the_runner_pool(
+    setup: Setup, make_settings: Callable[..., Settings], pool: bool
+) -> None:
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, tool_runner_pool=pool
+    )
+    running = setup.deliver()
+    assert setup.tool.started.wait(10)
+
+    cancel_response(setup.store, setup.dispatcher, setup.rid)
+
+    assert running() == "cancelled"
+    setup.tool.gate.set()  # the abandoned call's thread finishes; its result is not stored
+    assert stored_results(setup) == [None]
