@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -176,34 +177,41 @@ def test_tool_call_of_a_finished_response_is_skipped(setup: Setup) -> None:
     assert setup.tool.runs == 0
 
 
-@pytest.mark.parametrize("pool", [True, False], ids=["runner-pool", "thread-per-call"])
-def test_tool_call_runs_beside_its_task_with_or_without_the_runner_pool(
-    setup: Setup, make_settings: Callable[..., Settings], pool: bool
-) -> None:
+@pytest.fixture(params=[True, False], ids=["runner-pool", "thread-per-call"])
+def running(setup: Setup, make_settings: Callable[..., Settings], request: Any) -> Running:
+    """A delivery of the call running its tool (held at the gate), either runner setting."""
     setup.settings = make_settings(
-        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, tool_runner_pool=pool
+        internal_tool_modules="tests.support.tools",
+        tool_timeout_seconds=30,
+        tool_runner_pool=request.param,
     )
-    running = setup.deliver()
+    join = setup.deliver()
     assert setup.tool.started.wait(10)
-    assert setup.tool.thread_name == ("tool-runner" if pool else "tool-call")
-    setup.tool.gate.set()
-
-    assert running() == "ok"
-    assert ToolResult.from_json(stored_results(setup)[0] or "").output == "run 1"
+    return Running(setup, join, is_pool=request.param)
 
 
-@pytest.mark.parametrize("pool", [True, False], ids=["runner-pool", "thread-per-call"])
+@dataclass
+class Running:
+    setup: Setup
+    join: Callable[[], str]
+    is_pool: bool
+
+
+def test_tool_call_runs_beside_its_task_with_or_without_the_runner_pool(running: Running) -> None:
+    tool = running.setup.tool
+    assert tool.thread_name == ("tool-runner" if running.is_pool else "tool-call")
+    tool.gate.set()
+
+    assert running.join() == "ok"
+    assert ToolResult.from_json(stored_results(running.setup)[0] or "").output == "run 1"
+
+
 def test_tool_call_is_abandoned_on_cancel_with_or_without_the_runner_pool(
-    setup: Setup, make_settings: Callable[..., Settings], pool: bool
+    running: Running,
 ) -> None:
-    setup.settings = make_settings(
-        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, tool_runner_pool=pool
-    )
-    running = setup.deliver()
-    assert setup.tool.started.wait(10)
-
+    setup = running.setup
     cancel_response(setup.store, setup.dispatcher, setup.rid)
 
-    assert running() == "cancelled"
+    assert running.join() == "cancelled"
     setup.tool.gate.set()  # the abandoned call's thread finishes; its result is not stored
     assert stored_results(setup) == [None]
