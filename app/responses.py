@@ -137,19 +137,22 @@ def create_response(
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
-    # the kinds' extra: per-request secrets, sealed (never in plain text)
-    extra = {**_extra(request), **tools.extra}
+    extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
     store.create(response, inputs=inputs, extra=extra, events=events)
+    _enqueue_first_turn(store, dispatcher, response.id)
+    return response, request
+
+
+def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:
     try:
-        dispatcher.enqueue_turn(response.id, 0)
+        dispatcher.enqueue_turn(response_id, 0)
     except Exception as exc:
         fail_response(
-            store, response.id, code="server_error", message="The fleet could not be reached."
+            store, response_id, code="server_error", message="The fleet could not be reached."
         )
         raise ServerError(f"Could not enqueue the response: {exc}") from exc
-    return response, request
 
 
 def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
