@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     """Tool output longer than this is cut, with a marker the model can read."""
     max_parallel_tools: int = Field(default=8, ge=1)
     """Tool calls of one turn running at once."""
+    tool_runner_pool: bool = True
+    """Run tool calls on reused runner threads (``app.tool_calls``); off: a new thread each."""
     internal_tool_modules: str | None = None
     """Comma-separated modules whose ``register(registry)`` adds internal tools."""
     sim_port: int = 8090

@@ -13,15 +13,12 @@ from app.providers.openai_chat import ChatCompletionsProvider
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
-from app.tools.base import ExecutorRegistry
-from app.tools.internal import InternalExecutor, load_registry
-from app.tools.mcp.client import McpClient
-from app.tools.mcp.executor import McpExecutor
-from app.tools.mcp.security import Sealer, allowed_addresses
-from app.tools.mcp.servers import McpServers, seal_key
-from app.tools.sandbox.executor import optional_sandbox_executor
+from app.tools.base import ExecutorRegistry, ToolKind
+from app.tools.internal import InternalExecutor
+from app.tools.kinds import KindContext
+from app.tools.registry import KINDS
 
-QUEUES = ("inference", "tools.mcp", "tools.sandbox", "tools.internal")
+QUEUES = ("inference", *KINDS.queues)
 """Every queue of the fleet, declared explicitly (``task_create_missing_queues=False``)."""
 
 
@@ -84,8 +81,13 @@ def make_run_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -
         settings=settings,
         dispatcher=dispatcher,
         leases=LeaseKeeper(store, lease_seconds=settings.lease_seconds),
-        mcp=make_mcp_executor(settings, store),
+        kinds=KINDS,
+        kind_deps=KINDS.make_turn_deps(_kind_context(settings, store)),
     )
+
+
+def _kind_context(settings: Settings, store: ResponseStore) -> KindContext:
+    return KindContext(settings=settings, redis=store.redis, keys=store.keys)
 
 
 def make_tool_deps(settings: Settings) -> ToolDeps:
@@ -94,26 +96,13 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
     Every internal tool is initialized here; one whose ``initialize`` raises is logged and left
     out, so the worker still starts.
     """
-    registry = load_registry(settings.internal_tool_module_list)
-    registry.initialize_all()
     store = make_store(settings)
-    executors = ExecutorRegistry([InternalExecutor(registry), make_mcp_executor(settings, store)])
-    sandbox = optional_sandbox_executor(settings, store.redis, store.keys)
-    if sandbox is not None:
-        executors.register(sandbox)
-    return ToolDeps(store=store, executors=executors, settings=settings, internal_tools=registry)
-
-
-def make_mcp_executor(settings: Settings, store: ResponseStore) -> McpExecutor:
-    """The process's MCP client (its own event loop and session pool) behind the executor."""
-
-    def policy(host: str) -> list[str]:  # checked again on every connect: DNS may change
-        return allowed_addresses(host, settings.mcp_allowed_hosts)
-
-    client = McpClient(
-        list_ttl_seconds=settings.mcp_list_cache_seconds,
-        connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
-        address_policy=policy,
+    executors = ExecutorRegistry(KINDS.make_executors(_kind_context(settings, store)))
+    internal = executors.of_kind(ToolKind.INTERNAL)  # its plugins are shut down on worker stop
+    return ToolDeps(
+        store=store,
+        executors=executors,
+        settings=settings,
+        internal_tools=internal.registry if isinstance(internal, InternalExecutor) else None,
+        kinds=KINDS,
     )
-    servers = McpServers(settings, sealer=Sealer(seal_key(settings, store.redis)))
-    return McpExecutor(servers, client)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from app.progress import step_title
 from app.protocol import events as ev
-from app.protocol.items import message_item, output_text_part, reasoning_item
+from app.protocol.items import item_id, message_item, output_text_part, reasoning_item
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
@@ -21,15 +20,9 @@ from app.providers.chunks import (
     UsageReport,
 )
 from app.sink import EventSink
-from app.tools import presenters
 from app.tools.base import ToolCall, ToolDefinition
-from app.tools.presenters import CallPresenter
-
-
-def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
-    """A deterministic item id: a re-run turn names its items as the first run did."""
-    digest = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=12)
-    return f"{prefix}_{digest.hexdigest()}"
+from app.tools.presenters import CallPresenter, PresenterIndex
+from app.tools.registry import KINDS
 
 
 @dataclass(slots=True)
@@ -60,19 +53,16 @@ class TurnOutput:
     """Completed output items, in output order."""
     finish_reason: str
     usage: Usage
+    calls: list[dict[str, Any]]
+    """The call items (of any kind) among ``items``, in the order the model made them."""
     plan: tuple[str, ...] | None = None
     """The plan the model made in this turn (JSON tool protocol), if any."""
-
-    @property
-    def calls(self) -> list[dict[str, Any]]:
-        """The call items (of any kind), in the order the model made them."""
-        return presenters.call_items(self.items)
 
 
 class OutputBuilder:
     """Feeds on provider chunks; emits item events to a sink; collects the finished items."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only, each a separate concern of the builder
         self,
         *,
         response_id: str,
@@ -81,8 +71,10 @@ class OutputBuilder:
         sink: EventSink,
         tools: Mapping[str, ToolDefinition] | None = None,
         progress: bool = False,
+        presenters: PresenterIndex = KINDS.presenters,
     ):
         self._response_id = response_id
+        self._presenters = presenters
         self._tools = tools or {}
         self._turn = turn
         self._next_index = first_output_index
@@ -123,7 +115,11 @@ class OutputBuilder:
         self._calls.clear()
         items = [self._items[index] for index in sorted(self._items)]
         return TurnOutput(
-            items=items, finish_reason=self._finish_reason, usage=self._usage, plan=self._plan
+            items=items,
+            calls=self._presenters.call_items(items),
+            finish_reason=self._finish_reason,
+            usage=self._usage,
+            plan=self._plan,
         )
 
     # -- text and reasoning --------------------------------------------------------------------
@@ -193,7 +189,7 @@ class OutputBuilder:
         index = self._take_index()
         name = chunk.name or ""
         tool = self._tools.get(name)
-        presenter = presenters.for_tool(tool)
+        presenter = self._presenters.for_tool(tool)
         iid = item_id(presenter.id_prefix, self._response_id, self._turn, index)
         digest = iid.partition("_")[2]
         call_id = chunk.call_id or f"call_{digest[:24]}"
@@ -222,7 +218,7 @@ class OutputBuilder:
             title = call.title or step_title(call.name, arguments)
             # The loop's id of the call (an item id for kinds without call ids, such as
             # ``mcp_call``), so that ``step.completed`` names the same call.
-            presenter = presenters.for_item(item)
+            presenter = self._presenters.for_item(item)
             loop_id = presenter.call_of(item).id if presenter is not None else call.call_id
             self._sink.emit(
                 ev.step_started(

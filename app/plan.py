@@ -13,9 +13,10 @@ from typing import Any
 from app.config import Settings
 from app.output import TurnOutput
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.tools import presenters
-from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
-from app.tools.catalog import allowed_names, definitions, is_agentic, is_allowed
+from app.providers.chunks import MODEL_CANCELLED
+from app.tools.base import ToolCall, ToolDefinition, ToolResult
+from app.tools.kinds import ToolKinds
+from app.tools.registry import KINDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +25,8 @@ class ToolRun:
 
     call: ToolCall
     tool: ToolDefinition
+    queue: str
+    """Where the call runs (its kind's queue)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +74,16 @@ class NextTurn:
     """Call the model again at once (every call of the turn was answered without running)."""
 
 
-NextStep = Complete | PauseForClient | StopIncomplete | RunTools | NextTurn
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelByModel:
+    """The model gave up on the task (a JSON protocol ``cancel``).
+
+    The response ends ``cancelled`` with the turn's output, and without a terminal event (as
+    when a client cancels).
+    """
+
+
+NextStep = Complete | PauseForClient | StopIncomplete | RunTools | NextTurn | CancelByModel
 
 
 def plan_tool_calls(
@@ -79,30 +91,29 @@ def plan_tool_calls(
     calls: list[dict[str, Any]],
     *,
     history: Sequence[dict[str, Any]] = (),
+    kinds: ToolKinds = KINDS,
 ) -> ToolPlan:
     """Resolve each call item to a run, a client call, an approval to wait for or a rejection.
 
     ``history``: the chain before this response (where MCP servers may have been listed).
     """
-    tools = definitions(response.tools, [*history, *response.output])
-    allowed = allowed_names(response.tool_choice)
+    tools = kinds.definitions(response.tools, [*history, *response.output])
+    allowed = kinds.allowed_names(response.tool_choice)
     plan = ToolPlan()
     for item in calls:
-        presenter = presenters.for_item(item)
-        assert presenter is not None, item["type"]
-        call = presenter.call_of(item)
+        call = kinds.presenters.call_of(item)
         tool = tools.get(call.name)
-        if presenters.awaits_client(item):
+        if kinds.presenters.awaits_client(item):
             plan.approvals.append(call)
         elif tool is None:
             plan.rejected.append(_rejection(call, f"Tool '{call.name}' does not exist."))
-        elif allowed is not None and not is_allowed(tool, allowed, response.tool_choice):
+        elif allowed is not None and not kinds.is_allowed(tool, allowed, response.tool_choice):
             message = f"Tool '{call.name}' is not allowed by tool_choice; it was not executed."
             plan.rejected.append(_rejection(call, message))
-        elif tool.kind is ToolKind.FUNCTION:
+        elif (queue := kinds.queue_of(tool)) is None:
             plan.client_calls.append(call)
         else:
-            plan.runs.append(ToolRun(call=call, tool=tool))
+            plan.runs.append(ToolRun(call=call, tool=tool, queue=queue))
     return plan
 
 
@@ -111,29 +122,41 @@ def _rejection(call: ToolCall, message: str) -> ToolResult:
 
 
 def plan_next_step(
-    settings: Settings, response: ResponseObject, output: TurnOutput, plan: ToolPlan
+    settings: Settings,
+    response: ResponseObject,
+    output: TurnOutput,
+    plan: ToolPlan,
+    *,
+    kinds: ToolKinds = KINDS,
 ) -> NextStep:
     """What follows a model turn whose calls were planned as ``plan``."""
+    if output.finish_reason == MODEL_CANCELLED:
+        return CancelByModel()
     if output.finish_reason == "length":
         return StopIncomplete(reason="max_output_tokens")
     if output.finish_reason == "content_filter":
         return StopIncomplete(reason="content_filter")
     if not output.calls or forbids_tools(response.tool_choice):
         return Complete()
-    if response.max_tool_calls is not None and count_calls(response) > response.max_tool_calls:
+    if (
+        response.max_tool_calls is not None
+        and count_calls(response, kinds=kinds) > response.max_tool_calls
+    ):
         return StopIncomplete(reason="max_tool_calls")
     if plan.runs:
         return RunTools(runs=plan.runs)
     if plan.client_calls or plan.approvals:
-        return PauseForClient(status=pause_status(settings, response, plan))
+        return PauseForClient(status=pause_status(settings, response, plan, kinds=kinds))
     return NextTurn()
 
 
-def pause_status(settings: Settings, response: ResponseObject, plan: ToolPlan) -> ResponseStatus:
+def pause_status(
+    settings: Settings, response: ResponseObject, plan: ToolPlan, *, kinds: ToolKinds = KINDS
+) -> ResponseStatus:
     """A pause for approvals alone ends ``completed`` (OpenAI's behaviour); else as configured."""
     if plan.approvals and not plan.client_calls:
         return ResponseStatus.COMPLETED
-    return client_tool_status(settings, response)
+    return client_tool_status(settings, response, kinds=kinds)
 
 
 def forbids_tools(tool_choice: Any) -> bool:
@@ -143,21 +166,22 @@ def forbids_tools(tool_choice: Any) -> bool:
     return bool(tool_choice == "none")
 
 
-def count_calls(response: ResponseObject) -> int:
+def count_calls(response: ResponseObject, *, kinds: ToolKinds = KINDS) -> int:
     """Tool calls the model made in this response so far."""
-    return len(presenters.call_items(response.output))
+    return len(kinds.presenters.call_items(response.output))
 
 
-def client_tool_status(settings: Settings, response: ResponseObject) -> ResponseStatus:
+def client_tool_status(
+    settings: Settings, response: ResponseObject, *, kinds: ToolKinds = KINDS
+) -> ResponseStatus:
     """The status of a response paused for client calls (``ANTWORT_CLIENT_TOOL_STATUS``)."""
     mode = settings.client_tool_status
     if mode == "requires_action":
         return ResponseStatus.REQUIRES_ACTION
     if mode == "completed":
         return ResponseStatus.COMPLETED
-    return (
-        ResponseStatus.REQUIRES_ACTION if is_agentic(response.tools) else ResponseStatus.COMPLETED
-    )
+    is_agentic = kinds.is_agentic(response.tools)
+    return ResponseStatus.REQUIRES_ACTION if is_agentic else ResponseStatus.COMPLETED
 
 
 def tool_choice_for_turn(tool_choice: Any, model_turn: int) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import secrets
 import time
 from typing import Any
@@ -25,12 +24,8 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
-from app.tools.catalog import echo_tools
-from app.tools.internal import Registry, load_registry
-from app.tools.mcp.requests import check_approval_responses, prepare_mcp_tools
-from app.tools.mcp.security import Sealer
-from app.tools.mcp.servers import seal_key
-from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools
+from app.tools.kinds import RequestContext, ToolKinds
+from app.tools.registry import KINDS
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -117,6 +112,7 @@ def create_response(
     body: Any,
     *,
     context: list[dict[str, Any]] | None = None,
+    kinds: ToolKinds = KINDS,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
 
@@ -125,12 +121,7 @@ def create_response(
     instead of being read from the ``previous_response_id`` chain.
     """
     request = parse_request(body)
-    model = request.model or settings.default_model
-    if not model:
-        raise InvalidRequestError(
-            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
-        )
-    _check_tool_choice(request)
+    model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_compactions(store, settings, inputs)
     if context is not None:
@@ -139,77 +130,46 @@ def create_response(
         history = load_history(store, request.previous_response_id)
     else:
         history = []
-    check_call_outputs(history, inputs)
-    check_approval_responses(history, inputs)
-    declared, sealed = prepare_mcp_tools(
-        settings,
+    tools = kinds.prepare_request(
+        RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
         [tool.model_dump(mode="json") for tool in request.tools],
-        sealer=lambda: Sealer(seal_key(settings, store.redis)),
     )
-    registry = internal_registry(tuple(settings.internal_tool_module_list))
-    sandbox_tools = declared_sandbox_tools(settings.sandbox_tools_file)
-    response = _new_response(
-        request,
-        model,
-        registry,
-        declared=declared,
-        history=[*history, *inputs],
-        sandbox_tools=sandbox_tools,
-    )
+    response = _new_response(request, model, tools=tools.tools)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
-    extra: dict[str, Any] = {
-        "params": _params(request),
-        "include": request.include or [],
-        "user": request.user,
-    }
+    extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
-    if sealed:
-        extra["mcp_sealed"] = sealed  # per-request MCP headers, sealed (never in plain text)
     store.create(response, inputs=inputs, extra=extra, events=events)
-    try:
-        dispatcher.enqueue_turn(response.id, 0)
-    except Exception as exc:
-        fail_response(
-            store, response.id, code="server_error", message="The fleet could not be reached."
-        )
-        raise ServerError(f"Could not enqueue the response: {exc}") from exc
+    _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
 
 
-@functools.cache
-def internal_registry(modules: tuple[str, ...]) -> Registry:
-    """The internal tools' definitions, as the workers load them (not initialised here)."""
-    return load_registry(list(modules))
+def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:
+    try:
+        dispatcher.enqueue_turn(response_id, 0)
+    except Exception as exc:
+        fail_response(
+            store, response_id, code="server_error", message="The fleet could not be reached."
+        )
+        raise ServerError(f"Could not enqueue the response: {exc}") from exc
 
 
-def check_call_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:
-    """Every ``function_call_output`` answers a known call; every pending call gets its answer.
+def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
+    """The request's model (else the fleet's default); its ``tool_choice`` checked too."""
+    model = request.model or settings.default_model
+    if not model:
+        raise InvalidRequestError(
+            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+        )
+    _check_tool_choice(request)
+    return model
 
-    Raises:
-        InvalidRequestError: an output for an unknown call, or a pending call left unanswered.
-    """
-    items = [*history, *inputs]
-    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
-    answered = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
-    for index, item in enumerate(inputs):
-        if item.get("type") == "function_call_output" and item["call_id"] not in calls:
-            raise InvalidRequestError(
-                f"No tool call found for function call output with call_id '{item['call_id']}'.",
-                param=f"input.{index}.call_id",
-                code="invalid_value",
-            )
-    if not any(item.get("type") == "function_call_output" for item in inputs):
-        return
-    for call_id in calls:
-        if call_id not in answered:
-            raise InvalidRequestError(
-                f"No tool output found for function call '{call_id}'.",
-                param="input",
-                code="missing_tool_output",
-            )
+
+def _extra(request: CreateResponseRequest) -> dict[str, Any]:
+    """What a run needs of the request that the response object does not hold."""
+    return {"params": _params(request), "include": request.include or [], "user": request.user}
 
 
 def _check_tool_choice(request: CreateResponseRequest) -> None:
@@ -230,13 +190,7 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
 
 
 def _new_response(
-    request: CreateResponseRequest,
-    model: str,
-    registry: Registry,
-    *,
-    declared: list[dict[str, Any]],
-    history: list[dict[str, Any]],
-    sandbox_tools: dict[str, SandboxToolSpec],
+    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]]
 ) -> ResponseObject:
     return ResponseObject(
         id=new_response_id(),
@@ -245,12 +199,7 @@ def _new_response(
         model=model,
         previous_response_id=request.previous_response_id,
         instructions=request.instructions,
-        tools=echo_tools(
-            declared,
-            registry,
-            history=history,
-            sandbox_tools=sandbox_tools,
-        ),
+        tools=tools,
         tool_choice=(
             request.tool_choice
             if isinstance(request.tool_choice, str)

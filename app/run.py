@@ -1,20 +1,33 @@
 """One step of the agentic loop: the unit of work of the ``inference`` queue.
 
-:func:`run_turn` is the driver. Each run of it: collects the results of the server-side calls of
-the previous model turn (dispatching any still missing), pauses for client calls, stops at the
-turn limit, or calls the model and plans what follows — a closed union of next steps
-(``app.plan``) that :func:`apply_step` carries out: finalize, or commit and hand the tool calls
-to ``tools.<kind>`` queues with this task as the chord's callback. Every write is a
-compare-and-set, so a run that was cancelled, deleted or already committed elsewhere stops
-without touching the response. The run's state lives in Redis, never in a task message.
+:func:`advance_response` is the driver, called with the number of model turns the response has
+committed (N). Each call takes the response's lease, loads its state and takes one step
+(:func:`run_step`):
+
+1. the tool kinds' ``before_step`` hooks run (an approved MCP call gets its ``mcp_call`` item);
+2. the results of turn N's server-side calls are collected from the store in call order, as
+   their kinds present them; calls still without a result are dispatched again (``RunTools``);
+3. calls the client must answer pause the response (``PauseForClient``), and the turn limit
+   stops it (``StopIncomplete``);
+4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the model is called
+   for turn N+1 and its calls are planned (:mod:`app.plan`).
+
+The step is a closed union, ``NextStep``, which :func:`apply_step` carries out: finalize
+(``Complete``, ``PauseForClient``, ``StopIncomplete``, or ``CancelByModel`` when the model gave
+up), call the model again (``NextTurn``), or commit and hand the tool calls to their kinds'
+queues with the next ``advance_response`` as the chord's callback (``RunTools``). The loop
+knows no tool kind by name: it asks ``RunDeps.kinds``. Every write is a compare-and-set, so a
+run that was cancelled, deleted or already committed elsewhere stops without touching the
+response. The run's state lives in Redis, never in a task message.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
 from app.config import Settings
@@ -24,6 +37,7 @@ from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
 from app.output import OutputBuilder, TurnOutput
 from app.plan import (
+    CancelByModel,
     Complete,
     NextStep,
     NextTurn,
@@ -48,18 +62,16 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.chunks import Chunk
-from app.providers.json_protocol import MODEL_CANCELLED, with_tool_protocol
+from app.providers.json_protocol import with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sealing import model_items
 from app.sink import EventSink, ResponseInactiveError
 from app.store import LoadedTurn, RedeliveredTooOftenError, ResponseStore
 from app.store.status import COMMIT, FAIL, FINISH
-from app.tools import presenters
 from app.tools.base import ToolResult
-from app.tools.catalog import definitions, model_tools
-from app.tools.mcp.executor import McpExecutor
-from app.tools.mcp.turn import list_servers, start_approved_calls
+from app.tools.kinds import StepInput, ToolKinds
+from app.tools.registry import KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +93,28 @@ class RunDeps:
     """Queues tool calls and follow-up turns; None: a response that needs them fails."""
     leases: LeaseKeeper | None = None
     """Holds turn leases while they run; None runs without (unit tests of one process)."""
-    mcp: McpExecutor | None = None
-    """Lists MCP servers before the model is called; None: their listings carry an error."""
+    kinds: ToolKinds = KINDS
+    """The tool kinds: how calls look, where they run, what runs before a model call."""
+    kind_deps: Mapping[str, object] = field(default_factory=dict)
+    """What the kinds' hooks need, by kind name (``ToolKinds.make_turn_deps``); a kind without
+    its own (MCP's client) does what it can without (its listings carry an error)."""
+
+
+class StepOutcome(StrEnum):
+    """What :func:`advance_response` did (the task's result)."""
+
+    SKIPPED = "skipped"
+    """Nothing: another run holds the response, or it moved on, ended or is gone."""
+    WAITING = "waiting"
+    """Tool calls were queued; the next step runs when they are done."""
+    CONTINUING = "continuing"
+    """The next model turn was queued."""
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    REQUIRES_ACTION = "requires_action"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    """The response ended with that status (``completed`` also when paused for the client)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -105,8 +137,13 @@ class RunState:
     """The run wrote the response's final status, which freed its lease along the way."""
 
 
-def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None = None) -> str:
-    """Advance a response whose committed turn count is ``turn``; returns what happened.
+def advance_response(
+    deps: RunDeps, response_id: str, turn: int, *, delivery: str | None = None
+) -> StepOutcome:
+    """Take the next step of a response whose committed turn count is ``turn``.
+
+    Finishes turn ``turn``'s tool calls (their results, or their dispatch), then calls the model
+    for the next turn, or ends the response (see the module's docstring).
 
     ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
     rides on the lease's round trip).
@@ -125,11 +162,11 @@ def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None
         if deliveries > deps.settings.max_task_deliveries:
             raise RedeliveredTooOftenError(deliveries)
         if not taken:
-            return "skipped"  # another live run of this response holds the lease
+            return StepOutcome.SKIPPED  # another live run of this response holds the lease
         state = load_state(deps.store, response_id, turn, loaded=loaded)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
-            return "skipped"
-        return _run_loaded(deps, state)
+            return StepOutcome.SKIPPED
+        return _advance_loaded(deps, state)
     finally:
         if deps.leases is not None and taken:
             if state is not None and state.finished:
@@ -138,7 +175,7 @@ def run_turn(deps: RunDeps, response_id: str, turn: int, *, delivery: str | None
                 deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
 
 
-def _run_loaded(deps: RunDeps, state: RunState) -> str:
+def _advance_loaded(deps: RunDeps, state: RunState) -> StepOutcome:
     response_id = state.response.id
     start_seq, is_rerun = state.start_sequence_number, state.is_rerun
     emitted = deps.store.events_after(response_id, start_seq, count=1_000_000) if is_rerun else []
@@ -150,44 +187,34 @@ def _run_loaded(deps: RunDeps, state: RunState) -> str:
         guard=ReplayGuard(emitted) if is_rerun else None,
     )
     try:
-        step = advance(deps, state, sink)
+        step = run_step(deps, state, sink)
         return apply_step(deps, state, step, events=sink.take())
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
-        return "skipped"
-    except _CancelledByModel:
-        sink.flush()
-        return cancel_by_model(deps.store, state)
+        return StepOutcome.SKIPPED
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
         # OpenAI's SDK knows a closed set of response error codes: ours fit "server_error".
         fail_response(deps.store, response_id, code="server_error", message=exc.message)
-        return str(ResponseStatus.FAILED)
+        return StepOutcome.FAILED
 
 
-def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
+def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     """Collect results, then pause, stop, wait for tools, or call the model and plan."""
-    state.response = start_approved_calls(
-        state.response, history=state.history, inputs=state.inputs, sink=sink
-    )
+    kinds = deps.kinds
+    state.response = kinds.before_step(deps.kind_deps, _step_input(state), sink)
     unanswered = plan_tool_calls(
-        state.response, unanswered_calls(state.response), history=state.history
+        state.response, unanswered_calls(state.response, kinds), history=state.history, kinds=kinds
     )
-    missing = collect_tool_results(deps.store, state, sink, unanswered.runs)
+    missing = collect_tool_results(deps, state, sink, unanswered.runs)
     if missing:
         return RunTools(runs=missing)
     if unanswered.client_calls or unanswered.approvals:
-        return PauseForClient(status=pause_status(deps.settings, state.response, unanswered))
+        status = pause_status(deps.settings, state.response, unanswered, kinds=kinds)
+        return PauseForClient(status=status)
     if state.turn >= deps.settings.max_turns:
         return StopIncomplete(reason="max_turns")
-    state.response = list_servers(
-        deps.mcp,
-        state.response,
-        history=state.history,
-        sealed=state.extra.get("mcp_sealed"),
-        turn=state.turn,
-        sink=sink,
-    )
+    state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(
         update={
@@ -201,14 +228,22 @@ def advance(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
         state.extra = {**state.extra, "plan": list(output.plan)}
         deps.store.set_extra(state.response.id, state.extra)
-    if output.finish_reason == MODEL_CANCELLED:
-        raise _CancelledByModel
-    plan = plan_tool_calls(state.response, output.calls, history=state.history)
-    step = plan_next_step(deps.settings, state.response, output, plan)
+    plan = plan_tool_calls(state.response, output.calls, history=state.history, kinds=kinds)
+    step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
-            append_result(state, sink, rejection)
+            append_result(deps, state, sink, rejection)
     return step
+
+
+def _step_input(state: RunState) -> StepInput:
+    return StepInput(
+        response=state.response,
+        turn=state.turn,
+        history=state.history,
+        inputs=state.inputs,
+        extra=state.extra,
+    )
 
 
 def load_state(
@@ -240,30 +275,34 @@ def load_state(
     )
 
 
-def unanswered_calls(response: ResponseObject) -> list[dict[str, Any]]:
+def unanswered_calls(response: ResponseObject, kinds: ToolKinds = KINDS) -> list[dict[str, Any]]:
     """Call items of the output that have no result yet."""
-    return presenters.unanswered_calls(response.output)
+    return kinds.presenters.unanswered_calls(response.output)
 
 
 def collect_tool_results(
-    store: ResponseStore, state: RunState, sink: EventSink, runs: list[ToolRun]
+    deps: RunDeps, state: RunState, sink: EventSink, runs: list[ToolRun]
 ) -> list[ToolRun]:
     """Append the runs' stored results in call order; the runs from the first missing one on."""
-    results = store.tool_results(state.response.id, [run.call.id for run in runs])
+    results = deps.store.tool_results(state.response.id, [run.call.id for run in runs])
     for index, raw in enumerate(results):
         if raw is None:
             return runs[index:]
-        append_result(state, sink, ToolResult.from_json(raw))
+        append_result(deps, state, sink, ToolResult.from_json(raw))
     return []
 
 
-def append_result(state: RunState, sink: EventSink, result: ToolResult) -> None:
+def append_result(deps: RunDeps, state: RunState, sink: EventSink, result: ToolResult) -> None:
     """Apply a result to its call in the output (as its kind shows results), with the events."""
+    presenters = deps.kinds.presenters
     output, events = presenters.apply_result(state.response.id, state.response.output, result)
     for event in events:
         sink.emit(event)
     if wants_progress(state.extra):
-        index = _result_index(state.response.output, output, result.call_id)
+        found = presenters.find_call(output, result.call_id)
+        assert found is not None  # apply_result found it
+        # a new item at the end, or the call's item updated in place
+        index = len(output) - 1 if len(output) > len(state.response.output) else found[0]
         sink.emit(
             ev.step_completed(
                 item_id=output[index]["id"],
@@ -275,28 +314,17 @@ def append_result(state: RunState, sink: EventSink, result: ToolResult) -> None:
     state.response = state.response.model_copy(update={"output": output})
 
 
-def _result_index(before: list[dict[str, Any]], after: list[dict[str, Any]], call_id: str) -> int:
-    """Where a result landed: a new item at the end, or its call's item updated in place."""
-    if len(after) > len(before):
-        return len(after) - 1
-    found = presenters.find_call(after, call_id)
-    assert found is not None  # apply_result found it
-    return found[0]
-
-
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
-    response = state.response
+    response, kinds = state.response, deps.kinds
     chain = [*state.history, *response.output]
+    seen = [*state.history, *state.inputs, *response.output]
+    items = model_items(deps.store, deps.settings, seen)
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
-        items=presenters.model_view(
-            model_items(
-                deps.store, deps.settings, [*state.history, *state.inputs, *response.output]
-            )
-        ),
-        tools=model_tools(response.tools, chain),
+        items=kinds.presenters.model_view(items),
+        tools=kinds.model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),
@@ -306,8 +334,9 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         turn=state.turn,
         first_output_index=len(response.output),
         sink=sink,
-        tools=definitions(response.tools, chain),
+        tools=kinds.definitions(response.tools, chain),
         progress=wants_progress(state.extra),
+        presenters=kinds.presenters,
     )
     provider = with_tool_protocol(
         deps.provider,
@@ -315,6 +344,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         response,
         is_fresh=_is_fresh_request(state),
         plan=state.extra.get("plan"),
+        allowed=kinds.allowed_names(request.tool_choice),
     )
     stream = provider.stream(request)
     try:
@@ -332,26 +362,26 @@ def _is_fresh_request(state: RunState) -> bool:
     return state.turn == 0 and any(i.get("type") != "function_call_output" for i in state.inputs)
 
 
-class _CancelledByModel(Exception):
-    """The model ended the run with a ``cancel`` directive (JSON tool protocol)."""
-
-
-def cancel_by_model(store: ResponseStore, state: RunState) -> str:
+def cancel_by_model(
+    store: ResponseStore, state: RunState, *, events: Sequence[Event] = ()
+) -> StepOutcome:
     """Commit the turn's output with the status ``cancelled`` (no terminal event, as a cancel)."""
     final = state.response.model_copy(update={"status": ResponseStatus.CANCELLED})
-    result = store.write(final, transition=FINISH, turn=state.turn)
-    return str(final.status) if result.ok else "skipped"
+    result = store.write(final, transition=FINISH, turn=state.turn, events=events)
+    return StepOutcome.CANCELLED if result.ok else StepOutcome.SKIPPED
 
 
 def apply_step(
     deps: RunDeps, state: RunState, step: NextStep, *, events: Sequence[Event] = ()
-) -> str:
+) -> StepOutcome:
     """Carry out a planned step: finalize, or commit and queue what follows.
 
     ``events``: the turn's events not written yet; they go out with the step's write.
     """
     if isinstance(step, Complete | PauseForClient | StopIncomplete):
         return finalize(deps.store, state, step, events=events)
+    if isinstance(step, CancelByModel):
+        return cancel_by_model(deps.store, state, events=events)
     if isinstance(step, RunTools):
         batch_size = deps.settings.max_parallel_tools if state.response.parallel_tool_calls else 1
         batch = step.runs[:batch_size]
@@ -360,20 +390,18 @@ def apply_step(
         )
         state.waiting_until = time.time() + longest + deps.settings.lease_seconds
         if not commit(deps.store, state, events=events):
-            return "skipped"
+            return StepOutcome.SKIPPED
         _hand_off(deps, state, state.waiting_until)
         _dispatcher(deps).enqueue_tools(
-            state.response.id,
-            [(run.call.id, run.tool.kind.queue) for run in batch],
-            then_turn=state.turn,
+            state.response.id, [(run.call.id, run.queue) for run in batch], then_turn=state.turn
         )
-        return "waiting"
+        return StepOutcome.WAITING
     if isinstance(step, NextTurn):
         if not commit(deps.store, state, events=events):
-            return "skipped"
+            return StepOutcome.SKIPPED
         _hand_off(deps, state, time.time() + deps.settings.lease_seconds)
         _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
-        return "continuing"
+        return StepOutcome.CONTINUING
     assert_never(step)
 
 
@@ -405,7 +433,7 @@ def finalize(
     step: Complete | PauseForClient | StopIncomplete,
     *,
     events: Sequence[Event] = (),
-) -> str:
+) -> StepOutcome:
     """Commit the output and the response's final status in one write (after ``events``)."""
     update: dict[str, Any] = {"completed_at": int(time.time())}
     if isinstance(step, Complete):
@@ -422,7 +450,7 @@ def finalize(
     event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
     result = store.write(final, transition=FINISH, turn=state.turn, events=[*events, event])
     state.finished = result.ok and final.status in TERMINAL_STATUSES
-    return str(final.status) if result.ok else "skipped"
+    return StepOutcome(final.status.value) if result.ok else StepOutcome.SKIPPED
 
 
 def fail_response(store: ResponseStore, response_id: str, *, code: str, message: str) -> bool:

@@ -7,7 +7,8 @@ child died, or the sweeper dispatched it again) finds that delivery's claim in R
 for its result instead of running the tool a second time; the claim lapses with the tool's
 deadline, so a claim whose holder died blocks the call no longer than the call could have run.
 The call runs in a helper thread under a deadline; the task watches the response meanwhile and
-abandons the call when the response is cancelled.
+abandons the call when the response is cancelled. That thread is a reused runner
+(:class:`_Runners`) unless ``ANTWORT_TOOL_RUNNER_POOL=false``, which starts a new one per call.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from enum import StrEnum
 
 from app.config import Settings
 from app.conversation import history_of
 from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import RedeliveredTooOftenError, ResponseStore, StoredResponse
-from app.tools import presenters
 from app.tools.base import (
     ExecutorRegistry,
     SubmittingExecutor,
@@ -38,8 +39,9 @@ from app.tools.base import (
     ToolResult,
     cap_output,
 )
-from app.tools.catalog import definitions
 from app.tools.internal import Registry
+from app.tools.kinds import ToolKinds
+from app.tools.registry import KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +59,34 @@ class ToolDeps:
     settings: Settings
     internal_tools: Registry | None = None
     """The internal tools behind the executors, shut down when the worker stops."""
+    kinds: ToolKinds = KINDS
+    """The tool kinds: how a call's item is read, and which tool it calls."""
+
+
+class CallOutcome(StrEnum):
+    """What :func:`run_tool_call` did (the task's result)."""
+
+    OK = "ok"
+    """The call ran and its result is stored."""
+    ERROR = "error"
+    """The call ran and failed; its ``is_error`` result is stored (the model sees it)."""
+    STORED = "stored"
+    """The result was stored already (a redelivery, or another delivery ran it meanwhile)."""
+    SKIPPED = "skipped"
+    """Nothing to do: the response or the call is gone or no longer active."""
+    CANCELLED = "cancelled"
+    """The response stopped while the call ran; its result, if any, was discarded."""
+    BUSY = "busy"
+    """Another delivery holds the call longer than a claim lasts: requeue this one."""
 
 
 def run_tool_call(
     deps: ToolDeps, response_id: str, call_id: str, *, delivery: str | None = None
-) -> str:
+) -> CallOutcome:
     """Execute one call of a response and store its result; returns what happened.
 
     ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
-    rides on the first round trip). ``"busy"``: another delivery kept the call claimed longer
-    than one claim can last (it was claimed again meanwhile); the caller should requeue this
-    delivery.
+    rides on the first round trip).
 
     Raises:
         RedeliveredTooOftenError: this call was delivered more often than allowed.
@@ -91,12 +110,12 @@ def run_tool_call(
                 store.release_tool_claim(response_id, call_id, token=token)
             raise RedeliveredTooOftenError(opened.deliveries)
         if opened.claim == "stored":
-            return "stored"
-        found = _find_call(store, opened.stored, call_id)
+            return CallOutcome.STORED
+        found = _find_call(deps, opened.stored, call_id)
         if found is None:
             if claimed:
                 store.release_tool_claim(response_id, call_id, token=token)
-            return "skipped"
+            return CallOutcome.SKIPPED
         call, tool = found
         ttl = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
         if claimed:
@@ -106,37 +125,36 @@ def run_tool_call(
         outcome = _await_other_delivery(store, response_id, call_id, within=ttl + 1.0)
         if outcome is not None:
             return outcome
-    return "busy"
+    return CallOutcome.BUSY
 
 
 def _find_call(
-    store: ResponseStore, stored: StoredResponse | None, call_id: str
+    deps: ToolDeps, stored: StoredResponse | None, call_id: str
 ) -> tuple[ToolCall, ToolDefinition | None] | None:
     """The call and its tool, or None when the response or the call is gone or inactive."""
     if stored is None or stored.response.status not in ACTIVE_STATUSES:
         return None
-    found = presenters.find_call(stored.response.output, call_id)
+    found = deps.kinds.presenters.find_call(stored.response.output, call_id)
     if found is None:
         return None
-    presenter = presenters.for_item(found[1])
-    assert presenter is not None
-    call = presenter.call_of(found[1])
-    return call, _definition(store, stored, call.name)
+    call = deps.kinds.presenters.call_of(found[1])
+    return call, _definition(deps, stored, call.name)
 
 
-def _definition(store: ResponseStore, stored: StoredResponse, name: str) -> ToolDefinition | None:
-    """The called tool; MCP tools listed earlier in the chain need the chain to be found."""
-    response, sealed = stored.response, stored.extra.get("mcp_sealed")
-    tool = definitions(response.tools, response.output, sealed=sealed).get(name)
+def _definition(deps: ToolDeps, stored: StoredResponse, name: str) -> ToolDefinition | None:
+    """The called tool; tools listed earlier in the chain (MCP's) need the chain to be found."""
+    response, kinds = stored.response, deps.kinds
+    tool = kinds.definitions(response.tools, response.output, extra=stored.extra).get(name)
     if tool is not None or (
         response.previous_response_id is None and "context" not in stored.extra
     ):
         return tool
     try:
-        history = history_of(store, stored)
+        history = history_of(deps.store, stored)
     except AppError:
         return None
-    return definitions(response.tools, [*history, *response.output], sealed=sealed).get(name)
+    chain = [*history, *response.output]
+    return kinds.definitions(response.tools, chain, extra=stored.extra).get(name)
 
 
 def _timeout(deps: ToolDeps, tool: ToolDefinition | None) -> float:
@@ -146,29 +164,29 @@ def _timeout(deps: ToolDeps, tool: ToolDefinition | None) -> float:
 
 def _await_other_delivery(
     store: ResponseStore, response_id: str, call_id: str, *, within: float
-) -> str | None:
+) -> CallOutcome | None:
     """Wait while another delivery holds the call's claim.
 
-    Returns ``"stored"`` when its result arrives, ``"cancelled"`` when the response stops,
-    None when the claim lapsed without a result (its holder died), ``"busy"`` after ``within``.
+    Returns ``STORED`` when its result arrives, ``CANCELLED`` when the response stops, None
+    when the claim lapsed without a result (its holder died), ``BUSY`` after ``within``.
     """
     logger.info("call %s of %s is running elsewhere; waiting for its result", call_id, response_id)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if store.has_tool_result(response_id, call_id):
-            return "stored"
+            return CallOutcome.STORED
         if store.status(response_id) not in ACTIVE_STATUSES:
-            return "cancelled"
+            return CallOutcome.CANCELLED
         if not store.is_tool_call_claimed(response_id, call_id):
             # released just now with its result, or lapsed because its holder died
-            return "stored" if store.has_tool_result(response_id, call_id) else None
+            return CallOutcome.STORED if store.has_tool_result(response_id, call_id) else None
         time.sleep(_POLL_SECONDS)
-    return "busy"
+    return CallOutcome.BUSY
 
 
 def _run_claimed(
     deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
-) -> str:
+) -> CallOutcome:
     """Run a call this delivery holds the claim of, store its result, give the claim back."""
     store = deps.store
     try:
@@ -178,7 +196,7 @@ def _run_claimed(
         raise
     if result is None:
         store.release_tool_claim(response_id, call.id, token=token)
-        return "cancelled"
+        return CallOutcome.CANCELLED
     result = ToolResult(
         call_id=call.id,
         output=cap_output(result.output, deps.settings.tool_output_max_chars),
@@ -186,8 +204,8 @@ def _run_claimed(
         data=result.data,
     )
     if not store.finish_tool_call(response_id, call.id, result.to_json(), token=token):
-        return "cancelled"  # a result that arrives after a cancel is discarded
-    return "error" if result.is_error else "ok"
+        return CallOutcome.CANCELLED  # a result that arrives after a cancel is discarded
+    return CallOutcome.ERROR if result.is_error else CallOutcome.OK
 
 
 def _execute(
@@ -210,8 +228,10 @@ def _execute(
 
     if isinstance(executor, SubmittingExecutor):
         future = executor.submit(call, tool)
-    else:
+    elif deps.settings.tool_runner_pool:
         future = _RUNNERS.submit(run)
+    else:
+        future = _start_thread(run)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -234,15 +254,31 @@ def _execute(
             )
 
 
+def _start_thread(fn: Callable[[], ToolResult]) -> Future[ToolResult]:
+    """Run ``fn`` on a new daemon thread (``ANTWORT_TOOL_RUNNER_POOL=false``)."""
+    future: Future[ToolResult] = Future()
+    threading.Thread(target=_fulfil, args=(fn, future), name="tool-call", daemon=True).start()
+    return future
+
+
+def _fulfil(fn: Callable[[], ToolResult], future: Future[ToolResult]) -> None:
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # fn turns exceptions into results; not these
+            future.set_exception(exc)
+
+
 class _Runners:
-    """Daemon threads that run tool calls, reused from call to call.
+    """Daemon threads that run tool calls, reused from call to call (``ANTWORT_TOOL_RUNNER_POOL``).
 
     A call runs beside its task so the task can watch the response (a cancel) and the deadline.
-    Starting a thread per call cost a busy worker several milliseconds (the new thread has to win
-    the GIL before ``start()`` returns); an idle runner is handed the call through a queue instead.
-    A runner exists for each call running at once and leaves after ``idle_seconds`` without work;
-    one stuck in a tool past its deadline is simply not idle, and being a daemon it never holds up
-    the worker's exit.
+    Measured gain: starting a thread per call (:func:`_start_thread`, the setting off) cost a busy
+    worker several milliseconds per call, as the new thread had to win the GIL before ``start()``
+    returned (README, agentic benchmark, "what made the tool round cheaper"); an idle runner is
+    handed the call through a queue instead. A runner exists for each call running at once and
+    leaves after ``idle_seconds`` without work; one stuck in a tool past its deadline is simply
+    not idle, and being a daemon it never holds up the worker's exit.
     """
 
     def __init__(self, idle_seconds: float = 60.0):
@@ -273,11 +309,7 @@ class _Runners:
                         self._idle -= 1
                         return
                 continue  # a job is on its way to this runner
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # fn turns exceptions into results; not these
-                    future.set_exception(exc)
+            _fulfil(fn, future)
             with self._lock:
                 self._idle += 1
 

@@ -5,9 +5,9 @@ workers with the tools of ``bench.tools``. Then:
 
 (a) ``orchestration``: one response = model turn → one instant tool → model turn, posted
     sequentially through the fleet, against the same loop run in this process (the same
-    ``run_turn``/``run_tool_call`` code on the same Redis, tool calls and turns called directly
-    instead of queued). Orchestration cost per turn = (fleet p50 − in-process p50) / 2 turns.
-    The model's own time inside the in-process loop is measured too.
+    ``advance_response``/``run_tool_call`` code on the same Redis, tool calls and turns called
+    directly instead of queued). Orchestration cost per turn = (fleet p50 − in-process p50) / 2
+    turns. The model's own time inside the in-process loop is measured too.
 (b) ``parallel``: one turn calling 8 tools of 200 ms each; the tool phase is the time from the
     last ``function_call`` item done to the first ``function_call_output`` item added (the next
     turn starts after every result is in), read off the SSE stream.
@@ -32,7 +32,7 @@ from app.fleet import make_run_deps, make_tool_deps
 from app.providers.chunks import Chunk
 from app.providers.translate import ModelRequest
 from app.responses import create_response
-from app.run import ModelProvider, RunDeps, run_turn
+from app.run import ModelProvider, RunDeps, advance_response
 from app.tool_calls import ToolDeps, run_tool_call
 from bench.fleet import REDIS_URL, Fleet
 from bench.stats import percentiles
@@ -141,7 +141,7 @@ class InlineLoop:
             self.dispatcher.next = None
             for call_id in calls:
                 run_tool_call(self.tools, response.id, call_id)
-            run_turn(self.deps, response.id, turn)
+            advance_response(self.deps, response.id, turn)
         elapsed = time.perf_counter() - started
         assert self.deps.store.get(response.id).response.status == "completed"
         return elapsed, self.provider.seconds - model_before
@@ -191,7 +191,7 @@ def bench_orchestration(fleet: Fleet, n: int) -> dict[str, Any]:
         "tool_round_ms_p50": round(agentic_gap - plain_gap, 2),
         "note": "fleet: POST /v1/responses (not streamed) until its JSON arrives: gateway, "
         "inference queue, tool queue (chord), inference queue again. In process: the same "
-        "run_turn/run_tool_call on the same Redis with calls and turns made directly; the "
+        "advance_response/run_tool_call on the same Redis with calls and turns made directly; the "
         "in-process loop time per turn is its store writes, events and lease, the model's own "
         "time left out. tool_round: what the tool round trip (tool task, chord, the next turn's "
         "hop) adds over a plain one-turn response's fleet-vs-in-process gap.",

@@ -28,7 +28,7 @@ from app.config import Settings
 from app.fleet import make_store
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.tools.base import ToolCall
-from app.tools.catalog import definitions
+from app.tools.registry import KINDS
 from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor, make_sandbox
 from app.tools.sandbox.runner import SandboxRequest
 from bench.fleet import REDIS_URL, ROOT
@@ -54,7 +54,7 @@ def bench_latency(settings: Settings, n: int) -> dict[str, Any]:
     executor = SandboxExecutor(
         sandbox, ContainerFiles(store.redis, store.keys, ttl_seconds=600), tools={}
     )
-    tool = definitions([{"type": "code_interpreter", "container": f"cntr_bench{n}"}])
+    tool = KINDS.definitions([{"type": "code_interpreter", "container": f"cntr_bench{n}"}])
     call = ToolCall(id="ci_bench", name="code_interpreter", arguments=json.dumps({"code": TRIVIAL}))
     for _ in range(5):  # warm-up: page cache, lock files
         sandbox.run(SandboxRequest(code=TRIVIAL))

@@ -14,9 +14,9 @@ from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.protocol.response import ResponseStatus
-from app.run import RunDeps, fail_response, run_turn
+from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError, ResponseStore
-from app.tool_calls import ToolDeps, run_tool_call
+from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
 from workers.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
@@ -98,22 +98,25 @@ def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
 
 @shared_task(name="responses.run_turn", bind=True, max_retries=_HELD_TURN_RETRIES)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
-    """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
+    """Advance a response by one step; redelivery is safe (the run re-reads its state).
+
+    (The task keeps its name on the wire; it runs :func:`app.run.advance_response`.)
+    """
     deps = get_deps()
     try:
-        outcome = run_turn(deps, response_id, turn, delivery=_delivery(self))
+        outcome = advance_response(deps, response_id, turn, delivery=_delivery(self))
     except RedeliveredTooOftenError as exc:  # a turn that kills its worker
         message = f"Turn {turn} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)
-        return "failed"
+        return StepOutcome.FAILED.value
     except Exception:  # the task boundary: whatever broke, the response must not hang
         logger.exception("turn %d of %s crashed", turn, response_id)
         fail_response(
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
-        return "failed"
+        return StepOutcome.FAILED.value
     if (
-        outcome == "skipped"
+        outcome is StepOutcome.SKIPPED
         and self.request.retries < _HELD_TURN_RETRIES
         and _is_turn_held(deps.store, response_id, turn)
     ):
@@ -121,7 +124,7 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
         # fast tool's callback can arrive before that. Look again shortly rather than leave
         # the turn to the sweeper (which waits out the tools' whole deadline).
         raise self.retry(countdown=_HELD_TURN_RETRY_SECONDS)
-    return outcome
+    return outcome.value
 
 
 @shared_task(name="tools.run_call", bind=True, max_retries=_BUSY_RETRIES)
@@ -137,10 +140,10 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
     except RedeliveredTooOftenError as exc:
         message = f"Tool call {call_id} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)
-        return "failed"
-    if outcome == "busy":  # another delivery still holds the call: look again later
+        return StepOutcome.FAILED.value
+    if outcome is CallOutcome.BUSY:  # another delivery still holds the call: look again later
         raise self.retry(countdown=1.0)
-    return outcome
+    return outcome.value
 
 
 @shared_task(name="responses.compact", bind=True)

@@ -7,6 +7,7 @@ annotations, logprobs). An input item without ``type`` is a message.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
@@ -225,3 +226,9 @@ def reasoning_item(item_id: str, *, text: str | None, status: str) -> dict[str, 
     """A ``reasoning`` output item carrying the provider's reasoning text."""
     content = [] if text is None else [{"type": "reasoning_text", "text": text}]
     return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
+
+
+def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
+    """A deterministic item id: a re-run turn names its items as the first run did."""
+    digest = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=12)
+    return f"{prefix}_{digest.hexdigest()}"

@@ -37,9 +37,17 @@ class ToolCallDelta:
     """A human-readable step title (JSON tool protocol); None: derived from name and arguments."""
 
 
+MODEL_CANCELLED = "cancelled"
+"""``Finish.reason`` when the model gave up on the task (a JSON protocol ``cancel``): the run
+ends ``cancelled``."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finish:
-    """The model stopped: ``stop``, ``tool_calls``, ``length`` or ``content_filter``."""
+    """The model stopped: ``stop``, ``tool_calls``, ``length``, ``content_filter``, ``cancelled``.
+
+    ``cancelled`` (:data:`MODEL_CANCELLED`): the model gave up on the task.
+    """
 
     type: Literal["finish"] = "finish"
     reason: str

@@ -38,6 +38,7 @@ from app.progress import step_title
 from app.protocol.request import TOOL_PROTOCOL_METADATA_KEY
 from app.protocol.response import ResponseObject, Usage
 from app.providers.chunks import (
+    MODEL_CANCELLED,
     Chunk,
     Finish,
     PlanUpdate,
@@ -47,10 +48,7 @@ from app.providers.chunks import (
     UsageReport,
 )
 from app.providers.translate import ModelRequest, to_chat_tool
-from app.tools.catalog import allowed_names
 
-MODEL_CANCELLED = "cancelled"
-"""``Finish.reason`` of a ``cancel`` directive: the run ends ``cancelled``."""
 PROTOCOL_HEADER = "# Antwort JSON tool protocol"
 """First line of the system prompt of every ``json`` call."""
 NOTE_PREFIX = "[antwort] "
@@ -170,6 +168,7 @@ def with_tool_protocol(
     *,
     is_fresh: bool,
     plan: Sequence[str] | None = None,
+    allowed: frozenset[str] | None = None,
 ) -> _Provider:
     """The provider that speaks the response's tool protocol.
 
@@ -179,18 +178,22 @@ def with_tool_protocol(
         response: The response being run (its model and metadata).
         is_fresh: The first turn of a new request: the model must plan first.
         plan: The plan the model made in an earlier turn of the response, if any.
+        allowed: The tools an ``allowed_tools`` choice lets run (None: every tool).
     """
     if protocol_of(settings, response) != "json":
         return provider
-    return JsonToolProtocol(provider, needs_plan=is_fresh, plan=plan)
+    return JsonToolProtocol(provider, needs_plan=is_fresh, plan=plan, allowed=allowed)
 
 
-def build_manifest(request: ModelRequest) -> Manifest:
-    """The tools the model may call now, under ``tool_choice`` and ``allowed_tools``."""
+def build_manifest(request: ModelRequest, *, allowed: frozenset[str] | None = None) -> Manifest:
+    """The tools the model may call now, under ``tool_choice`` and ``allowed_tools``.
+
+    ``allowed``: the names an ``allowed_tools`` choice lets run (None: every tool); the tool
+    kinds know them (``ToolKinds.allowed_names``).
+    """
     choice = request.tool_choice
     if choice == "none":
         return Manifest(tools={})
-    allowed = allowed_names(choice)
     is_forced = isinstance(choice, dict) and choice.get("type") == "function"
     forced = choice.get("name") if is_forced else None
     tools: dict[str, ManifestTool] = {}
@@ -389,14 +392,22 @@ class _Answer:
 class JsonToolProtocol:
     """A provider on the JSON tool protocol, wrapped around one without it."""
 
-    def __init__(self, inner: _Provider, *, needs_plan: bool, plan: Sequence[str] | None = None):
+    def __init__(
+        self,
+        inner: _Provider,
+        *,
+        needs_plan: bool,
+        plan: Sequence[str] | None = None,
+        allowed: frozenset[str] | None = None,
+    ):
         self._inner = inner
         self._needs_plan = needs_plan
         self._plan = list(plan or ())
+        self._allowed = allowed
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Ask for directives until one ends the turn; yield them as native chunks."""
-        manifest = build_manifest(request)
+        manifest = build_manifest(request, allowed=self._allowed)
         turn = _Turn(
             request=request,
             manifest=manifest,

@@ -14,23 +14,17 @@ from typing import Any, Protocol, runtime_checkable
 
 
 class ToolKind(StrEnum):
-    """Who executes a tool, and so which queue its calls go to."""
+    """The names of the kinds this build ships (``ToolDefinition.kind``).
+
+    A kind is what its spec in :mod:`app.tools.registry` says (who executes it, its queue, its
+    presenter); this enum only names the built-in ones. A new kind needs no member here.
+    """
 
     FUNCTION = "function"
     """The client: the response pauses with the call."""
     MCP = "mcp"
     SANDBOX = "sandbox"
     INTERNAL = "internal"
-
-    @property
-    def queue(self) -> str:
-        """The Celery queue of this kind's calls (none for client functions)."""
-        return f"tools.{self.value}"
-
-    @property
-    def is_server_side(self) -> bool:
-        """Executed by the fleet rather than the client."""
-        return self is not ToolKind.FUNCTION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,7 +46,8 @@ class ToolDefinition:
     """A tool the model may call."""
 
     name: str
-    kind: ToolKind
+    kind: str
+    """The name of the tool's kind (a :class:`ToolKind` for the built-in ones)."""
     description: str | None = None
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_seconds: float | None = None
@@ -128,7 +123,9 @@ class ToolResult:
 class ToolExecutor(Protocol):
     """Executes the calls of one kind."""
 
-    kind: ToolKind
+    @property
+    def kind(self) -> str:
+        """The name of the kind whose calls this executor runs."""
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """Whether this executor runs ``tool``."""
@@ -153,13 +150,17 @@ class ExecutorRegistry:
     """The executors of one worker process, by kind."""
 
     def __init__(self, executors: list[ToolExecutor] | None = None):
-        self._executors: dict[ToolKind, ToolExecutor] = {}
+        self._executors: dict[str, ToolExecutor] = {}
         for executor in executors or []:
             self.register(executor)
 
     def register(self, executor: ToolExecutor) -> None:
         """Add (or replace) the executor of a kind."""
         self._executors[executor.kind] = executor
+
+    def of_kind(self, kind: str) -> ToolExecutor | None:
+        """The executor of ``kind``, if this process has one."""
+        return self._executors.get(kind)
 
     def for_tool(self, tool: ToolDefinition) -> ToolExecutor | None:
         """The executor that runs ``tool``, if this process has one."""

@@ -6,21 +6,24 @@ output item of its kind (``function_call``, ``mcp_call``, ``code_interpreter_cal
 with a result (a ``function_call_output`` item after it, or the same item updated in place), and
 turns those items back into the ``function_call``/``function_call_output`` pairs the model sees.
 
-Function and internal tools share :class:`FunctionCallPresenter`; other kinds register their own
-with :func:`register`.
+Function and internal tools share :class:`FunctionCallPresenter`; other kinds bring their own in
+their spec (:mod:`app.tools.kinds`). :class:`PresenterIndex` finds the presenter of a tool or an
+item among the presenters of the registered kinds.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from app.protocol import events as ev
 from app.protocol.items import function_call_item
-from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.base import ToolCall, ToolDefinition, ToolResult
 
 Item = dict[str, Any]
+ItemView = Callable[[Item, Sequence[Item]], list[Item]]
+"""How a non-call item of a kind is shown to the model (``item, all items`` → model items)."""
 
 
 def result_item_id(response_id: str, call_id: str) -> str:
@@ -140,112 +143,102 @@ class FunctionCallPresenter:
 
 FUNCTION_CALLS = FunctionCallPresenter()
 
-_BY_KIND: dict[ToolKind, CallPresenter] = {
-    ToolKind.FUNCTION: FUNCTION_CALLS,
-    ToolKind.INTERNAL: FUNCTION_CALLS,
-}
-_BY_ITEM_TYPE: dict[str, CallPresenter] = {FUNCTION_CALLS.item_type: FUNCTION_CALLS}
 
+class PresenterIndex:
+    """The presenters of a set of kinds, by kind and by item type; the lookups the loop uses.
 
-def register(kind: ToolKind, presenter: CallPresenter) -> None:
-    """Present the calls of ``kind`` with ``presenter``."""
-    _BY_KIND[kind] = presenter
-    _BY_ITEM_TYPE[presenter.item_type] = presenter
+    Args:
+        by_kind: Each kind's presenter of its tools' calls.
+        extra: Presenters of further call item types (a kind's second call item).
+        awaiting_client: Item types the client answers in a later request (an MCP approval
+            request): the response pauses on them.
+        views: How non-call item types are shown to the model (default: as they are).
+    """
 
+    def __init__(
+        self,
+        by_kind: Mapping[str, CallPresenter],
+        *,
+        extra: Iterable[CallPresenter] = (),
+        awaiting_client: Iterable[str] = (),
+        views: Mapping[str, ItemView] | None = None,
+    ):
+        self._by_kind = dict(by_kind)
+        self._by_item_type = {p.item_type: p for p in [*self._by_kind.values(), *extra]}
+        self._awaiting_client = frozenset(awaiting_client)
+        self._views = dict(views or {})
 
-def for_tool(tool: ToolDefinition | None) -> CallPresenter:
-    """The presenter of a tool's calls (unknown tools' calls are plain function calls)."""
-    return _BY_KIND.get(tool.kind, FUNCTION_CALLS) if tool is not None else FUNCTION_CALLS
+    def for_tool(self, tool: ToolDefinition | None) -> CallPresenter:
+        """The presenter of a tool's calls (unknown tools' calls are plain function calls)."""
+        if tool is None:
+            return FUNCTION_CALLS
+        return self._by_kind.get(tool.kind, FUNCTION_CALLS)
 
+    def for_item(self, item: Item) -> CallPresenter | None:
+        """The presenter of a call item; None for any other item."""
+        return self._by_item_type.get(item.get("type", "message"))
 
-def for_item(item: Item) -> CallPresenter | None:
-    """The presenter of a call item; None for any other item."""
-    return _BY_ITEM_TYPE.get(item.get("type", "message"))
+    def awaits_client(self, item: Item) -> bool:
+        """Whether a call item waits for the client (an approval request)."""
+        return item.get("type") in self._awaiting_client
 
+    def call_items(self, items: Sequence[Item]) -> list[Item]:
+        """The call items among ``items``, in order."""
+        return [item for item in items if self.for_item(item) is not None]
 
-def call_items(items: Sequence[Item]) -> list[Item]:
-    """The call items among ``items``, in order."""
-    return [item for item in items if for_item(item) is not None]
+    def unanswered_calls(self, output: Sequence[Item]) -> list[Item]:
+        """Call items of ``output`` that have no result yet, in order."""
+        answered = _answered_ids(output)
+        pending = []
+        for item in output:
+            presenter = self.for_item(item)
+            if presenter is not None and not presenter.is_answered(item, answered):
+                pending.append(item)
+        return pending
+
+    def find_call(self, output: Sequence[Item], call_id: str) -> tuple[int, Item] | None:
+        """The call item (and its index) whose call is ``call_id``."""
+        for index, item in enumerate(output):
+            presenter = self.for_item(item)
+            if presenter is not None and presenter.call_of(item).id == call_id:
+                return index, item
+        return None
+
+    def call_of(self, item: Item) -> ToolCall:
+        """The call a call item stands for."""
+        presenter = self.for_item(item)
+        assert presenter is not None, item.get("type")
+        return presenter.call_of(item)
+
+    def apply_result(
+        self, response_id: str, output: Sequence[Item], result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        """The output with ``result`` applied to its call, and the events that show it.
+
+        Raises:
+            KeyError: no call item in ``output`` is ``result.call_id``.
+        """
+        found = self.find_call(output, result.call_id)
+        if found is None:
+            raise KeyError(result.call_id)
+        index, item = found
+        presenter = self.for_item(item)
+        assert presenter is not None
+        return presenter.answered(response_id, output, index, result)
+
+    def model_view(self, items: Sequence[Item]) -> list[Item]:
+        """``items`` with every call of another kind as ``function_call``/``…_output`` items."""
+        viewed: list[Item] = []
+        for item in items:
+            presenter = self.for_item(item)
+            if presenter is not None:
+                viewed.extend(presenter.model_view(item, items))
+            elif item.get("type") in self._views:
+                viewed.extend(self._views[item["type"]](item, items))
+            else:
+                viewed.append(item)
+        return viewed
 
 
 def _answered_ids(output: Sequence[Item]) -> frozenset[str]:
     return frozenset(i["call_id"] for i in output if i.get("type") == "function_call_output")
-
-
-def unanswered_calls(output: Sequence[Item]) -> list[Item]:
-    """Call items of ``output`` that have no result yet, in order."""
-    answered = _answered_ids(output)
-    pending = []
-    for item in output:
-        presenter = for_item(item)
-        if presenter is not None and not presenter.is_answered(item, answered):
-            pending.append(item)
-    return pending
-
-
-def find_call(output: Sequence[Item], call_id: str) -> tuple[int, Item] | None:
-    """The call item (and its index) whose call is ``call_id``."""
-    for index, item in enumerate(output):
-        presenter = for_item(item)
-        if presenter is not None and presenter.call_of(item).id == call_id:
-            return index, item
-    return None
-
-
-def apply_result(
-    response_id: str, output: Sequence[Item], result: ToolResult
-) -> tuple[list[Item], list[ev.Event]]:
-    """The output with ``result`` applied to its call, and the events that show it.
-
-    Raises:
-        KeyError: no call item in ``output`` is ``result.call_id``.
-    """
-    found = find_call(output, result.call_id)
-    if found is None:
-        raise KeyError(result.call_id)
-    index, item = found
-    presenter = for_item(item)
-    assert presenter is not None
-    return presenter.answered(response_id, output, index, result)
-
-
-def model_view(items: Sequence[Item]) -> list[Item]:
-    """``items`` with every call of another kind as ``function_call``/``function_call_output``."""
-    viewed: list[Item] = []
-    for item in items:
-        presenter = for_item(item)
-        if presenter is not None:
-            viewed.extend(presenter.model_view(item, items))
-        elif item.get("type") in _VIEWS:
-            viewed.extend(_VIEWS[item["type"]](item, items))
-        else:
-            viewed.append(item)
-    return viewed
-
-
-# -- additions for kinds with more than one item type ------------------------------------------
-
-ItemView = Callable[[Item, Sequence[Item]], list[Item]]
-_VIEWS: dict[str, ItemView] = {}
-_CLIENT_ITEM_TYPES: set[str] = set()
-
-
-def register_item_type(presenter: CallPresenter, *, awaits_client: bool = False) -> None:
-    """Also present call items of ``presenter.item_type`` (a kind's second call item type).
-
-    ``awaits_client``: such an item is answered by the client in a later request (an MCP
-    approval request), so the response pauses on it.
-    """
-    _BY_ITEM_TYPE[presenter.item_type] = presenter
-    if awaits_client:
-        _CLIENT_ITEM_TYPES.add(presenter.item_type)
-
-
-def register_view(item_type: str, view: ItemView) -> None:
-    """Show non-call items of ``item_type`` to the model as ``view`` says (default: as they are)."""
-    _VIEWS[item_type] = view
-
-
-def awaits_client(item: Item) -> bool:
-    """Whether a call item waits for the client (see :func:`register_item_type`)."""
-    return item.get("type") in _CLIENT_ITEM_TYPES

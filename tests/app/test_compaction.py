@@ -17,7 +17,7 @@ from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
 from app.keys import Keys
 from app.responses import create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.sealing import (
     SUMMARY_HEADER,
     CompactedState,
@@ -160,7 +160,9 @@ def test_compaction_from_previous_response_id(
 ) -> None:
     settings = make_settings()
     response, _ = create_response(store, RecordingDispatcher(), settings, {"input": "Hi there"})
-    run_turn(RunDeps(store=store, provider=answer("Hello!"), settings=settings), response.id, 0)
+    advance_response(
+        RunDeps(store=store, provider=answer("Hello!"), settings=settings), response.id, 0
+    )
     model = answer("They greeted.")
 
     result = compact(store, settings, model, previous_response_id=response.id)
@@ -249,9 +251,9 @@ def test_response_after_compaction_gives_the_model_the_summary(
     response, _ = create_response(store, RecordingDispatcher(), settings, body)
     model = answer("Tuesday.")
 
-    assert run_turn(RunDeps(store=store, provider=model, settings=settings), response.id, 0) == (
-        "completed"
-    )
+    assert advance_response(
+        RunDeps(store=store, provider=model, settings=settings), response.id, 0
+    ) == ("completed")
 
     [request] = model.requests
     texts = [json.dumps(item["content"]) for item in request.items]

@@ -31,9 +31,10 @@ from app.providers.json_protocol import (
 from app.providers.openai_chat import ChatCompletionsProvider
 from app.providers.translate import ModelRequest
 from app.responses import create_response, parse_request
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
+from app.tools.registry import KINDS
 from tests.support.dispatch import RecordingDispatcher
 
 WEATHER = {
@@ -137,7 +138,8 @@ def test_manifest_follows_tool_choice_and_allowed_tools() -> None:
         "mode": "required",
         "tools": [{"type": "function", "name": "clock"}],
     }
-    manifest = build_manifest(model_request(WEATHER, CLOCK, tool_choice=allowed))
+    request = model_request(WEATHER, CLOCK, tool_choice=allowed)
+    manifest = build_manifest(request, allowed=KINDS.allowed_names(allowed))
     assert list(manifest.tools) == ["clock"] and manifest.is_required
     forced = build_manifest(
         model_request(WEATHER, CLOCK, tool_choice={"type": "function", "name": "get_weather"})
@@ -380,7 +382,7 @@ def test_turn_on_json_protocol_pauses_on_a_call_with_progress_events(
     rid, deps = start(
         store, settings, "get_weather city=Oslo", tools=[WEATHER], include=["antwort:progress"]
     )
-    assert run_turn(deps, rid, 0) == "completed"
+    assert advance_response(deps, rid, 0) == "completed"
     [call] = store.get(rid).response.output
     assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Oslo"})
     vendor = [e for e in events(store, rid) if e["type"].startswith("antwort:")]
@@ -420,7 +422,7 @@ def test_turn_without_include_emits_only_standard_events(
 ) -> None:
     settings = make_settings()
     rid, deps = start(store, settings, "get_weather city=Oslo", tools=[WEATHER])
-    run_turn(deps, rid, 0)
+    advance_response(deps, rid, 0)
     assert not [e for e in events(store, rid) if not e["type"].startswith(("response.", "error"))]
 
 
@@ -429,7 +431,7 @@ def test_cancel_directive_ends_the_response_cancelled_with_its_message(
 ) -> None:
     settings = make_settings()
     rid, deps = start(store, settings, "[json_fault=cancel] get_weather", tools=[WEATHER])
-    assert run_turn(deps, rid, 0) == "cancelled"
+    assert advance_response(deps, rid, 0) == "cancelled"
     response = store.get(rid).response
     assert response.status == "cancelled"
     assert response.output[0]["content"][0]["text"] == "The simulator gives up, as scripted."
@@ -440,7 +442,7 @@ def test_twice_broken_answers_fail_the_response_with_the_reason(
 ) -> None:
     settings = make_settings()
     rid, deps = start(store, settings, "[json_fault=bad_schema,bad_schema] hi")
-    assert run_turn(deps, rid, 0) == "failed"
+    assert advance_response(deps, rid, 0) == "failed"
     error = store.get(rid).response.error
     assert error is not None and "did not follow the JSON tool protocol" in error.message
     assert 'a "tool_request" needs "tool"' in error.message
@@ -463,7 +465,7 @@ def test_native_rejected_call_is_a_failed_step(
     deps = RunDeps(
         store=store, provider=OneCall(), settings=settings, dispatcher=RecordingDispatcher()
     )
-    assert run_turn(deps, response.id, 0) == "continuing"
+    assert advance_response(deps, response.id, 0) == "continuing"
     vendor = [e for e in events(store, response.id) if e["type"].startswith("antwort:")]
     assert [(e["type"], e.get("title"), e.get("status")) for e in vendor] == [
         ("antwort:step.started", "nope: a=1", None),
@@ -471,3 +473,39 @@ def test_native_rejected_call_is_a_failed_step(
     ]
     output = store.get(response.id).response.output
     assert vendor[1]["item_id"] == output[1]["id"] and vendor[1]["output_index"] == 1
+
+
+class Recording:
+    """A model on the JSON protocol that plans, then replies; it keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        self.requests.append(request)
+        directive = {"type": "plan", "steps": ["a"]} if len(self.requests) == 1 else {
+            "type": "reply", "message": "ok"}  # fmt: skip
+        yield TextDelta(text=json.dumps(directive))
+        yield Finish(reason="stop")
+
+
+def test_turn_lists_only_the_tools_allowed_tools_lets_run(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    allowed = {
+        "type": "allowed_tools",
+        "mode": "auto",
+        "tools": [{"type": "function", "name": "clock"}],
+    }
+    body = {"input": "hi", "metadata": JSON_MODE, "tools": [WEATHER, CLOCK], "tool_choice": allowed}
+    settings = make_settings()
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    model = Recording()
+
+    assert (
+        advance_response(RunDeps(store=store, provider=model, settings=settings), response.id, 0)
+        == "completed"
+    )
+
+    system = model.requests[0].instructions or ""
+    assert '"clock"' in system and '"get_weather"' not in system

@@ -18,7 +18,7 @@ import pytest
 from app.config import Settings
 from app.lease import LeaseKeeper
 from app.responses import create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
@@ -69,7 +69,7 @@ class Loop:
         )
         for _ in range(30):
             chords, turns = len(self.dispatcher.chords), len(self.dispatcher.turns)
-            self.outcomes.append(run_turn(deps, rid, turn))
+            self.outcomes.append(advance_response(deps, rid, turn))
             if len(self.dispatcher.chords) > chords:
                 chord = self.dispatcher.chords[-1]
                 order = reversed(chord.calls) if reverse_tools else chord.calls
@@ -437,7 +437,7 @@ def test_a_run_hands_its_lease_over_before_queuing_the_next_work(
     before = time.time()
     deps = loop.leased_deps()
 
-    assert run_turn(deps, rid, 0) == "waiting"
+    assert advance_response(deps, rid, 0) == "waiting"
 
     # The tools' callback turn can take the lease the moment it arrives (no retry, no sweeper)…
     assert probe.lease_free == [True]
@@ -452,7 +452,7 @@ def test_a_run_starts_a_queued_response_once_with_its_event(
     loop = make_loop(text("done"))
     rid = loop.create(background=True)
 
-    assert run_turn(loop.leased_deps(), rid, 0) == "completed"
+    assert advance_response(loop.leased_deps(), rid, 0) == "completed"
 
     types = [event["type"] for event in loop.events(rid)]
     assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
@@ -467,7 +467,7 @@ def test_a_finished_run_leaves_no_lease_and_no_watch(
     rid = loop.create()
     deps = loop.leased_deps()
 
-    assert run_turn(deps, rid, 0) == "completed"
+    assert advance_response(deps, rid, 0) == "completed"
 
     assert not store.redis.exists(store.keys.lease(rid))  # freed by the final write itself
     assert store.redis.zscore(store.keys.active, rid) is None
@@ -486,7 +486,7 @@ def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
     store.count_delivery(delivery)
 
     with pytest.raises(RedeliveredTooOftenError) as raised:
-        run_turn(deps, rid, 0, delivery=delivery)  # the third: counted with the lease
+        advance_response(deps, rid, 0, delivery=delivery)  # the third: counted with the lease
 
     assert raised.value.deliveries == 3
     assert not store.redis.exists(store.keys.lease(rid))  # taken and given back
@@ -503,5 +503,5 @@ def test_a_counted_turn_within_the_limit_runs(
     rid = loop.create()
     deps = loop.leased_deps()
 
-    assert run_turn(deps, rid, 0, delivery=f"{rid}:t0:infer") == "completed"
+    assert advance_response(deps, rid, 0, delivery=f"{rid}:t0:infer") == "completed"
     assert store.redis.get(store.keys.deliveries(f"{rid}:t0:infer")) == b"1"

@@ -5,7 +5,6 @@ from typing import Any
 import pytest
 
 from app.tools.base import ToolKind
-from app.tools.catalog import definitions, is_agentic, is_allowed, model_tools
 from app.tools.mcp.catalog import (
     alias,
     allowed_tool_names,
@@ -14,6 +13,7 @@ from app.tools.mcp.catalog import (
     needs_approval,
     unlisted_servers,
 )
+from app.tools.registry import KINDS
 
 
 def listing(label: str, *names: str, error: str | None = None) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def test_definitions_offer_listed_allowed_tools_by_name_and_alias() -> None:
     # b's echo keeps its label: a also lists an echo (even though a's is not allowed here)
     assert set(found) == {"add", alias("a", "add"), "b__echo", alias("b", "echo")}
     add = found["add"]
-    assert add.kind is ToolKind.MCP and add.mcp is not None
+    assert add.kind == ToolKind.MCP and add.mcp is not None
     assert add.mcp.server_label == "a" and add.mcp.sealed_headers == "sealed-a"
     assert add.mcp.needs_approval is False
     echo = found["b__echo"].mcp
@@ -107,20 +107,20 @@ def test_catalog_merges_mcp_tools_with_declared_ones() -> None:
         server("a", require_approval="never"),
     ]
     items = [listing("a", "echo", "add")]
-    found = definitions(tools, items)
-    assert found["echo"].kind is ToolKind.FUNCTION  # a declared function keeps its name
-    assert found[alias("a", "echo")].kind is ToolKind.MCP
-    offered = model_tools(tools, items)
+    found = KINDS.definitions(tools, items)
+    assert found["echo"].kind == ToolKind.FUNCTION  # a declared function keeps its name
+    assert found[alias("a", "echo")].kind == ToolKind.MCP
+    offered = KINDS.model_tools(tools, items)
     assert [t["name"] for t in offered] == ["echo", "add"]
     assert all(t["type"] == "function" for t in offered)
-    assert is_agentic([server("a")]) and not is_agentic([tools[0]])
+    assert KINDS.is_agentic([server("a")]) and not KINDS.is_agentic([tools[0]])
 
 
 def test_allowed_tools_choice_may_name_an_mcp_server() -> None:
     tools = [server("a", require_approval="never")]
-    add = definitions(tools, [listing("a", "add")])["add"]
+    add = KINDS.definitions(tools, [listing("a", "add")])["add"]
     by_server = {"type": "allowed_tools", "tools": [{"type": "mcp", "server_label": "a"}]}
     other = {"type": "allowed_tools", "tools": [{"type": "mcp", "server_label": "b"}]}
-    assert is_allowed(add, frozenset(), by_server)
-    assert not is_allowed(add, frozenset(), other)
-    assert is_allowed(add, frozenset({"add"}), "auto")
+    assert KINDS.is_allowed(add, frozenset(), by_server)
+    assert not KINDS.is_allowed(add, frozenset(), other)
+    assert KINDS.is_allowed(add, frozenset({"add"}), "auto")

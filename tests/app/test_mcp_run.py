@@ -8,15 +8,16 @@ import pytest
 
 from app.config import Settings
 from app.errors import InvalidRequestError, ServerError
-from app.fleet import make_mcp_executor
 from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta
 from app.providers.translate import ModelRequest
 from app.responses import create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
+from app.tools.kinds import KindContext
 from app.tools.mcp.executor import McpExecutor
+from app.tools.mcp.kind import make_mcp_executor
 from app.tools.mcp.requests import prepare_mcp_tools
 from app.tools.mcp.security import Sealer
 from app.tools.mcp.servers import McpServers, load_configured, seal_key
@@ -82,7 +83,7 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 @pytest.fixture
 def executor(settings: Settings, store: ResponseStore) -> Iterator[McpExecutor]:
-    mcp = make_mcp_executor(settings, store)
+    mcp = make_mcp_executor(KindContext(settings=settings, redis=store.redis, keys=store.keys))
     yield mcp
     mcp.client.close()
 
@@ -103,18 +104,18 @@ class Fleet:
         """Turns and tool tasks until the response stops."""
         deps = RunDeps(
             store=self.store, provider=model, settings=self.settings,
-            dispatcher=self.dispatcher, mcp=self.executor,
+            dispatcher=self.dispatcher, kind_deps={"mcp": self.executor},
         )  # fmt: skip
         tools = ToolDeps(
             store=self.store, executors=ExecutorRegistry([self.executor]), settings=self.settings
         )
-        status = run_turn(deps, rid, 0)
+        status = advance_response(deps, rid, 0)
         while status == "waiting":
             _, batch, then = self.dispatcher.tools.pop()
             for call_id, queue in batch:
                 assert queue == "tools.mcp"
                 run_tool_call(tools, rid, call_id)
-            status = run_turn(deps, rid, then)
+            status = advance_response(deps, rid, then)
         return status
 
     def events(self, rid: str) -> list[dict[str, Any]]:

@@ -1,4 +1,7 @@
-"""The presenter hook: a kind whose item carries its own result, end to end through the builder."""
+"""The presenter hook: a kind whose item carries its own result, end to end through the builder.
+
+The ``shell`` kind here is a new kind added as one spec (as issue 17's kinds will be).
+"""
 
 import json
 from collections.abc import Iterator, Sequence
@@ -13,7 +16,9 @@ from app.sink import EventSink
 from app.store import ResponseStore
 from app.tools import presenters
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
-from app.tools.presenters import FUNCTION_CALLS, CallPresenter
+from app.tools.kinds import ToolKinds, ToolKindSpec
+from app.tools.presenters import FUNCTION_CALLS
+from app.tools.registry import BUILTIN_KINDS, KINDS
 from tests.app.test_output import events, new_response
 
 Item = dict[str, Any]
@@ -65,30 +70,40 @@ class InPlacePresenter:
         return viewed
 
 
+SHELL = ToolKindSpec(
+    name="shell", tool_types=("shell",), presenter=InPlacePresenter(), queue="tools.shell"
+)
+
+
 @pytest.fixture
-def shell_kind() -> Iterator[CallPresenter]:
-    presenter = InPlacePresenter()
-    previous = presenters._BY_KIND.get(ToolKind.SANDBOX)
-    presenters.register(ToolKind.SANDBOX, presenter)
-    try:
-        yield presenter
-    finally:
-        presenters._BY_KIND.pop(ToolKind.SANDBOX)
-        presenters._BY_ITEM_TYPE.pop("shell_call")
-        if previous is not None:  # the real sandbox presenter, registered on import
-            presenters.register(ToolKind.SANDBOX, previous)
+def shell_kind() -> Iterator[ToolKinds]:
+    yield ToolKinds((*BUILTIN_KINDS, SHELL))
+
+
+def builder_of(
+    kinds: ToolKinds, rid: str, sink: EventSink, tools: dict[str, ToolDefinition], **kw: Any
+) -> OutputBuilder:
+    return OutputBuilder(
+        response_id=rid,
+        turn=0,
+        first_output_index=0,
+        sink=sink,
+        tools=tools,
+        presenters=kinds.presenters,
+        **kw,
+    )
 
 
 def test_a_kind_presents_its_calls_and_results_in_its_own_items(
-    store: ResponseStore, shell_kind: CallPresenter
+    store: ResponseStore, shell_kind: ToolKinds
 ) -> None:
     rid = new_response(store)
     sink = EventSink(store, rid, coalesce_seconds=0)
     tools = {
-        "shell": ToolDefinition(name="shell", kind=ToolKind.SANDBOX),
+        "shell": ToolDefinition(name="shell", kind="shell"),
         "lookup": ToolDefinition(name="lookup", kind=ToolKind.INTERNAL),
     }
-    builder = OutputBuilder(response_id=rid, turn=0, first_output_index=0, sink=sink, tools=tools)
+    builder = builder_of(shell_kind, rid, sink, tools)
     builder.feed(ToolCallDelta(index=0, call_id=None, name="shell", arguments='{"command": "ls"}'))
     builder.feed(ToolCallDelta(index=1, call_id="call_b", name="lookup", arguments='{"q": 1}'))
     builder.feed(Finish(reason="tool_calls"))
@@ -108,17 +123,18 @@ def test_a_kind_presents_its_calls_and_results_in_its_own_items(
     # The shell call stays open (no output_item.done) until its result arrives.
     assert types.count("response.output_item.done") == 1
 
-    assert presenters.unanswered_calls(output.items) == output.items
-    answered, emitted = presenters.apply_result(
+    found = shell_kind.presenters
+    assert found.unanswered_calls(output.items) == output.items
+    answered, emitted = found.apply_result(
         rid, output.items, ToolResult(call_id=shell["id"], output="a.txt")
     )
-    answered, _ = presenters.apply_result(rid, answered, ToolResult(call_id="call_b", output="42"))
+    answered, _ = found.apply_result(rid, answered, ToolResult(call_id="call_b", output="42"))
     assert [i["type"] for i in answered] == ["shell_call", "function_call", "function_call_output"]
     assert answered[0]["status"] == "completed" and answered[0]["output"] == "a.txt"
     assert emitted == [ev.output_item_done(0, answered[0])]
-    assert presenters.unanswered_calls(answered) == []
+    assert found.unanswered_calls(answered) == []
 
-    viewed = presenters.model_view(answered)
+    viewed = found.model_view(answered)
     assert [(i["type"], i["call_id"]) for i in viewed] == [
         ("function_call", shell["id"]),
         ("function_call_output", shell["id"]),
@@ -129,23 +145,22 @@ def test_a_kind_presents_its_calls_and_results_in_its_own_items(
 
 def test_apply_result_of_an_unknown_call_raises() -> None:
     with pytest.raises(KeyError):
-        presenters.apply_result("resp_x", [], ToolResult(call_id="call_nope", output=""))
+        KINDS.presenters.apply_result("resp_x", [], ToolResult(call_id="call_nope", output=""))
 
 
 def test_unknown_tools_are_presented_as_function_calls() -> None:
-    assert presenters.for_tool(None) is FUNCTION_CALLS
-    assert presenters.for_item({"type": "message"}) is None
+    assert KINDS.presenters.for_tool(None) is FUNCTION_CALLS
+    assert KINDS.presenters.for_tool(ToolDefinition(name="x", kind="unknown")) is FUNCTION_CALLS
+    assert KINDS.presenters.for_item({"type": "message"}) is None
 
 
 def test_progress_names_a_call_by_the_loops_id_whatever_its_kind(
-    store: ResponseStore, shell_kind: CallPresenter
+    store: ResponseStore, shell_kind: ToolKinds
 ) -> None:
     rid = new_response(store)
     sink = EventSink(store, rid, coalesce_seconds=0)
-    tools = {"shell": ToolDefinition(name="shell", kind=ToolKind.SANDBOX)}
-    builder = OutputBuilder(
-        response_id=rid, turn=0, first_output_index=0, sink=sink, tools=tools, progress=True
-    )
+    tools = {"shell": ToolDefinition(name="shell", kind="shell")}
+    builder = builder_of(shell_kind, rid, sink, tools, progress=True)
     builder.feed(
         ToolCallDelta(index=0, call_id="call_x", name="shell", arguments='{"command": "ls"}')
     )
@@ -156,14 +171,13 @@ def test_progress_names_a_call_by_the_loops_id_whatever_its_kind(
     [started] = [e for e in events(store, rid) if e["type"] == "antwort:step.started"]
     # The shell item answers to its item id (as mcp_call does), not the model's call_id: the
     # step.completed event of its result will carry the same id.
-    assert started["call_id"] == shell["id"] == shell_kind.call_of(shell).id
+    assert started["call_id"] == shell["id"] == shell_kind.presenters.call_of(shell).id
 
 
 @pytest.mark.parametrize("gated", [False, True])
 def test_mcp_call_arguments_stream_as_the_model_writes_them_unless_gated(
     store: ResponseStore, gated: bool
 ) -> None:
-    import app.tools.mcp.presenter  # noqa: F401  (registers the MCP presenter)
     from app.tools.base import McpToolRef
 
     rid = new_response(store)

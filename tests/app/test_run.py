@@ -4,13 +4,23 @@ from typing import Any
 
 from app.config import Settings
 from app.errors import UpstreamError
+from app.output import TurnOutput
+from app.plan import CancelByModel, ToolPlan, plan_next_step
 from app.protocol.response import Usage
-from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta, UsageReport
+from app.providers.chunks import (
+    MODEL_CANCELLED,
+    Chunk,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
 from app.providers.translate import ModelRequest
 from app.responses import cancel_response, create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, StepOutcome, advance_response
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.responses import stored_response
 
 USAGE = Usage(input_tokens=11, output_tokens=3, total_tokens=14)
 WEATHER_TOOL = {
@@ -75,7 +85,7 @@ def test_run_turn_completes_a_text_turn(
     rid = create(store, settings, dispatcher)
     model = answer("Sunny.")
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "completed"
     assert dispatcher.turns == [(rid, 0)]
@@ -111,7 +121,7 @@ def test_run_turn_pauses_on_function_calls_as_completed_by_default(
         Finish(reason="tool_calls"),
     )
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "completed"
     response = store.get(rid).response
@@ -136,7 +146,7 @@ def test_run_turn_pauses_with_requires_action_when_configured(
         Finish(reason="tool_calls"),
     )
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "requires_action"
     assert store.get(rid).response.status == "requires_action"
@@ -152,7 +162,7 @@ def test_run_turn_finish_length_is_incomplete(
     rid = create(store, settings, RecordingDispatcher(), max_output_tokens=3)
     model = FakeModel(TextDelta(text="Once upon"), Finish(reason="length"))
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "incomplete"
     response = store.get(rid).response
@@ -173,7 +183,7 @@ def test_run_turn_upstream_error_fails_the_response(
     rid = create(store, settings, RecordingDispatcher())
     model = FakeModel(TextDelta(text="Hal"), UpstreamError("Model server answered 503: busy"))
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "failed"
     response = store.get(rid).response
@@ -209,7 +219,7 @@ def test_run_turn_stops_when_cancelled_mid_stream(
         Finish(reason="stop"),
     )
 
-    status = run_turn(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "skipped"
     assert model.closed
@@ -228,12 +238,12 @@ def test_run_turn_of_a_committed_turn_is_skipped(
     rid = create(store, settings, RecordingDispatcher())
     model = answer("Sunny.")
     deps = RunDeps(store=store, provider=model, settings=settings)
-    assert run_turn(deps, rid, 0) == "completed"
+    assert advance_response(deps, rid, 0) == "completed"
     before = store.get(rid)
     last = store.last_sequence_number(rid)
 
-    assert run_turn(deps, rid, 0) == "skipped"
-    assert run_turn(deps, rid, 1) == "skipped"
+    assert advance_response(deps, rid, 0) == "skipped"
+    assert advance_response(deps, rid, 1) == "skipped"
 
     assert len(model.requests) == 1
     assert store.last_sequence_number(rid) == last
@@ -246,7 +256,7 @@ def test_run_turn_of_an_unknown_response_is_skipped(
     model = answer("Sunny.")
     deps = RunDeps(store=store, provider=model, settings=make_settings())
 
-    assert run_turn(deps, "resp_missing", 0) == "skipped"
+    assert advance_response(deps, "resp_missing", 0) == "skipped"
     assert model.requests == []
 
 
@@ -256,11 +266,11 @@ def test_run_turn_sends_the_previous_response_chain_without_its_instructions(
     settings = make_settings()
     dispatcher = RecordingDispatcher()
     first = create(store, settings, dispatcher, input="Hi", instructions="Answer in French.")
-    run_turn(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
+    advance_response(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
     second = create(store, settings, dispatcher, input="Again?", previous_response_id=first)
     model = answer("Encore")
 
-    assert run_turn(RunDeps(store=store, provider=model, settings=settings), second, 0) == (
+    assert advance_response(RunDeps(store=store, provider=model, settings=settings), second, 0) == (
         "completed"
     )
 
@@ -284,7 +294,7 @@ def test_run_turn_chain_uses_the_new_instructions(
     settings = make_settings()
     dispatcher = RecordingDispatcher()
     first = create(store, settings, dispatcher, input="Hi", instructions="Answer in French.")
-    run_turn(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
+    advance_response(RunDeps(store=store, provider=answer("Bonjour"), settings=settings), first, 0)
     second = create(
         store,
         settings,
@@ -295,6 +305,39 @@ def test_run_turn_chain_uses_the_new_instructions(
     )
     model = answer("Encore")
 
-    run_turn(RunDeps(store=store, provider=model, settings=settings), second, 0)
+    advance_response(RunDeps(store=store, provider=model, settings=settings), second, 0)
 
     assert model.requests[0].instructions == "Be brief."
+
+
+def test_model_cancel_is_a_step_that_ends_the_response_cancelled(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher())
+    model = FakeModel(
+        TextDelta(text="I cannot do that."),
+        Finish(reason=MODEL_CANCELLED),
+        UsageReport(usage=USAGE),
+    )
+
+    outcome = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert outcome is StepOutcome.CANCELLED
+    stored = store.get(rid)
+    assert stored.response.status == "cancelled" and stored.turn == 1
+    assert stored.response.output[0]["content"][0]["text"] == "I cannot do that."
+    types = event_types(store, rid)
+    # The turn's events are written with the cancel; no terminal event follows, as a cancel.
+    assert types[-1] == "response.output_item.done"
+    assert not [t for t in types if t in ("response.completed", "response.failed")]
+
+
+def test_plan_next_step_cancels_before_anything_else_when_the_model_gave_up(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    response = stored_response(store)
+    call = {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"}
+    output = TurnOutput(items=[call], calls=[call], finish_reason=MODEL_CANCELLED, usage=USAGE)
+    step = plan_next_step(make_settings(), response, output, ToolPlan())
+    assert isinstance(step, CancelByModel)

@@ -14,11 +14,10 @@ from app.protocol import events as ev
 from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
 from app.supervisor import plan
-from app.tools import presenters
 from app.tools.base import ToolCall, ToolKind, ToolResult
-from app.tools.catalog import allowed_names, definitions, echo_tools, model_tools
-from app.tools.internal import Registry
+from app.tools.registry import KINDS
 from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor, check_sandbox
+from app.tools.sandbox.kind import echo_sandbox_tools
 from app.tools.sandbox.presenter import CodeStream, SandboxPresenter
 from app.tools.sandbox.runner import Sandbox, SandboxLimits
 from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools, load_sandbox_tools
@@ -50,12 +49,12 @@ def interpreter(container: str = "cntr_test") -> dict[str, object]:
 def test_executor_keeps_a_containers_files_across_calls(
     executor: SandboxExecutor, store: ResponseStore
 ) -> None:
-    tool = definitions([interpreter("cntr_a")])["code_interpreter"]
+    tool = KINDS.definitions([interpreter("cntr_a")])["code_interpreter"]
     first = executor.execute(code_call("open('n.txt', 'w').write('41')"), tool)
     assert not first.is_error and first.output == "(no output)"
     second = executor.execute(code_call("print(int(open('n.txt').read()) + 1)"), tool)
     assert (second.output, second.is_error) == ("42", False)
-    other = definitions([interpreter("cntr_b")])["code_interpreter"]
+    other = KINDS.definitions([interpreter("cntr_b")])["code_interpreter"]
     third = executor.execute(code_call("open('n.txt')"), other)
     assert third.is_error and "FileNotFoundError" in third.output
     assert store.redis.ttl(store.keys.container_files("cntr_a")) > 0  # goes with the chain
@@ -63,7 +62,7 @@ def test_executor_keeps_a_containers_files_across_calls(
 
 @needs_bwrap
 def test_executor_reports_failures_as_errors(executor: SandboxExecutor) -> None:
-    tool = definitions([interpreter()])["code_interpreter"]
+    tool = KINDS.definitions([interpreter()])["code_interpreter"]
     result = executor.execute(code_call("import sys; sys.exit(3)"), tool)
     assert result.is_error and result.output.endswith("Error: exit status 3.")
     empty = executor.execute(code_call("   "), tool)
@@ -89,7 +88,7 @@ def test_code_stream_decodes_code_as_it_arrives() -> None:
 
 def test_presenter_shows_code_interpreter_calls_in_place() -> None:
     presenter = SandboxPresenter()
-    tool = definitions([interpreter("cntr_x")])["code_interpreter"]
+    tool = KINDS.definitions([interpreter("cntr_x")])["code_interpreter"]
     item, events = presenter.started("ci_1", 0, ToolCall(id="c", name="x", arguments=""), tool)
     assert item["type"] == "code_interpreter_call" and item["container_id"] == "cntr_x"
     assert events == [ev.code_interpreter_call_event("in_progress", "ci_1", 0)]
@@ -115,21 +114,23 @@ def test_presenter_shows_code_interpreter_calls_in_place() -> None:
 
 
 def test_presenter_is_registered_for_the_sandbox_kind() -> None:
-    tool = definitions([interpreter()])["code_interpreter"]
-    assert tool.kind is ToolKind.SANDBOX
-    assert isinstance(presenters.for_tool(tool), SandboxPresenter)
-    assert isinstance(presenters.for_item({"type": "code_interpreter_call"}), SandboxPresenter)
+    tool = KINDS.definitions([interpreter()])["code_interpreter"]
+    assert tool.kind == ToolKind.SANDBOX
+    assert isinstance(KINDS.presenters.for_tool(tool), SandboxPresenter)
+    assert isinstance(
+        KINDS.presenters.for_item({"type": "code_interpreter_call"}), SandboxPresenter
+    )
 
 
 def test_echo_resolves_the_chains_container() -> None:
     declared = [{"type": "code_interpreter", "container": {"type": "auto"}}]
-    fresh = echo_tools(declared, Registry())[0]
+    fresh = echo_sandbox_tools(declared)[0]
     assert fresh["container"].startswith("cntr_")
     history = [{"type": "code_interpreter_call", "container_id": "cntr_old"}]
-    assert echo_tools(declared, Registry(), history=history)[0]["container"] == "cntr_old"
-    named = echo_tools([interpreter("cntr_mine")], Registry(), history=history)
+    assert echo_sandbox_tools(declared, history=history)[0]["container"] == "cntr_old"
+    named = echo_sandbox_tools([interpreter("cntr_mine")], history=history)
     assert named[0]["container"] == "cntr_mine"
-    assert model_tools([fresh])[0]["name"] == "code_interpreter"
+    assert KINDS.model_tools([fresh])[0]["name"] == "code_interpreter"
 
 
 def test_echo_refuses_what_the_sandbox_does_not_offer() -> None:
@@ -144,13 +145,13 @@ def test_echo_refuses_what_the_sandbox_does_not_offer() -> None:
     ]
     for tool in bad:
         with pytest.raises(InvalidRequestError):
-            echo_tools([tool], Registry())
+            echo_sandbox_tools([tool])
     spec = SandboxToolSpec(name="word_count", script="print(1)", description="count")
-    echoed = echo_tools(
-        [{"type": "sandbox", "name": "word_count"}], Registry(), sandbox_tools={"word_count": spec}
+    echoed = echo_sandbox_tools(
+        [{"type": "sandbox", "name": "word_count"}], operator_tools={"word_count": spec}
     )
     assert echoed[0]["description"] == "count"
-    assert definitions(echoed)["word_count"].kind is ToolKind.SANDBOX
+    assert KINDS.definitions(echoed)["word_count"].kind == ToolKind.SANDBOX
 
 
 def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missing(
@@ -174,14 +175,14 @@ def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missin
 
 def test_allowed_tools_can_name_the_code_interpreter_by_type() -> None:
     choice = {"type": "allowed_tools", "tools": [{"type": "code_interpreter"}]}
-    assert allowed_names(choice) == frozenset({"code_interpreter"})
+    assert KINDS.allowed_names(choice) == frozenset({"code_interpreter"})
 
 
 def test_simulator_takes_fenced_values_verbatim() -> None:
     code = 'import os\nprint("a  b")\nx=1'
     request = {
         "messages": [{"role": "user", "content": f"use code_interpreter code=```{code}``` now"}],
-        "tools": [{"type": "function", "function": model_tools([interpreter()])[0]}],
+        "tools": [{"type": "function", "function": KINDS.model_tools([interpreter()])[0]}],
     }
     answer = plan_answer(request, SimConfig())
     assert isinstance(answer, AnswerPlan)

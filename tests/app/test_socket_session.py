@@ -7,7 +7,7 @@ import pytest
 
 from app.config import Settings
 from app.relay import EventHub
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.socket_session import SocketSession, parse_create_message
 from app.store import ResponseStore
 from tests.app import test_relay
@@ -22,7 +22,7 @@ class ThreadDispatcher:
         self.threads: list[threading.Thread] = []
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        thread = threading.Thread(target=run_turn, args=(self.deps, response_id, turn))
+        thread = threading.Thread(target=advance_response, args=(self.deps, response_id, turn))
         thread.start()
         self.threads.append(thread)
 

@@ -6,13 +6,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 import app.tool_calls
 from app.config import Settings
 from app.responses import cancel_response, create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolKind, ToolResult
@@ -31,6 +32,7 @@ class GatedTool:
     gate: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
     runs: int = 0
+    thread_name: str = ""
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(name=self.name, kind=ToolKind.INTERNAL, description="gated")
@@ -43,6 +45,7 @@ class GatedTool:
 
     def execute(self, call: ToolCall) -> ToolResult:
         self.runs += 1
+        self.thread_name = threading.current_thread().name
         self.started.set()
         assert self.gate.wait(20), "the gate never opened"
         return ToolResult(call_id=call.id, output=f"run {self.runs}")
@@ -92,7 +95,7 @@ def setup(store: ResponseStore, make_settings: Callable[..., Settings]) -> Setup
     response, _ = create_response(store, dispatcher, settings, body)
     model = ScriptedModel(calls((CALL, "slow_echo", "{}")), text("done"))
     deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=dispatcher)
-    assert run_turn(deps, response.id, 0) == "waiting"
+    assert advance_response(deps, response.id, 0) == "waiting"
     return Setup(store, settings, GatedTool(), dispatcher, response.id)
 
 
@@ -172,3 +175,43 @@ def test_tool_call_of_a_finished_response_is_skipped(setup: Setup) -> None:
 
     assert run_tool_call(setup.deps, setup.rid, CALL) == "skipped"
     assert setup.tool.runs == 0
+
+
+@pytest.fixture(params=[True, False], ids=["runner-pool", "thread-per-call"])
+def running(setup: Setup, make_settings: Callable[..., Settings], request: Any) -> Running:
+    """A delivery of the call running its tool (held at the gate), either runner setting."""
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools",
+        tool_timeout_seconds=30,
+        tool_runner_pool=request.param,
+    )
+    join = setup.deliver()
+    assert setup.tool.started.wait(10)
+    return Running(setup, join, is_pool=request.param)
+
+
+@dataclass
+class Running:
+    setup: Setup
+    join: Callable[[], str]
+    is_pool: bool
+
+
+def test_tool_call_runs_beside_its_task_with_or_without_the_runner_pool(running: Running) -> None:
+    tool = running.setup.tool
+    assert tool.thread_name == ("tool-runner" if running.is_pool else "tool-call")
+    tool.gate.set()
+
+    assert running.join() == "ok"
+    assert ToolResult.from_json(stored_results(running.setup)[0] or "").output == "run 1"
+
+
+def test_tool_call_is_abandoned_on_cancel_with_or_without_the_runner_pool(
+    running: Running,
+) -> None:
+    setup = running.setup
+    cancel_response(setup.store, setup.dispatcher, setup.rid)
+
+    assert running.join() == "cancelled"
+    setup.tool.gate.set()  # the abandoned call's thread finishes; its result is not stored
+    assert stored_results(setup) == [None]

@@ -113,7 +113,7 @@ class InternalExecutor:
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """Registered here."""
-        return tool.kind is ToolKind.INTERNAL and self.registry.get(tool.name) is not None
+        return tool.kind == ToolKind.INTERNAL and self.registry.get(tool.name) is not None
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call (deadlines are enforced by the caller)."""

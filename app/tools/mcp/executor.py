@@ -29,7 +29,7 @@ class McpExecutor:
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """MCP tools with a server reference."""
-        return tool.kind is ToolKind.MCP and tool.mcp is not None
+        return tool.kind == ToolKind.MCP and tool.mcp is not None
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Call the tool; every failure comes back as an ``is_error`` result."""

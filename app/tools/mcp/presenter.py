@@ -6,8 +6,6 @@ that needs approval becomes an ``mcp_approval_request`` item instead; the respon
 and the client's ``mcp_approval_response`` decides in the next request. The model sees all of it
 as ``function_call``/``function_call_output`` pairs; an unreachable server's ``mcp_list_tools``
 item is shown to it as a developer note.
-
-Importing this module registers the presenters and views.
 """
 
 from __future__ import annotations
@@ -19,12 +17,11 @@ from typing import Any
 
 from app.protocol import events as ev
 from app.tools import presenters
-from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.base import ToolCall, ToolDefinition, ToolResult
 from app.tools.mcp.catalog import (
     APPROVAL_REQUEST_ITEM,
     APPROVAL_RESPONSE_ITEM,
     CALL_ITEM,
-    LIST_ITEM,
     alias,
     model_name,
 )
@@ -242,8 +239,3 @@ def view_list_tools(item: Item, items: Sequence[Item]) -> list[Item]:
 
 MCP_CALLS = McpCallPresenter()
 APPROVAL_REQUESTS = ApprovalRequestPresenter()
-
-presenters.register(ToolKind.MCP, MCP_CALLS)
-presenters.register_item_type(APPROVAL_REQUESTS, awaits_client=True)
-presenters.register_view(APPROVAL_RESPONSE_ITEM, view_approval_response)
-presenters.register_view(LIST_ITEM, view_list_tools)

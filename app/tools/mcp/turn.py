@@ -9,15 +9,15 @@ continuation whose chain listed it); the listings are cached per worker (see
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.errors import UpstreamError
-from app.output import item_id
 from app.protocol import events as ev
+from app.protocol.items import item_id
 from app.protocol.response import ResponseObject
-from app.sink import EventSink
+from app.tools.kinds import EventOut, StepInput
 from app.tools.mcp.catalog import (
     APPROVAL_REQUEST_ITEM,
     APPROVAL_RESPONSE_ITEM,
@@ -39,18 +39,17 @@ logger = logging.getLogger(__name__)
 
 Item = dict[str, Any]
 
+SEALED_EXTRA = "mcp_sealed"
+"""The key of the response's extra that keeps its MCP headers, sealed, by server label."""
 
-def list_servers(
-    mcp: McpExecutor | None,
-    response: ResponseObject,
-    *,
-    history: Sequence[Item],
-    sealed: Mapping[str, str] | None,
-    turn: int,
-    sink: EventSink,
-) -> ResponseObject:
-    """The response with an ``mcp_list_tools`` item for every server not listed yet."""
-    servers = unlisted_servers(response.tools, history, response.output)
+
+def list_servers(mcp: McpExecutor | None, step: StepInput, sink: EventOut) -> ResponseObject:
+    """The response with an ``mcp_list_tools`` item for every server not listed yet.
+
+    ``mcp``: this worker's MCP client; None: every listing carries an error.
+    """
+    response, turn, sealed = step.response, step.turn, step.extra.get(SEALED_EXTRA)
+    servers = unlisted_servers(response.tools, step.history, response.output)
     if not servers:
         return response
     first = len(response.output)
@@ -104,14 +103,14 @@ def _wire(tool: ListedTool) -> Item:
 
 
 def start_approved_calls(
-    response: ResponseObject,
-    *,
-    history: Sequence[Item],
-    inputs: Sequence[Item],
-    sink: EventSink,
+    mcp: McpExecutor | None, step: StepInput, sink: EventOut
 ) -> ResponseObject:
-    """The response with an ``mcp_call`` item for every approval in its input (once each)."""
-    requests = {i["id"]: i for i in history if i.get("type") == APPROVAL_REQUEST_ITEM}
+    """The response with an ``mcp_call`` item for every approval in its input (once each).
+
+    (The calls run on ``tools.mcp`` workers: ``mcp`` is not needed here.)
+    """
+    response, inputs = step.response, step.inputs
+    requests = {i["id"]: i for i in step.history if i.get("type") == APPROVAL_REQUEST_ITEM}
     started = {i.get("approval_request_id") for i in response.output if i["type"] == CALL_ITEM}
     output = list(response.output)
     for answer in inputs:

@@ -132,7 +132,7 @@ class SandboxExecutor:
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """The code interpreter, or one of the operator's tools."""
-        return tool.kind is ToolKind.SANDBOX and (
+        return tool.kind == ToolKind.SANDBOX and (
             tool.name == CODE_INTERPRETER or tool.name in self.tools
         )
 

@@ -1,0 +1,19 @@
+"""Every tool kind this build ships, registered here and nowhere else.
+
+A kind is one :class:`~app.tools.kinds.ToolKindSpec`; adding one (issue 17's client-executed
+``custom``, ``apply_patch``, ``shell`` …) is writing its spec and listing it below. The order
+is the order in which kinds check a new request's tools and run their hooks.
+"""
+
+from __future__ import annotations
+
+from app.tools.function import FUNCTION_KIND
+from app.tools.internal.kind import INTERNAL_KIND
+from app.tools.kinds import ToolKinds
+from app.tools.mcp.kind import MCP_KIND
+from app.tools.sandbox.kind import SANDBOX_KIND
+
+BUILTIN_KINDS = (FUNCTION_KIND, MCP_KIND, SANDBOX_KIND, INTERNAL_KIND)
+
+KINDS = ToolKinds(BUILTIN_KINDS)
+"""The engine's tool kinds (``RunDeps.kinds``, ``ToolDeps.kinds`` and the gateway default to it)."""

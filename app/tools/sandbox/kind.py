@@ -1,0 +1,97 @@
+"""The ``sandbox`` kind: ``code_interpreter`` and operators' sandboxed tools (``tools.sandbox``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app.tools.base import ToolDefinition, ToolKind
+from app.tools.kinds import (
+    KindContext,
+    PreparedTools,
+    RequestContext,
+    ToolKindSpec,
+    named_definition,
+    named_tool,
+)
+from app.tools.sandbox.executor import SandboxExecutor, optional_sandbox_executor
+from app.tools.sandbox.presenter import SandboxPresenter
+from app.tools.sandbox.tools import (
+    CODE_INTERPRETER,
+    SandboxToolSpec,
+    code_interpreter_definition,
+    declared_sandbox_tools,
+    echo_sandbox_tool,
+)
+
+Item = dict[str, Any]
+_TOOL_TYPES = (CODE_INTERPRETER, "sandbox")
+_named = named_definition(ToolKind.SANDBOX)
+
+
+def define_sandbox_tool(tool: Item) -> ToolDefinition:
+    """The definition of an echoed ``code_interpreter`` or ``sandbox`` tool."""
+    return code_interpreter_definition(tool) if tool["type"] == CODE_INTERPRETER else _named(tool)
+
+
+def offer_sandbox_tool(tool: Item) -> Item:
+    """``code_interpreter`` as the function the model calls; a sandbox tool as declared."""
+    if tool["type"] == CODE_INTERPRETER:
+        return code_interpreter_definition(tool).chat_tool()
+    return tool
+
+
+def chosen_sandbox_tool(ref: Item) -> str | None:
+    """An ``allowed_tools`` reference's tool: ``{"type": "code_interpreter"}`` has no name."""
+    return named_tool(ref) or (CODE_INTERPRETER if ref.get("type") == CODE_INTERPRETER else None)
+
+
+def echo_sandbox_tools(
+    declared: list[Item],
+    *,
+    history: Sequence[Mapping[str, Any]] = (),
+    operator_tools: Mapping[str, SandboxToolSpec] | None = None,
+) -> list[Item]:
+    """The declared tools with each sandbox tool as the response echoes it.
+
+    ``history`` (the chain's items and the input) tells a code interpreter which container the
+    chain already uses; ``operator_tools`` are the operator's sandboxed function tools.
+
+    Raises:
+        InvalidRequestError: a feature the sandbox does not offer, or an unknown tool.
+    """
+    return [
+        echo_sandbox_tool(tool, index, history=history, operator_tools=operator_tools)
+        if tool["type"] in _TOOL_TYPES
+        else tool
+        for index, tool in enumerate(declared)
+    ]
+
+
+def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> PreparedTools:
+    """:func:`echo_sandbox_tools` for a request being created."""
+    echoed = echo_sandbox_tools(
+        declared,
+        history=[*context.history, *context.inputs],
+        operator_tools=declared_sandbox_tools(context.settings.sandbox_tools_file),
+    )
+    return PreparedTools(tools=echoed)
+
+
+def make_sandbox_executor(context: KindContext) -> SandboxExecutor | None:
+    """The executor, or None where bubblewrap is missing."""
+    return optional_sandbox_executor(context.settings, context.redis, context.keys)
+
+
+SANDBOX_KIND = ToolKindSpec(
+    name=ToolKind.SANDBOX,
+    tool_types=_TOOL_TYPES,
+    presenter=SandboxPresenter(),
+    queue="tools.sandbox",
+    define=define_sandbox_tool,
+    model_tool=offer_sandbox_tool,
+    choice_name=chosen_sandbox_tool,
+    prepare=prepare_sandbox_tools,
+    make_executor=make_sandbox_executor,
+)
+"""Server-side; ``code_interpreter`` calls are ``code_interpreter_call`` items."""
