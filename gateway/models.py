@@ -49,6 +49,10 @@ class ModelLister:
             self._cached = (time.monotonic(), data)
         return data
 
+    def close(self) -> None:
+        """Release the provider's pooled connections."""
+        self._provider.close()
+
 
 @blueprint.get("/v1/models")
 def list_models() -> Response:

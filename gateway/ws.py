@@ -3,6 +3,11 @@
 The handshake is an ordinary request, so bearer auth applies to it; the connection is then
 served by ``app.socket_session``. Under gunicorn's gevent worker simple-websocket's reader thread
 is a greenlet, like the SSE relay's waits.
+
+When the connection's time is up the gateway runs the closing handshake to its end: it sends a
+close frame, then waits for the client's before gunicorn closes the socket. Closing at once would
+leave the client's close frame unread, and the kernel answers unread data with a reset, which the
+client sees instead of a clean close.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask
 from flask_sock import Sock
 from simple_websocket import Server
+from wsproto.frame_protocol import CloseReason
 
 from app.config import Settings
 from app.socket_session import SocketSession
@@ -17,6 +23,9 @@ from gateway.context import gateway
 
 blueprint = Blueprint("websocket", __name__)
 _sock = Sock()
+
+_CLOSE_TIMEOUT_SECONDS = 5.0
+"""How long the client has to answer our close frame before the socket is closed anyway."""
 
 
 @_sock.route("/v1/responses", bp=blueprint)  # type: ignore[untyped-decorator]
@@ -27,6 +36,14 @@ def responses_socket(ws: Server) -> None:
         store=gw.store, hub=gw.hub, dispatcher=gw.dispatcher, settings=gw.settings
     )
     session.serve(ws)
+    close(ws, reason="websocket_connection_limit_reached")
+
+
+def close(ws: Server, *, reason: str) -> None:
+    """Send a close frame (1000, ``reason``) and wait until the client answers with its own."""
+    ws.close(reason=CloseReason.NORMAL_CLOSURE, message=reason)
+    # The reader ends when it has read the client's close frame (or the socket failed).
+    ws.thread.join(timeout=_CLOSE_TIMEOUT_SECONDS)
 
 
 def register(app: Flask, settings: Settings) -> None:

@@ -27,7 +27,7 @@ from app.sealing import (
 )
 from app.store import ResponseStore
 from tests.app.test_run import FakeModel, answer
-from tests.support.dispatch import RecordingDispatcher
+from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
 
 STATE = CompactedState(summary="We launch on Tuesday.", model="antwort-sim", created_at=1)
 CONVERSATION = [
@@ -36,19 +36,11 @@ CONVERSATION = [
 ]
 
 
-class RecordingQueue:
-    def __init__(self) -> None:
-        self.jobs: list[str] = []
-
-    def enqueue_compaction(self, compaction_id: str) -> None:
-        self.jobs.append(compaction_id)
-
-
 def compact(
     store: ResponseStore, settings: Settings, model: FakeModel, **body: Any
 ) -> dict[str, Any]:
     """The whole round trip: gateway side, worker side, gateway side."""
-    queue = RecordingQueue()
+    queue = RecordingCompactionQueue()
     body.setdefault("model", "antwort-sim")
     compaction_id = start_compaction(store, queue, settings, body)
     assert queue.jobs == [compaction_id]
@@ -197,7 +189,7 @@ def test_start_compaction_refuses_bad_requests(
     code: str,
     param: str,
 ) -> None:
-    queue = RecordingQueue()
+    queue = RecordingCompactionQueue()
 
     with pytest.raises(InvalidRequestError) as raised:
         start_compaction(store, queue, make_settings(), body)
@@ -211,7 +203,10 @@ def test_start_compaction_needs_a_stored_previous_response(
 ) -> None:
     with pytest.raises(PreviousResponseNotFoundError):
         start_compaction(
-            store, RecordingQueue(), make_settings(), {"model": "m", "previous_response_id": "x"}
+            store,
+            RecordingCompactionQueue(),
+            make_settings(),
+            {"model": "m", "previous_response_id": "x"},
         )
 
 
@@ -231,7 +226,7 @@ def test_compaction_task_redelivered_after_its_answer_does_nothing(
 ) -> None:
     settings = make_settings()
     compaction_id = start_compaction(
-        store, RecordingQueue(), settings, {"model": "m", "input": "x"}
+        store, RecordingCompactionQueue(), settings, {"model": "m", "input": "x"}
     )
     deps = RunDeps(store=store, provider=answer("sum"), settings=settings)
 

@@ -169,3 +169,11 @@ def client(fleet: Fleet) -> Iterator[openai.OpenAI]:
     """The official SDK, pointed at the fleet."""
     with openai.OpenAI(base_url=f"{fleet.base_url}/v1", api_key="test-key", max_retries=0) as sdk:
         yield sdk
+
+
+@pytest.fixture
+def counters(fleet: Fleet) -> Iterator[redis.Redis]:
+    """The fleet's Redis, for the counters of ``tests.support.tools.Counted``."""
+    client = redis.Redis.from_url(fleet.env["ANTWORT_REDIS_URL"], decode_responses=True)
+    yield client
+    client.close()

@@ -12,7 +12,10 @@ import httpx
 import openai
 import openresponses_types
 import pydantic
+import redis
 from openai.types.responses import Response
+
+from app.keys import Keys
 
 TERMINAL = frozenset({"completed", "failed", "incomplete", "cancelled", "requires_action"})
 
@@ -111,8 +114,16 @@ def sse_frames(body: str) -> list[tuple[str | None, str]]:
 
 
 def raw_events(response: httpx.Response) -> list[dict[str, Any]]:
-    """The JSON events of a complete SSE body (``[DONE]`` left out)."""
-    return [json.loads(data) for _, data in sse_frames(response.text) if data != "[DONE]"]
+    """The JSON events of a complete SSE body (``[DONE]`` left out).
+
+    A body is complete when ``data: [DONE]`` ends it: a stream cut short is not taken for a
+    whole one.
+    """
+    frames = sse_frames(response.text)
+    assert frames and frames[-1] == (None, "[DONE]"), (
+        f"the stream did not end with [DONE]: {frames[-1:]}"
+    )
+    return [json.loads(data) for _, data in frames[:-1]]
 
 
 def assert_error_body(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -126,3 +137,35 @@ def assert_error_body(response: httpx.Response, status: int) -> dict[str, Any]:
     assert isinstance(error["message"], str) and error["message"]
     assert isinstance(error["type"], str) and error["type"]
     return dict(error)
+
+
+def tool_runs(counters: redis.Redis, key_prefix: str, call_id: str) -> tuple[int, int]:
+    """(started, finished) executions of a ``Counted`` tool's call."""
+    started, finished = counters.mget(
+        f"{key_prefix}test:runs:{call_id}:started", f"{key_prefix}test:runs:{call_id}:finished"
+    )
+    return int(started or 0), int(finished or 0)
+
+
+def wait_until_tool_runs(
+    client: openai.OpenAI, counters: redis.Redis, key_prefix: str, response_id: str
+) -> str:
+    """The call id of the response's first tool call, once it has started on a worker."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        response = client.responses.retrieve(response_id)
+        assert response.status not in TERMINAL, response.output
+        calls = [item for item in response.output if item.type == "function_call"]
+        if calls and tool_runs(counters, key_prefix, calls[0].call_id)[0] == 1:
+            return calls[0].call_id
+        time.sleep(0.05)
+    raise AssertionError("the tool call never started")
+
+
+def wait_until_turn_stopped(counters: redis.Redis, key_prefix: str, response_id: str) -> None:
+    """Until no worker runs a turn of the response (its lease is given back), bounded."""
+    lease = Keys(key_prefix).lease(response_id)
+    deadline = time.monotonic() + 30
+    while counters.exists(lease):
+        assert time.monotonic() < deadline, f"a turn of {response_id} is still running"
+        time.sleep(0.05)

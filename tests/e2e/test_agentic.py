@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -12,7 +13,14 @@ import redis
 
 from app.keys import Keys
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import CLIENT_FN, TERMINAL, internal, wait_for_status
+from tests.e2e.helpers import (
+    CLIENT_FN,
+    TERMINAL,
+    internal,
+    tool_runs,
+    wait_for_status,
+    wait_until_tool_runs,
+)
 
 
 def kinds(response: Any) -> list[str]:
@@ -273,22 +281,27 @@ def test_streaming_across_turns_has_one_start_and_one_end(client: openai.OpenAI)
     assert indexes == [0, 1, 2]
 
 
-def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet) -> None:
+def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet, counters: redis.Redis) -> None:
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     response = client.responses.create(
         model="antwort-sim",
-        input="long_tool",
-        tools=internal("long_tool"),
-        background=True,  # type: ignore[arg-type]
+        input=f"counted_slow ({uuid.uuid4().hex})",  # call ids hash the input
+        tools=internal("counted_slow"),  # type: ignore[arg-type]
+        background=True,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        current = client.responses.retrieve(response.id)
-        if any(item.type == "function_call" for item in current.output):
-            break
-        time.sleep(0.05)
+    call_id = wait_until_tool_runs(client, counters, prefix, response.id)
+
     cancelled = client.responses.cancel(response.id)
+
     assert cancelled.status == "cancelled"
-    time.sleep(6)  # the tool would have finished by now
+    # A revoke does not stop a running task: the tool runs to its end and offers its result,
+    # which the store refuses (giving the call's claim back in the same step).
+    deadline = time.monotonic() + 30
+    while tool_runs(counters, prefix, call_id)[1] == 0 or counters.exists(
+        Keys(prefix).tool_claim(response.id, call_id)
+    ):
+        assert time.monotonic() < deadline, "the tool never finished"
+        time.sleep(0.05)
     final = client.responses.retrieve(response.id)
     assert final.status == "cancelled"
     assert [i.type for i in final.output] == ["function_call"]  # its late result was discarded

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 import openai
 import pytest
+import redis
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import plain, validate_response, wait_for_status
+from tests.e2e.helpers import (
+    plain,
+    validate_response,
+    wait_for_status,
+    wait_until_turn_stopped,
+)
 
 
 def _events_after(client: openai.OpenAI, response_id: str, after: int) -> list[dict[str, Any]]:
@@ -18,7 +23,9 @@ def _events_after(client: openai.OpenAI, response_id: str, after: int) -> list[d
         return [event.to_dict() for event in stream]
 
 
-def test_cancel_running_background_response_stops_it(client: openai.OpenAI) -> None:
+def test_cancel_running_background_response_stops_it(
+    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis
+) -> None:
     created = client.responses.create(
         model="antwort-sim", input="long one [tokens=2000] [delay_ms=5]", background=True
     )
@@ -35,12 +42,12 @@ def test_cancel_running_background_response_stops_it(client: openai.OpenAI) -> N
     assert cancelled.id == created.id
     validate_response(cancelled.to_dict())
     assert client.responses.retrieve(created.id).status == "cancelled"
-    time.sleep(1.0)
+    # The turn notices the cancel at its next event (which the store refuses) and stops.
+    wait_until_turn_stopped(counters, fleet.env["ANTWORT_KEY_PREFIX"], created.id)
     settled = _events_after(client, created.id, -1)
     last = settled[-1]["sequence_number"]
     assert len(settled) == last + 1
     assert not any(e["type"] == "response.completed" for e in settled)
-    time.sleep(0.5)
     assert _events_after(client, created.id, last) == [], "events kept coming after the cancel"
     assert client.responses.retrieve(created.id).status == "cancelled"
 

@@ -14,7 +14,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -23,40 +22,16 @@ import pytest
 import redis
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import TERMINAL, check_sequence, raw_events, wait_for_status
+from tests.e2e.helpers import (
+    TERMINAL,
+    check_sequence,
+    raw_events,
+    tool_runs,
+    wait_for_status,
+    wait_until_tool_runs,
+)
 
 RECOVERY_SECONDS = 90.0
-
-
-@pytest.fixture
-def counters(fleet: Fleet) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(fleet.env["ANTWORT_REDIS_URL"], decode_responses=True)
-    yield client
-    client.close()
-
-
-def _runs(fleet: Fleet, counters: redis.Redis, call_id: str) -> tuple[int, int]:
-    """(started, finished) executions of a call."""
-    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
-    started, finished = counters.mget(
-        f"{prefix}test:runs:{call_id}:started", f"{prefix}test:runs:{call_id}:finished"
-    )
-    return int(started or 0), int(finished or 0)
-
-
-def _wait_until_running(
-    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis, response_id: str
-) -> str:
-    """The call id, once its tool has started on a worker (bounded)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        response = client.responses.retrieve(response_id)
-        assert response.status not in TERMINAL, response.output
-        calls = [item for item in response.output if item.type == "function_call"]
-        if calls and _runs(fleet, counters, calls[0].call_id)[0] == 1:
-            return calls[0].call_id
-        time.sleep(0.05)
-    raise AssertionError("the tool call never started")
 
 
 def _pool_child(proc_pid: int) -> int:
@@ -73,6 +48,7 @@ def _pool_child(proc_pid: int) -> int:
 def test_tool_worker_sigkill_mid_call_retries_the_call_and_stores_it_once(
     fleet: Fleet, client: openai.OpenAI, counters: redis.Redis, victim: str
 ) -> None:
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     fleet.stop("tools-0")  # idle: a warm shutdown; the victim below must take the call
     try:
         pool = ["--pool=prefork", "--concurrency=1"] if victim == "pool-child" else []
@@ -83,14 +59,14 @@ def test_tool_worker_sigkill_mid_call_retries_the_call_and_stores_it_once(
             tools=[{"type": "internal", "name": "counted_slow"}],  # type: ignore[list-item]
             background=True,
         )
-        call_id = _wait_until_running(client, fleet, counters, created.id)
+        call_id = wait_until_tool_runs(client, counters, prefix, created.id)
 
         if victim == "whole-worker":
             fleet.stop("tools-victim", signal.SIGKILL)
             fleet.start_worker("tools-rescue", "tools.internal")
         else:
             os.kill(_pool_child(worker.pid), signal.SIGKILL)
-        assert _runs(fleet, counters, call_id) == (1, 0)  # killed mid-call
+        assert tool_runs(counters, prefix, call_id) == (1, 0)  # killed mid-call
 
         final = wait_for_status(client, created.id, TERMINAL, timeout=RECOVERY_SECONDS)
 
@@ -104,7 +80,7 @@ def test_tool_worker_sigkill_mid_call_retries_the_call_and_stores_it_once(
         assert final.output_text == "Tool results: counted_slow done"
         # Retried once: the killed run started but never finished; the retry ran to the end.
         # (Redispatches that found the retry's claim waited for its result instead of running.)
-        assert _runs(fleet, counters, call_id) == (2, 1)
+        assert tool_runs(counters, prefix, call_id) == (2, 1)
         replay = httpx.get(f"{fleet.base_url}/v1/responses/{created.id}?stream=true", timeout=30)
         events = raw_events(replay)
         check_sequence(events)

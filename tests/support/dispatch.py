@@ -1,4 +1,4 @@
-"""A Dispatcher that records what it is asked to queue (for tests without a broker)."""
+"""A Dispatcher and a compaction queue that record what they are asked to queue (no broker)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ class RecordingDispatcher:
 
     def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
         self.revoked.append((response_id, turn))
+
+
+class RecordingCompactionQueue:
+    """Records compaction jobs instead of queueing them."""
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    def enqueue_compaction(self, compaction_id: str) -> None:
+        self.jobs.append(compaction_id)

@@ -1,0 +1,63 @@
+"""The gateway in-process: ``create_app`` with recording queues on real Redis, Flask's client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from flask import Flask
+from flask.testing import FlaskClient
+from openai.types import ErrorObject
+from werkzeug.test import TestResponse
+
+from app.config import Settings
+from gateway.factory import create_app
+from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def make_app(
+    make_settings: Callable[..., Settings],
+    redis_client: redis.Redis,
+    dispatcher: RecordingDispatcher,
+) -> Iterator[Callable[..., Flask]]:
+    """A gateway on this test's Redis prefix that queues nothing; settings as keywords."""
+    apps: list[Flask] = []
+
+    def make(*, client: redis.Redis | None = None, **overrides: Any) -> Flask:
+        app = create_app(
+            make_settings(**overrides),
+            dispatcher=dispatcher,
+            redis_client=client or redis_client,
+            compaction_queue=RecordingCompactionQueue(),
+        )
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.extensions["antwort"].models.close()
+
+
+@pytest.fixture
+def web(make_app: Callable[..., Flask]) -> FlaskClient:
+    return make_app().test_client()
+
+
+def error_of(response: TestResponse, status: int) -> ErrorObject:
+    """The response is ``status`` with exactly OpenAI's error body; returns its error."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert isinstance(body, dict) and set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    error = ErrorObject.model_validate(body["error"])
+    assert error.message and error.type
+    return error

@@ -1,0 +1,166 @@
+"""The ``/v1/responses`` routes in-process: create in background, retrieve, cancel, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from openai.types.responses import (
+    Response,
+    ResponseInputMessageItem,
+    ResponseInputText,
+    ResponseItemList,
+)
+
+from app.store import ResponseStore
+from tests.gateway.conftest import error_of
+from tests.support.dispatch import RecordingDispatcher
+from tests.support.responses import stored_response
+
+UNKNOWN_ID_REQUESTS = [
+    ("GET", "/v1/responses/resp_unknown"),
+    ("GET", "/v1/responses/resp_unknown?stream=true"),
+    ("GET", "/v1/responses/resp_unknown?stream=true&starting_after=3"),
+    ("POST", "/v1/responses/resp_unknown/cancel"),
+    ("DELETE", "/v1/responses/resp_unknown"),
+    ("GET", "/v1/responses/resp_unknown/input_items"),
+]
+
+
+def create_in_background(web: FlaskClient, **body: Any) -> Response:
+    answer = web.post(
+        "/v1/responses", json={"model": "m", "input": "Hello there", "background": True, **body}
+    )
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    return Response.model_validate(answer.json)
+
+
+def test_responses_create_in_background_queues_turn_zero(
+    web: FlaskClient, dispatcher: RecordingDispatcher
+) -> None:
+    created = create_in_background(web, instructions="Be brief.", metadata={"k": "v"})
+
+    assert (created.status, created.background, created.model) == ("queued", True, "m")
+    assert (created.instructions, created.metadata) == ("Be brief.", {"k": "v"})
+    assert created.output == []
+    assert dispatcher.turns == [(created.id, 0)]
+    retrieved = web.get(f"/v1/responses/{created.id}")
+    assert retrieved.status_code == 200
+    assert Response.model_validate(retrieved.json) == created
+
+
+def test_responses_create_uses_the_default_model(
+    web: FlaskClient, dispatcher: RecordingDispatcher
+) -> None:
+    answer = web.post("/v1/responses", json={"input": "hi", "background": True})
+
+    assert Response.model_validate(answer.json).model == "antwort-sim"
+
+
+def test_responses_input_items_lists_the_request_input(web: FlaskClient) -> None:
+    created = create_in_background(
+        web,
+        input=[
+            {"role": "user", "content": "first"},
+            {"role": "user", "content": "second"},
+        ],
+    )
+
+    newest_first = ResponseItemList.model_validate(
+        web.get(f"/v1/responses/{created.id}/input_items").json
+    )
+    oldest_one = ResponseItemList.model_validate(
+        web.get(f"/v1/responses/{created.id}/input_items?order=asc&limit=1").json
+    )
+
+    messages = [item for item in newest_first.data if isinstance(item, ResponseInputMessageItem)]
+    assert [message.content for message in messages] == [
+        [ResponseInputText(type="input_text", text="second")],
+        [ResponseInputText(type="input_text", text="first")],
+    ]
+    assert newest_first.has_more is False
+    assert [item.id for item in oldest_one.data] == [newest_first.last_id]
+    assert oldest_one.has_more is True
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [("limit=0", "limit"), ("limit=101", "limit"), ("limit=ten", "limit"), ("order=up", "order")],
+)
+def test_responses_input_items_bad_query_is_400(web: FlaskClient, query: str, param: str) -> None:
+    created = create_in_background(web)
+
+    error = error_of(web.get(f"/v1/responses/{created.id}/input_items?{query}"), 400)
+
+    assert (error.type, error.param, error.code) == (
+        "invalid_request_error",
+        param,
+        "invalid_value",
+    )
+
+
+def test_responses_input_items_unknown_after_is_400(web: FlaskClient) -> None:
+    created = create_in_background(web)
+
+    error = error_of(web.get(f"/v1/responses/{created.id}/input_items?after=msg_nope"), 400)
+
+    assert error.param == "after"
+
+
+@pytest.mark.parametrize("starting_after", ["abc", "-2", "1.5"])
+def test_responses_stream_bad_starting_after_is_400(web: FlaskClient, starting_after: str) -> None:
+    created = create_in_background(web)
+
+    answer = web.get(f"/v1/responses/{created.id}?stream=true&starting_after={starting_after}")
+
+    assert error_of(answer, 400).param == "starting_after"
+
+
+def test_responses_cancel_of_a_queued_response(
+    web: FlaskClient, dispatcher: RecordingDispatcher
+) -> None:
+    created = create_in_background(web)
+
+    cancelled = web.post(f"/v1/responses/{created.id}/cancel")
+
+    assert cancelled.status_code == 200
+    assert Response.model_validate(cancelled.json).status == "cancelled"
+    assert dispatcher.revoked == [(created.id, 0)]
+    assert Response.model_validate(web.get(f"/v1/responses/{created.id}").json).status == (
+        "cancelled"
+    )
+    again = web.post(f"/v1/responses/{created.id}/cancel")  # finished: unchanged, nothing revoked
+    assert Response.model_validate(again.json).status == "cancelled"
+    assert dispatcher.revoked == [(created.id, 0)]
+
+
+def test_responses_cancel_of_a_foreground_response_is_400(
+    web: FlaskClient, store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    response = stored_response(store, background=False)
+
+    error = error_of(web.post(f"/v1/responses/{response.id}/cancel"), 400)
+
+    assert (error.type, error.param) == ("invalid_request_error", "response_id")
+    assert dispatcher.revoked == []
+
+
+def test_responses_delete_removes_the_response_and_its_items(web: FlaskClient) -> None:
+    created = create_in_background(web)
+
+    deleted = web.delete(f"/v1/responses/{created.id}")
+
+    assert deleted.status_code == 200
+    assert deleted.json == {"id": created.id, "object": "response.deleted", "deleted": True}
+    for path in (f"/v1/responses/{created.id}", f"/v1/responses/{created.id}/input_items"):
+        assert error_of(web.get(path), 404).param == "response_id"
+    assert error_of(web.delete(f"/v1/responses/{created.id}"), 404).type == "not_found"
+
+
+@pytest.mark.parametrize(("method", "path"), UNKNOWN_ID_REQUESTS)
+def test_responses_unknown_id_is_404(web: FlaskClient, method: str, path: str) -> None:
+    error = error_of(web.open(path, method=method), 404)
+
+    assert (error.type, error.code) == ("not_found", "not_found")
+    assert "resp_unknown" in error.message
