@@ -40,6 +40,9 @@ def _render_http(exc: HTTPException) -> Response:
         {"error": {"message": message, "type": error_type, "param": None, "code": code}}
     )
     response.status_code = status
+    for name, value in exc.get_headers():  # e.g. 405's ``Allow``; not its HTML content type
+        if name.lower() != "content-type":
+            response.headers[name] = value
     return response
 
 

@@ -103,8 +103,11 @@ def test_errors_unknown_route_is_404(web: FlaskClient) -> None:
 
 @pytest.mark.parametrize(("path", "method"), ROUTES_AND_WRONG_METHODS)
 def test_errors_wrong_method_is_405(web: FlaskClient, path: str, method: str) -> None:
-    error = error_of(web.open(path, method=method), 405)
+    answer = web.open(path, method=method)
+    error = error_of(answer, 405)
     assert (error.type, error.code) == ("invalid_request_error", "method_not_allowed")
+    assert method not in answer.headers["Allow"].split(", ")
+    assert answer.headers["Allow"]
 
 
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact"])
