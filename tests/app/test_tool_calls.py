@@ -14,7 +14,7 @@ import app.tool_calls
 from app.config import Settings
 from app.responses import cancel_response, create_response
 from app.run import RunDeps, advance_response
-from app.store import ResponseStore
+from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.internal import InternalExecutor, Registry
@@ -139,6 +139,40 @@ def test_tool_call_claimed_by_a_dead_delivery_runs_once_the_claim_lapses(setup: 
 
     assert setup.tool.runs == 1
     assert stored_results(setup)[0] is not None
+
+
+def test_tool_call_running_past_its_lease_keeps_its_claim(
+    setup: Setup, make_settings: Callable[..., Settings]
+) -> None:
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, lease_seconds=1.2
+    )
+    join = setup.deliver()
+    assert setup.tool.started.wait(10)
+    claim = setup.store.keys.tool_claim(setup.rid, CALL)
+    member = setup.store.keys.running_call(setup.rid, CALL)
+
+    time.sleep(2.5)  # two leases: the claim lives on only by its renewals
+
+    assert setup.store.is_tool_call_claimed(setup.rid, CALL)
+    assert setup.store.redis.pttl(claim) <= 1_200
+    assert setup.store.redis.zscore(setup.store.keys.running_calls, member) > time.time()  # type: ignore[operator]
+    setup.tool.gate.set()
+    assert join() == "ok"
+    assert setup.store.redis.zscore(setup.store.keys.running_calls, member) is None
+
+
+def test_tool_call_started_more_often_than_allowed_fails_without_running(setup: Setup) -> None:
+    for token in ("dead-1", "dead-2", "dead-3"):  # three starts whose workers died
+        setup.store.open_tool_call(setup.rid, CALL, token=token, claim_seconds=3, counts_start=True)
+        setup.store.redis.delete(setup.store.keys.tool_claim(setup.rid, CALL))
+
+    with pytest.raises(RedeliveredTooOftenError) as raised:
+        run_tool_call(setup.deps, setup.rid, CALL, counts_start=True)
+
+    assert raised.value.deliveries == 4
+    assert setup.tool.runs == 0
+    assert not setup.store.is_tool_call_claimed(setup.rid, CALL)
 
 
 def test_tool_call_waiting_for_another_delivery_stops_on_cancel(setup: Setup) -> None:
