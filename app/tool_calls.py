@@ -18,6 +18,7 @@ abandons the call when the response is cancelled. That thread is a reused runner
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -43,6 +44,7 @@ from app.tools.base import (
     ToolDefinition,
     ToolResult,
     cap_output,
+    idempotency_key,
 )
 from app.tools.internal import Registry
 from app.tools.kinds import ToolKinds
@@ -122,6 +124,7 @@ def run_tool_call(
                 store.release_tool_claim(response_id, call_id, token=token)
             return CallOutcome.SKIPPED
         call, tool = found
+        call = dataclasses.replace(call, idempotency_key=idempotency_key(response_id, call.id))
         if claimed:
             return _run_claimed(deps, response_id, call, tool, token=token)
         within = _timeout(deps, tool) + CLAIM_GRACE_SECONDS

@@ -15,7 +15,6 @@ import openai
 import redis
 
 from app.keys import Keys
-
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import TERMINAL, check_sequence, plain, validate_event, wait_for_status
 

@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -98,6 +99,10 @@ def build_server(name: str) -> MCPServer:  # noqa: C901 - one nested function pe
     @server.tool(description="Raises a plain exception.")
     def crash() -> str:
         raise RuntimeError("secret internal detail")
+
+    @server.tool(description="The request's _meta this server received (JSON).")
+    def received_meta(ctx: Context) -> str:  # type: ignore[type-arg]
+        return json.dumps(dict(ctx.request_context.meta or {}), sort_keys=True)
 
     @server.tool(description="Sleeps, then answers.")
     async def slow(seconds: float) -> str:
