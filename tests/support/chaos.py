@@ -284,16 +284,26 @@ class ChaosFleet:
         assert body["status"] == "completed", body
         return output_text(body)
 
-    def replay(self, response_id: str) -> list[dict[str, Any]]:
-        """Every stored event of a response, from a gateway."""
-        response = httpx.get(
-            f"{self.gateway}/v1/responses/{response_id}", params={"stream": "true"}, timeout=30
-        )
-        return [
-            json.loads(line.removeprefix("data: "))
-            for line in response.text.splitlines()
-            if line.startswith("data: ") and line != "data: [DONE]"
-        ]
+    def replay(self, response_id: str, *, within: float = 10.0) -> list[dict[str, Any]]:
+        """The stored events of a response, from a gateway (bounded: a stuck response's stream
+        never ends, it only sends keepalives)."""
+        deadline = time.monotonic() + within
+        events: list[dict[str, Any]] = []
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            httpx.stream(
+                "GET",
+                f"{self.gateway}/v1/responses/{response_id}",
+                params={"stream": "true"},
+                timeout=httpx.Timeout(10.0, read=5.0),
+            ) as response,
+        ):
+            for line in response.iter_lines():
+                if line == "data: [DONE]" or time.monotonic() > deadline:
+                    break
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+        return events
 
     def runs(self, tag: str) -> tuple[int, int, list[int]]:
         """``counted`` runs of ``tag``: (started, ended, the callers' ports of the starts)."""
@@ -631,6 +641,12 @@ def inference_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
     """SIGKILL the inference worker streaming a turn, 20 chunks in; another one takes over."""
     tag = uuid.uuid4().hex[:10]
     baseline = chaos.baseline(TEXT.format(tag=tag, delay=0))
+    alive = sum(
+        name.startswith("inference") and proc.poll() is None
+        for name, proc in chaos.fleet.procs.items()
+    )
+    # /readyz counts every live worker (and no dead one of an earlier run) before the kill
+    _wait(lambda: chaos.readyz_workers() == alive, within=45, what="/readyz counting the workers")
     before = chaos.readyz_workers()
     chaos.model.arm(tag, after_chunks=20)
     response_id = chaos.create(TEXT.format(tag=tag, delay=25))
