@@ -84,31 +84,16 @@ def test_chaos_cancel_races_end_every_response(chaos: ChaosFleet) -> None:
     _assert_targets(cancel_race(chaos, bound=BOUND), chaos)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16 §3: with the default 30 s lease the turn is re-run 34-44 s after the kill, "
-    "and /readyz counts the dead worker for 30 s",
-)
 def test_chaos_inference_worker_sigkill_mid_stream_recovers_within_seconds(
     chaos: ChaosFleet,
 ) -> None:
     _assert_targets(inference_kill(chaos, bound=BOUND), chaos)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16 §3: the dead worker's claim on the call lapses only after the tool's "
-    "timeout (plus the lease): ~98 s with the defaults",
-)
 def test_chaos_tool_worker_sigkill_mid_call_recovers_within_seconds(chaos: ChaosFleet) -> None:
     _assert_targets(tool_kill(chaos, bound=BOUND), chaos)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16 §2: the sweeper re-sends a turn under a new task id and deliveries are "
-    "counted per task id, so a turn that kills its worker is retried forever",
-)
 def test_chaos_poison_turn_fails_after_max_deliveries(
     private_redis: PrivateRedis,
     chaos_model: ChaosModel,
