@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench chaos clean
 
 EXAMPLE_PLUGIN := examples/antwort-example-plugin
 
@@ -32,6 +32,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)  ## the benchmarks; figures go to bench/results/
 	$(PY) -m bench.run
+
+chaos: $(STAMP)  ## every chaos scenario N=20 times; the table goes to bench/results/chaos.md
+	$(PY) -m bench.chaos --runs $(or $(N),20)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -68,9 +68,11 @@ class Settings(BaseSettings):
     task_visibility_timeout_seconds: int = Field(default=3600, ge=60)
     """Redis broker visibility timeout; above the longest task."""
     max_task_deliveries: int = Field(default=3, ge=1)
-    """Deliveries of one task before the response is failed (a task that kills its worker)."""
-    lease_seconds: float = Field(default=30.0, gt=1)
-    """A turn's lease; a turn whose lease lapses is re-run by the sweeper."""
+    """Runs of one turn (started one after another without ending), or of one tool call, before
+    the response is failed: a turn or a call that kills its worker."""
+    lease_seconds: float = Field(default=3.0, gt=1)
+    """A run's lease and a running tool call's claim, each renewed every third of it: a worker
+    that dies is noticed within this time, and the sweeper (every third of it) re-runs its work."""
     inference_concurrency: int = Field(default=32, ge=1)
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)

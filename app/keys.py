@@ -44,6 +44,10 @@ class Keys:
         """Counter: how often a task was delivered (poison-message guard)."""
         return f"{self.prefix}deliveries:{task_id}"
 
+    def turn_starts(self, response_id: str, turn: int) -> str:
+        """Counter: runs of the turn that took the lease and died (poison-turn guard)."""
+        return f"{self.prefix}r:{response_id}:t{turn}:starts"
+
     def lease(self, response_id: str) -> str:
         """String with TTL: the worker currently running the response's turn."""
         return f"{self.prefix}r:{response_id}:lease"
@@ -64,6 +68,29 @@ class Keys:
     def tool_claim(self, response_id: str, call_id: str) -> str:
         """String with TTL: a tool task is executing this call right now."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}:claim"
+
+    def call_starts(self, response_id: str, call_id: str) -> str:
+        """Counter: how often a delivery took the call's claim and started it (poison guard)."""
+        return f"{self.tool_claim(response_id, call_id)}:starts"
+
+    @property
+    def running_calls(self) -> str:
+        """Sorted set: running tool calls by when their claim lapses unless renewed.
+
+        Members are :meth:`running_call`; the sweeper reads it.
+        """
+        return f"{self.prefix}calls:running"
+
+    @staticmethod
+    def running_call(response_id: str, call_id: str) -> str:
+        """A member of :attr:`running_calls` (response ids hold no space)."""
+        return f"{response_id} {call_id}"
+
+    @staticmethod
+    def running_call_of(member: str) -> tuple[str, str]:
+        """Inverse of :meth:`running_call`: the response id and the call id."""
+        response_id, _, call_id = member.partition(" ")
+        return response_id, call_id
 
     def tool_results(self, response_id: str) -> str:
         """Hash: call id → the stored result of that tool call (idempotent tool tasks)."""

@@ -1,11 +1,19 @@
 """Leases and the sweeper: how a turn survives the death of the worker that ran it.
 
-A turn holds a lease (a Redis key with a TTL) while it runs; one thread per process renews the
-leases of that process's turns. A worker that dies stops renewing; within ``lease_seconds`` the
-sweeper of any other worker sees the lapsed lease of an ``in_progress`` response and enqueues
-that turn again. Celery's own redelivery (the visibility timeout, an hour) would be far slower.
+A turn holds a lease (a Redis key with a TTL, ``lease_seconds``: 3 s by default) while it runs;
+one thread per process renews the leases of that process's turns every third of a lease, all in
+one round trip. A worker that dies stops renewing; within a lease the sweeper of any other
+worker (it looks every third of a lease) sees the lapsed lease of an ``in_progress`` response
+and enqueues that turn again. A tool call's claim is renewed the same way by the task running
+it (``app.tool_calls``), and a claim that lapses without a result sends the response's turn
+round again too, which dispatches the call anew. Celery's own redelivery (the visibility
+timeout, an hour) would be far slower.
+
 The lease is taken with ``SET NX``, so two runs of one turn never overlap, by the same script
 that reads the turn (``app/store/lua/load_turn.lua``); renewing and releasing have a script each.
+Runs of a turn that took the lease are counted (per response and turn), and the count is reset
+when a run gives its lease back: it counts the runs that died in a row, which a poison turn
+keeps raising until ``max_task_deliveries``.
 """
 
 from __future__ import annotations
@@ -20,27 +28,16 @@ import redis
 
 from app.dispatch import Dispatcher
 from app.store import LeaseRequest, OpenedTurn, ResponseStore
+from app.store.base import text
 from app.store.scripts import LuaScript, key
 from app.store.status import ResponseStatus
+from app.store.turns import RENEW_LEASE, RenewLeaseCall
 
 logger = logging.getLogger(__name__)
 
 
 Acquired = OpenedTurn
-"""What :meth:`LeaseKeeper.acquire` found: the lease taken, the delivery count, the turn read."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RenewLeaseCall:
-    """The operands of ``renew_lease.lua``."""
-
-    lease: str = key()
-    active: str = key()
-    token: str
-    lease_ms: int
-    deadline: float
-    """Epoch seconds: the sweeper's next look, should the lease lapse."""
-    response_id: str
+"""What :meth:`LeaseKeeper.acquire` found: the lease taken, the start count, the turn read."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,13 +46,14 @@ class ReleaseLeaseCall:
 
     lease: str = key()
     active: str = key()
+    starts: str = key()
+    """The turn's count of starts, reset: this run ended without dying."""
     token: str
     response_id: str
     wait_until: float | None
     """Epoch seconds until the sweeper's watch goes on (None: the watch ends)."""
 
 
-RENEW_LEASE = LuaScript("renew_lease", RenewLeaseCall)
 RELEASE_LEASE = LuaScript("release_lease", ReleaseLeaseCall)
 
 
@@ -65,17 +63,18 @@ class LeaseKeeper:
     def __init__(self, store: ResponseStore, *, lease_seconds: float):
         self._store = store
         self._lease_seconds = lease_seconds
-        self._held: dict[str, str] = {}
+        self._held: dict[str, tuple[str, int]] = {}
+        """Response id → the lease's token and the turn its run started."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._release = store.script(RELEASE_LEASE)
         self._renew = store.script(RENEW_LEASE)
 
-    def acquire(self, response_id: str, turn: int, *, delivery: str | None = None) -> Acquired:
+    def acquire(self, response_id: str, turn: int, *, counts_start: bool = False) -> Acquired:
         """Take the response's lease and read ``turn`` (:meth:`ResponseStore.load_turn`).
 
-        One round trip: the sweeper's watch goes on with the lease, and ``delivery``, when
-        named, is counted in the same step.
+        One round trip: the sweeper's watch goes on with the lease, and with ``counts_start``
+        the turn's start is counted in the same step (:meth:`ResponseStore.open_turn`).
         """
         token = secrets.token_hex(8)
         opened = self._store.open_turn(
@@ -86,11 +85,11 @@ class LeaseKeeper:
                 milliseconds=int(self._lease_seconds * 1000),
                 deadline=time.time() + self._lease_seconds,
             ),
-            delivery=delivery,
+            counts_start=counts_start,
         )
         if opened.taken:
             with self._lock:
-                self._held[response_id] = token
+                self._held[response_id] = (token, turn)
                 self._start_renewer()
         return opened
 
@@ -103,13 +102,15 @@ class LeaseKeeper:
                 (epoch seconds), the sweeper enqueues one.
         """
         with self._lock:
-            token = self._held.pop(response_id, None)
-        if token is not None:
+            held = self._held.pop(response_id, None)
+        if held is not None:
+            token, turn = held
             keys = self._store.keys
             self._release(
                 ReleaseLeaseCall(
                     lease=keys.lease(response_id),
                     active=keys.active,
+                    starts=keys.turn_starts(response_id, turn),
                     token=token,
                     response_id=response_id,
                     wait_until=wait_until,
@@ -138,55 +139,94 @@ class LeaseKeeper:
             time.sleep(self._lease_seconds / 3)
             with self._lock:
                 held = dict(self._held)
-            for response_id, token in held.items():
-                self._renew_one(response_id, token)
+            if not held:
+                continue
+            try:
+                self.renew(held)
+            except redis.RedisError:
+                logger.warning("could not renew %d leases", len(held))
 
-    def _renew_one(self, response_id: str, token: str) -> None:
-        keys = self._store.keys
-        try:
+    def renew(self, held: dict[str, tuple[str, int]]) -> None:
+        """Extend the ``held`` leases, all in one round trip however many the process holds."""
+        keys, now = self._store.keys, time.time()
+        pipe = self._store.redis.pipeline(transaction=False)
+        for response_id, (token, _turn) in held.items():
             self._renew(
                 RenewLeaseCall(
                     lease=keys.lease(response_id),
-                    active=keys.active,
+                    watch=keys.active,
                     token=token,
                     lease_ms=int(self._lease_seconds * 1000),
-                    deadline=time.time() + self._lease_seconds,
-                    response_id=response_id,
-                )
+                    deadline=now + self._lease_seconds,
+                    member=response_id,
+                ),
+                client=pipe,
             )
-        except redis.RedisError:
-            logger.warning("could not renew the lease of %s", response_id)
+        pipe.execute()
 
 
 def sweep(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> list[str]:
-    """Re-enqueue the current turn of every in-progress response whose lease lapsed."""
+    """Re-enqueue the current turn of every in-progress response whose run or tool call died.
+
+    Two watches lapse: a response's (its run's lease lapsed, or the work it handed on did not
+    start a run by its deadline), and a running tool call's (its claim lapsed without a result:
+    the worker running it died). Either way the response's current turn runs again; it collects
+    the results there are and dispatches the missing calls again.
+    """
     keys = store.keys
-    now = time.time()
     requeued: list[str] = []
-    for raw in store.redis.zrangebyscore(keys.active, "-inf", now):
-        response_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+    for response_id in _lapsed(store, keys.active):
         if store.redis.exists(keys.lease(response_id)):
             continue  # renewed in the meantime
-        if not store.redis.set(
-            keys.sweep_claim(response_id), "1", nx=True, ex=max(1, int(lease_seconds))
+        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds):
+            requeued.append(response_id)
+    for member in _lapsed(store, keys.running_calls):
+        response_id, call_id = keys.running_call_of(member)
+        if store.is_tool_call_claimed(response_id, call_id):
+            continue  # renewed in the meantime, or claimed by another delivery
+        store.redis.zrem(keys.running_calls, member)
+        if store.has_tool_result(response_id, call_id) or store.redis.exists(
+            keys.lease(response_id)
         ):
-            continue  # another sweeper has it
-        store.redis.zrem(keys.active, response_id)
-        stored = store.load(response_id)
-        if stored is None or stored.response.status != ResponseStatus.IN_PROGRESS:
-            continue
-        logger.warning(
-            "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id
-        )
-        dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
-        requeued.append(response_id)
+            continue  # done after all, or a run of the response is under way
+        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds):
+            requeued.append(response_id)
     return requeued
+
+
+def _lapsed(store: ResponseStore, watch: str) -> list[str]:
+    """Members of a sorted set of watches whose time has passed."""
+    raw = store.redis.zrangebyscore(watch, "-inf", time.time())
+    return [text(member) for member in raw if isinstance(member, bytes | str)]
+
+
+def _requeue(
+    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, lease_seconds: float
+) -> bool:
+    """Enqueue the response's current turn again, unless another sweeper does or it ended."""
+    keys = store.keys
+    if not store.redis.set(
+        keys.sweep_claim(response_id), "1", nx=True, ex=max(1, int(lease_seconds))
+    ):
+        return False  # another sweeper has it
+    store.redis.zrem(keys.active, response_id)
+    stored = store.load(response_id)
+    if stored is None or stored.response.status != ResponseStatus.IN_PROGRESS:
+        return False
+    logger.warning("turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id)
+    dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
+    return True
+
+
+def sweep_interval(lease_seconds: float) -> float:
+    """How often a sweeper looks: a third of a lease (a second with the default lease)."""
+    return lease_seconds / 3
 
 
 def run_sweeper(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> None:
     """Sweep forever (a daemon thread of each inference worker)."""
     while True:
-        time.sleep(max(0.5, lease_seconds / 2))
+        time.sleep(sweep_interval(lease_seconds))
         try:
             sweep(store, dispatcher, lease_seconds=lease_seconds)
         except redis.RedisError:

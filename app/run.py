@@ -138,29 +138,29 @@ class RunState:
 
 
 def advance_response(
-    deps: RunDeps, response_id: str, turn: int, *, delivery: str | None = None
+    deps: RunDeps, response_id: str, turn: int, *, counts_start: bool = False
 ) -> StepOutcome:
     """Take the next step of a response whose committed turn count is ``turn``.
 
     Finishes turn ``turn``'s tool calls (their results, or their dispatch), then calls the model
     for the next turn, or ends the response (see the module's docstring).
 
-    ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
-    rides on the lease's round trip).
+    ``counts_start``: count this run against ``max_task_deliveries`` if it starts (takes the
+    lease). The count is per response and turn, however the turn was delivered, and a run that
+    ends without dying resets it: it counts the runs of the turn that died one after another.
 
     Raises:
-        RedeliveredTooOftenError: ``delivery`` was delivered more often than allowed.
+        RedeliveredTooOftenError: the turn was started more often than allowed.
     """
-    taken, deliveries, loaded = True, 0, None
     if deps.leases is not None:
-        acquired = deps.leases.acquire(response_id, turn, delivery=delivery)
-        taken, deliveries, loaded = acquired.taken, acquired.deliveries, acquired.loaded
-    elif delivery is not None:
-        deliveries = deps.store.count_delivery(delivery)
+        opened = deps.leases.acquire(response_id, turn, counts_start=counts_start)
+    else:
+        opened = deps.store.open_turn(response_id, turn, counts_start=counts_start)
+    taken, starts, loaded = opened.taken, opened.starts, opened.loaded
     state: RunState | None = None
     try:
-        if deliveries > deps.settings.max_task_deliveries:
-            raise RedeliveredTooOftenError(deliveries)
+        if starts > deps.settings.max_task_deliveries:
+            raise RedeliveredTooOftenError(starts)
         if not taken:
             return StepOutcome.SKIPPED  # another live run of this response holds the lease
         state = load_state(deps.store, response_id, turn, loaded=loaded)

@@ -4,8 +4,13 @@ A call's result is stored under ``(response_id, call_id)`` before the task is ac
 redelivered task whose result is stored returns at once, so no tool runs twice for one call.
 A delivery that arrives while another one still runs the call (Celery requeued it after a pool
 child died, or the sweeper dispatched it again) finds that delivery's claim in Redis and waits
-for its result instead of running the tool a second time; the claim lapses with the tool's
-deadline, so a claim whose holder died blocks the call no longer than the call could have run.
+for its result instead of running the tool a second time. A claim lasts a lease
+(``lease_seconds``) and the task running the call renews it every third of one, so a claim
+whose holder died lapses within seconds: the sweeper then sends the response's turn round
+again, which dispatches the call anew (``app.lease.sweep``), and the next delivery takes it
+over. Each claim taken counts as a start of the call; past ``max_task_deliveries`` starts the
+response fails (a call that kills its worker). Every call gets an idempotency key, the same
+for all its runs (:func:`app.tools.base.idempotency_key`), so a tool can tell a re-run.
 The call runs in a helper thread under a deadline; the task watches the response meanwhile and
 abandons the call when the response is cancelled. That thread is a reused runner
 (:class:`_Runners`) unless ``ANTWORT_TOOL_RUNNER_POOL=false``, which starts a new one per call.
@@ -13,6 +18,7 @@ abandons the call when the response is cancelled. That thread is a reused runner
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -38,6 +44,7 @@ from app.tools.base import (
     ToolDefinition,
     ToolResult,
     cap_output,
+    idempotency_key,
 )
 from app.tools.internal import Registry
 from app.tools.kinds import ToolKinds
@@ -47,7 +54,8 @@ logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.1
 CLAIM_GRACE_SECONDS = 5.0
-"""A claim outlives the tool's deadline by this much (storing the result, clock skew)."""
+"""How much longer than the tool's deadline a waiting delivery waits for the claim's holder
+(storing the result, clock skew)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,34 +89,33 @@ class CallOutcome(StrEnum):
 
 
 def run_tool_call(
-    deps: ToolDeps, response_id: str, call_id: str, *, delivery: str | None = None
+    deps: ToolDeps, response_id: str, call_id: str, *, counts_start: bool = False
 ) -> CallOutcome:
     """Execute one call of a response and store its result; returns what happened.
 
-    ``delivery`` names the task delivery to count against ``max_task_deliveries`` (the count
-    rides on the first round trip).
+    ``counts_start``: a claim this delivery takes counts as a start of the call against
+    ``max_task_deliveries`` (per response and call, however the call was delivered).
 
     Raises:
-        RedeliveredTooOftenError: this call was delivered more often than allowed.
+        RedeliveredTooOftenError: this call was started more often than allowed.
     """
     store = deps.store
-    default_ttl = deps.settings.tool_timeout_seconds + CLAIM_GRACE_SECONDS
-    for attempt in range(2):  # a claim whose holder died lapses once; then this one takes over
+    claim_seconds = deps.settings.lease_seconds
+    for _ in range(2):  # a claim whose holder died lapses once; then this one takes over
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        # One round trip: count the delivery, look for a stored result, read the record, and
-        # claim the call (for the default deadline; a tool with its own is adjusted below).
+        # One round trip: look for a stored result, read the record, claim the call (for a
+        # lease, renewed while it runs) and count the start.
         opened = store.open_tool_call(
             response_id,
             call_id,
-            delivery=None if attempt else delivery,
+            counts_start=counts_start,
             token=token,
-            claim_seconds=default_ttl,
+            claim_seconds=claim_seconds,
         )
         claimed = opened.claim == "claimed"
-        if opened.deliveries > deps.settings.max_task_deliveries:
-            if claimed:
-                store.release_tool_claim(response_id, call_id, token=token)
-            raise RedeliveredTooOftenError(opened.deliveries)
+        if opened.starts > deps.settings.max_task_deliveries:
+            store.release_tool_claim(response_id, call_id, token=token)
+            raise RedeliveredTooOftenError(opened.starts)
         if opened.claim == "stored":
             return CallOutcome.STORED
         found = _find_call(deps, opened.stored, call_id)
@@ -117,12 +124,11 @@ def run_tool_call(
                 store.release_tool_claim(response_id, call_id, token=token)
             return CallOutcome.SKIPPED
         call, tool = found
-        ttl = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
+        call = dataclasses.replace(call, idempotency_key=idempotency_key(response_id, call.id))
         if claimed:
-            if ttl != default_ttl:
-                store.extend_tool_claim(response_id, call_id, token=token, ttl_seconds=ttl)
             return _run_claimed(deps, response_id, call, tool, token=token)
-        outcome = _await_other_delivery(store, response_id, call_id, within=ttl + 1.0)
+        within = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
+        outcome = _await_other_delivery(store, response_id, call_id, within=within)
         if outcome is not None:
             return outcome
     return CallOutcome.BUSY
@@ -190,7 +196,7 @@ def _run_claimed(
     """Run a call this delivery holds the claim of, store its result, give the claim back."""
     store = deps.store
     try:
-        result = _execute(deps, response_id, call, tool)
+        result = _execute(deps, response_id, call, tool, token=token)
     except BaseException:
         store.release_tool_claim(response_id, call.id, token=token)
         raise
@@ -209,7 +215,7 @@ def _run_claimed(
 
 
 def _execute(
-    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None
+    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
 ) -> ToolResult | None:
     if tool is None:
         return ToolResult(call_id=call.id, output=f"Unknown tool '{call.name}'.", is_error=True)
@@ -233,6 +239,7 @@ def _execute(
     else:
         future = _start_thread(run)
     deadline = time.monotonic() + timeout
+    renewal = _ClaimRenewal(deps, response_id, call.id, token=token)
     while True:
         try:
             return future.result(timeout=_POLL_SECONDS)
@@ -245,6 +252,7 @@ def _execute(
         if deps.store.status(response_id) not in ACTIVE_STATUSES:
             future.cancel()
             return None
+        renewal.tick()
         if time.monotonic() > deadline and not future.done():
             future.cancel()
             return ToolResult(
@@ -252,6 +260,30 @@ def _execute(
                 output=f"Error: tool '{tool.name}' timed out after {timeout:g} s.",
                 is_error=True,
             )
+
+
+class _ClaimRenewal:
+    """Renews a running call's claim every third of a lease, from the task's poll loop."""
+
+    def __init__(self, deps: ToolDeps, response_id: str, call_id: str, *, token: str):
+        self._store = deps.store
+        self._lease = deps.settings.lease_seconds
+        self._response_id = response_id
+        self._call_id = call_id
+        self._token = token
+        self._due = time.monotonic() + self._lease / 3
+
+    def tick(self) -> None:
+        """Renew the claim if a third of a lease passed since the last time."""
+        if time.monotonic() < self._due:
+            return
+        self._due = time.monotonic() + self._lease / 3
+        if not self._store.renew_tool_claim(
+            self._response_id, self._call_id, token=self._token, ttl_seconds=self._lease
+        ):
+            # Lapsed (this process stalled past a lease): another delivery may run it now; the
+            # first result stored wins, the other is dropped (finish_tool_call.lua).
+            logger.warning("the claim on call %s of %s lapsed", self._call_id, self._response_id)
 
 
 def _start_thread(fn: Callable[[], ToolResult]) -> Future[ToolResult]:

@@ -16,6 +16,7 @@ import time
 
 from app.config import Settings
 from app.fleet import QUEUES, make_store
+from app.store.fleet import HEARTBEAT_SECONDS
 from app.tools.sandbox.executor import check_sandbox
 from workers.celery_app import make_celery
 from workers.dispatch import CeleryDispatcher
@@ -55,7 +56,7 @@ def _heartbeat(queues: list[str], hostname: str) -> None:
                 store.heartbeat_worker(queue, hostname)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
-        time.sleep(5)
+        time.sleep(HEARTBEAT_SECONDS)
 
 
 def install_tool_lifecycle(pool: str) -> None:

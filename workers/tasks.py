@@ -78,7 +78,11 @@ _BUSY_RETRIES = 30
 
 
 def _delivery(task: Task) -> str:  # type: ignore[type-arg]
-    """The id a delivery is counted under: a retry of ours is not a redelivery after a crash."""
+    """The id a compaction's delivery is counted under: a retry of ours is not a redelivery.
+
+    Turns and tool calls count their starts per response and turn, or per call, whatever task
+    id delivered them (``advance_response``'s and ``run_tool_call``'s ``counts_start``).
+    """
     delivery = str(task.request.id)
     if task.request.retries:
         delivery += f":retry{task.request.retries}"
@@ -104,7 +108,7 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
     """
     deps = get_deps()
     try:
-        outcome = advance_response(deps, response_id, turn, delivery=_delivery(self))
+        outcome = advance_response(deps, response_id, turn, counts_start=True)
     except RedeliveredTooOftenError as exc:  # a turn that kills its worker
         message = f"Turn {turn} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)
@@ -136,7 +140,7 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
     """
     deps = get_tool_deps()
     try:
-        outcome = run_tool_call(deps, response_id, call_id, delivery=_delivery(self))
+        outcome = run_tool_call(deps, response_id, call_id, counts_start=True)
     except RedeliveredTooOftenError as exc:
         message = f"Tool call {call_id} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)

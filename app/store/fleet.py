@@ -6,6 +6,11 @@ import time
 
 from app.store.base import StoreBase
 
+HEARTBEAT_SECONDS = 1.0
+"""How often a worker marks itself alive."""
+LIVE_WITHIN_SECONDS = 5.0
+"""A worker whose last heartbeat is older than this counts as gone (``/readyz``)."""
+
 
 class RedeliveredTooOftenError(Exception):
     """A task was delivered more often than ``max_task_deliveries``: it kills its worker."""
@@ -31,7 +36,7 @@ class Fleet(StoreBase):
         """Mark a worker on ``queue`` alive now."""
         self.redis.zadd(self.keys.workers(queue), {hostname: time.time()})
 
-    def live_workers(self, queue: str, *, within_seconds: float = 30.0) -> int:
+    def live_workers(self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS) -> int:
         """How many workers on ``queue`` sent a heartbeat recently."""
         return int(
             self.redis.zcount(self.keys.workers(queue), time.time() - within_seconds, "+inf")

@@ -148,10 +148,14 @@ class BoundScript(Generic[CallT]):
         self._script = script
         self._registered = registered
 
-    def __call__(self, call: CallT) -> Any:
-        """Run the script (``EVALSHA``, falling back to ``EVAL``); its raw reply."""
+    def __call__(self, call: CallT, *, client: redis.client.Pipeline | None = None) -> Any:
+        """Run the script (``EVALSHA``, falling back to ``EVAL``); its raw reply.
+
+        ``client``: a pipeline to queue the script on instead (its reply comes with the
+        pipeline's ``execute()``).
+        """
         keys, args = self._script.operands(call)
-        return self._registered(keys=keys, args=args)
+        return self._registered(keys=keys, args=args, client=client)
 
 
 def _arg(value: Any) -> Any:

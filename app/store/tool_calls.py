@@ -2,11 +2,14 @@
 
 ``open_tool_call.lua`` claims a tool call only while its response is active and no result is
 stored; ``finish_tool_call.lua`` stores the result only while the response is still active (a
-result that arrives after a cancel is discarded) and gives the claim back.
+result that arrives after a cancel is discarded) and gives the claim back. A claim is short (a
+lease) and renewed by its holder while the call runs (``renew_lease.lua``); each running
+call is under the sweeper's watch (``Keys.running_calls``) until it ends or its claim lapses.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -15,6 +18,7 @@ from app.store.base import StoreBase, text
 from app.store.records import StoredResponse, stored_response
 from app.store.scripts import LuaScript, key
 from app.store.status import ACTIVE_STATUSES, packed
+from app.store.turns import RENEW_LEASE, RenewLeaseCall
 
 ClaimOutcome = Literal["held", "claimed", "stored", "inactive"]
 _CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored", "inactive")
@@ -25,8 +29,8 @@ _ACTIVE = packed(ACTIVE_STATUSES)
 class OpenedCall:
     """What a tool task reads first (:meth:`ToolCalls.open_tool_call`)."""
 
-    deliveries: int
-    """This delivery's count (0 when none was counted)."""
+    starts: int
+    """The call's starts, this one included (0 when none was counted or none was claimed)."""
     claim: ClaimOutcome
     """``claimed`` by this delivery; ``held`` by another; ``stored``: its result is in already;
     ``inactive``: the response is gone or no longer active."""
@@ -40,13 +44,17 @@ class OpenCallCall:
     record: str = key()
     results: str = key()
     claim: str = key()
-    deliveries: str = key()
+    starts: str = key()
+    running: str = key()
     token: str
     claim_ms: int
-    deliveries_ttl: int
-    counts_delivery: bool
+    deadline: float
+    """Epoch seconds: when the sweeper looks at the call, should its claim lapse."""
+    starts_ttl: int
+    counts_start: bool
     active_statuses: str
     call_id: str
+    member: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,20 +64,13 @@ class FinishCallCall:
     record: str = key()
     results: str = key()
     claim: str = key()
+    running: str = key()
     result_json: str
     ttl: int
     token: str
     active_statuses: str
     call_id: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExtendClaimCall:
-    """The operands of ``extend_tool_claim.lua``."""
-
-    claim: str = key()
-    token: str
-    ttl_ms: int
+    member: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,12 +78,13 @@ class ReleaseClaimCall:
     """The operands of ``release_tool_claim.lua``."""
 
     claim: str = key()
+    running: str = key()
     token: str
+    member: str
 
 
 OPEN_TOOL_CALL = LuaScript("open_tool_call", OpenCallCall)
 FINISH_TOOL_CALL = LuaScript("finish_tool_call", FinishCallCall)
-EXTEND_TOOL_CLAIM = LuaScript("extend_tool_claim", ExtendClaimCall)
 RELEASE_TOOL_CLAIM = LuaScript("release_tool_claim", ReleaseClaimCall)
 
 
@@ -107,47 +109,56 @@ class ToolCalls(StoreBase):
         *,
         token: str,
         claim_seconds: float,
-        delivery: str | None = None,
+        counts_start: bool = False,
     ) -> OpenedCall:
         """Everything a tool task does first, in one step.
 
-        Counts the delivery (when ``delivery`` names the task delivery to count), reads the
-        record, and claims the call's execution for ``claim_seconds`` under ``token`` unless
-        its result is stored already, the response is no longer active, or another delivery
-        holds the claim. The claim lapses after its time (the tool's deadline plus a grace), so
-        a delivery that died mid-call blocks the call no longer than the call could have run.
+        Reads the record, and claims the call's execution for ``claim_seconds`` under ``token``
+        unless its result is stored already, the response is no longer active, or another
+        delivery holds the claim. The claim lapses after its time unless renewed
+        (:meth:`renew_tool_claim`), so a delivery that died mid-call blocks the call no longer
+        than that; the sweeper watches the call meanwhile. With ``counts_start`` a claim taken
+        counts as one more start of the call (per response and call, whatever task delivered
+        it).
         """
-        deliveries, claim, fields = self.script(OPEN_TOOL_CALL)(
+        starts, claim, fields = self.script(OPEN_TOOL_CALL)(
             OpenCallCall(
                 record=self.keys.record(response_id),
                 results=self.keys.tool_results(response_id),
                 claim=self.keys.tool_claim(response_id, call_id),
-                deliveries=self.keys.deliveries(delivery or ""),
+                starts=self.keys.call_starts(response_id, call_id),
+                running=self.keys.running_calls,
                 token=token,
-                claim_ms=max(1, int(claim_seconds * 1000)),
-                deliveries_ttl=self.ttl_seconds,
-                counts_delivery=delivery is not None,
+                claim_ms=_milliseconds(claim_seconds),
+                deadline=time.time() + claim_seconds,
+                starts_ttl=self.ttl_seconds,
+                counts_start=counts_start,
                 active_statuses=_ACTIVE,
                 call_id=call_id,
+                member=self.keys.running_call(response_id, call_id),
             )
         )
         return OpenedCall(
-            deliveries=int(deliveries),
+            starts=int(starts),
             claim=_CLAIM_OUTCOMES[int(claim)],
             stored=stored_response(fields[:4]),
         )
 
-    def extend_tool_claim(
+    def renew_tool_claim(
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
-    ) -> None:
-        """Set a claim we hold to lapse ``ttl_seconds`` from now."""
-        self.script(EXTEND_TOOL_CLAIM)(
-            ExtendClaimCall(
-                claim=self.keys.tool_claim(response_id, call_id),
+    ) -> bool:
+        """Set a claim we hold to lapse ``ttl_seconds`` from now; False when it is not ours."""
+        renewed = self.script(RENEW_LEASE)(
+            RenewLeaseCall(
+                lease=self.keys.tool_claim(response_id, call_id),
+                watch=self.keys.running_calls,
                 token=token,
-                ttl_ms=max(1, int(ttl_seconds * 1000)),
+                lease_ms=_milliseconds(ttl_seconds),
+                deadline=time.time() + ttl_seconds,
+                member=self.keys.running_call(response_id, call_id),
             )
         )
+        return bool(renewed)
 
     def finish_tool_call(
         self, response_id: str, call_id: str, result_json: str, *, token: str
@@ -162,11 +173,13 @@ class ToolCalls(StoreBase):
                 record=self.keys.record(response_id),
                 results=self.keys.tool_results(response_id),
                 claim=self.keys.tool_claim(response_id, call_id),
+                running=self.keys.running_calls,
                 result_json=result_json,
                 ttl=self.ttl_seconds,
                 token=token,
                 active_statuses=_ACTIVE,
                 call_id=call_id,
+                member=self.keys.running_call(response_id, call_id),
             )
         )
         return bool(stored)
@@ -174,9 +187,18 @@ class ToolCalls(StoreBase):
     def release_tool_claim(self, response_id: str, call_id: str, *, token: str) -> None:
         """Give a claim back, if it is still ours."""
         self.script(RELEASE_TOOL_CLAIM)(
-            ReleaseClaimCall(claim=self.keys.tool_claim(response_id, call_id), token=token)
+            ReleaseClaimCall(
+                claim=self.keys.tool_claim(response_id, call_id),
+                running=self.keys.running_calls,
+                token=token,
+                member=self.keys.running_call(response_id, call_id),
+            )
         )
 
     def is_tool_call_claimed(self, response_id: str, call_id: str) -> bool:
         """Whether some delivery holds the call's claim right now."""
         return bool(self.redis.exists(self.keys.tool_claim(response_id, call_id)))
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

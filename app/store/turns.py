@@ -1,4 +1,4 @@
-"""A run's first step: count its delivery, take its lease, read its turn — one script.
+"""A run's first step: take its lease, count its start, read its turn — one script.
 
 ``load_turn.lua`` serves both :meth:`Turns.load_turn` (no lease, no count) and the lease
 keeper's acquire (``app.lease``), which asks for both. The read starts a ``queued`` response on
@@ -51,8 +51,9 @@ class OpenedTurn:
 
     taken: bool
     """The lease was taken (always, when none was asked for)."""
-    deliveries: int
-    """The delivery count of the named delivery (0 when none was named)."""
+    starts: int
+    """Runs of the turn started one after another without ending, this one included (0: none
+    counted, or the lease is held elsewhere)."""
     loaded: LoadedTurn | None
     """The turn's first read; None when the lease is held elsewhere."""
 
@@ -67,13 +68,13 @@ class LoadTurnCall:
     stream: str = key()
     lease: str = key()
     active: str = key()
-    deliveries: str = key()
+    starts: str = key()
     turn_field: str
     """The record's field that marks where the turn's events begin."""
     channel: str
     maxlen: int
     ttl: int
-    """Of the events, and of the delivery count."""
+    """Of the events, and of the start count."""
     start_sources: str
     """Packed: the statuses the read starts a response from."""
     start_target: str
@@ -83,10 +84,26 @@ class LoadTurnCall:
     lease_ms: int
     lease_deadline: float | None
     response_id: str
-    counts_delivery: bool
+    counts_start: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewLeaseCall:
+    """The operands of ``renew_lease.lua``: a run's lease, or a tool call's claim."""
+
+    lease: str = key()
+    watch: str = key()
+    """The sorted set the sweeper reads (``Keys.active``, ``Keys.running_calls``)."""
+    token: str
+    lease_ms: int
+    deadline: float
+    """Epoch seconds: the sweeper's next look, should the lease lapse."""
+    member: str
+    """What the watch holds for this lease (a response id, ``Keys.running_call``)."""
 
 
 LOAD_TURN = LuaScript("load_turn", LoadTurnCall)
+RENEW_LEASE = LuaScript("renew_lease", RenewLeaseCall)
 
 
 class Turns(StoreBase):
@@ -110,11 +127,14 @@ class Turns(StoreBase):
         turn: int,
         *,
         lease: LeaseRequest | None = None,
-        delivery: str | None = None,
+        counts_start: bool = False,
     ) -> OpenedTurn:
-        """Count ``delivery`` (when named), take ``lease`` (when asked), and :meth:`load_turn`.
+        """Take ``lease`` (when asked), count the turn's start, and :meth:`load_turn`.
 
-        One round trip. When the lease is held elsewhere, the turn is not read.
+        One round trip. When the lease is held elsewhere, the turn is neither read nor counted.
+        With ``counts_start`` the run counts against the turn's starts: per response and turn,
+        however the turn was delivered (a sweep sends it under a new task id), reset when a run
+        of it gives its lease back (:meth:`app.lease.LeaseKeeper.release`).
         """
         raw = self.script(LOAD_TURN)(
             LoadTurnCall(
@@ -124,7 +144,7 @@ class Turns(StoreBase):
                 stream=self.keys.events(response_id),
                 lease=self.keys.lease(response_id),
                 active=self.keys.active,
-                deliveries=self.keys.deliveries(delivery or response_id),
+                starts=self.keys.turn_starts(response_id, turn),
                 turn_field=f"turn{turn}_seq",
                 channel=self.keys.channel(response_id),
                 maxlen=self.stream_maxlen,
@@ -136,12 +156,12 @@ class Turns(StoreBase):
                 lease_ms=0 if lease is None else lease.milliseconds,
                 lease_deadline=None if lease is None else lease.deadline,
                 response_id=response_id,
-                counts_delivery=delivery is not None,
+                counts_start=counts_start,
             )
         )
-        taken, deliveries = bool(raw[0]), int(raw[1])
+        taken, starts = bool(raw[0]), int(raw[1])
         return OpenedTurn(
-            taken=taken, deliveries=deliveries, loaded=_loaded_turn(raw[2]) if taken else None
+            taken=taken, starts=starts, loaded=_loaded_turn(raw[2]) if taken else None
         )
 
 

@@ -76,6 +76,10 @@ class ToolCall:
     name: str
     arguments: str
     """JSON text, as the model wrote it."""
+    idempotency_key: str = ""
+    """The same for every run of this call, and only of it (:func:`idempotency_key`): a tool
+    that must not act twice can look it up, for a call may run again after a worker died (the
+    README's "When a tool can run twice"). Empty outside a tool worker."""
 
     def parsed_arguments(self) -> dict[str, Any]:
         """The arguments as an object; ``ValueError`` when they are not one."""
@@ -83,6 +87,11 @@ class ToolCall:
         if not isinstance(value, dict):
             raise ValueError("arguments must be a JSON object")
         return value
+
+
+def idempotency_key(response_id: str, call_id: str) -> str:
+    """The key of every run of a response's call (internal tools: ``ToolCall``; MCP: ``_meta``)."""
+    return f"{response_id}:{call_id}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,8 @@
-from app.lease import LeaseKeeper
+import time
+
+from app.lease import LeaseKeeper, sweep, sweep_interval
 from app.store import ResponseStore
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
 
 
@@ -7,9 +10,9 @@ def test_acquire_takes_the_lease_and_reads_the_turn_in_one_step(store: ResponseS
     rid = stored_response(store).id
     keeper = LeaseKeeper(store, lease_seconds=30)
 
-    acquired = keeper.acquire(rid, 0, delivery=f"{rid}:t0:infer")
+    acquired = keeper.acquire(rid, 0, counts_start=True)
 
-    assert (acquired.taken, acquired.deliveries) == (True, 1)
+    assert (acquired.taken, acquired.starts) == (True, 1)
     assert acquired.loaded is not None and acquired.loaded.stored is not None
     assert acquired.loaded.stored.response.id == rid
     assert (acquired.loaded.start_sequence_number, acquired.loaded.is_rerun) == (-1, False)
@@ -23,12 +26,12 @@ def test_a_held_lease_is_not_taken_and_the_turn_not_read(store: ResponseStore) -
     first, second = LeaseKeeper(store, lease_seconds=30), LeaseKeeper(store, lease_seconds=30)
     assert first.acquire(rid, 0).taken
 
-    refused = second.acquire(rid, 0, delivery=f"{rid}:t0:infer")
+    refused = second.acquire(rid, 0, counts_start=True)
 
-    assert (refused.taken, refused.deliveries, refused.loaded) == (False, 1, None)
+    assert (refused.taken, refused.starts, refused.loaded) == (False, 0, None)
     first.release(rid)
     again = second.acquire(rid, 0)
-    assert again.taken and again.deliveries == 0  # no delivery named: none counted
+    assert again.taken and again.starts == 0  # none asked for: none counted
     assert again.loaded is not None and again.loaded.is_rerun  # the first run marked the turn
     second.release(rid)
 
@@ -43,3 +46,58 @@ def test_acquire_on_a_deleted_response_reads_nothing(store: ResponseStore) -> No
     assert acquired.taken and acquired.loaded is not None
     assert acquired.loaded.stored is None
     keeper.release(rid)
+
+
+def test_renew_extends_every_held_lease_in_one_round_trip(store: ResponseStore) -> None:
+    rids = [stored_response(store).id for _ in range(3)]
+    keeper = LeaseKeeper(store, lease_seconds=2)
+    for rid in rids:
+        assert keeper.acquire(rid, 0).taken
+    store.redis.pexpire(store.keys.lease(rids[0]), 100)  # nearly lapsed
+    held = {rid: (store.redis.get(store.keys.lease(rid)).decode(), 0) for rid in rids}  # type: ignore[union-attr]
+    held[rids[2]] = ("not-ours", 0)
+
+    keeper.renew(held)
+
+    assert store.redis.pttl(store.keys.lease(rids[0])) > 1_000
+    assert all(store.redis.zscore(store.keys.active, rid) > time.time() + 1 for rid in rids[:2])  # type: ignore[operator]
+    for rid in rids:
+        keeper.release(rid)
+
+
+def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: ResponseStore) -> None:
+    rid = stored_response(store).id
+    dispatcher = RecordingDispatcher()
+    # The turn handed the call on: the response's own watch waits for the tools' deadline.
+    store.redis.zadd(store.keys.active, {rid: time.time() + 60})
+    opened = store.open_tool_call(rid, "c1", token="dead", claim_seconds=0.05)
+    assert opened.claim == "claimed"
+    assert sweep(store, dispatcher, lease_seconds=3) == []  # its claim has not lapsed yet
+
+    time.sleep(0.1)  # the worker died: nobody renews the claim
+
+    assert sweep(store, dispatcher, lease_seconds=3) == [rid]
+    assert dispatcher.turns == [(rid, 0)]
+    watched = store.redis.zscore(store.keys.running_calls, store.keys.running_call(rid, "c1"))
+    assert watched is None  # swept once
+    assert sweep(store, RecordingDispatcher(), lease_seconds=3) == []
+
+
+def test_sweep_leaves_running_queued_and_finished_calls_alone(store: ResponseStore) -> None:
+    rid = stored_response(store).id
+    store.redis.zadd(store.keys.active, {rid: time.time() + 60})  # c3 waits in its queue
+    assert store.open_tool_call(rid, "c1", token="a", claim_seconds=0.05).claim == "claimed"
+    assert store.open_tool_call(rid, "c2", token="b", claim_seconds=0.05).claim == "claimed"
+    assert store.finish_tool_call(rid, "c2", '{"output": "x"}', token="b")
+    time.sleep(0.1)
+    assert store.renew_tool_claim(rid, "c1", token="a", ttl_seconds=3) is False  # lapsed
+    store.open_tool_call(rid, "c1", token="a2", claim_seconds=3)  # taken over: running again
+    dispatcher = RecordingDispatcher()
+
+    assert sweep(store, dispatcher, lease_seconds=3) == []
+
+    assert dispatcher.turns == []
+
+
+def test_sweeper_looks_every_third_of_a_lease() -> None:
+    assert sweep_interval(3.0) == 1.0

@@ -52,8 +52,13 @@ class Loop:
         response, _ = create_response(self.store, self.dispatcher, self.settings, body)
         return response.id
 
-    def drive(self, rid: str, *, turn: int = 0, reverse_tools: bool = False) -> str:
-        """Run turns and tool calls until the response rests; returns the last outcome."""
+    def drive(
+        self, rid: str, *, turn: int = 0, reverse_tools: bool = False, leased: bool = False
+    ) -> str:
+        """Run turns and tool calls until the response rests; returns the last outcome.
+
+        ``leased``: as a worker does, each run takes the lease and counts its start.
+        """
         registry = load_registry(self.settings.internal_tool_module_list)
         registry.initialize_all()
         tools = ToolDeps(
@@ -61,21 +66,26 @@ class Loop:
             executors=ExecutorRegistry([InternalExecutor(registry)]),
             settings=self.settings,
         )
-        deps = RunDeps(
-            store=self.store,
-            provider=self.model,
-            settings=self.settings,
-            dispatcher=self.dispatcher,
+        deps = (
+            self.leased_deps()
+            if leased
+            else RunDeps(
+                store=self.store,
+                provider=self.model,
+                settings=self.settings,
+                dispatcher=self.dispatcher,
+            )
         )
         for _ in range(30):
             chords, turns = len(self.dispatcher.chords), len(self.dispatcher.turns)
-            self.outcomes.append(advance_response(deps, rid, turn))
+            self.outcomes.append(advance_response(deps, rid, turn, counts_start=leased))
             if len(self.dispatcher.chords) > chords:
                 chord = self.dispatcher.chords[-1]
                 order = reversed(chord.calls) if reverse_tools else chord.calls
                 for call_id, queue in order:
                     assert queue == "tools.internal"
-                    assert run_tool_call(tools, rid, call_id) in ("ok", "error")
+                    outcome = run_tool_call(tools, rid, call_id, counts_start=leased)
+                    assert outcome in ("ok", "error")
                 turn = chord.then_turn
             elif len(self.dispatcher.turns) > turns:
                 turn = self.dispatcher.turns[-1][1]
@@ -474,19 +484,24 @@ def test_a_finished_run_leaves_no_lease_and_no_watch(
     assert deps.leases is not None and deps.leases.held() == 0  # nothing left to renew
 
 
-def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
+def _die_mid_turn(store: ResponseStore, settings: Settings, rid: str, turn: int) -> None:
+    """A run of ``turn`` takes the lease, counts its start, and its worker dies."""
+    keeper = LeaseKeeper(store, lease_seconds=settings.lease_seconds)
+    assert keeper.acquire(rid, turn, counts_start=True).taken
+    store.redis.delete(store.keys.lease(rid))  # never renewed again: it lapses
+
+
+def test_a_turn_whose_runs_die_is_given_up_after_the_cap_however_it_is_delivered(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
     settings = make_settings(max_task_deliveries=2)
     loop = Loop(store=store, settings=settings, model=ScriptedModel(text("never")))
     rid = loop.create()
-    deps = loop.leased_deps()
-    delivery = f"{rid}:t0:infer"
-    store.count_delivery(delivery)  # two deliveries that died mid-turn
-    store.count_delivery(delivery)
+    _die_mid_turn(store, settings, rid, 0)  # the first delivery
+    _die_mid_turn(store, settings, rid, 0)  # the sweeper's, under a new task id
 
     with pytest.raises(RedeliveredTooOftenError) as raised:
-        advance_response(deps, rid, 0, delivery=delivery)  # the third: counted with the lease
+        advance_response(loop.leased_deps(), rid, 0, counts_start=True)  # the third start
 
     assert raised.value.deliveries == 3
     assert not store.redis.exists(store.keys.lease(rid))  # taken and given back
@@ -495,13 +510,48 @@ def test_a_turn_delivered_too_often_gives_up_and_leaves_the_lease_free(
     assert loop.model.requests == []  # the model was never called
 
 
-def test_a_counted_turn_within_the_limit_runs(
+def test_a_turn_delivered_while_another_run_holds_it_is_not_counted(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
-    settings = make_settings()
+    settings = make_settings(max_task_deliveries=1)
     loop = Loop(store=store, settings=settings, model=ScriptedModel(text("hi")))
     rid = loop.create()
-    deps = loop.leased_deps()
+    holder = LeaseKeeper(store, lease_seconds=settings.lease_seconds)
+    assert holder.acquire(rid, 0, counts_start=True).taken
 
-    assert advance_response(deps, rid, 0, delivery=f"{rid}:t0:infer") == "completed"
-    assert store.redis.get(store.keys.deliveries(f"{rid}:t0:infer")) == b"1"
+    for _ in range(3):  # duplicates and late deliveries: skipped, never started
+        assert advance_response(loop.leased_deps(), rid, 0, counts_start=True) == "skipped"
+
+    assert store.redis.get(store.keys.turn_starts(rid, 0)) == b"1"
+    holder.release(rid)
+    assert advance_response(loop.leased_deps(), rid, 0, counts_start=True) == "completed"
+
+
+def test_a_turn_re_run_after_its_worker_died_completes(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()  # the default cap
+    loop = Loop(store=store, settings=settings, model=ScriptedModel(text("hi")))
+    rid = loop.create()
+    _die_mid_turn(store, settings, rid, 0)
+
+    assert advance_response(loop.leased_deps(), rid, 0, counts_start=True) == "completed"
+    assert store.get(rid).response.output[0]["content"][0]["text"] == "hi"
+
+
+def test_a_turn_run_once_per_batch_of_tool_calls_is_not_a_poison_turn(
+    make_loop: Callable[..., Loop],
+) -> None:
+    # Turn 1 runs four times (three batches of calls, then the answer), each run ending
+    # cleanly: only runs that die one after another count against the cap.
+    loop = make_loop(
+        calls(*[(f"call_{i}", "fast_echo", "{}") for i in range(5)]),
+        text("done"),
+        max_parallel_tools=2,
+        max_task_deliveries=1,
+    )
+    rid = loop.create(tools=internal("fast_echo"))
+
+    assert loop.drive(rid, leased=True) == "completed"
+
+    assert len(loop.dispatcher.chords) == 3

@@ -1,5 +1,6 @@
 """The synchronous MCP client and the executor against real MCP servers (subprocesses)."""
 
+import json
 import threading
 from collections.abc import Iterator
 
@@ -8,7 +9,12 @@ import pytest
 from app.config import Settings
 from app.errors import UpstreamError
 from app.tools.base import McpToolRef, ToolCall, ToolDefinition, ToolKind
-from app.tools.mcp.client import McpClient, McpTimeoutError, McpUnavailableError
+from app.tools.mcp.client import (
+    IDEMPOTENCY_META_KEY,
+    McpClient,
+    McpTimeoutError,
+    McpUnavailableError,
+)
 from app.tools.mcp.executor import McpExecutor
 from app.tools.mcp.security import Sealer, allowed_addresses
 from app.tools.mcp.servers import McpServers
@@ -210,3 +216,13 @@ def test_executor_results_are_data(client: McpClient, http_server: RunningServer
     sealed = sealer.seal("unit", {"X-Test-Token": "sealed!"})
     assert run("whoami", "{}", sealed).output.startswith(f"token={digest('sealed!')} ")
     assert run("whoami", "{}", "v1.AAAA").is_error  # headers that cannot be opened
+
+
+def test_a_call_carries_its_idempotency_key_in_meta(
+    client: McpClient, http_server: RunningServer
+) -> None:
+    keyed = client.call_tool(target(http_server), "received_meta", {}, idempotency_key="r:c1")
+    unkeyed = client.call_tool(target(http_server), "received_meta", {})
+
+    assert json.loads(keyed.content[0]["text"])[IDEMPOTENCY_META_KEY] == "r:c1"
+    assert IDEMPOTENCY_META_KEY not in json.loads(unkeyed.content[0]["text"])

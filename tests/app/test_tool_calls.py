@@ -14,9 +14,16 @@ import app.tool_calls
 from app.config import Settings
 from app.responses import cancel_response, create_response
 from app.run import RunDeps, advance_response
-from app.store import ResponseStore
+from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
-from app.tools.base import ExecutorRegistry, ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.base import (
+    ExecutorRegistry,
+    ToolCall,
+    ToolDefinition,
+    ToolKind,
+    ToolResult,
+    idempotency_key,
+)
 from app.tools.internal import InternalExecutor, Registry
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
@@ -33,6 +40,7 @@ class GatedTool:
     started: threading.Event = field(default_factory=threading.Event)
     runs: int = 0
     thread_name: str = ""
+    keys: list[str] = field(default_factory=list)
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(name=self.name, kind=ToolKind.INTERNAL, description="gated")
@@ -45,6 +53,7 @@ class GatedTool:
 
     def execute(self, call: ToolCall) -> ToolResult:
         self.runs += 1
+        self.keys.append(call.idempotency_key)
         self.thread_name = threading.current_thread().name
         self.started.set()
         assert self.gate.wait(20), "the gate never opened"
@@ -139,6 +148,51 @@ def test_tool_call_claimed_by_a_dead_delivery_runs_once_the_claim_lapses(setup: 
 
     assert setup.tool.runs == 1
     assert stored_results(setup)[0] is not None
+
+
+def test_tool_call_running_past_its_lease_keeps_its_claim(
+    setup: Setup, make_settings: Callable[..., Settings]
+) -> None:
+    setup.settings = make_settings(
+        internal_tool_modules="tests.support.tools", tool_timeout_seconds=30, lease_seconds=1.2
+    )
+    join = setup.deliver()
+    assert setup.tool.started.wait(10)
+    claim = setup.store.keys.tool_claim(setup.rid, CALL)
+    member = setup.store.keys.running_call(setup.rid, CALL)
+
+    time.sleep(2.5)  # two leases: the claim lives on only by its renewals
+
+    assert setup.store.is_tool_call_claimed(setup.rid, CALL)
+    assert setup.store.redis.pttl(claim) <= 1_200
+    assert setup.store.redis.zscore(setup.store.keys.running_calls, member) > time.time()  # type: ignore[operator]
+    setup.tool.gate.set()
+    assert join() == "ok"
+    assert setup.store.redis.zscore(setup.store.keys.running_calls, member) is None
+
+
+def test_tool_call_started_more_often_than_allowed_fails_without_running(setup: Setup) -> None:
+    for token in ("dead-1", "dead-2", "dead-3"):  # three starts whose workers died
+        setup.store.open_tool_call(setup.rid, CALL, token=token, claim_seconds=3, counts_start=True)
+        setup.store.redis.delete(setup.store.keys.tool_claim(setup.rid, CALL))
+
+    with pytest.raises(RedeliveredTooOftenError) as raised:
+        run_tool_call(setup.deps, setup.rid, CALL, counts_start=True)
+
+    assert raised.value.deliveries == 4
+    assert setup.tool.runs == 0
+    assert not setup.store.is_tool_call_claimed(setup.rid, CALL)
+
+
+def test_tool_call_gets_one_idempotency_key_for_every_run(setup: Setup) -> None:
+    setup.tool.gate.set()
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "ok"
+    setup.store.redis.hdel(setup.store.keys.tool_results(setup.rid), CALL)  # as if never stored
+
+    assert run_tool_call(setup.deps, setup.rid, CALL) == "ok"  # a re-run
+
+    assert setup.tool.keys == [idempotency_key(setup.rid, CALL)] * 2
+    assert idempotency_key(setup.rid, CALL) != idempotency_key(setup.rid, "call_2")
 
 
 def test_tool_call_waiting_for_another_delivery_stops_on_cancel(setup: Setup) -> None:

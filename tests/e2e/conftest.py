@@ -45,13 +45,24 @@ class Fleet:
     env: dict[str, str]
     log_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    specs: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
+    """How each process was started (:meth:`revive` starts it again)."""
 
     def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(argv, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs[name] = proc
+        self.specs[name] = (argv, env)
         return proc
+
+    def revive(self) -> list[str]:
+        """Start again every process of the fleet that exited (a test killed it); their names."""
+        dead = [name for name, proc in self.procs.items() if proc.poll() is not None]
+        for name in dead:
+            argv, env = self.specs[name]
+            self.spawn(name, argv, **env)
+        return dead
 
     def start_worker(
         self, name: str, queues: str = "inference", *extra: str
@@ -118,7 +129,6 @@ def fleet(
         ANTWORT_LLM_MAX_RETRIES="0",
         ANTWORT_KEEPALIVE_SECONDS="1",
         ANTWORT_INFERENCE_CONCURRENCY="8",
-        ANTWORT_LEASE_SECONDS="3",
         ANTWORT_INTERNAL_TOOL_MODULES="tests.support.tools",
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",

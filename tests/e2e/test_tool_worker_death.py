@@ -2,10 +2,11 @@
 result is stored once, and the response completes.
 
 Two deaths: the whole worker (its message stays unacked until the broker's visibility timeout;
-the turn's lease deadline lapses and a sweeper dispatches the call again), and only its pool
-child (Celery requeues the task at once; the new delivery finds the dead delivery's claim and
-runs the call when the claim lapses). The ``counted_slow`` tool counts in Redis how often each
-call started and finished.
+the call's claim, no longer renewed, lapses within a lease and a sweeper dispatches the call
+again), and only its pool child (Celery requeues the task at once; the new delivery finds the
+dead delivery's claim and runs the call when the claim lapses). Either way the call runs again
+within seconds with the default settings, long before its deadline (a minute). The
+``counted_slow`` tool counts in Redis how often each call started and finished.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from tests.e2e.helpers import (
     wait_until_tool_runs,
 )
 
-RECOVERY_SECONDS = 90.0
+RECOVERY_SECONDS = 30.0
+RETRY_WITHIN_SECONDS = 10.0
+"""From the kill to the call's second start (issue 16 §3: p50 ≤ 5 s, max ≤ 10 s)."""
 
 
 def _pool_child(proc_pid: int) -> int:
@@ -66,7 +69,11 @@ def test_tool_worker_sigkill_mid_call_retries_the_call_and_stores_it_once(
             fleet.start_worker("tools-rescue", "tools.internal")
         else:
             os.kill(_pool_child(worker.pid), signal.SIGKILL)
+        killed_at = time.monotonic()
         assert tool_runs(counters, prefix, call_id) == (1, 0)  # killed mid-call
+        while tool_runs(counters, prefix, call_id)[0] < 2:
+            assert time.monotonic() - killed_at < RETRY_WITHIN_SECONDS, "the call was not retried"
+            time.sleep(0.05)
 
         final = wait_for_status(client, created.id, TERMINAL, timeout=RECOVERY_SECONDS)
 

@@ -7,14 +7,16 @@ port and waits until it answers; the fixtures stop it in their teardown.
 
 Tools: ``echo``, ``add`` (structured result), ``whoami`` (the headers the server received),
 ``fail`` (``is_error``), ``crash`` (a plain exception), ``slow`` (sleeps), ``picture`` (an image),
-``grow`` (adds a tool and announces ``tools/list_changed``) and ``vanish`` (the server exits
-mid-call).
+``grow`` (adds a tool and announces ``tools/list_changed``), ``vanish`` (the server exits
+mid-call) and ``counted`` (sleeps, logging each start and end to ``$MCP_RUNS_FILE`` with the
+caller's port: the chaos suite counts executions and finds the worker that runs a call).
 """
 
 import argparse
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -99,6 +101,10 @@ def build_server(name: str) -> MCPServer:  # noqa: C901 - one nested function pe
     def crash() -> str:
         raise RuntimeError("secret internal detail")
 
+    @server.tool(description="The request's _meta this server received (JSON).")
+    def received_meta(ctx: Context) -> str:  # type: ignore[type-arg]
+        return json.dumps(dict(ctx.request_context.meta or {}), sort_keys=True)
+
     @server.tool(description="Sleeps, then answers.")
     async def slow(seconds: float) -> str:
         await anyio.sleep(seconds)
@@ -117,6 +123,14 @@ def build_server(name: str) -> MCPServer:  # noqa: C901 - one nested function pe
             await ctx.session.send_tool_list_changed()
         return "grown"
 
+    @server.tool(description="Sleeps, logging each start and end; answers the tag.")
+    async def counted(tag: str, seconds: float, ctx: Context) -> str:  # type: ignore[type-arg]
+        client = getattr(ctx.request_context.request, "client", None)
+        _log_run("start", tag, client.port if client else 0)
+        await anyio.sleep(seconds)
+        _log_run("end", tag, client.port if client else 0)
+        return f"counted {tag}"
+
     @server.tool(description="The server process exits mid-call.")
     def vanish() -> str:
         os._exit(3)
@@ -126,6 +140,18 @@ def build_server(name: str) -> MCPServer:  # noqa: C901 - one nested function pe
 
 def _extra() -> str:
     return "extra!"
+
+
+RUNS_FILE_VARIABLE = "MCP_RUNS_FILE"
+"""Environment variable naming the file ``counted`` logs its runs to (unset: not logged)."""
+
+
+def _log_run(what: str, tag: str, port: int) -> None:
+    """One line ``<start|end> <tag> <caller port>``, written at once (the reader polls)."""
+    path = os.environ.get(RUNS_FILE_VARIABLE)
+    if path:
+        with open(path, "a") as runs:
+            runs.write(f"{what} {tag} {port}\n")
 
 
 @dataclass
@@ -166,17 +192,24 @@ def stdio_command(name: str = "local") -> tuple[str, list[str]]:
 
 
 def start_server(
-    transport: str, *, name: str = "srv", port: int | None = None, any_host: bool = False
+    transport: str,
+    *,
+    name: str = "srv",
+    port: int | None = None,
+    any_host: bool = False,
+    runs_file: str | None = None,
 ) -> RunningServer:
     """Start a server over ``streamable-http`` or ``sse`` and wait until it accepts connections.
 
     ``any_host``: accept requests whatever their ``Host`` header (for names pinned to loopback).
+    ``runs_file``: where ``counted`` logs its runs.
     """
     port = port or free_port()
     argv = ["-m", "tests.support.mcp_servers", "--transport", transport, "--port", str(port)]
     argv += ["--name", name, *(["--any-host"] if any_host else [])]
     path = "/mcp" if transport == "streamable-http" else "/sse"
-    return _started(argv, port, path)
+    env = {RUNS_FILE_VARIABLE: runs_file} if runs_file else {}
+    return _started(argv, port, path, env=env)
 
 
 def start_example_server(port: int | None = None, *extra: str) -> RunningServer:
@@ -188,11 +221,14 @@ def start_example_server(port: int | None = None, *extra: str) -> RunningServer:
     return _started([EXAMPLE_SERVER, "--port", str(port), *extra], port, "/mcp")
 
 
-def _started(argv: list[str], port: int, path: str) -> RunningServer:
+def _started(
+    argv: list[str], port: int, path: str, *, env: dict[str, str] | None = None
+) -> RunningServer:
     """Run ``python argv`` from the repository root; the server once it accepts connections."""
     process = subprocess.Popen(
         [sys.executable, *argv],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

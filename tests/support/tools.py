@@ -93,4 +93,4 @@ def register(registry: Registry) -> None:
     registry.register(Sleeper("hanging_tool", 30.0, timeout=1.0))
     registry.register(Sleeper("big_output", 0.0, output="x" * 5000))
     registry.register(Sleeper("long_tool", 5.0))
-    registry.register(Counted("counted_slow", 3.0, timeout=6.0))
+    registry.register(Counted("counted_slow", 3.0))  # the default deadline (a minute)

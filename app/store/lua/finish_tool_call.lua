@@ -1,15 +1,18 @@
 -- Stores a claimed call's result while the response is active (a result that arrives after a
--- cancel is discarded), and gives the claim back either way.
+-- cancel is discarded), and gives the claim back either way (the sweeper's watch of the call
+-- ends with it).
 -- Returns {1 when stored, the status ('' when the record is gone)}.
 --- @include operands
 local record = KEYS[1]
 local results = KEYS[2]
 local claim = KEYS[3]
+local running = KEYS[4]
 local result_json = ARGV[1]
 local ttl = ARGV[2]
 local token = ARGV[3]
 local active_statuses = ARGV[4]
 local call_id = ARGV[5]
+local member = ARGV[6]
 
 local status = redis.call('HGET', record, 'status') or ''
 local stored = 0
@@ -17,5 +20,8 @@ if status ~= '' and has_status(active_statuses, status) then
   stored = redis.call('HSETNX', results, call_id, result_json)
   redis.call('EXPIRE', results, ttl)
 end
-if redis.call('GET', claim) == token then redis.call('DEL', claim) end
+if redis.call('GET', claim) == token then
+  redis.call('DEL', claim)
+  redis.call('ZREM', running, member)
+end
 return {stored, status}

@@ -1,15 +1,18 @@
--- A run's first step, in one round trip: count the task's delivery (optional), take the
--- response's lease (optional), and read the turn.
+-- A run's first step, in one round trip: take the response's lease (optional), count the
+-- turn's start (optional), and read the turn.
 --
 -- The lease is taken with SET NX (two runs of one turn never overlap) and puts the response
 -- under the sweeper's watch until `lease_deadline`. When the lease is held elsewhere nothing
--- is read. The read: the record, its input items, and where the turn's events begin — the last
--- sequence number when the turn first started (a re-run finds the mark of the first run). The
+-- is read and nothing counted. `starts` counts the runs of one turn (per response and turn,
+-- whatever task delivered them) that took the lease; a run that gives its lease back resets
+-- it (release_lease.lua), so it counts the runs that died one after another. The read: the
+-- record, its input items, and where the turn's events begin — the last sequence number
+-- when the turn first started (a re-run finds the mark of the first run). The
 -- mark is only set on a record that exists: a deleted one is not brought back as a stub. A
 -- record in a status the start moves from is started on the way: the object its creator stored
 -- for that moment (`started`) becomes the object, with the start event after the mark.
 --
--- Returns {1 when the lease was taken (or none was asked for), the delivery count (0: none
+-- Returns {1 when the lease was taken (or none was asked for), the start count (0: none
 -- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run}}.
 --- @include operands
 --- @include events
@@ -19,7 +22,7 @@ local sequence = KEYS[3]
 local stream = KEYS[4]
 local lease = KEYS[5]
 local active = KEYS[6]
-local deliveries = KEYS[7]
+local starts = KEYS[7]
 local turn_field = ARGV[1]
 local channel = ARGV[2]
 local maxlen = ARGV[3]
@@ -31,7 +34,7 @@ local lease_token = ARGV[8]
 local lease_ms = ARGV[9]
 local lease_deadline = ARGV[10]
 local response_id = ARGV[11]
-local counts_delivery = ARGV[12]
+local counts_start = ARGV[12]
 
 local function start(fields)
   local started = fields[6]
@@ -62,15 +65,13 @@ local function load_turn()
   return {{fields[1], fields[2], fields[3], fields[4]}, inputs, mark, rerun}
 end
 
-local delivery_count = 0
-if counts_delivery == '1' then
-  delivery_count = redis.call('INCR', deliveries)
-  redis.call('EXPIRE', deliveries, ttl)
-end
 if lease_token ~= '' then
-  if not redis.call('SET', lease, lease_token, 'NX', 'PX', lease_ms) then
-    return {0, delivery_count}
-  end
+  if not redis.call('SET', lease, lease_token, 'NX', 'PX', lease_ms) then return {0, 0} end
   redis.call('ZADD', active, lease_deadline, response_id)
 end
-return {1, delivery_count, load_turn()}
+local start_count = 0
+if counts_start == '1' then
+  start_count = redis.call('INCR', starts)
+  redis.call('EXPIRE', starts, ttl)
+end
+return {1, start_count, load_turn()}

@@ -23,10 +23,13 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from app.errors import UpstreamError
 from app.tools.mcp.target import ServerTarget
+
+if TYPE_CHECKING:
+    from mcp_types import RequestParamsMeta
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ TIMEOUT_CODE = -32001
 """The JSON-RPC code the SDK gives a request that timed out."""
 CLOSED_CODE = -32000
 """The JSON-RPC code the SDK gives a request whose connection closed."""
+IDEMPOTENCY_META_KEY = "antwort/idempotency_key"
+"""The ``_meta`` entry of a ``tools/call`` request that carries the call's idempotency key."""
 
 
 class McpUnavailableError(UpstreamError):
@@ -131,22 +136,38 @@ class McpClient:
         """
         return self._run(self._list_tools(target), target.timeout_seconds)
 
-    def call_tool(self, target: ServerTarget, name: str, arguments: dict[str, Any]) -> CallOutcome:
+    def call_tool(
+        self,
+        target: ServerTarget,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        idempotency_key: str = "",
+    ) -> CallOutcome:
         """Call one tool.
+
+        ``idempotency_key``: sent in the request's ``_meta`` as :data:`IDEMPOTENCY_META_KEY`
+        (the same for every run of one call), unless empty.
 
         Raises:
             UpstreamError: the server is unreachable, timed out, dropped or answered an error.
         """
-        return self.submit_call(target, name, arguments).result()
+        return self.submit_call(target, name, arguments, idempotency_key=idempotency_key).result()
 
     def submit_call(
-        self, target: ServerTarget, name: str, arguments: dict[str, Any]
+        self,
+        target: ServerTarget,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        idempotency_key: str = "",
     ) -> Future[CallOutcome]:
         """Start one call on the loop and return at once.
 
         The future raises what :meth:`call_tool` raises; cancelling it cancels the call.
         """
-        return self._submit(self._call_tool(target, name, arguments), target.timeout_seconds)
+        meta = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else None
+        return self._submit(self._call_tool(target, name, arguments, meta), target.timeout_seconds)
 
     def session_count(self) -> int:
         """Live pooled sessions (for tests and metrics)."""
@@ -195,12 +216,19 @@ class McpClient:
         return tools
 
     async def _call_tool(
-        self, target: ServerTarget, name: str, arguments: dict[str, Any]
+        self,
+        target: ServerTarget,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
     ) -> CallOutcome:
         session = await self._session(target)
         try:
             result = await session.client.call_tool(
-                name, arguments, read_timeout_seconds=target.timeout_seconds
+                name,
+                arguments,
+                read_timeout_seconds=target.timeout_seconds,
+                meta=cast("RequestParamsMeta", meta),
             )
         except Exception as exc:  # the SDK raises transport errors of many kinds
             raise self._failure(target, exc) from None

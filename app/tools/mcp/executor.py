@@ -48,7 +48,9 @@ class McpExecutor:
         label = tool.mcp.server_label
         try:
             target = self.servers.target(tool.mcp)
-            pending = self.client.submit_call(target, tool.mcp.tool_name, arguments)
+            pending = self.client.submit_call(
+                target, tool.mcp.tool_name, arguments, idempotency_key=call.idempotency_key
+            )
         except UpstreamError as exc:
             return _done(_failed(call, "mcp_protocol_error", -32000, exc.message))
         answer: Future[ToolResult] = Future()

@@ -69,12 +69,15 @@ def test_every_script_loads_on_redis_with_its_operands_named_as_its_call(
 def test_a_script_whose_call_names_other_operands_is_refused() -> None:
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class WrongCall:
-        claim: str = key()
-        ttl_ms: int  # extend_tool_claim.lua takes the token first
+        lease: str = key()
+        watch: str = key()
+        lease_ms: int  # renew_lease.lua takes the token first
         token: str
+        deadline: float
+        member: str
 
-    with pytest.raises(ScriptOperandsError, match="extend_tool_claim"):
-        _ = LuaScript("extend_tool_claim", WrongCall).source
+    with pytest.raises(ScriptOperandsError, match="renew_lease"):
+        _ = LuaScript("renew_lease", WrongCall).source
 
 
 def test_includes_are_expanded_once_per_script() -> None:

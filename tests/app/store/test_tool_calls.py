@@ -1,3 +1,4 @@
+import time
 import uuid
 
 import redis
@@ -8,28 +9,34 @@ from app.store.status import CANCEL
 from tests.app.store.support import new_response
 
 
-def test_store_open_tool_call_counts_reads_and_claims_in_one_step(
+def test_store_open_tool_call_reads_claims_and_counts_the_start_in_one_step(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     rid = new_response(store)
+    claim, running = store.keys.tool_claim(rid, "c1"), store.keys.running_calls
+    member = store.keys.running_call(rid, "c1")
 
-    first = store.open_tool_call(rid, "c1", token="a", claim_seconds=30, delivery="t:c1")
-    assert (first.deliveries, first.claim) == (1, "claimed")
+    first = store.open_tool_call(rid, "c1", token="a", claim_seconds=3, counts_start=True)
+    assert (first.starts, first.claim) == (1, "claimed")
     assert first.stored is not None and first.stored.response.id == rid
-    assert redis_client.get(store.keys.tool_claim(rid, "c1")) == b"a"
-    assert 29_000 < redis_client.pttl(store.keys.tool_claim(rid, "c1")) <= 30_000
+    assert redis_client.get(claim) == b"a"
+    assert 2_000 < redis_client.pttl(claim) <= 3_000
+    assert redis_client.zscore(running, member) is not None  # the sweeper watches it
 
-    again = store.open_tool_call(rid, "c1", token="b", claim_seconds=30, delivery="t:c1")
-    assert (again.deliveries, again.claim) == (2, "held")  # counted; the claim stays a's
-    store.extend_tool_claim(rid, "c1", token="b", ttl_seconds=1)  # not b's to extend
-    assert redis_client.pttl(store.keys.tool_claim(rid, "c1")) > 1_000
-    store.extend_tool_claim(rid, "c1", token="a", ttl_seconds=2)
-    assert redis_client.pttl(store.keys.tool_claim(rid, "c1")) <= 2_000
+    again = store.open_tool_call(rid, "c1", token="b", claim_seconds=3, counts_start=True)
+    assert (again.starts, again.claim) == (0, "held")  # not started: not counted
+    assert not store.renew_tool_claim(rid, "c1", token="b", ttl_seconds=30)  # not b's
+    assert redis_client.pttl(claim) <= 3_000
+    assert store.renew_tool_claim(rid, "c1", token="a", ttl_seconds=30)
+    assert redis_client.pttl(claim) > 3_000
+    assert redis_client.zscore(running, member) > time.time() + 3  # type: ignore[operator]
 
     assert store.finish_tool_call(rid, "c1", '{"output": "x"}', token="a")
-    assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))  # given back
-    done = store.open_tool_call(rid, "c1", token="c", claim_seconds=30)
-    assert (done.deliveries, done.claim) == (0, "stored")  # no delivery named: none counted
+    assert not redis_client.exists(claim)  # given back
+    assert redis_client.zscore(running, member) is None  # watched no more
+    done = store.open_tool_call(rid, "c1", token="c", claim_seconds=3, counts_start=True)
+    assert (done.starts, done.claim) == (0, "stored")
+    assert redis_client.get(store.keys.call_starts(rid, "c1")) == b"1"
     assert not store.finish_tool_call(rid, "c1", '{"output": "y"}', token="c")  # stored once
     assert store.tool_results(rid, ["c1"]) == ['{"output": "x"}']
 
@@ -58,3 +65,32 @@ def test_store_finish_tool_call_discards_a_result_after_a_cancel(
     assert not store.finish_tool_call(rid, "c1", '{"output": "late"}', token="a")
     assert store.tool_results(rid, ["c1"]) == [None]
     assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))  # given back all the same
+
+
+def test_store_counts_each_claim_taken_as_a_start_of_the_call(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+    starts = []
+    for token in ("a", "b", "c"):  # each holder dies: its claim lapses (deleted here)
+        starts.append(
+            store.open_tool_call(rid, "c1", token=token, claim_seconds=3, counts_start=True).starts
+        )
+        redis_client.delete(store.keys.tool_claim(rid, "c1"))
+
+    assert starts == [1, 2, 3]
+    assert 0 < redis_client.ttl(store.keys.call_starts(rid, "c1")) <= store.ttl_seconds
+
+
+def test_store_release_tool_claim_ends_the_watch_of_the_call(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    rid = new_response(store)
+    assert store.open_tool_call(rid, "c1", token="a", claim_seconds=3).claim == "claimed"
+
+    store.release_tool_claim(rid, "c1", token="b")  # not b's
+    assert redis_client.exists(store.keys.tool_claim(rid, "c1"))
+    store.release_tool_claim(rid, "c1", token="a")
+
+    assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))
+    assert redis_client.zscore(store.keys.running_calls, store.keys.running_call(rid, "c1")) is None

@@ -103,23 +103,26 @@ def test_store_load_turn_of_a_missing_response_leaves_no_stub(
     assert not redis_client.exists(store.keys.record(gone))
 
 
-def test_store_open_turn_counts_the_delivery_and_takes_the_lease_before_reading(
+def test_store_open_turn_takes_the_lease_and_counts_the_start_before_reading(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     rid = new_response(store)
     lease = LeaseRequest(token="t1", milliseconds=30_000, deadline=time.time() + 30)
 
-    opened = store.open_turn(rid, 0, lease=lease, delivery="d1")
+    opened = store.open_turn(rid, 0, lease=lease, counts_start=True)
 
-    assert (opened.taken, opened.deliveries) == (True, 1)
+    assert (opened.taken, opened.starts) == (True, 1)
     assert opened.loaded is not None and opened.loaded.stored is not None
     assert redis_client.get(store.keys.lease(rid)) == b"t1"
     assert redis_client.zscore(store.keys.active, rid) == lease.deadline
-    assert 0 < redis_client.ttl(store.keys.deliveries("d1")) <= store.ttl_seconds
+    assert 0 < redis_client.ttl(store.keys.turn_starts(rid, 0)) <= store.ttl_seconds
 
     other = LeaseRequest(token="t2", milliseconds=30_000, deadline=time.time() + 30)
-    refused = store.open_turn(rid, 1, lease=other, delivery="d1")
-    assert (refused.taken, refused.deliveries, refused.loaded) == (False, 2, None)
+    refused = store.open_turn(rid, 0, lease=other, counts_start=True)
+    assert (refused.taken, refused.starts, refused.loaded) == (False, 0, None)  # not started
+    assert redis_client.get(store.keys.turn_starts(rid, 0)) == b"1"
+    refused = store.open_turn(rid, 1, lease=other, counts_start=True)
+    assert (refused.taken, refused.starts, refused.loaded) == (False, 0, None)
     assert redis_client.get(store.keys.lease(rid)) == b"t1"
     assert not redis_client.hexists(store.keys.record(rid), "turn1_seq")
 
@@ -131,5 +134,5 @@ def test_store_load_turn_takes_no_lease_and_counts_nothing(
 
     store.load_turn(rid, 0)
 
-    assert not redis_client.exists(store.keys.lease(rid), store.keys.deliveries(rid))
+    assert not redis_client.exists(store.keys.lease(rid), store.keys.turn_starts(rid, 0))
     assert redis_client.zscore(store.keys.active, rid) is None
