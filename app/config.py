@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     """Deliveries of one task before the response is failed (a task that kills its worker)."""
     lease_seconds: float = Field(default=30.0, gt=1)
     """A turn's lease; a turn whose lease lapses is re-run by the sweeper."""
+    fast_publish: bool = True
+    """Turns and single tool calls are written onto the queue lists directly
+    (``broker.publish.TaskPublisher``); off: through Celery's ``send_task``."""
+    lean_http: bool = True
+    """Plain-HTTP model servers are read with the lean transport (``app.providers.http11``);
+    off: through httpx's own."""
     inference_concurrency: int = Field(default=32, ge=1)
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)

@@ -17,7 +17,8 @@ from app.protocol.response import ResponseStatus
 from app.run import RunDeps, fail_response, run_turn
 from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
-from workers.dispatch import CeleryDispatcher
+from broker.dispatch import make_dispatcher
+from broker.routing import COMPACT, RUN_TOOL_CALL, RUN_TURN
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,8 @@ def get_deps() -> RunDeps:
     global _deps
     with _deps_lock:
         if _deps is None:
-            _deps = make_run_deps(Settings(), dispatcher=CeleryDispatcher(current_app))
+            settings = Settings()
+            _deps = make_run_deps(settings, dispatcher=make_dispatcher(current_app, settings))
         return _deps
 
 
@@ -96,7 +98,7 @@ def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
     )
 
 
-@shared_task(name="responses.run_turn", bind=True, max_retries=_HELD_TURN_RETRIES)
+@shared_task(name=RUN_TURN, bind=True, max_retries=_HELD_TURN_RETRIES)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
@@ -124,7 +126,7 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
     return outcome
 
 
-@shared_task(name="tools.run_call", bind=True, max_retries=_BUSY_RETRIES)
+@shared_task(name=RUN_TOOL_CALL, bind=True, max_retries=_BUSY_RETRIES)
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
     """Execute one tool call; its result is stored before the task is acknowledged.
 
@@ -143,7 +145,7 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
     return outcome
 
 
-@shared_task(name="responses.compact", bind=True)
+@shared_task(name=COMPACT, bind=True)
 def compact_task(self: Task, compaction_id: str) -> str:  # type: ignore[type-arg]
     """Summarise a compaction job; the waiting gateway pops the answer."""
     deps = get_deps()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from workers.celery_app import make_celery
+from broker.celery_app import make_celery
 
 
 def _wait_for(predicate: object, timeout: float, what: str) -> None:
