@@ -13,9 +13,8 @@ from app.dispatch import Dispatcher
 from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
-from app.protocol.response import ResponseStatus
 from app.run import RunDeps, fail_response, run_turn
-from app.store import RedeliveredTooOftenError, ResponseStore
+from app.store import RedeliveredTooOftenError
 from app.tool_calls import ToolDeps, run_tool_call
 from broker.dispatch import make_dispatcher
 from broker.routing import COMPACT, RUN_TOOL_CALL, RUN_TURN
@@ -74,8 +73,6 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     ).start()
 
 
-_HELD_TURN_RETRIES = 20
-_HELD_TURN_RETRY_SECONDS = 0.25
 _BUSY_RETRIES = 30
 
 
@@ -87,18 +84,7 @@ def _delivery(task: Task) -> str:  # type: ignore[type-arg]
     return delivery
 
 
-def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
-    """The response waits at ``turn`` while another run holds its lease."""
-    stored = store.load(response_id)
-    return (
-        stored is not None
-        and stored.response.status == ResponseStatus.IN_PROGRESS
-        and stored.turn == turn
-        and bool(store.redis.exists(store.keys.lease(response_id)))
-    )
-
-
-@shared_task(name=RUN_TURN, bind=True, max_retries=_HELD_TURN_RETRIES)
+@shared_task(name=RUN_TURN, bind=True)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state)."""
     deps = get_deps()
@@ -114,15 +100,9 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
         return "failed"
-    if (
-        outcome == "skipped"
-        and self.request.retries < _HELD_TURN_RETRIES
-        and _is_turn_held(deps.store, response_id, turn)
-    ):
-        # The run that queued this turn releases its lease just after the chord is sent; a
-        # fast tool's callback can arrive before that. Look again shortly rather than leave
-        # the turn to the sweeper (which waits out the tools' whole deadline).
-        raise self.retry(countdown=_HELD_TURN_RETRY_SECONDS)
+    # "skipped" needs no second look: a run hands its lease over before it queues what follows
+    # (app.run's _hand_off), so a turn finds the lease held only while another run of that same
+    # turn is alive, and that run carries the response on (tests/workers/test_turn_task.py).
     return outcome
 
 
