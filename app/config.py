@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=3.0, gt=1)
     """A run's lease and a running tool call's claim, each renewed every third of it: a worker
     that dies is noticed within this time, and the sweeper (every third of it) re-runs its work."""
+    fast_publish: bool = True
+    """Turns and single tool calls are written onto the queue lists directly
+    (``broker.publish.TaskPublisher``); off: through Celery's ``send_task``."""
+    lean_http: bool = True
+    """Plain-HTTP model servers are read with the lean transport (``app.providers.http11``);
+    off: through httpx's own."""
     inference_concurrency: int = Field(default=32, ge=1)
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)

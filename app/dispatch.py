@@ -7,7 +7,7 @@ from typing import Protocol
 
 
 class Dispatcher(Protocol):
-    """Enqueues units of work (``workers.dispatch.CeleryDispatcher`` in production)."""
+    """Enqueues units of work (``broker.dispatch.CeleryDispatcher`` in production)."""
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         """Queue turn ``turn`` of a response on the ``inference`` queue.

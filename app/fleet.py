@@ -9,7 +9,7 @@ from app.config import Settings
 from app.dispatch import Dispatcher
 from app.keys import Keys
 from app.lease import LeaseKeeper
-from app.providers.openai_chat import ChatCompletionsProvider
+from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -63,12 +63,15 @@ def make_provider(settings: Settings) -> ChatCompletionsProvider:
     """The Chat Completions provider for the configured model server."""
     return ChatCompletionsProvider(
         base_url=llm_base_url(settings),
-        api_key=settings.llm_api_key,
+        client=model_http_client(
+            api_key=settings.llm_api_key,
+            timeout=httpx.Timeout(
+                settings.llm_timeout_seconds, connect=settings.llm_connect_timeout_seconds
+            ),
+            lean_http=settings.lean_http,
+        ),
         max_retries=settings.llm_max_retries,
         retry_max_wait=settings.llm_retry_max_wait_seconds,
-        timeout=httpx.Timeout(
-            settings.llm_timeout_seconds, connect=settings.llm_connect_timeout_seconds
-        ),
     )
 
 

@@ -166,8 +166,8 @@ class TaskBench:
     def __init__(self, url: str, prefix: str):
         from app.config import Settings
         from app.fleet import make_store
-        from workers.celery_app import make_celery
-        from workers.publish import TaskPublisher
+        from broker.celery_app import make_celery
+        from broker.publish import TaskPublisher
 
         self.settings = Settings(redis_url=REDIS_URL, key_prefix=prefix)
         self.store = make_store(self.settings)
@@ -212,7 +212,7 @@ class TaskBench:
     def send(self, response_id: str, call_id: str) -> None:
         """Queue the call's task as the fleet's dispatcher sends a single call's task (its link to
         the next turn left out: no inference worker runs here)."""
-        from workers.dispatch import tool_task_id
+        from broker.routing import tool_task_id
 
         self.publisher.publish(
             "tools.run_call",

@@ -32,7 +32,7 @@ from app.tools.registry import KINDS
 from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor, make_sandbox
 from app.tools.sandbox.runner import SandboxRequest
 from bench.fleet import REDIS_URL, ROOT
-from workers.celery_app import make_celery
+from broker.celery_app import make_celery
 
 LATENCY_TARGET_MS = 100.0
 TRIVIAL = "print(1)"

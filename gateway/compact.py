@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from app import compaction
@@ -14,23 +12,6 @@ from gateway.responses import json_body
 blueprint = Blueprint("compact", __name__)
 
 _EXTENSION = "antwort.compaction"
-
-
-class CeleryCompactionQueue:
-    """Sends ``responses.compact`` by name to the ``inference`` queue."""
-
-    def __init__(self, celery: Any):
-        self.celery = celery
-
-    def enqueue_compaction(self, compaction_id: str) -> None:
-        """Queue the job (its id is the task id: a job is summarised once)."""
-        self.celery.send_task(
-            "responses.compact",
-            args=[compaction_id],
-            task_id=f"{compaction_id}:compact",
-            queue="inference",
-            ignore_result=True,  # the answer comes back through the store, not Celery
-        )
 
 
 def register(app: Flask, queue: CompactionQueue) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
 from flask import Flask
 
@@ -13,6 +11,9 @@ from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
 from app.keys import Keys
 from app.relay import EventHub
+from broker.celery_app import make_celery
+from broker.compaction import CeleryCompactionQueue
+from broker.dispatch import make_dispatcher
 from gateway import auth, compact, errors, health, metrics, models, responses, ws
 from gateway.context import Gateway
 
@@ -27,7 +28,11 @@ def create_app(
     """Build the gateway; collaborators default to those the settings describe."""
     settings = settings or Settings()
     client = redis_client or make_redis(settings)
-    celery = _celery(settings) if dispatcher is None or compaction_queue is None else None
+    if dispatcher is None or compaction_queue is None:
+        celery = make_celery(settings)
+        # the dispatcher's sends share the gateway's Redis pool
+        dispatcher = dispatcher or make_dispatcher(celery, settings, client)
+        compaction_queue = compaction_queue or CeleryCompactionQueue(celery)
     app = Flask("antwort-gateway")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -36,7 +41,7 @@ def create_app(
         settings=settings,
         store=make_store(settings, client),
         hub=EventHub(client, Keys(settings.key_prefix)),
-        dispatcher=dispatcher or _celery_dispatcher(celery, client),
+        dispatcher=dispatcher,
         models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
         metrics=metrics.Metrics(),
     )
@@ -45,20 +50,6 @@ def create_app(
     metrics.register(app)
     for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
         app.register_blueprint(blueprint)
-    compact.register(app, compaction_queue or compact.CeleryCompactionQueue(celery))
+    compact.register(app, compaction_queue)
     ws.register(app, settings)
     return app
-
-
-def _celery(settings: Settings) -> Any:
-    # Imported here so ``gateway`` depends on Celery only when it really sends tasks.
-    from workers.celery_app import make_celery
-
-    return make_celery(settings)
-
-
-def _celery_dispatcher(celery: Any, client: redis.Redis) -> Any:
-    from workers.dispatch import CeleryDispatcher
-    from workers.publish import TaskPublisher
-
-    return CeleryDispatcher(celery, TaskPublisher(celery, client))  # sends share the pool

@@ -23,6 +23,16 @@ from app.supervisor import embedded_redis_argv, free_port
 TEST_DB = 13
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--speedups",
+        choices=("on", "off"),
+        default="on",
+        help="off: the processes the e2e tests start run without the speed-ups "
+        "(ANTWORT_FAST_PUBLISH=0, ANTWORT_LEAN_HTTP=0); `make test` runs tests/e2e both ways",
+    )
+
+
 @pytest.fixture(autouse=True)
 def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No ANTWORT_* setting of the developer's shell leaks into a test."""

@@ -32,3 +32,19 @@ def test_layering_check_sees_nested_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from celery import Celery\n    import flask.json\n")
     assert _imports(module) == {"celery", "flask"}
+
+
+def _offenders(repo_root: Path, package: str, forbidden: set[str]) -> dict[str, list[str]]:
+    return {
+        str(path.relative_to(repo_root)): sorted(_imports(path) & forbidden)
+        for path in (repo_root / package).rglob("*.py")
+        if _imports(path) & forbidden
+    }
+
+
+def test_gateway_never_imports_workers(repo_root: Path) -> None:
+    assert _offenders(repo_root, "gateway", {"workers"}) == {}
+
+
+def test_broker_imports_neither_side(repo_root: Path) -> None:
+    assert _offenders(repo_root, "broker", {"flask", "gateway", "workers"}) == {}

@@ -18,13 +18,13 @@ from app.config import Settings
 from app.fleet import QUEUES, make_store
 from app.store.fleet import HEARTBEAT_SECONDS
 from app.tools.sandbox.executor import check_sandbox
-from workers.celery_app import make_celery
-from workers.dispatch import CeleryDispatcher
+from broker.celery_app import make_celery
+from broker.dispatch import make_dispatcher
 
 logger = logging.getLogger(__name__)
 
 settings = Settings()
-celery = make_celery(settings)
+celery = make_celery(settings, include=["workers.tasks"])
 
 _DEFAULT_POOL = {"inference": "threads", "tools.mcp": "threads", "tools.internal": "threads"}
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     if "inference" in queues:
         from workers.tasks import start_sweeper
 
-        start_sweeper(CeleryDispatcher(celery))
+        start_sweeper(make_dispatcher(celery, settings))
     if any(queue.startswith("tools.") for queue in queues):
         install_tool_lifecycle(pool)
     celery.worker_main(

@@ -13,11 +13,11 @@ from app.dispatch import Dispatcher
 from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
-from app.protocol.response import ResponseStatus
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
-from app.store import RedeliveredTooOftenError, ResponseStore
+from app.store import RedeliveredTooOftenError
 from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
-from workers.dispatch import CeleryDispatcher
+from broker.dispatch import make_dispatcher
+from broker.routing import COMPACT, RUN_TOOL_CALL, RUN_TURN
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,8 @@ def get_deps() -> RunDeps:
     global _deps
     with _deps_lock:
         if _deps is None:
-            _deps = make_run_deps(Settings(), dispatcher=CeleryDispatcher(current_app))
+            settings = Settings()
+            _deps = make_run_deps(settings, dispatcher=make_dispatcher(current_app, settings))
         return _deps
 
 
@@ -72,8 +73,6 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     ).start()
 
 
-_HELD_TURN_RETRIES = 20
-_HELD_TURN_RETRY_SECONDS = 0.25
 _BUSY_RETRIES = 30
 
 
@@ -89,18 +88,7 @@ def _delivery(task: Task) -> str:  # type: ignore[type-arg]
     return delivery
 
 
-def _is_turn_held(store: ResponseStore, response_id: str, turn: int) -> bool:
-    """The response waits at ``turn`` while another run holds its lease."""
-    stored = store.load(response_id)
-    return (
-        stored is not None
-        and stored.response.status == ResponseStatus.IN_PROGRESS
-        and stored.turn == turn
-        and bool(store.redis.exists(store.keys.lease(response_id)))
-    )
-
-
-@shared_task(name="responses.run_turn", bind=True, max_retries=_HELD_TURN_RETRIES)
+@shared_task(name=RUN_TURN, bind=True)
 def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: ignore[type-arg]
     """Advance a response by one step; redelivery is safe (the run re-reads its state).
 
@@ -119,19 +107,13 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
         return StepOutcome.FAILED.value
-    if (
-        outcome is StepOutcome.SKIPPED
-        and self.request.retries < _HELD_TURN_RETRIES
-        and _is_turn_held(deps.store, response_id, turn)
-    ):
-        # The run that queued this turn releases its lease just after the chord is sent; a
-        # fast tool's callback can arrive before that. Look again shortly rather than leave
-        # the turn to the sweeper (which waits out the tools' whole deadline).
-        raise self.retry(countdown=_HELD_TURN_RETRY_SECONDS)
+    # "skipped" needs no second look: a run hands its lease over before it queues what follows
+    # (app.run's _hand_off), so a turn finds the lease held only while another run of that same
+    # turn is alive, and that run carries the response on (tests/workers/test_turn_task.py).
     return outcome.value
 
 
-@shared_task(name="tools.run_call", bind=True, max_retries=_BUSY_RETRIES)
+@shared_task(name=RUN_TOOL_CALL, bind=True, max_retries=_BUSY_RETRIES)
 def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # type: ignore[type-arg]
     """Execute one tool call; its result is stored before the task is acknowledged.
 
@@ -150,7 +132,7 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
     return outcome.value
 
 
-@shared_task(name="responses.compact", bind=True)
+@shared_task(name=COMPACT, bind=True)
 def compact_task(self: Task, compaction_id: str) -> str:  # type: ignore[type-arg]
     """Summarise a compaction job; the waiting gateway pops the answer."""
     deps = get_deps()

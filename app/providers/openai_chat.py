@@ -28,6 +28,23 @@ logger = logging.getLogger(__name__)
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
+def model_http_client(
+    *, api_key: str | None = None, timeout: httpx.Timeout | None = None, lean_http: bool = True
+) -> httpx.Client:
+    """The httpx client a provider calls its model server with.
+
+    ``lean_http`` (``ANTWORT_LEAN_HTTP``): plain-HTTP model servers are read through
+    :class:`app.providers.http11.Http11Transport`, a cheaper wire per token; off, and for
+    HTTPS, through httpx's own transport.
+    """
+    return httpx.Client(
+        timeout=timeout or httpx.Timeout(300.0, connect=10.0),
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        mounts=lean_mounts() if lean_http else None,
+    )
+
+
 class ChatCompletionsProvider:
     """Streams one model call and yields provider-neutral chunks.
 
@@ -48,13 +65,7 @@ class ChatCompletionsProvider:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.retry_max_wait = retry_max_wait
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = client or httpx.Client(
-            timeout=timeout or httpx.Timeout(300.0, connect=10.0),
-            headers=headers,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-            mounts=lean_mounts(),  # plain-HTTP model servers: a cheaper wire per token
-        )
+        self._client = client or model_http_client(api_key=api_key, timeout=timeout)
 
     def close(self) -> None:
         """Release pooled connections."""

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from app.errors import UpstreamError
 from app.providers.chunks import TextDelta
 from app.providers.http11 import Http11Transport, lean_mounts
-from app.providers.openai_chat import ChatCompletionsProvider
+from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.providers.translate import ModelRequest
 
 
@@ -242,3 +243,30 @@ def test_lean_mounts_step_aside_for_a_configured_proxy(monkeypatch: pytest.Monke
 
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
     assert lean_mounts() == {}
+
+
+LEAN_TRANSPORT_PINS = {"httpx": "0.28.1", "httpcore": "1.0.9"}
+"""The versions the lean transport was measured and tested under."""
+
+
+def test_the_lean_transport_runs_on_the_httpx_it_was_measured_with() -> None:
+    # Http11Transport plugs into httpx's public transport seam, but its gain was measured
+    # against httpcore's transport of these versions. When they move, run this file and the
+    # e2e suite both ways (--speedups=off), measure again, then move the pins.
+    installed = {name: version(name) for name in LEAN_TRANSPORT_PINS}
+    assert installed == LEAN_TRANSPORT_PINS, (
+        "httpx/httpcore changed: re-test and re-measure app/providers/http11.py before moving "
+        "LEAN_TRANSPORT_PINS (or set ANTWORT_LEAN_HTTP=0)"
+    )
+
+
+def _is_httpcore_wire(client: httpx.Client, url: str) -> bool:
+    """httpcore answered: its responses carry the documented ``network_stream`` extension."""
+    response = client.post(url, json={})
+    return "network_stream" in response.extensions
+
+
+def test_lean_http_off_leaves_every_model_server_to_httpx(server: _Server) -> None:
+    with model_http_client() as lean, model_http_client(lean_http=False) as plain:
+        assert not _is_httpcore_wire(lean, f"{server.url}/echo")
+        assert _is_httpcore_wire(plain, f"{server.url}/echo")

@@ -96,6 +96,24 @@ class Fleet:
         )
 
 
+SPEEDUPS_OFF = {"ANTWORT_FAST_PUBLISH": "0", "ANTWORT_LEAN_HTTP": "0"}
+"""The switches ``--speedups=off`` sets for every process the e2e tests start."""
+
+
+@pytest.fixture(scope="session")
+def process_environ(pytestconfig: pytest.Config) -> dict[str, str]:
+    """The environment of the processes e2e tests start, before their own settings.
+
+    None of the shell's ANTWORT_* settings; the speed-ups off when ``--speedups=off`` (the
+    test process's own ANTWORT_* variables are cleared by ``tests/conftest.py``, so the switch
+    travels as a pytest option).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+    if pytestconfig.getoption("speedups") == "off":
+        env.update(SPEEDUPS_OFF)
+    return env
+
+
 def wait_ready(base_url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     last = ""
@@ -113,12 +131,15 @@ def wait_ready(base_url: str, timeout: float = 60.0) -> None:
 
 @pytest.fixture(scope="session")
 def fleet(
-    redis_url: str, sim_url: str, tmp_path_factory: pytest.TempPathFactory
+    redis_url: str,
+    sim_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    process_environ: dict[str, str],
 ) -> Iterator[Fleet]:
     """One fleet for the e2e session: a gateway and an inference worker."""
     prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+    env = dict(process_environ)
     env.update(
         ANTWORT_REDIS_URL=redis_url,
         ANTWORT_KEY_PREFIX=prefix,

@@ -7,7 +7,6 @@ fleet never sees it.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from workers.celery_app import make_celery
+from broker.celery_app import make_celery
 
 
 def _wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -33,12 +32,12 @@ def _marks(directory: Path) -> list[str]:
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_tool_worker_initializes_tools_at_start_and_shuts_them_down_at_stop(
-    redis_url: str, key_prefix: str, tmp_path: Path, pool: str
+    redis_url: str, key_prefix: str, tmp_path: Path, pool: str, process_environ: dict[str, str]
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     log = tmp_path / "worker.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+    env = dict(process_environ)
     env.update(
         ANTWORT_REDIS_URL=redis_url,
         ANTWORT_KEY_PREFIX=key_prefix,

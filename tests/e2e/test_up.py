@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class _Up:
     """A running ``antwort up`` and the gateway it serves."""
 
-    def __init__(self, log: Path):
+    def __init__(self, log: Path, environ: dict[str, str]):
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
+        env = dict(environ)
         env.update(
             ANTWORT_HOST="127.0.0.1",
             ANTWORT_PORT=str(self.port),
@@ -73,8 +73,8 @@ class _Up:
 
 
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[_Up]:
-    fleet = _Up(tmp_path / "up.log")
+def up(tmp_path: Path, process_environ: dict[str, str]) -> Iterator[_Up]:
+    fleet = _Up(tmp_path / "up.log", process_environ)
     try:
         yield fleet
     finally:

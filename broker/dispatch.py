@@ -2,50 +2,25 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Sequence
-from typing import Any
 
+import redis
 from celery import Celery, chord, signature
 
-from workers.publish import TaskPublisher
-
-logger = logging.getLogger(__name__)
-
-
-def turn_task_id(response_id: str, turn: int) -> str:
-    """Deterministic id of a turn task (DESIGN.md)."""
-    return f"{response_id}:t{turn}:infer"
-
-
-def tool_task_id(response_id: str, call_id: str) -> str:
-    """Deterministic id of a tool task (DESIGN.md)."""
-    return f"{response_id}:{call_id}"
-
-
-def send_options(args: list[str | int]) -> dict[str, Any]:
-    """The options every task is sent with, to spare the sender work Celery would do per send.
-
-    * ``argsrepr``/``kwargsrepr``: what flower and the logs show of a task's arguments (ids and
-      numbers), made directly; Celery's generic ``saferepr`` is a noticeable part of a send.
-    * ``declare=[]``: no queue declaration before the publish. A task goes to the anonymous
-      exchange with its queue's name as routing key, which kombu's Redis transport turns into an
-      LPUSH on the queue's list; the declaration (a copy of the queue bound to the channel, then
-      a cache lookup) adds nothing to that and was a sixth of a send's cost. Workers declare
-      their queues when they start.
-    """
-    return {"argsrepr": repr(args), "kwargsrepr": "{}", "declare": []}
+from app.config import Settings
+from broker.publish import Publisher, TaskPublisher, make_publisher, send_options
+from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
 
 
 class CeleryDispatcher:
     """Sends tasks by name, so the sender never imports the task code.
 
-    A turn and a single call are written by :class:`TaskPublisher` (the message ``send_task``
-    would write, for a fraction of its cost); a chord goes through Celery.
+    A turn and a single call go through ``publisher`` (:func:`make_dispatcher` picks it from the
+    settings); a chord goes through Celery.
     """
 
-    def __init__(self, celery: Celery, publisher: TaskPublisher | None = None):
+    def __init__(self, celery: Celery, publisher: Publisher | None = None):
         self.celery = celery
         self.publisher = publisher or TaskPublisher(celery)
 
@@ -55,10 +30,10 @@ class CeleryDispatcher:
         if retry:
             task_id += f":r{secrets.token_hex(4)}"
         self.publisher.publish(
-            "responses.run_turn",
+            RUN_TURN,
             [response_id, turn],
             task_id=task_id,
-            queue="inference",
+            queue=INFERENCE_QUEUE,
             ignore_result=True,  # nobody waits on a turn's Celery result
         )
 
@@ -70,9 +45,9 @@ class CeleryDispatcher:
         A single call links the next turn directly.
         """
         callback = signature(
-            "responses.run_turn",
+            RUN_TURN,
             args=[response_id, then_turn],
-            queue="inference",
+            queue=INFERENCE_QUEUE,
             task_id=turn_task_id(response_id, then_turn),
             immutable=True,
             app=self.celery,
@@ -84,7 +59,7 @@ class CeleryDispatcher:
             # stored at the send, every member's result counted and read back at the end).
             [(call_id, queue)] = calls
             self.publisher.publish(
-                "tools.run_call",
+                RUN_TOOL_CALL,
                 [response_id, call_id],
                 task_id=tool_task_id(response_id, call_id),
                 queue=queue,
@@ -93,7 +68,7 @@ class CeleryDispatcher:
             return
         header = [
             signature(
-                "tools.run_call",
+                RUN_TOOL_CALL,
                 args=[response_id, call_id],
                 queue=queue,
                 task_id=tool_task_id(response_id, call_id),
@@ -108,3 +83,13 @@ class CeleryDispatcher:
         """Best effort; the cancelled status is what really stops the work."""
         ids = [turn_task_id(response_id, turn), *(tool_task_id(response_id, c) for c in call_ids)]
         self.celery.control.revoke(ids)
+
+
+def make_dispatcher(
+    celery: Celery, settings: Settings, client: redis.Redis | None = None
+) -> CeleryDispatcher:
+    """The dispatcher of a process, its sends made as ``settings`` say (``fast_publish``).
+
+    ``client``: a Redis client whose pool the fast publisher's sends may share.
+    """
+    return CeleryDispatcher(celery, make_publisher(celery, settings, client))

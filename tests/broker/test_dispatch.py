@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -12,9 +14,9 @@ from celery import signature
 from celery._state import _task_stack
 
 from app.config import Settings
-from workers.celery_app import make_celery
-from workers.dispatch import CeleryDispatcher, send_options
-from workers.publish import TaskPublisher
+from broker.celery_app import make_celery
+from broker.dispatch import CeleryDispatcher, make_dispatcher
+from broker.publish import SendTaskPublisher, TaskPublisher, send_options
 
 
 def _messages(client: redis.Redis, key_prefix: str, queue: str) -> list[dict[str, Any]]:
@@ -26,14 +28,21 @@ def _body(message: dict[str, Any]) -> list[Any]:
     return list(json.loads(base64.b64decode(message["body"])))
 
 
-def test_a_single_call_links_the_next_turn_to_its_task(
-    redis_url: str, key_prefix: str, redis_client: redis.Redis
-) -> None:
-    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
+@pytest.fixture(params=[True, False], ids=["fast_publish", "send_task"])
+def fleet_dispatcher(redis_url: str, key_prefix: str, request: Any) -> Iterator[CeleryDispatcher]:
+    """The dispatcher a process builds, with each value of ``ANTWORT_FAST_PUBLISH``."""
+    settings = Settings(redis_url=redis_url, key_prefix=key_prefix, fast_publish=request.param)
+    celery = make_celery(settings)
     try:
-        CeleryDispatcher(celery).enqueue_tools("resp_a", [("call_1", "tools.mcp")], then_turn=1)
+        yield make_dispatcher(celery, settings)
     finally:
         celery.close()
+
+
+def test_a_single_call_links_the_next_turn_to_its_task(
+    fleet_dispatcher: CeleryDispatcher, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    fleet_dispatcher.enqueue_tools("resp_a", [("call_1", "tools.mcp")], then_turn=1)
 
     [message] = _messages(redis_client, key_prefix, "tools.mcp")
     assert message["headers"]["id"] == "resp_a:call_1"
@@ -49,15 +58,11 @@ def test_a_single_call_links_the_next_turn_to_its_task(
 
 
 def test_several_calls_are_a_chord_whose_body_is_the_next_turn(
-    redis_url: str, key_prefix: str, redis_client: redis.Redis
+    fleet_dispatcher: CeleryDispatcher, key_prefix: str, redis_client: redis.Redis
 ) -> None:
-    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
-    try:
-        CeleryDispatcher(celery).enqueue_tools(
-            "resp_b", [("call_1", "tools.internal"), ("call_2", "tools.mcp")], then_turn=2
-        )
-    finally:
-        celery.close()
+    fleet_dispatcher.enqueue_tools(
+        "resp_b", [("call_1", "tools.internal"), ("call_2", "tools.mcp")], then_turn=2
+    )
 
     [first] = _messages(redis_client, key_prefix, "tools.internal")
     [second] = _messages(redis_client, key_prefix, "tools.mcp")
@@ -123,11 +128,11 @@ def test_published_messages_are_the_ones_send_task_writes(
 
 
 def test_a_task_sent_by_a_running_task_is_its_child(
-    redis_url: str, key_prefix: str, redis_client: redis.Redis
+    fleet_dispatcher: CeleryDispatcher, key_prefix: str, redis_client: redis.Redis
 ) -> None:
-    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
+    celery = fleet_dispatcher.celery
 
-    @celery.task(name="tests.parent")
+    @celery.task(name="tests.parent", shared=False)
     def parent() -> None:
         """The task that is running."""
 
@@ -135,11 +140,10 @@ def test_a_task_sent_by_a_running_task_is_its_child(
     running.push_request(id="resp_d:t0:infer", root_id="resp_d:root", called_directly=False)
     _task_stack.push(running)
     try:
-        CeleryDispatcher(celery).enqueue_turn("resp_d", 1)
+        fleet_dispatcher.enqueue_turn("resp_d", 1)
     finally:
         _task_stack.pop()
         running.pop_request()
-        celery.close()
 
     [message] = _messages(redis_client, key_prefix, "inference")
     assert message["headers"]["parent_id"] == "resp_d:t0:infer"
@@ -159,3 +163,46 @@ def test_the_publisher_borrows_connections_from_a_blocking_pool_of_the_configure
     # redis-py's default pool raises once 100 connections are out: a burst of sends would fail
     assert isinstance(pool, redis.BlockingConnectionPool)
     assert pool.max_connections == 7
+
+
+def test_the_fast_publish_setting_picks_the_publisher(redis_url: str, key_prefix: str) -> None:
+    fast = Settings(redis_url=redis_url, key_prefix=key_prefix)
+    slow = Settings(redis_url=redis_url, key_prefix=key_prefix, fast_publish=False)
+    celery = make_celery(fast)
+    try:
+        assert isinstance(make_dispatcher(celery, fast).publisher, TaskPublisher)
+        assert isinstance(make_dispatcher(celery, slow).publisher, SendTaskPublisher)
+    finally:
+        celery.close()
+
+
+def test_both_publishers_write_the_same_messages(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
+    try:
+        for publisher in (TaskPublisher(celery), SendTaskPublisher(celery)):
+            dispatcher = CeleryDispatcher(celery, publisher)
+            dispatcher.enqueue_turn("resp_e", 1)
+            dispatcher.enqueue_tools("resp_e", [("call_1", "tools.internal")], then_turn=2)
+    finally:
+        celery.close()
+
+    for queue in ("inference", "tools.internal"):
+        fast, celerys = _messages(redis_client, key_prefix, queue)
+        assert _comparable(fast) == _comparable(celerys)
+
+
+PUBLISHER_PINS = {"celery": "5.7.0", "kombu": "5.7.0"}
+"""The versions ``TaskPublisher``'s messages were last compared with ``send_task``'s."""
+
+
+def test_the_publisher_runs_on_the_celery_and_kombu_it_was_compared_with() -> None:
+    # TaskPublisher writes Celery's message layout by hand, which is no public API. When celery
+    # or kombu move, run test_published_messages_are_the_ones_send_task_writes (and the e2e suite
+    # with --speedups=off against the default) on the new versions, then move these pins.
+    installed = {name: version(name) for name in PUBLISHER_PINS}
+    assert installed == PUBLISHER_PINS, (
+        "celery/kombu changed: re-verify broker/publish.py's messages against send_task's "
+        "before moving PUBLISHER_PINS (or set ANTWORT_FAST_PUBLISH=0)"
+    )

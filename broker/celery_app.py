@@ -2,37 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 from kombu import Queue
 
 from app.config import Settings
 from app.fleet import QUEUES, require_redis_url
+from broker.routing import INFERENCE_QUEUE, TASK_ROUTES
 
 
-def make_celery(settings: Settings) -> Celery:
-    """A Celery app bound to the fleet's Redis, with every queue declared."""
+def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
+    """A Celery app bound to the fleet's Redis, with every queue declared.
+
+    ``include``: modules whose tasks the app runs (a worker's); a sender needs none, since it
+    sends tasks by name.
+    """
     url = require_redis_url(settings)
     transport = {
         "visibility_timeout": settings.task_visibility_timeout_seconds,
         "global_keyprefix": f"{settings.key_prefix}celery:",
     }
-    celery = Celery("antwort", broker=url, backend=url, include=["workers.tasks"])
+    celery = Celery("antwort", broker=url, backend=url, include=list(include))
     celery.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_queues=[Queue(name, routing_key=name) for name in QUEUES],
         task_create_missing_queues=False,
-        task_default_queue="inference",
-        task_routes={
-            "responses.run_turn": {"queue": "inference"},
-            "tools.run_call": {"queue": "tools.internal"},
-        },
+        task_default_queue=INFERENCE_QUEUE,
+        task_routes=TASK_ROUTES,
         task_ignore_result=True,  # state lives in the store; a chord counts its members regardless
         result_expires=3600,
         task_serializer="json",
         accept_content=["json"],
-        broker_transport="workers.kombu_redis:Transport",
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         visibility_timeout=settings.task_visibility_timeout_seconds,

@@ -1,0 +1,159 @@
+"""A Redis restart under a busy worker: the worker stays up and the response in flight ends.
+
+Not so yet: celery 5.7.0 kills a worker that holds unacked messages when its broker connection
+drops (the xfail's reason). The test is strict, so it fails the day an upgrade fixes that, and
+the mark comes off.
+
+On a Redis of its own (a private server with AOF on a free port, stopped and started again; never
+the machine's shared one), so the restart touches no other test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from app.config import Settings
+from app.fleet import make_store
+from app.protocol.response import TERMINAL_STATUSES
+from app.responses import create_response
+from app.store import ResponseStore
+from app.supervisor import embedded_redis_argv, free_port
+from broker.celery_app import make_celery
+from broker.dispatch import make_dispatcher
+
+
+class _PrivateRedis:
+    """A redis-server with an append-only file, which keeps its data across a restart."""
+
+    def __init__(self, directory: Path):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        argv = embedded_redis_argv(self.port, str(directory))
+        argv[argv.index("--appendonly") + 1] = "yes"
+        self._argv = argv
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis.from_url(self.url)
+        try:
+            _wait(lambda: _answers(client), "the private Redis to answer", timeout=10)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()  # SIGTERM: the AOF is flushed, as in a clean restart
+            self._proc.wait(timeout=10)
+            self._proc = None
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _wait(predicate: Callable[[], bool], what: str, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[_PrivateRedis]:
+    server = _PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _event_count(store: ResponseStore, response_id: str) -> int:
+    return len(store.events_after(response_id, -1, count=100_000))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="celery 5.7.0's consumer, on a lost broker connection, first collects the connection "
+    "(kombu then clears its transport's client) and then closes it; closing the channel restores "
+    "the unacked messages through that client: AttributeError 'hostname', an unrecoverable "
+    "error, with kombu's stock transport as with the override it replaced (issue 16 §1)",
+)
+def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
+    private_redis: _PrivateRedis,
+    sim_url: str,
+    tmp_path: Path,
+    process_environ: dict[str, str],
+) -> None:
+    settings = Settings(
+        redis_url=private_redis.url,
+        llm_base_url=sim_url,
+        default_model="antwort-sim",
+        llm_max_retries=0,
+        lease_seconds=3,
+    )
+    env = {
+        **process_environ,
+        "ANTWORT_REDIS_URL": private_redis.url,
+        "ANTWORT_LLM_BASE_URL": sim_url,
+        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
+        "ANTWORT_LLM_MAX_RETRIES": "0",
+        "ANTWORT_LEASE_SECONDS": "3",
+        "ANTWORT_INFERENCE_CONCURRENCY": "4",
+    }
+    log = tmp_path / "worker.log"
+    argv = [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"]
+    with log.open("wb") as out:
+        worker = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    store = make_store(settings)
+    celery = make_celery(settings)
+    try:
+        _wait(lambda: store.live_workers("inference") > 0, "the worker's heartbeat", timeout=60)
+        body = {"input": "[tokens=200] [delay_ms=20] go", "background": True}
+        response, _ = create_response(store, make_dispatcher(celery, settings), settings, body)
+        # the worker is streaming the answer: a task in flight, its message unacked
+        _wait(lambda: _event_count(store, response.id) > 10, "the answer to stream", timeout=30)
+
+        private_redis.stop()
+        time.sleep(2.0)  # an outage longer than redis-py's reconnection attempts ride out
+        private_redis.start()
+
+        def is_terminal() -> bool:
+            try:
+                stored = store.load(response.id)
+            except redis.ConnectionError:
+                return False
+            return stored is not None and stored.response.status in TERMINAL_STATUSES
+
+        def has_died() -> bool:  # a worker that gave up may take a while to exit
+            return worker.poll() is not None or "Unrecoverable error" in log.read_text()
+
+        _wait(lambda: is_terminal() or has_died(), "the response", timeout=60)
+        assert not has_died(), f"the worker gave up:\n{log.read_text()[-3000:]}"
+        stored = store.load(response.id)
+        assert stored is not None and stored.response.status == "completed"
+        events = store.events_after(response.id, -1, count=100_000)
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+    finally:
+        celery.close()
+        store.redis.close()
+        worker.terminate()
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
