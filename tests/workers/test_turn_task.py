@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from app.config import Settings
 from app.lease import LeaseKeeper
 from app.responses import create_response
-from app.run import RunDeps, run_turn
+from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
@@ -39,7 +39,7 @@ class ImpatientFleet(RecordingDispatcher):
         for call_id, _queue in calls:
             assert run_tool_call(self.tools, response_id, call_id) == "ok"
         # the queuing run has not returned yet: its own clean-up is still to come
-        self.callback_outcomes.append(run_turn(self.callback_deps(), response_id, then_turn))
+        self.callback_outcomes.append(advance_response(self.callback_deps(), response_id, then_turn))
 
 
 def test_a_tool_callback_arriving_inside_the_queuing_run_takes_the_lease_at_once(
@@ -69,7 +69,7 @@ def test_a_tool_callback_arriving_inside_the_queuing_run_takes_the_lease_at_once
     body = {"input": "go", "tools": [{"type": "internal", "name": "fast_echo"}]}
     response, _ = create_response(store, fleet, settings, body)
 
-    assert run_turn(worker(fleet), response.id, 0) == "waiting"
+    assert advance_response(worker(fleet), response.id, 0) == "waiting"
 
     # The callback ran while the queuing run was still inside enqueue_tools, and it was not
     # "skipped": nothing is left for a retry or the sweeper to pick up.
