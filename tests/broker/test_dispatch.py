@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -10,13 +11,25 @@ from typing import Any
 
 import pytest
 import redis
-from celery import signature
+from celery import Celery, signature
 from celery._state import _task_stack
 
 from app.config import Settings
 from broker.celery_app import make_celery
 from broker.dispatch import CeleryDispatcher, make_dispatcher
 from broker.publish import SendTaskPublisher, TaskPublisher, send_options
+
+
+def close_celery(celery: Celery) -> None:
+    """Close the broker's pool and the result backend's connections (a chord opened them).
+
+    A sent chord's result, once collected, unsubscribes from its result channel: collect it
+    first, while the backend is still open, so no connection is opened after the close.
+    """
+    gc.collect()
+    celery.backend.result_consumer.stop()
+    celery.close()
+    celery.backend.client.connection_pool.disconnect()
 
 
 def _messages(client: redis.Redis, key_prefix: str, queue: str) -> list[dict[str, Any]]:
@@ -36,7 +49,7 @@ def fleet_dispatcher(redis_url: str, key_prefix: str, request: Any) -> Iterator[
     try:
         yield make_dispatcher(celery, settings)
     finally:
-        celery.close()
+        close_celery(celery)
 
 
 def test_a_single_call_links_the_next_turn_to_its_task(
@@ -120,7 +133,7 @@ def test_published_messages_are_the_ones_send_task_writes(
             **send_options(["resp_c", "call_9"]),
         ).apply_async(link=callback)
     finally:
-        celery.close()
+        close_celery(celery)
 
     for queue in ("inference", "tools.mcp"):
         ours, celerys = _messages(redis_client, key_prefix, queue)
@@ -158,7 +171,7 @@ def test_the_publisher_borrows_connections_from_a_blocking_pool_of_the_configure
     try:
         pool = TaskPublisher(celery).redis.connection_pool
     finally:
-        celery.close()
+        close_celery(celery)
 
     # redis-py's default pool raises once 100 connections are out: a burst of sends would fail
     assert isinstance(pool, redis.BlockingConnectionPool)
@@ -173,7 +186,7 @@ def test_the_fast_publish_setting_picks_the_publisher(redis_url: str, key_prefix
         assert isinstance(make_dispatcher(celery, fast).publisher, TaskPublisher)
         assert isinstance(make_dispatcher(celery, slow).publisher, SendTaskPublisher)
     finally:
-        celery.close()
+        close_celery(celery)
 
 
 def test_both_publishers_write_the_same_messages(
@@ -186,7 +199,7 @@ def test_both_publishers_write_the_same_messages(
             dispatcher.enqueue_turn("resp_e", 1)
             dispatcher.enqueue_tools("resp_e", [("call_1", "tools.internal")], then_turn=2)
     finally:
-        celery.close()
+        close_celery(celery)
 
     for queue in ("inference", "tools.internal"):
         fast, celerys = _messages(redis_client, key_prefix, queue)
