@@ -20,15 +20,15 @@ run: $(STAMP)  ## the whole fleet in the foreground (embedded Redis and simulato
 	$(VENV)/bin/antwort up
 
 test: $(STAMP)  ## the whole suite, lint and types included
-	$(VENV)/bin/ruff check app gateway workers tests bench examples
-	$(VENV)/bin/mypy app gateway workers examples/mcp_server.py examples/antwort-example-plugin/src
+	$(VENV)/bin/ruff check app gateway workers programs tests bench examples
+	$(VENV)/bin/mypy app gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 	$(PY) -m pytest
 	$(PY) -m pytest -q $(EXAMPLE_PLUGIN)/tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app gateway workers tests bench examples
-	$(VENV)/bin/ruff format --check app gateway workers tests bench examples
-	$(VENV)/bin/mypy app gateway workers examples/mcp_server.py examples/antwort-example-plugin/src
+	$(VENV)/bin/ruff check app gateway workers programs tests bench examples
+	$(VENV)/bin/ruff format --check app gateway workers programs tests bench examples
+	$(VENV)/bin/mypy app gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 
 bench: $(STAMP)  ## the benchmarks; figures go to bench/results/
 	$(PY) -m bench.run

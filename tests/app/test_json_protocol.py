@@ -32,8 +32,8 @@ from app.providers.openai_chat import ChatCompletionsProvider
 from app.providers.translate import ModelRequest
 from app.responses import create_response, parse_request
 from app.run import RunDeps, run_turn
-from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
+from programs.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from tests.support.dispatch import RecordingDispatcher
 
 WEATHER = {
