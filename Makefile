@@ -20,17 +20,17 @@ run: $(STAMP)  ## the whole fleet in the foreground (embedded Redis and simulato
 	$(VENV)/bin/antwort up
 
 test: $(STAMP)  ## the whole suite, lint and types included
-	$(VENV)/bin/ruff check app broker gateway workers tests bench examples
-	$(VENV)/bin/mypy app broker gateway workers examples/mcp_server.py examples/antwort-example-plugin/src
+	$(VENV)/bin/ruff check app broker gateway workers programs tests bench examples
+	$(VENV)/bin/mypy app broker gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 	$(PY) -m pytest
 	# the end-to-end suite again with the speed-ups off (Celery's send_task, httpx's transport)
 	$(PY) -m pytest -q tests/e2e --speedups=off
 	$(PY) -m pytest -q $(EXAMPLE_PLUGIN)/tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app broker gateway workers tests bench examples
-	$(VENV)/bin/ruff format --check app broker gateway workers tests bench examples
-	$(VENV)/bin/mypy app broker gateway workers examples/mcp_server.py examples/antwort-example-plugin/src
+	$(VENV)/bin/ruff check app broker gateway workers programs tests bench examples
+	$(VENV)/bin/ruff format --check app broker gateway workers programs tests bench examples
+	$(VENV)/bin/mypy app broker gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 
 bench: $(STAMP)  ## the benchmarks; figures go to bench/results/
 	$(PY) -m bench.run

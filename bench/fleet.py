@@ -97,14 +97,14 @@ class Fleet:
     def commands(self) -> dict[str, list[str]]:
         """role → argv (the exact commands, recorded with every figure)."""
         py = sys.executable
-        gateway = [py, "-m", "app.cli", "gateway", "--workers", "1"]
+        gateway = [py, "-m", "programs.cli", "gateway", "--workers", "1"]
         shim: list[str] = []
         if self.redis_pool_fix:  # what `antwort gateway` execs, under the shim
             shim = ["-m", "bench.redis_pool_fix"]
             gateway = [py, *shim, "gunicorn", "--config", "python:gateway.gunicorn_conf",
                        "gateway.wsgi:application"]  # fmt: skip
         cmds = {
-            "sim": [py, "-m", "app.cli", "sim", "--port", str(self.sim_port),
+            "sim": [py, "-m", "programs.cli", "sim", "--port", str(self.sim_port),
                     "--ttft-ms", "0", "--token-delay-ms", "0"],
             "gateway": gateway,
         }  # fmt: skip

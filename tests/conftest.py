@@ -16,9 +16,9 @@ import redis
 
 from app.config import Settings
 from app.keys import Keys
-from app.simulator import SimConfig, make_server
 from app.store import ResponseStore
-from app.supervisor import embedded_redis_argv, free_port
+from programs.simulator import SimConfig, make_server
+from programs.supervisor import embedded_redis_argv, free_port
 
 TEST_DB = 13
 

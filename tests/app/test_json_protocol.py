@@ -32,9 +32,9 @@ from app.providers.openai_chat import ChatCompletionsProvider
 from app.providers.translate import ModelRequest
 from app.responses import create_response, parse_request
 from app.run import RunDeps, advance_response
-from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
 from app.tools.registry import KINDS
+from programs.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from tests.support.dispatch import RecordingDispatcher
 
 WEATHER = {

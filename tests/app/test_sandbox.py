@@ -11,9 +11,7 @@ import pytest
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.protocol import events as ev
-from app.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 from app.store import ResponseStore
-from app.supervisor import plan
 from app.tools.base import ToolCall, ToolKind, ToolResult
 from app.tools.registry import KINDS
 from app.tools.sandbox.executor import ContainerFiles, SandboxExecutor, check_sandbox
@@ -21,6 +19,7 @@ from app.tools.sandbox.kind import echo_sandbox_tools
 from app.tools.sandbox.presenter import CodeStream, SandboxPresenter
 from app.tools.sandbox.runner import Sandbox, SandboxLimits
 from app.tools.sandbox.tools import SandboxToolSpec, declared_sandbox_tools, load_sandbox_tools
+from programs.simulator.behaviour import AnswerPlan, SimConfig, plan_answer
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 
@@ -152,25 +151,6 @@ def test_echo_refuses_what_the_sandbox_does_not_offer() -> None:
     )
     assert echoed[0]["description"] == "count"
     assert KINDS.definitions(echoed)["word_count"].kind == ToolKind.SANDBOX
-
-
-def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missing(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    settings = Settings(
-        redis_url="redis://127.0.0.1:1/0",
-        llm_base_url="http://127.0.0.1:1/v1",
-        sandbox_bwrap="/nonexistent/bwrap",
-    )
-    names = [child.name for child in plan(settings, {}, "/tmp")]
-    assert "worker[tools.sandbox]" not in names and "worker[inference]" in names
-    assert "apt-get install bubblewrap" in capsys.readouterr().err
-    if shutil.which("bwrap"):
-        names = [
-            child.name
-            for child in plan(settings.model_copy(update={"sandbox_bwrap": None}), {}, "/tmp")
-        ]
-        assert "worker[tools.sandbox]" in names
 
 
 def test_allowed_tools_can_name_the_code_interpreter_by_type() -> None:

@@ -19,7 +19,7 @@ import openai
 import pytest
 import redis
 
-from app.supervisor import free_port
+from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.support.mcp_servers import stdio_command
 
@@ -177,7 +177,7 @@ def fleet(
     # -------------------------------------------------------------------------------------------
     base_url = f"http://127.0.0.1:{port}"
     running = Fleet(base_url=base_url, env=env, log_dir=tmp_path_factory.mktemp("fleet-logs"))
-    running.spawn("gateway", [sys.executable, "-m", "app.cli", "gateway"])
+    running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
     running.start_worker("worker-0")
     running.start_worker("tools-0", "tools.internal")
     if shutil.which("bwrap"):  # the sandbox kind (its tests skip without bubblewrap)

@@ -17,7 +17,7 @@ import httpx
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence
 
-CHAT = [sys.executable, "-m", "app.cli", "chat"]
+CHAT = [sys.executable, "-m", "programs.cli", "chat"]
 
 
 def chat(

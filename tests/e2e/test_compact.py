@@ -17,7 +17,7 @@ from openai.types.responses import ResponseCompactionItem
 
 from app.compaction import SUMMARY_REQUEST
 from app.sealing import SUMMARY_HEADER
-from app.supervisor import free_port
+from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.e2e.helpers import assert_error_body
 
@@ -178,7 +178,7 @@ def recorded(fleet: Fleet, sim_url: str) -> Iterator[tuple[str, RecordingModelSe
     env = {"ANTWORT_KEY_PREFIX": fleet.env["ANTWORT_KEY_PREFIX"] + "recorded:"}
     fleet.spawn(
         "gateway-recorded",
-        [sys.executable, "-m", "app.cli", "gateway"],
+        [sys.executable, "-m", "programs.cli", "gateway"],
         ANTWORT_PORT=str(port),
         **env,
     )

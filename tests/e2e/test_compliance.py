@@ -11,7 +11,7 @@ import llm_comply.result as comply_result
 from llm_comply import ComplianceConfig, SpecLoader
 from llm_comply.tests import get_tests
 
-from app.supervisor import free_port
+from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 
 # Module attributes, not imported names: pytest would try to collect ``Test*`` classes.
@@ -41,7 +41,7 @@ def test_compliance_open_responses_suite_passes(fleet: Fleet) -> None:
     base_url = f"http://127.0.0.1:{port}"
     fleet.spawn(
         "gateway-no-default-model",
-        [sys.executable, "-m", "app.cli", "gateway"],
+        [sys.executable, "-m", "programs.cli", "gateway"],
         ANTWORT_PORT=str(port),
         ANTWORT_DEFAULT_MODEL="",
     )

@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from app.supervisor import free_port
+from programs.supervisor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ class _Up:
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "up"],
+                [sys.executable, "-m", "programs.cli", "up"],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -98,7 +98,7 @@ def test_up_serves_responses_and_a_stop_signal_stops_every_child(up: _Up, signum
 
 
 def test_up_reports_a_child_that_died_and_stops_the_rest(up: _Up) -> None:
-    up.child("app.cli sim").kill()
+    up.child("programs.cli sim").kill()
 
     assert up.proc.wait(30) == 1
     _, alive = psutil.wait_procs(up.children, timeout=15)

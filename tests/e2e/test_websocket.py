@@ -15,7 +15,7 @@ from openai.types.responses.responses_server_event import ResponseWsError
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from app.supervisor import free_port
+from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.e2e.helpers import check_sequence, raw_events, validate_event
 
@@ -291,7 +291,7 @@ def guarded_gateway(fleet: Fleet) -> Iterator[str]:
     port = free_port()
     fleet.spawn(
         "gateway-guarded",
-        [sys.executable, "-m", "app.cli", "gateway"],
+        [sys.executable, "-m", "programs.cli", "gateway"],
         ANTWORT_PORT=str(port),
         ANTWORT_API_KEYS="sekrit",
         ANTWORT_WEBSOCKET_MAX_SECONDS="3",

@@ -39,7 +39,9 @@ class ImpatientFleet(RecordingDispatcher):
         for call_id, _queue in calls:
             assert run_tool_call(self.tools, response_id, call_id) == "ok"
         # the queuing run has not returned yet: its own clean-up is still to come
-        self.callback_outcomes.append(advance_response(self.callback_deps(), response_id, then_turn))
+        self.callback_outcomes.append(
+            advance_response(self.callback_deps(), response_id, then_turn)
+        )
 
 
 def test_a_tool_callback_arriving_inside_the_queuing_run_takes_the_lease_at_once(

@@ -63,7 +63,7 @@ Usage
 
 JSON tool protocol
     A request whose system prompt starts with ``# Antwort JSON tool protocol`` is answered with
-    JSON directives instead, by the rules of :mod:`app.simulator.json_mode`.
+    JSON directives instead, by the rules of :mod:`programs.simulator.json_mode`.
 
 Malformed requests (no ``messages`` array of objects, ``tools`` not an array, an unknown forced
 tool) are a 400 ``invalid_request_error``.
@@ -78,7 +78,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.simulator.json_mode import (
+from programs.simulator.json_mode import (
     is_json_protocol,
     json_answer,
     manifest_tools,
@@ -294,7 +294,7 @@ def _answer_plan(
 def _plan_json(
     request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], config: SimConfig
 ) -> Plan:
-    """A JSON-protocol answer (see :mod:`app.simulator.json_mode`)."""
+    """A JSON-protocol answer (see :mod:`programs.simulator.json_mode`)."""
     index = request_index(messages)
     text = content_text(messages[index].get("content")) if index is not None else ""
     faults, text = parse_faults(text)

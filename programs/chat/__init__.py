@@ -2,7 +2,7 @@
 
 Each prompt is sent as a background, streamed response that asks for the ``antwort:progress``
 events, chained to the previous answer with ``previous_response_id`` (an interactive session
-when no prompt is given). The screen (:mod:`app.chat_view`) shows the plan as a checklist, each
+when no prompt is given). The screen (:mod:`programs.chat.view`) shows the plan as a checklist, each
 step with a spinner and its result, and the answer as Markdown. Ctrl+C cancels the response on
 the server (``POST /v1/responses/{id}/cancel``) and exits with status 130. ``--resume ID``
 reattaches to a running background response (``GET …?stream=true&starting_after=N``);
@@ -26,11 +26,11 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 
-from app.chat_tools import ClientTool, load_client_tools
-from app.chat_view import ChatView
 from app.config import Settings
 from app.progress import PROGRESS_INCLUDE
 from app.protocol.request import TOOL_PROTOCOL_METADATA_KEY
+from programs.chat.tools import ClientTool, load_client_tools
+from programs.chat.view import ChatView
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "requires_action"})
 _REATTACH_TRIES = 3

@@ -63,8 +63,8 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
         children.append(Child(name="redis", argv=embedded_redis_argv(port, state_dir)))
     if not settings.llm_base_url:
         env["ANTWORT_LLM_BASE_URL"] = f"http://127.0.0.1:{settings.sim_port}/v1"
-        children.append(Child(name="sim", argv=[python, "-m", "app.cli", "sim"]))
-    children.append(Child(name="gateway", argv=[python, "-m", "app.cli", "gateway"]))
+        children.append(Child(name="sim", argv=[python, "-m", "programs.cli", "sim"]))
+    children.append(Child(name="gateway", argv=[python, "-m", "programs.cli", "gateway"]))
     for queue in QUEUES:
         problem = bubblewrap_problem(settings.sandbox_bwrap) if queue == "tools.sandbox" else None
         if problem:  # the rest of the fleet still runs; code_interpreter calls wait in the queue
@@ -72,7 +72,8 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
             continue
         children.append(
             Child(
-                name=f"worker[{queue}]", argv=[python, "-m", "app.cli", "worker", "--queues", queue]
+                name=f"worker[{queue}]",
+                argv=[python, "-m", "programs.cli", "worker", "--queues", queue],
             )
         )
     return children

@@ -5,8 +5,8 @@ JSON mode
     header (``# Antwort JSON tool protocol``) is answered with one JSON directive as text. The
     tools are the ``<tools>`` manifest of that system prompt. The *request* is the last user
     message that the protocol did not write (one not starting with ``[antwort] ``); the
-    directives of :mod:`app.simulator.behaviour` are read from it as usual, and the conversation
-    after it decides the answer:
+    directives of :mod:`programs.simulator.behaviour` are read from it as usual, and the
+    conversation after it decides the answer:
 
     1. no directive of ours after the request yet: a ``plan`` whose steps are ``Run <tool>``
        for every manifest tool named in the request (in order of appearance) and

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from app.chat import ChatOptions, ChatSession, Gateway
-from app.chat_tools import client_tool
-from app.chat_view import ChatView
+from programs.chat import ChatOptions, ChatSession, Gateway
+from programs.chat.tools import client_tool
+from programs.chat.view import ChatView
 
 
 def screen(view: ChatView, width: int = 60) -> list[str]:

@@ -38,7 +38,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _sim(args: argparse.Namespace, settings: Settings) -> int:
-    from app.simulator import SimConfig, serve
+    from programs.simulator import SimConfig, serve
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = SimConfig(
@@ -49,13 +49,13 @@ def _sim(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
-    from app.supervisor import run
+    from programs.supervisor import run
 
     return run(settings)
 
 
 def _chat(args: argparse.Namespace, settings: Settings) -> int:
-    from app.chat import run_chat
+    from programs.chat import run_chat
 
     return int(run_chat(args, settings))
 
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--tokens", type=int, default=20)
     sim.set_defaults(run=_sim)
     chat = sub.add_parser("chat", help="watch an agent work: chat with a gateway from a terminal")
-    from app.chat import add_arguments
+    from programs.chat import add_arguments
 
     add_arguments(chat)
     chat.set_defaults(run=_chat)

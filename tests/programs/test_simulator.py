@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.simulator import SimConfig, make_server
-from app.simulator import server as server_module
-from app.simulator.behaviour import AnswerPlan, ErrorPlan, generate_arguments, plan_answer
+from programs.simulator import SimConfig, make_server
+from programs.simulator import server as server_module
+from programs.simulator.behaviour import AnswerPlan, ErrorPlan, generate_arguments, plan_answer
 
 WEATHER = {
     "type": "function",
@@ -584,7 +584,7 @@ def test_serve_logs_address_and_stops(
         return servers[-1]
 
     monkeypatch.setattr(server_module, "make_server", recording_make_server)
-    caplog.set_level(logging.INFO, logger="app.simulator.server")
+    caplog.set_level(logging.INFO, logger="programs.simulator.server")
     thread = threading.Thread(target=server_module.serve, args=("127.0.0.1", 0, SimConfig()))
     thread.start()
     while not servers:

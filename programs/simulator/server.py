@@ -2,7 +2,7 @@
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (streaming and not) and
 ``GET /health``. Anything else is a 404 JSON error; a body that is not a JSON object is a 400.
-What to answer is decided by :mod:`app.simulator.behaviour`; this module only puts it on the
+What to answer is decided by :mod:`programs.simulator.behaviour`; this module only puts it on the
 wire, streaming chunks laid out the way vLLM sends them.
 
 It runs on the stdlib ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive: JSON answers carry a
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from app.simulator.behaviour import AnswerPlan, ErrorPlan, SimConfig, plan_answer
+from programs.simulator.behaviour import AnswerPlan, ErrorPlan, SimConfig, plan_answer
 
 logger = logging.getLogger(__name__)
 
