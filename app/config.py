@@ -38,6 +38,13 @@ class Settings(BaseSettings):
 
     redis_max_connections: int = Field(default=200, ge=4)
     """Redis connections one process may hold; more requests wait for a free one."""
+    redis_outage_seconds: float = Field(default=60.0, ge=1)
+    """How long an outage of Redis every process rides out: a command that finds Redis gone is
+    tried again with backoff for about this long before it fails (then a turn's lease lapses and
+    the sweeper runs it again; an SSE follower is told to resume with ``starting_after``)."""
+    queued_grace_seconds: float = Field(default=30.0, gt=0)
+    """How long a ``queued`` response may wait for its first turn to start before the sweeper
+    queues that turn once more (its message may have been lost with a worker or a connection)."""
     key_prefix: str = "antwort:"
     """Prefix of every Redis key the fleet writes."""
     response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from app.config import Settings
 from app.dispatch import Dispatcher
@@ -29,8 +33,38 @@ def require_redis_url(settings: Settings) -> str:
     return settings.redis_url
 
 
-def make_redis(settings: Settings) -> redis.Redis:
-    """A pooled Redis client."""
+OUTAGE_BACKOFF_CAP = 1.0
+"""Longest wait, in seconds, between two tries of a command while Redis is away."""
+
+
+def outage_retry(outage_seconds: float) -> Retry:
+    """How a command that finds Redis gone is tried again: for about ``outage_seconds``.
+
+    Refused connections fail at once, so the waits add up to the outage ridden out: 0.1, 0.2,
+    0.4, 0.8 s, then a second each. The sleep is ``time.sleep``, which gevent patches in the
+    gateway (``gateway/gunicorn_conf.py`` patches before redis is imported): a waiting request
+    yields to the others.
+    """
+    ramp = 4  # the tries before the waits reach the cap (about 1.5 s in all)
+    retries = ramp + math.ceil(max(0.0, outage_seconds - 1.5) / OUTAGE_BACKOFF_CAP)
+    return Retry(
+        ExponentialBackoff(cap=OUTAGE_BACKOFF_CAP, base=0.05),
+        retries,
+        supported_errors=(redis.ConnectionError, redis.TimeoutError),
+    )
+
+
+def make_redis(settings: Settings, *, rides_out_outages: bool = True) -> redis.Redis:
+    """A pooled Redis client; its commands ride out an outage of ``redis_outage_seconds``.
+
+    ``rides_out_outages=False``: a command fails as soon as Redis is gone (the gateway's pub/sub
+    hub, which reconnects on its own and then tells its listeners to catch up).
+    """
+    retry = (
+        outage_retry(settings.redis_outage_seconds)
+        if rides_out_outages
+        else Retry(ExponentialBackoff(), 0)
+    )
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
     pool = redis.BlockingConnectionPool.from_url(
@@ -39,6 +73,7 @@ def make_redis(settings: Settings) -> redis.Redis:
         timeout=30,
         health_check_interval=30,
         socket_keepalive=True,
+        retry=retry,
     )
     return redis.Redis(connection_pool=pool)
 

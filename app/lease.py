@@ -137,14 +137,16 @@ class LeaseKeeper:
     def _renew_forever(self) -> None:
         while True:
             time.sleep(self._lease_seconds / 3)
+            # The lock is held over the round trip: a lease released meanwhile is never taken
+            # back by a renewal that started before (renew_lease.lua takes back lapsed leases).
             with self._lock:
                 held = dict(self._held)
-            if not held:
-                continue
-            try:
-                self.renew(held)
-            except redis.RedisError:
-                logger.warning("could not renew %d leases", len(held))
+                if not held:
+                    continue
+                try:
+                    self.renew(held)
+                except redis.RedisError:
+                    logger.warning("could not renew %d leases; trying again", len(held))
 
     def renew(self, held: dict[str, tuple[str, int]]) -> None:
         """Extend the ``held`` leases, all in one round trip however many the process holds."""
@@ -211,11 +213,23 @@ def _requeue(
         return False  # another sweeper has it
     store.redis.zrem(keys.active, response_id)
     stored = store.load(response_id)
-    if stored is None or stored.response.status != ResponseStatus.IN_PROGRESS:
+    if stored is None or stored.response.status not in _SWEPT:
         return False
-    logger.warning("turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id)
+    if stored.response.status == ResponseStatus.QUEUED:
+        # Its first turn's message was taken off the queue and lost (the worker holding it
+        # died, or its connection dropped), or it waits behind a long queue: a second message
+        # is harmless, since the run that comes second finds the turn taken or done.
+        logger.warning("turn 0 of %s never started; enqueuing it again", response_id)
+    else:
+        logger.warning(
+            "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id
+        )
     dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
     return True
+
+
+_SWEPT = frozenset({ResponseStatus.QUEUED, ResponseStatus.IN_PROGRESS})
+"""Statuses whose lapsed watch sends the current turn round again."""
 
 
 def sweep_interval(lease_seconds: float) -> float:
@@ -223,11 +237,47 @@ def sweep_interval(lease_seconds: float) -> float:
     return lease_seconds / 3
 
 
-def run_sweeper(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> None:
-    """Sweep forever (a daemon thread of each inference worker)."""
-    while True:
-        time.sleep(sweep_interval(lease_seconds))
+class Sweeper:
+    """Sweeps every :func:`sweep_interval` (a daemon thread of each inference worker).
+
+    When Redis was away (a look failed, or waited on Redis longer than a sweep interval), the
+    sweeper holds off for a lease: the leases and claims of live runs lapsed during the outage,
+    since nobody could renew them, and their holders take them back with their next renewal
+    (``renew_lease.lua``). Only what is still lapsed after that is sent round again.
+    """
+
+    def __init__(self, store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float):
+        self._store = store
+        self._dispatcher = dispatcher
+        self._lease_seconds = lease_seconds
+        self._hold_until = 0.0
+        self._was_away = False
+
+    def tick(self) -> list[str]:
+        """One look: the responses sent round again (none while holding off after an outage)."""
+        interval = sweep_interval(self._lease_seconds)
         try:
-            sweep(store, dispatcher, lease_seconds=lease_seconds)
+            started = time.monotonic()
+            self._store.redis.ping()
+            if self._was_away or time.monotonic() - started > interval:
+                logger.warning("Redis is back; sweeping again in %g s", self._lease_seconds)
+                self._hold_until = time.monotonic() + self._lease_seconds
+                self._was_away = False
+            if time.monotonic() < self._hold_until:
+                return []
+            return sweep(self._store, self._dispatcher, lease_seconds=self._lease_seconds)
         except redis.RedisError:
+            self._was_away = True
             logger.warning("sweep failed; trying again", exc_info=True)
+            return []
+
+    def run_forever(self) -> None:
+        """Tick forever."""
+        while True:
+            time.sleep(sweep_interval(self._lease_seconds))
+            self.tick()
+
+
+def run_sweeper(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> None:
+    """Sweep forever (a daemon thread of each inference worker; see :class:`Sweeper`)."""
+    Sweeper(store, dispatcher, lease_seconds=lease_seconds).run_forever()

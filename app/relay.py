@@ -6,10 +6,18 @@ once at start, so no subscription can race a replay) and fans events out to loca
 sequence is filled from the log, so every event reaches the client exactly once and in order,
 from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
 both are patched into greenlet primitives.
+
+An outage of Redis: the hub reconnects (with backoff, for as long as it takes), subscribes again
+and tells every listener to catch up from the stream, since what was published meanwhile never
+reached it; the stream is the truth, so each follower goes on from its last sequence number
+without a gap or a repeat. A follower whose reads of the stream fail (Redis away longer than the
+store's clients wait, ``redis_outage_seconds``) ends its stream with an ``error`` event (code
+``stream_interrupted``) saying where to resume (``starting_after``), never with a silent close.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -20,7 +28,7 @@ from collections.abc import Generator, Iterator
 import redis
 
 from app.keys import Keys
-from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore, StoredEvent
 from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published
@@ -33,6 +41,12 @@ class Keepalive:
 
 
 KEEPALIVE = Keepalive()
+
+RESYNC = PublishedLine(sequence_number=-1, type="antwort.resync", data="")
+"""Put in every inbox when the hub subscribed again: what was published meanwhile is lost."""
+
+RECONNECT_BACKOFF_CAP = 1.0
+"""Longest wait, in seconds, between two attempts of the hub to subscribe again."""
 
 
 class Inbox:
@@ -108,17 +122,23 @@ class EventHub:
                     del self._listeners[response_id]
 
     def _run(self) -> None:
+        backoff = 0.05
         while not self._stopped:
             try:
                 self._listen_forever()
             except redis.RedisError as exc:
                 logger.warning("event hub lost Redis (%s); reconnecting", exc)
-                time.sleep(0.5)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RECONNECT_BACKOFF_CAP)
+            else:
+                backoff = 0.05
 
     def _listen_forever(self) -> None:
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.psubscribe(self._keys.channel_pattern)
+            if self._ready.is_set():
+                self._resync()  # subscribed again: what was published meanwhile never came
             self._ready.set()
             while not self._stopped:
                 # A blocking read (no poll before each message); stop() takes effect with the
@@ -128,6 +148,13 @@ class EventHub:
                     self._dispatch(message["channel"].decode(), message["data"].decode())
         finally:
             pubsub.close()
+
+    def _resync(self) -> None:
+        with self._lock:
+            inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
+        logger.warning("event hub subscribed again; %d followers catch up", len(inboxes))
+        for inbox in inboxes:
+            inbox.put([RESYNC])
 
     def _dispatch(self, channel: str, payload: str) -> None:
         response_id = self._keys.response_id_of_channel(channel)
@@ -148,7 +175,52 @@ def follow_events(
     starting_after: int = -1,
     keepalive_seconds: float = 15.0,
 ) -> Generator[StoredEvent | Keepalive, None, None]:
-    """Every event after ``starting_after``, then live ones until the response ends."""
+    """Every event after ``starting_after``, then live ones until the response ends.
+
+    Should Redis stay away longer than the store's clients wait, the last item is an ``error``
+    event saying where to resume (:func:`resume_event`).
+    """
+    last = starting_after
+    try:
+        for event in _replay_and_follow(
+            store,
+            hub,
+            response_id,
+            starting_after=starting_after,
+            keepalive_seconds=keepalive_seconds,
+        ):
+            if isinstance(event, StoredEvent):
+                last = event.sequence_number
+            yield event
+    except redis.RedisError as exc:
+        logger.warning(
+            "lost Redis while relaying %s (%s); told the client to resume", response_id, exc
+        )
+        yield resume_event(last)
+
+
+def resume_event(last: int) -> StoredEvent:
+    """The ``error`` event that ends a relay cut off from Redis: resume after ``last``.
+
+    Not an event of the response's log: its ``sequence_number`` is the last one relayed, which
+    is where the client resumes (``starting_after``).
+    """
+    message = (
+        "The event store is unreachable; resume the stream with "
+        f"starting_after={last} (GET /v1/responses/{{id}}?stream=true&starting_after={last})."
+    )
+    data = {**error_event(code="stream_interrupted", message=message), "sequence_number": last}
+    return StoredEvent(sequence_number=last, type="error", data=json.dumps(data))
+
+
+def _replay_and_follow(
+    store: ResponseStore,
+    hub: EventHub,
+    response_id: str,
+    *,
+    starting_after: int,
+    keepalive_seconds: float,
+) -> Iterator[StoredEvent | Keepalive]:
     inbox = hub.listen(response_id)
     try:
         last = starting_after
@@ -189,9 +261,15 @@ def _follow_live(
         except queue.Empty:
             yield KEEPALIVE
             message = None
-        if message is None or message.type == END_EVENT_TYPE or message.sequence_number > last + 1:
-            # Quiet, ended, or a gap (pub/sub is best effort): the stream is the truth, and
-            # the status says whether to stop (a cancelled response has no terminal event).
+        if (
+            message is None
+            or message is RESYNC
+            or message.type == END_EVENT_TYPE
+            or message.sequence_number > last + 1
+        ):
+            # Quiet, resubscribed, ended, or a gap (pub/sub is best effort): the stream is the
+            # truth, and the status says whether to stop (a cancelled response has no terminal
+            # event).
             caught_up = store.events_after(response_id, last)
             check_status = True
         elif message.sequence_number <= last:

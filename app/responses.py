@@ -142,6 +142,7 @@ def create_response(
     if context is not None:
         extra["context"] = context
     store.create(response, inputs=inputs, extra=extra, events=events)
+    store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
     _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
 

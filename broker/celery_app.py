@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from celery import Celery
@@ -23,6 +24,12 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         "visibility_timeout": settings.task_visibility_timeout_seconds,
         "global_keyprefix": f"{settings.key_prefix}celery:",
     }
+    # No ack emulation: with it, a worker whose broker connection drops while it holds an
+    # acks-late task re-pushes that message through a client the drop already cleared, and the
+    # AttributeError kills the worker (celery 5.7, kombu 5.7; issue 16 §1). Without it a
+    # message taken off its queue is the worker's alone: a run that dies is found by its lease
+    # and the sweeper (app.lease), a first turn lost before it started by the queued watch.
+    broker_transport = {**transport, "ack_emulation": False}
     celery = Celery("antwort", broker=url, backend=url, include=list(include))
     celery.conf.update(
         task_acks_late=True,
@@ -36,10 +43,18 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         result_expires=3600,
         task_serializer="json",
         accept_content=["json"],
-        broker_transport_options=transport,
+        broker_transport_options=broker_transport,
         result_backend_transport_options=transport,
         visibility_timeout=settings.task_visibility_timeout_seconds,
         broker_connection_retry_on_startup=True,
+        # Celery's own sends (chords, ``ANTWORT_FAST_PUBLISH=0``) ride out an outage as the
+        # fleet's Redis clients do (app.fleet.outage_retry)
+        task_publish_retry_policy={
+            "max_retries": math.ceil(settings.redis_outage_seconds),
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 1.0,
+        },
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         broker_pool_limit=64,

@@ -40,7 +40,11 @@ def create_app(
     app.extensions["antwort"] = Gateway(
         settings=settings,
         store=make_store(settings, client),
-        hub=EventHub(client, Keys(settings.key_prefix)),
+        # the hub's own client fails fast when Redis goes: the hub reconnects by itself and
+        # then has its followers catch up (app.relay)
+        hub=EventHub(
+            redis_client or make_redis(settings, rides_out_outages=False), Keys(settings.key_prefix)
+        ),
         dispatcher=dispatcher,
         models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
         metrics=metrics.Metrics(),

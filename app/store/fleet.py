@@ -32,6 +32,14 @@ class Fleet(StoreBase):
         count, _ = pipe.execute()
         return int(count)
 
+    def watch_queued(self, response_id: str, *, until: float) -> None:
+        """Put a new response under the sweeper's watch until ``until`` (epoch seconds).
+
+        Its first run's lease replaces the watch; should no run start by then (the turn's
+        message was lost), the sweeper queues the turn again (``app.lease.sweep``).
+        """
+        self.redis.zadd(self.keys.active, {response_id: until})
+
     def heartbeat_worker(self, queue: str, hostname: str) -> None:
         """Mark a worker on ``queue`` alive now."""
         self.redis.zadd(self.keys.workers(queue), {hostname: time.time()})

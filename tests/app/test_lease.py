@@ -90,8 +90,8 @@ def test_sweep_leaves_running_queued_and_finished_calls_alone(store: ResponseSto
     assert store.open_tool_call(rid, "c2", token="b", claim_seconds=0.05).claim == "claimed"
     assert store.finish_tool_call(rid, "c2", '{"output": "x"}', token="b")
     time.sleep(0.1)
-    assert store.renew_tool_claim(rid, "c1", token="a", ttl_seconds=3) is False  # lapsed
-    store.open_tool_call(rid, "c1", token="a2", claim_seconds=3)  # taken over: running again
+    store.open_tool_call(rid, "c1", token="a2", claim_seconds=3)  # lapsed, taken over: running
+    assert store.renew_tool_claim(rid, "c1", token="a", ttl_seconds=3) is False
     dispatcher = RecordingDispatcher()
 
     assert sweep(store, dispatcher, lease_seconds=3) == []

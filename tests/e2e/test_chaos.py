@@ -112,10 +112,5 @@ def test_chaos_poison_turn_fails_after_max_deliveries(
         fleet.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16 §1: a Redis restart makes every busy worker exit (workers/kombu_redis.py "
-    "restore_unacked) and leaves its responses in_progress",
-)
 def test_chaos_redis_restart_mid_flight_leaves_the_fleet_running(chaos: ChaosFleet) -> None:
     _assert_targets(redis_restart(chaos, bound=20.0), chaos)

@@ -1,8 +1,7 @@
 """A Redis restart under a busy worker: the worker stays up and the response in flight ends.
 
-Not so yet: celery 5.7.0 kills a worker that holds unacked messages when its broker connection
-drops (the xfail's reason). The test is strict, so it fails the day an upgrade fixes that, and
-the mark comes off.
+With kombu's ack emulation, celery 5.7 killed a worker that held an unacked message when its
+broker connection dropped (issue 16 §1); the fleet runs without it (``broker.celery_app``).
 
 On a Redis of its own (a private server with AOF on a free port, stopped and started again; never
 the machine's shared one), so the restart touches no other test.
@@ -10,6 +9,7 @@ the machine's shared one), so the restart touches no other test.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -21,7 +21,7 @@ import redis
 
 from app.config import Settings
 from app.fleet import make_store
-from app.protocol.response import TERMINAL_STATUSES
+from app.protocol.response import TERMINAL_STATUSES, ResponseObject
 from app.responses import create_response
 from app.store import ResponseStore
 from app.supervisor import embedded_redis_argv, free_port
@@ -81,18 +81,20 @@ def private_redis(tmp_path: Path) -> Iterator[_PrivateRedis]:
         server.stop()
 
 
+def _text(response: ResponseObject) -> str:
+    return "".join(
+        part["text"]
+        for item in response.output
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
 def _event_count(store: ResponseStore, response_id: str) -> int:
     return len(store.events_after(response_id, -1, count=100_000))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="celery 5.7.0's consumer, on a lost broker connection, first collects the connection "
-    "(kombu then clears its transport's client) and then closes it; closing the channel restores "
-    "the unacked messages through that client: AttributeError 'hostname', an unrecoverable "
-    "error, with kombu's stock transport as with the override it replaced (issue 16 §1)",
-)
 def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
     private_redis: _PrivateRedis,
     sim_url: str,
@@ -132,12 +134,15 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         time.sleep(2.0)  # an outage longer than redis-py's reconnection attempts ride out
         private_redis.start()
 
-        def is_terminal() -> bool:
+        def is_terminal_id(response_id: str) -> bool:
             try:
-                stored = store.load(response.id)
+                stored = store.load(response_id)
             except redis.ConnectionError:
                 return False
             return stored is not None and stored.response.status in TERMINAL_STATUSES
+
+        def is_terminal() -> bool:
+            return is_terminal_id(response.id)
 
         def has_died() -> bool:  # a worker that gave up may take a while to exit
             return worker.poll() is not None or "Unrecoverable error" in log.read_text()
@@ -148,6 +153,19 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         assert stored is not None and stored.response.status == "completed"
         events = store.events_after(response.id, -1, count=100_000)
         assert [e.sequence_number for e in events] == list(range(len(events)))
+        # the turn went on where it was: its text is an undisturbed run's, sent once
+        undisturbed, _ = create_response(
+            store, make_dispatcher(celery, settings), settings, {**body, "input": "[tokens=200] go"}
+        )
+        _wait(lambda: is_terminal_id(undisturbed.id), "the undisturbed run", timeout=30)
+        again = store.load(undisturbed.id)
+        assert again is not None
+        assert _text(stored.response) == _text(again.response)
+        deltas = "".join(
+            json.loads(e.data)["delta"] for e in events if e.type == "response.output_text.delta"
+        )
+        assert deltas == _text(stored.response)
+        assert worker.poll() is None, "the worker exited"
     finally:
         celery.close()
         store.redis.close()

@@ -52,6 +52,8 @@ DEFAULT_MAX_TASK_DELIVERIES = 3
 """``ANTWORT_MAX_TASK_DELIVERIES``'s default (``app.config.Settings``)."""
 
 MCP_LABEL = "chaos"
+RESUME_CODE = "stream_interrupted"
+"""The ``error`` event of a relay cut off from Redis: resume with ``starting_after``."""
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -413,6 +415,8 @@ class Watch:
     A stream that breaks (its gateway died) or closes without a terminal event is resumed with
     ``starting_after`` on the next gateway; a close without a terminal or ``error`` event is a
     *silent close* (issue 16 §1: followers are carried over or told to resume, never dropped).
+    An ``error`` event that tells the client to resume is counted in ``told``, not among the
+    response's events.
     """
 
     def __init__(self, gateways: list[str], response_id: str, *, deadline: float):
@@ -421,6 +425,7 @@ class Watch:
         self.deadline = deadline
         self.events: list[tuple[float, dict[str, Any]]] = []
         self.silent_closes = 0
+        self.told = 0
         self.breaks = 0
         self.finished = False
         self.done = False
@@ -472,11 +477,14 @@ class Watch:
                         return "deadline"
                     if line == "data: [DONE]":
                         self.done = True
-                        return "done"
+                        return "told" if told and not self.finished else "done"
                     if line.startswith("data: "):
                         event = json.loads(line.removeprefix("data: "))
+                        if event["type"] == "error" and event.get("code") == RESUME_CODE:
+                            told = True  # not an event of the response: resume after the last
+                            self.told += 1
+                            continue
                         self.events.append((time.monotonic(), event))
-                        told = told or event["type"] == "error"
                         if event["type"] in TERMINAL_EVENTS:
                             self.finished = True
         except httpx.HTTPError:
