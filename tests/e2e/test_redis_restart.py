@@ -24,9 +24,9 @@ from app.fleet import make_store
 from app.protocol.response import TERMINAL_STATUSES, ResponseObject
 from app.responses import create_response
 from app.store import ResponseStore
-from app.supervisor import embedded_redis_argv, free_port
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
+from programs.supervisor import embedded_redis_argv, free_port
 
 
 class _PrivateRedis:

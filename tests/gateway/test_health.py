@@ -12,7 +12,7 @@ from openai.pagination import SyncPage
 from openai.types import Model
 
 from app.store import ResponseStore
-from app.supervisor import free_port
+from programs.supervisor import free_port
 from tests.gateway.conftest import error_of
 
 

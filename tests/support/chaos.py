@@ -33,9 +33,9 @@ import httpx
 import psutil
 import redis
 
-from app.simulator.behaviour import SimConfig
-from app.simulator.server import SimulatorServer, _Handler
-from app.supervisor import embedded_redis_argv, free_port
+from programs.simulator.behaviour import SimConfig
+from programs.simulator.server import SimulatorServer, _Handler
+from programs.supervisor import embedded_redis_argv, free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.support.mcp_servers import RunningServer, start_server
 
@@ -391,7 +391,9 @@ def start_fleet(
     model.allow_victims(chaos.worker_pids)
     for index, port in enumerate(ports):
         fleet.spawn(
-            f"gateway-{index}", [sys.executable, "-m", "app.cli", "gateway"], ANTWORT_PORT=str(port)
+            f"gateway-{index}",
+            [sys.executable, "-m", "programs.cli", "gateway"],
+            ANTWORT_PORT=str(port),
         )
     for index in range(inference):
         fleet.start_worker(f"inference-{index}")
