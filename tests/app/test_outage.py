@@ -6,8 +6,9 @@ machine's shared Redis is never touched.
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -34,6 +35,20 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.stop()
 
 
+@pytest.fixture
+def clients() -> Iterator[Callable[..., redis.Redis]]:
+    """``make_redis`` for a test: every client it made is disconnected afterwards."""
+    made: list[redis.Redis] = []
+
+    def make(settings: Settings, **options: Any) -> redis.Redis:
+        made.append(make_redis(settings, **options))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.connection_pool.disconnect()
+
+
 def _store(client: redis.Redis, prefix: str = "t:") -> ResponseStore:
     return ResponseStore(client, keys=Keys(prefix), ttl_seconds=3600, stream_maxlen=1000)
 
@@ -46,10 +61,10 @@ def test_the_broker_runs_without_ack_emulation() -> None:
 
 
 def test_a_client_rides_out_an_outage_for_redis_outage_seconds(
-    private_redis: PrivateRedis,
+    private_redis: PrivateRedis, clients: Callable[..., redis.Redis]
 ) -> None:
     settings = Settings(redis_url=private_redis.url, redis_outage_seconds=20)
-    client, hasty = make_redis(settings), make_redis(settings, rides_out_outages=False)
+    client, hasty = clients(settings), clients(settings, rides_out_outages=False)
     assert client.ping() and hasty.ping()
     private_redis.stop()
     with pytest.raises(redis.ConnectionError):
@@ -64,8 +79,8 @@ def test_a_client_rides_out_an_outage_for_redis_outage_seconds(
     assert 1.5 < time.monotonic() - started < 15
 
 
-def test_a_client_gives_up_after_redis_outage_seconds() -> None:
-    client = make_redis(Settings(redis_url="redis://127.0.0.1:1/0", redis_outage_seconds=3))
+def test_a_client_gives_up_after_redis_outage_seconds(clients: Callable[..., redis.Redis]) -> None:
+    client = clients(Settings(redis_url="redis://127.0.0.1:1/0", redis_outage_seconds=3))
     started = time.monotonic()
     with pytest.raises(redis.ConnectionError):
         client.ping()
@@ -120,9 +135,11 @@ def test_the_sweeper_holds_off_for_a_lease_after_redis_was_away(
     client.close()
 
 
-def test_followers_catch_up_when_the_hub_subscribes_again(private_redis: PrivateRedis) -> None:
+def test_followers_catch_up_when_the_hub_subscribes_again(
+    private_redis: PrivateRedis, clients: Callable[..., redis.Redis]
+) -> None:
     settings = Settings(redis_url=private_redis.url, redis_outage_seconds=20)
-    store = _store(make_redis(settings))
+    store = _store(clients(settings))
     hub = EventHub(make_redis(settings, rides_out_outages=False), Keys("t:"))
     response = new_response(store)
     store.emit(response.id, [delta(0)])
@@ -132,7 +149,7 @@ def test_followers_catch_up_when_the_hub_subscribes_again(private_redis: Private
 
     # Events the hub never heard of (as those published while it was away).
     muted = ResponseStore(
-        redis.Redis.from_url(private_redis.url), keys=_MutedKeys("t:"), ttl_seconds=60
+        clients(Settings(redis_url=private_redis.url)), keys=_MutedKeys("t:"), ttl_seconds=60
     )
     muted.emit(response.id, [delta(i) for i in range(1, 4)])
     time.sleep(0.2)
@@ -148,10 +165,10 @@ def test_followers_catch_up_when_the_hub_subscribes_again(private_redis: Private
 
 
 def test_a_follower_cut_off_from_redis_is_told_where_to_resume(
-    private_redis: PrivateRedis,
+    private_redis: PrivateRedis, clients: Callable[..., redis.Redis]
 ) -> None:
     settings = Settings(redis_url=private_redis.url, redis_outage_seconds=1)
-    store = _store(make_redis(settings))
+    store = _store(clients(settings))
     hub = EventHub(make_redis(settings, rides_out_outages=False), Keys("t:"))
     response = new_response(store)
     store.emit(response.id, [delta(0), delta(1)])

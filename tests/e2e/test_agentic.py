@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from app.keys import Keys
-from broker.routing import turn_task_id
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
     CLIENT_FN,
@@ -313,8 +312,9 @@ def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet, counters: r
 def test_next_turn_after_a_fast_tool_runs_once_at_once(
     client: openai.OpenAI, fleet: Fleet, redis_client: redis.Redis
 ) -> None:
-    """The tool's callback takes the lease the run that queued it handed over: one delivery,
-    no retry, and nothing left to the sweeper (which would wait out the tool's 60 s deadline)."""
+    """The tool's callback takes the lease the run that queued it handed over: the next turn
+    runs at once, once, and nothing is left to the sweeper (which would wait out the tool's
+    60 s deadline)."""
     response = client.responses.create(
         model="antwort-sim",
         input="fast_echo",
@@ -326,5 +326,8 @@ def test_next_turn_after_a_fast_tool_runs_once_at_once(
 
     assert final.status == "completed"
     assert kinds(final) == ["function_call", "function_call_output", "message"]
-    callback = Keys(fleet.env["ANTWORT_KEY_PREFIX"]).deliveries(turn_task_id(response.id, 1))
-    assert redis_client.get(callback) == b"1"
+    events = list(client.responses.retrieve(response.id, stream=True))
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    assert [event.type for event in events].count("response.completed") == 1
+    record = Keys(fleet.env["ANTWORT_KEY_PREFIX"]).record(response.id)
+    assert redis_client.hexists(record, "turn1_seq")  # turn 1 started once, as a first run
