@@ -18,7 +18,10 @@ up), call the model again (``NextTurn``), or commit and hand the tool calls to t
 queues with the next ``advance_response`` as the chord's callback (``RunTools``). The loop
 knows no tool kind by name: it asks ``RunDeps.kinds``. Every write is a compare-and-set, so a
 run that was cancelled, deleted or already committed elsewhere stops without touching the
-response. The run's state lives in Redis, never in a task message.
+response; and every event and write is fenced with the run's lease token
+(:mod:`app.store.fence`), so a run that stalled past its lease while another run took the turn
+over stops at its next event or write without touching the response either. The run's state
+lives in Redis, never in a task message.
 """
 
 from __future__ import annotations
@@ -66,9 +69,16 @@ from app.providers.json_protocol import with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sealing import model_items
-from app.sink import EventSink, ResponseInactiveError
-from app.store import LoadedTurn, RedeliveredTooOftenError, ResponseStore
-from app.store.status import COMMIT, FAIL, FINISH
+from app.sink import EventSink, LeaseLostError, ResponseInactiveError
+from app.store import (
+    NO_FENCE,
+    Fence,
+    LoadedTurn,
+    RedeliveredTooOftenError,
+    ResponseStore,
+    WriteResult,
+)
+from app.store.status import COMMIT, FAIL, FINISH, Transition
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
@@ -135,6 +145,10 @@ class RunState:
     """Set when the run hands calls to tool workers: by then the next run must have started."""
     finished: bool = False
     """The run wrote the response's final status, which freed its lease along the way."""
+    fence: Fence = NO_FENCE
+    """The run's lease, which its events and writes carry (none without a lease keeper)."""
+    lease_lost: bool = False
+    """Another run took the lease over: the lease is that run's to renew and give back."""
 
 
 def advance_response(
@@ -163,13 +177,13 @@ def advance_response(
             raise RedeliveredTooOftenError(starts)
         if not taken:
             return StepOutcome.SKIPPED  # another live run of this response holds the lease
-        state = load_state(deps.store, response_id, turn, loaded=loaded)
+        state = load_state(deps.store, response_id, turn, loaded=loaded, fence=opened.fence)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return StepOutcome.SKIPPED
         return _advance_loaded(deps, state)
     finally:
         if deps.leases is not None and taken:
-            if state is not None and state.finished:
+            if state is not None and (state.finished or state.lease_lost):
                 deps.leases.forget(response_id)
             else:
                 deps.leases.release(response_id, wait_until=state.waiting_until if state else None)
@@ -185,17 +199,34 @@ def _advance_loaded(deps: RunDeps, state: RunState) -> StepOutcome:
         coalesce_seconds=deps.settings.coalesce_ms / 1000,
         max_coalesce_seconds=deps.settings.coalesce_max_ms / 1000,
         guard=ReplayGuard(emitted) if is_rerun else None,
+        fence=state.fence,
     )
     try:
-        step = run_step(deps, state, sink)
-        return apply_step(deps, state, step, events=sink.take())
+        return _take_step(deps, state, sink)
+    except LeaseLostError as stopped:
+        # Stalled past the lease (a pause, starvation): the turn runs elsewhere now.
+        logger.warning("run of %s stopped: %s", response_id, stopped)
+        state.lease_lost = True
+        return StepOutcome.SKIPPED
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
         return StepOutcome.SKIPPED
+
+
+def _take_step(deps: RunDeps, state: RunState, sink: EventSink) -> StepOutcome:
+    try:
+        step = run_step(deps, state, sink)
+        return apply_step(deps, state, step, events=sink.take())
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
         # OpenAI's SDK knows a closed set of response error codes: ours fit "server_error".
-        fail_response(deps.store, response_id, code="server_error", message=exc.message)
+        fail_response(
+            deps.store,
+            state.response.id,
+            code="server_error",
+            message=exc.message,
+            fence=state.fence,
+        )
         return StepOutcome.FAILED
 
 
@@ -247,12 +278,20 @@ def _step_input(state: RunState) -> StepInput:
 
 
 def load_state(
-    store: ResponseStore, response_id: str, turn: int, *, loaded: LoadedTurn | None = None
+    store: ResponseStore,
+    response_id: str,
+    turn: int,
+    *,
+    loaded: LoadedTurn | None = None,
+    fence: Fence = NO_FENCE,
 ) -> RunState | None:
     """The run of ``turn`` as stored, with the chain the model will see; None when gone.
 
     Marks where the turn's events begin: call it holding the response's lease. ``loaded``:
-    that first read, when it came with the lease.
+    that first read, when it came with the lease, and ``fence`` that lease.
+
+    Raises:
+        LeaseLostError: the chain expired, and another run holds the lease (nothing written).
     """
     if loaded is None:
         loaded = store.load_turn(response_id, turn)
@@ -262,7 +301,8 @@ def load_state(
     try:
         history = history_of(store, stored)
     except AppError as exc:  # the chain expired while the response waited in the queue
-        fail_response(store, response_id, code=exc.code or "not_found", message=exc.message)
+        code = exc.code or "not_found"
+        fail_response(store, response_id, code=code, message=exc.message, fence=fence)
         return None
     return RunState(
         response=stored.response,
@@ -272,6 +312,7 @@ def load_state(
         inputs=inputs,
         start_sequence_number=loaded.start_sequence_number,
         is_rerun=loaded.is_rerun,
+        fence=fence,
     )
 
 
@@ -367,7 +408,7 @@ def cancel_by_model(
 ) -> StepOutcome:
     """Commit the turn's output with the status ``cancelled`` (no terminal event, as a cancel)."""
     final = state.response.model_copy(update={"status": ResponseStatus.CANCELLED})
-    result = store.write(final, transition=FINISH, turn=state.turn, events=events)
+    result = write_run(store, state, final, transition=FINISH, events=events)
     return StepOutcome.CANCELLED if result.ok else StepOutcome.SKIPPED
 
 
@@ -423,8 +464,28 @@ def _dispatcher(deps: RunDeps) -> Dispatcher:
 
 def commit(store: ResponseStore, state: RunState, *, events: Sequence[Event] = ()) -> bool:
     """Write the run's progress (with ``events``); the response stays ``in_progress``."""
-    result = store.write(state.response, transition=COMMIT, turn=state.turn, events=events)
-    return result.ok
+    return write_run(store, state, state.response, transition=COMMIT, events=events).ok
+
+
+def write_run(
+    store: ResponseStore,
+    state: RunState,
+    response: ResponseObject,
+    *,
+    transition: Transition,
+    events: Sequence[Event],
+) -> WriteResult:
+    """A run's write of ``response`` at its turn, fenced with the run's lease.
+
+    Raises:
+        LeaseLostError: another run holds the lease; nothing was written.
+    """
+    result = store.write(
+        response, transition=transition, turn=state.turn, events=events, fence=state.fence
+    )
+    if result.lease_lost:
+        raise LeaseLostError(result.status)
+    return result
 
 
 def finalize(
@@ -448,13 +509,21 @@ def finalize(
         assert_never(step)
     final = state.response.model_copy(update=update)
     event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
-    result = store.write(final, transition=FINISH, turn=state.turn, events=[*events, event])
+    result = write_run(store, state, final, transition=FINISH, events=[*events, event])
     state.finished = result.ok and final.status in TERMINAL_STATUSES
     return StepOutcome(final.status.value) if result.ok else StepOutcome.SKIPPED
 
 
-def fail_response(store: ResponseStore, response_id: str, *, code: str, message: str) -> bool:
-    """Mark an active response ``failed`` with an ``error`` event and ``response.failed``."""
+def fail_response(
+    store: ResponseStore, response_id: str, *, code: str, message: str, fence: Fence = NO_FENCE
+) -> bool:
+    """Mark an active response ``failed`` with an ``error`` event and ``response.failed``.
+
+    ``fence``: the lease of the run that fails it (none at the task boundary).
+
+    Raises:
+        LeaseLostError: another run holds the lease ``fence`` names; nothing was written.
+    """
     for _ in range(5):
         stored = store.load(response_id)
         if stored is None or stored.response.status not in ACTIVE_STATUSES:
@@ -469,7 +538,11 @@ def fail_response(store: ResponseStore, response_id: str, *, code: str, message:
             ev.error_event(code=code, message=message),
             ev.response_event("response.failed", failed.wire()),
         ]
-        result = store.write(failed, transition=FAIL, version=stored.version, events=events)
+        result = store.write(
+            failed, transition=FAIL, version=stored.version, events=events, fence=fence
+        )
+        if result.lease_lost:
+            raise LeaseLostError(result.status)
         if not result.conflict:
             return result.ok
     return False

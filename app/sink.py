@@ -6,7 +6,9 @@ it announces); events that follow within the window are buffered, consecutive de
 are merged, and a process-wide flusher thread writes the buffer out when its window has passed.
 Every flush is one Redis round trip (``ResponseStore.emit``), and its answer says whether the
 response is still active: once it is not (cancelled, deleted), the next :meth:`EventSink.emit`
-raises :class:`ResponseInactiveError` and the turn stops. What is still buffered when the turn
+raises :class:`ResponseInactiveError` and the turn stops — :class:`LeaseLostError` when the
+flush was refused because another run took the response's lease (the sink emits under its
+run's lease: :mod:`app.store.fence`). What is still buffered when the turn
 ends is :meth:`EventSink.take`-n into the turn's final write instead.
 
 The window is ``coalesce_seconds`` while a process streams a few responses, and stretches by
@@ -26,7 +28,7 @@ import redis
 
 from app.protocol.events import Event, try_merge
 from app.replay import ReplayGuard
-from app.store import ResponseStore
+from app.store import NO_FENCE, Fence, ResponseStore
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,14 @@ class ResponseInactiveError(Exception):
 
     def __init__(self, status: str):
         super().__init__(f"response is {status or 'gone'}")
+        self.status = status
+
+
+class LeaseLostError(ResponseInactiveError):
+    """Another run took the response's lease: it owns the response now; stop, touching nothing."""
+
+    def __init__(self, status: str):
+        Exception.__init__(self, f"another run holds the lease (response is {status or 'gone'})")
         self.status = status
 
 
@@ -54,8 +64,10 @@ class EventSink:
         coalesce_seconds: float,
         max_coalesce_seconds: float | None = None,
         guard: ReplayGuard | None = None,
+        fence: Fence = NO_FENCE,
     ):
         self._store = store
+        self._fence = fence
         self._guard = guard
         self._response_id = response_id
         self._base_window = coalesce_seconds
@@ -65,6 +77,8 @@ class EventSink:
         self._last_flush = 0.0
         self.inactive_status: str | None = None
         """Set once a flush was refused; the status that refused it."""
+        self.lease_lost = False
+        """Set (with :attr:`inactive_status`) when the refusal was another run's lease."""
         _LIVE.add(self)
 
     def window(self) -> float:
@@ -124,14 +138,19 @@ class EventSink:
             return
         events, self._buffer = self._buffer, []
         try:
-            result = self._store.emit(self._response_id, events)
+            result = self._store.emit(self._response_id, events, fence=self._fence)
         except redis.RedisError:
             self._buffer = events + self._buffer  # retried by the next flush, in order
             raise
-        if result.refused or result.last_sequence_number == -2:
+        if result.lease_lost:
+            self.lease_lost = True
+            self.inactive_status = result.status
+        elif result.refused or result.last_sequence_number == -2:
             self.inactive_status = result.status
 
     def _raise_if_inactive(self) -> None:
+        if self.lease_lost:
+            raise LeaseLostError(self.inactive_status or "")
         if self.inactive_status is not None:
             raise ResponseInactiveError(self.inactive_status)
 

@@ -11,6 +11,8 @@ hold every invariant that spans keys. The parts, by responsibility:
   active, so nothing is emitted after a cancel), stream reads, and the pub/sub line format;
 * :mod:`~app.store.turns` — a run's first read, which marks where its turn's events begin and
   starts a queued response, together with the lease (``app.lease``) when one is asked for;
+* :mod:`~app.store.fence` — a run's emits and writes fenced with its lease token, so a run
+  that lost its lease to another writes nothing;
 * :mod:`~app.store.tool_calls` — tool results and the claims on calls;
 * :mod:`~app.store.fleet` — delivery counts and worker heartbeats.
 
@@ -20,6 +22,7 @@ hold every invariant that spans keys. The parts, by responsibility:
 from __future__ import annotations
 
 from app.store.events import EmitResult, EventLog, ExpiredCursorError, StoredEvent
+from app.store.fence import NO_FENCE, Fence
 from app.store.fleet import Fleet, RedeliveredTooOftenError
 from app.store.records import Records, StoredResponse, WriteResult
 from app.store.tool_calls import ClaimOutcome, OpenedCall, ToolCalls
@@ -29,8 +32,10 @@ __all__ = [
     "ClaimOutcome",
     "EmitResult",
     "ExpiredCursorError",
+    "Fence",
     "LeaseRequest",
     "LoadedTurn",
+    "NO_FENCE",
     "OpenedCall",
     "OpenedTurn",
     "RedeliveredTooOftenError",

@@ -19,6 +19,7 @@ from typing import Any
 from app.errors import InvalidRequestError
 from app.protocol.events import Event
 from app.store.base import StoreBase, text
+from app.store.fence import NO_FENCE, Fence
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import ACTIVE_STATUSES, ResponseStatus, packed
 
@@ -72,6 +73,11 @@ class EmitResult:
         """The response is no longer active (cancelled, finished or deleted)."""
         return self.last_sequence_number < 0 and self.status not in ACTIVE_STATUSES
 
+    @property
+    def lease_lost(self) -> bool:
+        """Another run holds the emitting run's lease (:mod:`app.store.fence`)."""
+        return self.last_sequence_number == _LEASE_LOST
+
 
 class ExpiredCursorError(InvalidRequestError):
     """The events after ``starting_after`` are no longer all in the log."""
@@ -116,24 +122,38 @@ class EmitCall:
     record: str = key()
     sequence: str = key()
     stream: str = key()
+    lease: str = key()
+    active: str = key()
     channel: str
     maxlen: int
     ttl: int
     active_statuses: str
     """Packed (:func:`app.store.status.packed`)."""
+    lease_token: str
+    """The emitting run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
+    lease_ms: int
+    lease_deadline: float
+    response_id: str
     event_types: tuple[str, ...] = counted()
     event_json_prefixes: tuple[str, ...] = counted()
 
 
 EMIT = LuaScript("emit", EmitCall)
 _ACTIVE = packed(ACTIVE_STATUSES)
+_LEASE_LOST = -3
+"""``emit.lua``'s sequence number when the lease is another run's."""
 
 
 class EventLog(StoreBase):
     """Emitting a response's events and reading them back."""
 
-    def emit(self, response_id: str, events: Sequence[Event]) -> EmitResult:
-        """Append events to an active response's log; refused once it is no longer active."""
+    def emit(
+        self, response_id: str, events: Sequence[Event], *, fence: Fence = NO_FENCE
+    ) -> EmitResult:
+        """Append events to an active response's log; refused once it is no longer active.
+
+        ``fence``: the emitting run's lease; refused, too, when another run holds it.
+        """
         if not events:
             return EmitResult(last_sequence_number=-1, status=ResponseStatus.IN_PROGRESS)
         encoded = encode_events(events)
@@ -142,10 +162,16 @@ class EventLog(StoreBase):
                 record=self.keys.record(response_id),
                 sequence=self.keys.sequence(response_id),
                 stream=self.keys.events(response_id),
+                lease=self.keys.lease(response_id),
+                active=self.keys.active,
                 channel=self.keys.channel(response_id),
                 maxlen=self.stream_maxlen,
                 ttl=self.ttl_seconds,
                 active_statuses=_ACTIVE,
+                lease_token=fence.token,
+                lease_ms=fence.milliseconds,
+                lease_deadline=fence.deadline(),
+                response_id=response_id,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
             )

@@ -20,6 +20,7 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.store.base import StoreBase, text
 from app.store.events import END_LINE, encode_events
+from app.store.fence import NO_FENCE, Fence
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import START, TERMINAL_STATUSES, Transition, packed
 
@@ -47,6 +48,8 @@ class WriteResult:
     """The status now stored (the new one when ``ok``, else the one that blocked the write)."""
     conflict: bool = False
     """The version moved under us: reload and try again."""
+    lease_lost: bool = False
+    """Another run holds the writing run's lease (:mod:`app.store.fence`): it owns the response."""
 
 
 RECORD_FIELDS = ("object", "ver", "turn", "extra")
@@ -96,6 +99,10 @@ class WriteCall:
     is_terminal: bool
     end_line: str
     response_id: str
+    lease_token: str
+    """The writing run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
+    lease_ms: int
+    lease_deadline: float
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -111,6 +118,16 @@ class SetExtraCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Checks:
+    """What a write (not a create) checks before it writes."""
+
+    source: Transition
+    """The record must have one of its source statuses."""
+    version: int | None
+    fence: Fence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _NewRecord:
     """What a response's create stores beside the object."""
 
@@ -122,6 +139,8 @@ class _NewRecord:
 WRITE = LuaScript("write", WriteCall)
 SET_EXTRA = LuaScript("set_extra", SetExtraCall)
 _CREATED = ""  # a create checks no source status (the record must not exist)
+_VERSION_MOVED, _LEASE_LOST = -3, -4
+"""``write.lua``'s codes of those refusals."""
 
 
 class Records(StoreBase):
@@ -142,7 +161,7 @@ class Records(StoreBase):
         """
         result = self._put(
             response,
-            source=None,
+            checks=None,
             events=events,
             new=_NewRecord(
                 inputs=tuple(json.dumps(item) for item in inputs),
@@ -161,6 +180,7 @@ class Records(StoreBase):
         version: int | None = None,
         turn: int | None = None,
         events: Sequence[Event] = (),
+        fence: Fence = NO_FENCE,
     ) -> WriteResult:
         """Compare-and-set the record; emit ``events`` with the write, atomically.
 
@@ -170,6 +190,7 @@ class Records(StoreBase):
             version: The version the record must have now (``None``: any).
             turn: New count of committed turns (``None``: unchanged).
             events: Events emitted only if the write happens.
+            fence: The writing run's lease: the write is refused when another run holds it.
 
         Raises:
             ValueError: ``transition`` is not a write's, or does not lead to the response's
@@ -179,19 +200,20 @@ class Records(StoreBase):
             raise ValueError(f"no write makes the {transition.name} transition")
         if response.status not in transition.target:
             raise ValueError(f"a {transition.name} write cannot store {response.status}")
-        return self._put(response, source=transition, version=version, turn=turn, events=events)
+        checks = _Checks(source=transition, version=version, fence=fence)
+        return self._put(response, checks=checks, turn=turn, events=events)
 
     def _put(
         self,
         response: ResponseObject,
         *,
-        source: Transition | None,
+        checks: _Checks | None,
         events: Sequence[Event],
-        version: int | None = None,
         turn: int | None = None,
         new: _NewRecord | None = None,
     ) -> WriteResult:
-        """A write after ``source``'s statuses, or (``source=None``) the create of ``new``."""
+        """A write after ``checks``, or (``checks=None``) the create of ``new``."""
+        fence = NO_FENCE if checks is None else checks.fence
         new = new or _NewRecord(inputs=(), extra="", started="")
         rid = response.id
         is_terminal = response.status in TERMINAL_STATUSES
@@ -208,9 +230,9 @@ class Records(StoreBase):
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
-                is_create=source is None,
-                source_statuses=_CREATED if source is None else packed(source.source),
-                expected_version=version,
+                is_create=checks is None,
+                source_statuses=_CREATED if checks is None else packed(checks.source.source),
+                expected_version=None if checks is None else checks.version,
                 new_status=response.status,
                 object=response.model_dump_json(),
                 turn=turn,
@@ -219,12 +241,20 @@ class Records(StoreBase):
                 is_terminal=is_terminal,
                 end_line=END_LINE,
                 response_id=rid,
+                lease_token=fence.token,
+                lease_ms=fence.milliseconds,
+                lease_deadline=fence.deadline(),
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
             )
         )
-        return WriteResult(ok=code > 0, status=text(now_status), conflict=code == -3)
+        return WriteResult(
+            ok=code > 0,
+            status=text(now_status),
+            conflict=code == _VERSION_MOVED,
+            lease_lost=code == _LEASE_LOST,
+        )
 
     def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
         """Replace the request's ``extra`` fields (no-op once the response is gone)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.store.base import StoreBase
+from app.store.fence import NO_FENCE, Fence
 from app.store.records import StoredResponse, stored_response
 from app.store.scripts import LuaScript, key
 from app.store.status import START, packed
@@ -56,6 +57,8 @@ class OpenedTurn:
     counted, or the lease is held elsewhere)."""
     loaded: LoadedTurn | None
     """The turn's first read; None when the lease is held elsewhere."""
+    fence: Fence = NO_FENCE
+    """The lease taken, for the run's writes (:mod:`app.store.fence`); none when none was."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,9 +163,12 @@ class Turns(StoreBase):
             )
         )
         taken, starts = bool(raw[0]), int(raw[1])
-        return OpenedTurn(
-            taken=taken, starts=starts, loaded=_loaded_turn(raw[2]) if taken else None
+        if not taken:
+            return OpenedTurn(taken=False, starts=starts, loaded=None)
+        fence = (
+            NO_FENCE if lease is None else Fence(token=lease.token, milliseconds=lease.milliseconds)
         )
+        return OpenedTurn(taken=True, starts=starts, loaded=_loaded_turn(raw[2]), fence=fence)
 
 
 def _loaded_turn(raw: list[Any]) -> LoadedTurn:

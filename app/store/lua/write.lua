@@ -3,11 +3,14 @@
 -- and optionally its version, then writes the record and emits the events in the same step,
 -- so `response.completed` exists exactly when the stored status says `completed`. A create
 -- stores the input items too. A terminal write sets the inputs' time to live, frees the
--- response's lease (no run of it is needed any more) and publishes the end line.
+-- response's lease (no run of it is needed any more) and publishes the end line. A run's
+-- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
+-- the lease (fence.lua).
 -- Returns {the new version, the new status, the last sequence number}, or when refused
--- {-1 (status), -2 (no record) or -3 (version moved), the stored status, -1}.
+-- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
 --- @include events
+--- @include fence
 local record = KEYS[1]
 local sequence = KEYS[2]
 local stream = KEYS[3]
@@ -28,7 +31,10 @@ local started = ARGV[11]
 local is_terminal = ARGV[12]
 local end_line = ARGV[13]
 local response_id = ARGV[14]
-local inputs, at = counted_list(15)
+local lease_token = ARGV[15]
+local lease_ms = ARGV[16]
+local lease_deadline = ARGV[17]
+local inputs, at = counted_list(18)
 local event_types, at = counted_list(at)
 local event_json_prefixes = counted_list(at)
 
@@ -41,6 +47,9 @@ else
   if expected_version ~= '' and redis.call('HGET', record, 'ver') ~= expected_version then
     return {-3, status, -1}
   end
+end
+if not holds_lease(record, lease, active, lease_token, lease_ms, lease_deadline, response_id) then
+  return {-4, status, -1}
 end
 if is_create == '1' then
   redis.call('DEL', inputs_key)
