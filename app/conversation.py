@@ -14,8 +14,10 @@ def load_history(store: ResponseStore, previous_response_id: str | None) -> list
     """Input and output items of every response in the chain, oldest first.
 
     ``instructions`` do not carry over (OpenAI's rule): only items do. A response created with
-    its own ``context`` (a WebSocket continuation of an unstored response) ends the walk: that
-    context stands for the rest of the chain.
+    its own ``context`` ends the walk: that context stands for the rest of the chain. Every
+    response that continues another has one (the chain as it stood when the response was
+    created, or what a WebSocket connection held of its unstored predecessor), so the walk reads
+    one response, however long the conversation.
 
     Raises:
         PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or

@@ -117,19 +117,20 @@ def create_response(
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
 
     ``context``: the items before this response's input when the caller holds them already (a
-    WebSocket connection continuing its unstored previous response); stored with the response
-    instead of being read from the ``previous_response_id`` chain.
+    WebSocket connection continuing its unstored previous response). Otherwise the
+    ``previous_response_id`` chain is read now and stored as the context: a snapshot, so no turn
+    reads the chain again, and a later response's walk ends at this one (a constant number of
+    reads, however long the conversation).
     """
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_compactions(store, settings, inputs)
-    if context is not None:
-        history = context
-    elif request.previous_response_id:
-        history = load_history(store, request.previous_response_id)
-    else:
-        history = []
+    if context is None and request.previous_response_id:
+        # The chain is read once, here: stored as the response's context, it is what every turn
+        # and tool call of this response sees, and where the walk of a later response stops.
+        context = load_history(store, request.previous_response_id)
+    history = context or []
     tools = kinds.prepare_request(
         RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
         [tool.model_dump(mode="json") for tool in request.tools],

@@ -341,3 +341,47 @@ def test_plan_next_step_cancels_before_anything_else_when_the_model_gave_up(
     output = TurnOutput(items=[call], calls=[call], finish_reason=MODEL_CANCELLED, usage=USAGE)
     step = plan_next_step(make_settings(), response, output, ToolPlan())
     assert isinstance(step, CancelByModel)
+
+
+class CountingStore(ResponseStore):
+    """A store that counts the records it is asked to load (the chain walk's reads)."""
+
+    loads: list[str]
+
+    def load(self, response_id: str) -> Any:
+        self.loads.append(response_id)
+        return super().load(response_id)
+
+
+def test_a_long_chain_is_read_once_per_response_one_record_deep(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The chain is a snapshot taken at create: a turn never walks it, a create reads one record."""
+    settings = make_settings()
+    counting = CountingStore(
+        store.redis, keys=store.keys, ttl_seconds=settings.response_ttl_seconds
+    )
+    counting.loads = []
+    dispatcher = RecordingDispatcher()
+    chain: list[str] = []
+    for depth in range(12):
+        previous = chain[-1] if chain else None
+        rid = create(
+            counting, settings, dispatcher, input=f"q{depth}", previous_response_id=previous
+        )
+        model = answer(f"a{depth}")
+        advance_response(RunDeps(store=counting, provider=model, settings=settings), rid, 0)
+        chain.append(rid)
+
+    assert counting.loads.count(chain[0]) == 1  # read by its child's create, never again
+    assert counting.loads.count(chain[5]) == 1
+    texts = [item["content"][0]["text"] for item in model.requests[0].items]
+    assert texts == [t for depth in range(12) for t in (f"q{depth}", f"a{depth}")][:-1]
+
+    # the snapshot stands for the whole chain: its ancestors may go, the chain goes on
+    for rid in chain[:-1]:
+        store.delete(rid)
+    last = create(store, settings, dispatcher, input="more", previous_response_id=chain[-1])
+    model = answer("done")
+    advance_response(RunDeps(store=store, provider=model, settings=settings), last, 0)
+    assert len(model.requests[0].items) == 2 * 12 + 1
