@@ -73,6 +73,9 @@ class CeleryDispatcher:
                 queue=queue,
                 task_id=tool_task_id(response_id, call_id),
                 app=self.celery,
+                # No sender waits on a member: a sender outside a worker would subscribe to
+                # each one's result channel (the chord counts its members regardless).
+                ignore_result=True,
                 **send_options([response_id, call_id]),
             )
             for call_id, queue in calls

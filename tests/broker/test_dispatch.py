@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import gc
 import json
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -21,12 +20,7 @@ from broker.publish import SendTaskPublisher, TaskPublisher, send_options
 
 
 def close_celery(celery: Celery) -> None:
-    """Close the broker's pool and the result backend's connections (a chord opened them).
-
-    A sent chord's result, once collected, unsubscribes from its result channel: collect it
-    first, while the backend is still open, so no connection is opened after the close.
-    """
-    gc.collect()
+    """Close the broker's pool and the result backend's connections (a link's send opened them)."""
     celery.backend.result_consumer.stop()
     celery.close()
     celery.backend.client.connection_pool.disconnect()
