@@ -175,6 +175,24 @@ def test_agents_conversations_session_carries_two_runs(fleet: Fleet, client: ope
     assert [item.type for item in inputs.data][:2] == ["message", "message"]
 
 
+def test_agents_conversations_session_pops_and_clears(fleet: Fleet, client: openai.OpenAI) -> None:
+    async def body(sdk: AsyncOpenAI) -> tuple[str, Any, list[Any]]:
+        session = OpenAIConversationsSession(openai_client=sdk)
+        await session.add_items([{"role": "user", "content": f"line {i}"} for i in range(25)])
+        popped = await session.pop_item()
+        remaining = await session.get_items(limit=3)
+        conversation_id = session.session_id
+        await session.clear_session()
+        return conversation_id, popped, remaining
+
+    conversation_id, popped, remaining = run(fleet, body)
+
+    assert popped is not None and popped["content"][0]["text"] == "line 24"
+    assert [item["content"][0]["text"] for item in remaining] == ["line 21", "line 22", "line 23"]
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.retrieve(conversation_id)
+
+
 def test_agents_run_in_a_server_side_conversation(fleet: Fleet, client: openai.OpenAI) -> None:
     conversation = client.conversations.create(metadata={"by": "agents"})
 

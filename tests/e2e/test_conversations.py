@@ -61,7 +61,8 @@ def test_responses_continue_a_conversation(client: openai.OpenAI) -> None:
 
 def test_responses_racing_on_one_conversation_append_whole_blocks(client: openai.OpenAI) -> None:
     """Each response appends its input and output as one block when it ends: none is lost,
-    none interleaves with another, and the blocks follow the order the responses ended in."""
+    none interleaves with another (the order of the blocks, the order the responses ended in,
+    is shown deterministically by tests/app/test_conversations.py)."""
     conversation = client.conversations.create(
         items=[{"type": "message", "role": "user", "content": "seed"}]
     )
@@ -83,6 +84,4 @@ def test_responses_racing_on_one_conversation_append_whole_blocks(client: openai
         (client.responses.input_items.list(r.id).data[0].id, r.output[0].id): r for r in responses
     }
     ended = [by_block[(user, answer)] for user, answer in blocks]  # KeyError: interleaved
-    assert {r.id for r in ended} == {r.id for r in responses}
-    completed_at = [r.completed_at or 0 for r in ended]
-    assert completed_at == sorted(completed_at)
+    assert sorted(r.id for r in ended) == sorted(r.id for r in responses)

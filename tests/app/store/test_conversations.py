@@ -55,6 +55,18 @@ def test_conversation_append_keeps_the_place_of_an_item_it_holds(store: Response
     assert store.conversation("conv_none") is None
 
 
+def test_conversation_append_keeps_an_item_without_an_id_by_its_position(
+    store: ResponseStore,
+) -> None:
+    cid = conversation(store, message("msg_a"))
+
+    assert store.append_to_conversation(cid, [{"type": "message", "content": []}])
+
+    page = store.conversation_items(cid)
+    assert page is not None and len(page.items) == 2
+    assert store.conversation_item(cid, "item_2")[1] == {"type": "message", "content": []}
+
+
 def test_conversation_item_and_conversation_delete(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
