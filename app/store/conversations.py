@@ -21,35 +21,35 @@ from app.store.scripts import LuaScript, counted, key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateConversationCall:
-    """The operands of ``create_conversation.lua``."""
+class _ConversationCall:
+    """The keys of a conversation, the first operands of the scripts that read or add items."""
 
     conversation: str = key()
     items_key: str = key()
     order_key: str = key()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateConversationCall(_ConversationCall):
+    """The operands of ``create_conversation.lua``."""
+
     object: str
     ttl: int
     items: tuple[str, ...] = counted()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppendConversationCall:
+class AppendConversationCall(_ConversationCall):
     """The operands of ``append_conversation.lua``."""
 
-    conversation: str = key()
-    items_key: str = key()
-    order_key: str = key()
     ttl: int
     items: tuple[str, ...] = counted()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConversationPageCall:
+class ConversationPageCall(_ConversationCall):
     """The operands of ``conversation_page.lua``."""
 
-    conversation: str = key()
-    items_key: str = key()
-    order_key: str = key()
     after: str
     """The id of the item the page starts after ("": from the first)."""
     is_descending: bool
@@ -66,12 +66,9 @@ class UpdateConversationCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteConversationItemCall:
+class DeleteConversationItemCall(_ConversationCall):
     """The operands of ``delete_conversation_item.lua``."""
 
-    conversation: str = key()
-    items_key: str = key()
-    order_key: str = key()
     item_id: str
 
 
