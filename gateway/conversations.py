@@ -14,8 +14,9 @@ blueprint = Blueprint("conversations", __name__)
 
 @blueprint.post("/v1/conversations")
 def create() -> Response:
-    """Create a conversation, with its first items."""
-    return jsonify(core.create_conversation(gateway().store, json_body()))
+    """Create a conversation, with its first items (an empty body: an empty conversation)."""
+    body = json_body() if request.get_data() else {}
+    return jsonify(core.create_conversation(gateway().store, body))
 
 
 @blueprint.get("/v1/conversations/<conversation_id>")

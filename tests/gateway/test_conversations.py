@@ -57,6 +57,13 @@ def test_conversation_create_retrieve_update_delete(web: FlaskClient) -> None:
     error_of(web.get(f"/v1/conversations/{created.id}"), 404)
 
 
+def test_conversation_create_takes_an_empty_body(web: FlaskClient) -> None:
+    answer = web.post("/v1/conversations")
+
+    assert Conversation.model_validate(answer.json).metadata == {}
+    error_of(web.post("/v1/conversations", data="x"), 415)
+
+
 def test_conversation_items_add_list_page_retrieve_delete(web: FlaskClient) -> None:
     cid = create(web, items=[user("one"), user("two")]).id
     added = web.post(
