@@ -1,10 +1,10 @@
-"""What the model sees: the ``previous_response_id`` chain, then this response's input."""
+"""What the model sees: the ``previous_response_id`` chain or the conversation, then the input."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.errors import PreviousResponseNotFoundError
+from app.errors import NotFoundError, PreviousResponseNotFoundError
 from app.store import ResponseStore, StoredResponse
 
 MAX_CHAIN_LENGTH = 1000
@@ -48,3 +48,20 @@ def history_of(store: ResponseStore, stored: StoredResponse) -> list[dict[str, A
         context: list[dict[str, Any]] = stored.extra["context"]
         return context
     return load_history(store, stored.response.previous_response_id)
+
+
+def load_conversation(store: ResponseStore, conversation_id: str) -> list[dict[str, Any]]:
+    """Every item of a conversation, oldest first: one round trip, however long it is.
+
+    Raises:
+        NotFoundError: the conversation is unknown, expired or deleted.
+    """
+    page = store.conversation_items(conversation_id)
+    if page is None:
+        raise conversation_not_found(conversation_id, param="conversation")
+    return page.items
+
+
+def conversation_not_found(conversation_id: str, *, param: str) -> NotFoundError:
+    """OpenAI's 404 for a conversation id that names nothing."""
+    return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param=param)

@@ -121,3 +121,15 @@ class Keys:
     def container_lock(self, container_id: str) -> str:
         """String with TTL: a sandbox run holds the container (one run at a time)."""
         return f"{self.prefix}container:{container_id}:lock"
+
+    def conversation(self, conversation_id: str) -> str:
+        """Hash: the conversation object (JSON) and the position of its next item."""
+        return f"{self.prefix}conv:{conversation_id}"
+
+    def conversation_items(self, conversation_id: str) -> str:
+        """Hash: item id → the conversation's item (JSON)."""
+        return f"{self.prefix}conv:{conversation_id}:items"
+
+    def conversation_order(self, conversation_id: str) -> str:
+        """Sorted set: the conversation's item ids by position (the order they were added)."""
+        return f"{self.prefix}conv:{conversation_id}:order"

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.config import Settings
-from app.conversation import load_history
+from app.conversation import load_conversation, load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
 from app.protocol import events as ev
+from app.protocol.items import output_text_part
 from app.protocol.request import CreateResponseRequest, FunctionChoice
 from app.protocol.response import (
     ACTIVE_STATUSES,
+    ResponseConversation,
     ResponseObject,
     ResponseStatus,
 )
@@ -26,6 +28,8 @@ from app.store import ResponseStore
 from app.store.status import CANCEL
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -45,10 +49,15 @@ def new_response_id() -> str:
 
 def parse_request(body: Any) -> CreateResponseRequest:
     """Validate a create body; the first problem becomes a 400 whose ``param`` names the field."""
+    return parse_body(CreateResponseRequest, body)
+
+
+def parse_body(model: type[BodyT], body: Any) -> BodyT:
+    """Validate a JSON body as ``model``; the first problem becomes a 400 naming the field."""
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
     try:
-        return CreateResponseRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         raise invalid_request_from(exc) from None
 
@@ -126,10 +135,7 @@ def create_response(
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_compactions(store, settings, inputs)
-    if context is None and request.previous_response_id:
-        # The chain is read once, here: stored as the response's context, it is what every turn
-        # and tool call of this response sees, and where the walk of a later response stops.
-        context = load_history(store, request.previous_response_id)
+    context = _context_of(store, request, context)
     history = context or []
     tools = kinds.prepare_request(
         RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
@@ -146,6 +152,27 @@ def create_response(
     store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
     _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
+
+
+def _context_of(
+    store: ResponseStore, request: CreateResponseRequest, context: list[dict[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """The items before the input: ``context`` if given, else the chain or the conversation.
+
+    Either is read once, here: stored as the response's context, it is what every turn and tool
+    call of this response sees, and where the walk of a later response's chain stops.
+    """
+    if request.conversation_id is not None:
+        if request.previous_response_id:
+            raise InvalidRequestError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'.",
+                code="mutually_exclusive_parameters",
+            )
+        return load_conversation(store, request.conversation_id)
+    if context is None and request.previous_response_id:
+        return load_history(store, request.previous_response_id)
+    return context
 
 
 def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:
@@ -228,6 +255,11 @@ def _new_response(
         metadata=request.metadata or {},
         safety_identifier=request.safety_identifier,
         prompt_cache_key=request.prompt_cache_key,
+        conversation=(
+            None
+            if request.conversation_id is None
+            else ResponseConversation(id=request.conversation_id)
+        ),
     )
 
 
@@ -262,15 +294,26 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
         ]
     else:
         raw = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
+    return normalise_items(raw)
+
+
+def normalise_items(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input items as stored: each with its ``type`` and an ``id``, message content as parts."""
     for item in raw:
         item.setdefault("type", "message")
         item.setdefault("id", f"{_ITEM_PREFIX[item['type']]}_{secrets.token_hex(16)}")
         if item["type"] == "message":
             item.setdefault("status", "completed")
             if isinstance(item["content"], str):
-                part_type = "output_text" if item["role"] == "assistant" else "input_text"
-                item["content"] = [{"type": part_type, "text": item["content"]}]
+                item["content"] = [_text_part(item["role"], item["content"])]
     return raw
+
+
+def _text_part(role: str, text: str) -> dict[str, Any]:
+    """A message's string content as its one part (an assistant's as it would have said it)."""
+    if role == "assistant":
+        return output_text_part(text)
+    return {"type": "input_text", "text": text}
 
 
 def cancel_response(

@@ -14,7 +14,17 @@ from app.relay import EventHub
 from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
-from gateway import auth, compact, errors, health, metrics, models, responses, ws
+from gateway import (
+    auth,
+    compact,
+    conversations,
+    errors,
+    health,
+    metrics,
+    models,
+    responses,
+    ws,
+)
 from gateway.context import Gateway
 
 
@@ -52,7 +62,14 @@ def create_app(
     errors.register(app)
     auth.register(app, settings.api_key_set)
     metrics.register(app)
-    for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
+    blueprints = (
+        responses.blueprint,
+        conversations.blueprint,
+        models.blueprint,
+        health.blueprint,
+        metrics.blueprint,
+    )
+    for blueprint in blueprints:
         app.register_blueprint(blueprint)
     compact.register(app, compaction_queue)
     ws.register(app, settings)

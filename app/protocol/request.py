@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.protocol.conversations import ConversationRef
 from app.protocol.items import InputItem
 
 TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
@@ -201,6 +202,7 @@ class CreateResponseRequest(_Strict):
     input: str | list[InputItem] = Field(default_factory=list)
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | ConversationRef | None = None
     store: bool = True
     background: bool = False
     stream: bool = False
@@ -232,3 +234,10 @@ class CreateResponseRequest(_Strict):
         if protocol is not None and protocol not in ("native", "json"):
             raise ValueError(f"'{TOOL_PROTOCOL_METADATA_KEY}' must be 'native' or 'json'")
         return value
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id ``conversation`` names (a string or ``{"id": …}``), if any."""
+        if isinstance(self.conversation, ConversationRef):
+            return self.conversation.id
+        return self.conversation or None

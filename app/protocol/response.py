@@ -84,6 +84,12 @@ class IncompleteDetails(BaseModel):
     reason: str
 
 
+class ResponseConversation(BaseModel):
+    """``conversation`` of a response: the conversation its items were added to."""
+
+    id: str
+
+
 class ResponseObject(BaseModel):
     """The response as clients read it (``GET /v1/responses/{id}`` and event snapshots)."""
 
@@ -120,6 +126,7 @@ class ResponseObject(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    conversation: ResponseConversation | None = None
 
     def wire(self) -> dict[str, Any]:
         """The JSON-able dict clients receive."""

@@ -14,13 +14,16 @@ hold every invariant that spans keys. The parts, by responsibility:
 * :mod:`~app.store.fence` — a run's emits and writes fenced with its lease token, so a run
   that lost its lease to another writes nothing;
 * :mod:`~app.store.tool_calls` — tool results and the claims on calls;
-* :mod:`~app.store.fleet` — delivery counts and worker heartbeats.
+* :mod:`~app.store.fleet` — delivery counts and worker heartbeats;
+* :mod:`~app.store.conversations` — conversations and their items (a response that belongs to
+  one adds its items with its final write).
 
 :class:`ResponseStore` is all of them over one client. The keyspace is :mod:`app.keys`.
 """
 
 from __future__ import annotations
 
+from app.store.conversations import Conversations, ItemPage
 from app.store.events import EmitResult, EventLog, ExpiredCursorError, StoredEvent
 from app.store.fence import NO_FENCE, Fence
 from app.store.fleet import Fleet, RedeliveredTooOftenError
@@ -30,9 +33,11 @@ from app.store.turns import LeaseRequest, LoadedTurn, OpenedTurn, Turns
 
 __all__ = [
     "ClaimOutcome",
+    "Conversations",
     "EmitResult",
     "ExpiredCursorError",
     "Fence",
+    "ItemPage",
     "LeaseRequest",
     "LoadedTurn",
     "NO_FENCE",
@@ -46,5 +51,5 @@ __all__ = [
 ]
 
 
-class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet):
-    """Responses, their input items and their event logs, in one Redis database."""
+class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet, Conversations):
+    """Responses, their input items, their event logs and conversations, in one Redis database."""

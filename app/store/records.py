@@ -4,7 +4,9 @@ A record is a hash (``Keys.record``): the response object, its status, a version
 every write, the committed turn count and the request's ``extra`` fields, with the response's
 input items in a list beside it. ``write.lua`` is the one way to change a record: it checks the
 status against the write's :class:`~app.store.status.Transition` (and optionally the version)
-and emits the write's events in the same step. Deletion removes record, inputs, events,
+and emits the write's events in the same step; the final write of a response that belongs to a
+conversation adds its input and output items to it in that step too
+(:mod:`~app.store.conversations`). Deletion removes record, inputs, events,
 counters and tool results together.
 """
 
@@ -19,10 +21,11 @@ from app.errors import NotFoundError
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.store.base import StoreBase, text
+from app.store.conversations import encode_items
 from app.store.events import END_LINE, encode_events
 from app.store.fence import NO_FENCE, Fence
 from app.store.scripts import LuaScript, counted, key
-from app.store.status import START, TERMINAL_STATUSES, Transition, packed
+from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +82,9 @@ class WriteCall:
     inputs_key: str = key()
     lease: str = key()
     active: str = key()
+    conversation: str = key()
+    conversation_items_key: str = key()
+    conversation_order: str = key()
     channel: str
     maxlen: int
     ttl: int
@@ -103,10 +109,15 @@ class WriteCall:
     """The writing run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
     lease_ms: int
     lease_deadline: float
+    appends_to_conversation: bool
+    """A terminal write adds the inputs and ``conversation_items`` to the conversation."""
+    conversation_ttl: int
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
     event_json_prefixes: tuple[str, ...] = counted()
+    conversation_items: tuple[str, ...] = counted()
+    """The response's output items, when it appends to its conversation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +230,8 @@ class Records(StoreBase):
         is_terminal = response.status in TERMINAL_STATUSES
         ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
         encoded = encode_events(events)
+        conversation_id = response.conversation.id if response.conversation else ""
+        appends = bool(conversation_id) and response.status in APPENDING_STATUSES
         code, now_status, _last = self.script(WRITE)(
             WriteCall(
                 record=self.keys.record(rid),
@@ -227,6 +240,9 @@ class Records(StoreBase):
                 inputs_key=self.keys.inputs(rid),
                 lease=self.keys.lease(rid),
                 active=self.keys.active,
+                conversation=self.keys.conversation(conversation_id),
+                conversation_items_key=self.keys.conversation_items(conversation_id),
+                conversation_order=self.keys.conversation_order(conversation_id),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -244,9 +260,12 @@ class Records(StoreBase):
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
                 lease_deadline=fence.deadline(),
+                appends_to_conversation=appends,
+                conversation_ttl=self.ttl_seconds,
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
+                conversation_items=encode_items(response.output) if appends else (),
             )
         )
         return WriteResult(

@@ -21,6 +21,7 @@ from app.protocol.response import ACTIVE_STATUSES, TERMINAL_STATUSES, ResponseSt
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "APPENDING_STATUSES",
     "CANCEL",
     "COMMIT",
     "FAIL",
@@ -75,6 +76,12 @@ CANCEL = Transition(
 """A client cancels a background response that has not finished."""
 FAIL = Transition(name="fail", source=ACTIVE_STATUSES, target=frozenset({ResponseStatus.FAILED}))
 """The fleet gives up on a response that has not finished."""
+
+APPENDING_STATUSES = frozenset(
+    {ResponseStatus.COMPLETED, ResponseStatus.INCOMPLETE, ResponseStatus.REQUIRES_ACTION}
+)
+"""The final statuses whose write adds the response's items to its conversation: a failed or
+cancelled response adds nothing (the client may try the same input again)."""
 
 TRANSITIONS = (START, COMMIT, FINISH, CANCEL, FAIL)
 """The table: every status write there is."""

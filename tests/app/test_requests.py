@@ -253,7 +253,9 @@ def test_normalise_input_gives_every_item_an_id() -> None:
     assert items[0]["type"] == "message"
     assert items[0]["status"] == "completed"
     assert items[0]["content"] == [{"type": "input_text", "text": "Weather?"}]
-    assert items[1]["content"] == [{"type": "output_text", "text": "Let me look."}]
+    assert items[1]["content"] == [
+        {"type": "output_text", "text": "Let me look.", "annotations": [], "logprobs": []}
+    ]
 
 
 def test_normalise_input_turns_a_string_into_a_user_message() -> None:

@@ -268,8 +268,8 @@ def test_websocket_new_chain_from_compact_output(fleet: Fleet, ws: ClientConnect
     assert follow_up["usage"]["input_tokens"] > final["usage"]["input_tokens"]
 
 
-# openai 3.51 opens its socket with websockets' connect() outside a ``with``, which websockets
-# 17.4 deprecates: not ours to fix.
+# openai 3.51 opens its socket with websockets' connect() outside a ``with``, which newer websockets
+# (17.x) deprecate: not ours to fix.
 @pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager")
 def test_websocket_with_the_openai_sdk(fleet: Fleet, client: openai.OpenAI) -> None:
     with client.responses.connect() as connection:

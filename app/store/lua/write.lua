@@ -5,18 +5,24 @@
 -- stores the input items too. A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
--- the lease (fence.lua).
+-- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
+-- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
+-- the conversation as one block (conversation.lua), unless the conversation is gone.
 -- Returns {the new version, the new status, the last sequence number}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
 --- @include events
 --- @include fence
+--- @include conversation
 local record = KEYS[1]
 local sequence = KEYS[2]
 local stream = KEYS[3]
 local inputs_key = KEYS[4]
 local lease = KEYS[5]
 local active = KEYS[6]
+local conversation = KEYS[7]
+local conversation_items_key = KEYS[8]
+local conversation_order = KEYS[9]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -34,9 +40,12 @@ local response_id = ARGV[14]
 local lease_token = ARGV[15]
 local lease_ms = ARGV[16]
 local lease_deadline = ARGV[17]
-local inputs, at = counted_list(18)
+local appends_to_conversation = ARGV[18]
+local conversation_ttl = ARGV[19]
+local inputs, at = counted_list(20)
 local event_types, at = counted_list(at)
-local event_json_prefixes = counted_list(at)
+local event_json_prefixes, at = counted_list(at)
+local conversation_items = counted_list(at)
 
 local status = redis.call('HGET', record, 'status')
 if is_create == '1' then
@@ -76,6 +85,11 @@ if is_terminal == '1' then
   redis.call('DEL', lease)
   redis.call('ZREM', active, response_id)
   lines[#lines + 1] = end_line
+  if appends_to_conversation == '1' and redis.call('EXISTS', conversation) == 1 then
+    local block = redis.call('LRANGE', inputs_key, 0, -1)
+    for _, item in ipairs(conversation_items) do block[#block + 1] = item end
+    append_items(conversation, conversation_items_key, conversation_order, conversation_ttl, block)
+  end
 end
 publish(channel, lines)
 return {ver, new_status, last}

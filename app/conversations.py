@@ -1,0 +1,150 @@
+"""The Conversations API: what the gateway's ``/v1/conversations`` views call.
+
+A conversation is an object (``conv_…``, its ``metadata``) and a list of items. Clients add
+items themselves (at create, or ``POST …/items``), and a response created with
+``conversation`` reads every item as its history and adds its input and output items when it
+ends (:mod:`app.store.conversations` holds the rule for responses that end together).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, get_args
+
+from app.conversation import conversation_not_found
+from app.errors import InvalidRequestError, NotFoundError
+from app.protocol.conversations import (
+    AddItemsRequest,
+    CreateConversationRequest,
+    UpdateConversationRequest,
+)
+from app.protocol.items import InputItem
+from app.protocol.request import Includable
+from app.responses import normalise_items, parse_body
+from app.store import ResponseStore
+
+INCLUDABLE = frozenset(get_args(Includable))
+
+
+def new_conversation_id() -> str:
+    """A fresh ``conv_…`` id."""
+    return "conv_" + secrets.token_hex(24)
+
+
+def create_conversation(store: ResponseStore, body: Any) -> dict[str, Any]:
+    """``POST /v1/conversations``: a new conversation with its first items."""
+    request = parse_body(CreateConversationRequest, body)
+    conversation = {
+        "id": new_conversation_id(),
+        "object": "conversation",
+        "created_at": int(time.time()),
+        "metadata": request.metadata or {},
+    }
+    store.create_conversation(conversation, items=_stored_items(request.items or []))
+    return conversation
+
+
+def retrieve_conversation(store: ResponseStore, conversation_id: str) -> dict[str, Any]:
+    """``GET /v1/conversations/{id}``."""
+    conversation = store.conversation(conversation_id)
+    if conversation is None:
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    return conversation
+
+
+def update_conversation(store: ResponseStore, conversation_id: str, body: Any) -> dict[str, Any]:
+    """``POST /v1/conversations/{id}``: replace its metadata."""
+    request = parse_body(UpdateConversationRequest, body)
+    conversation = {**retrieve_conversation(store, conversation_id)}
+    conversation["metadata"] = request.metadata or {}
+    if not store.update_conversation(conversation):  # deleted meanwhile
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    return conversation
+
+
+def delete_conversation(store: ResponseStore, conversation_id: str) -> dict[str, Any]:
+    """``DELETE /v1/conversations/{id}``: the conversation and its items."""
+    if not store.delete_conversation(conversation_id):
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+
+def add_items(store: ResponseStore, conversation_id: str, body: Any) -> dict[str, Any]:
+    """``POST /v1/conversations/{id}/items``: append items, as one block; the items added."""
+    request = parse_body(AddItemsRequest, body)
+    items = _stored_items(request.items)
+    if store.append_to_conversation(conversation_id, items) is None:
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    return item_list(items, has_more=False)
+
+
+def list_items(
+    store: ResponseStore, conversation_id: str, *, limit: int, order: str, after: str | None
+) -> dict[str, Any]:
+    """``GET /v1/conversations/{id}/items``: a page of items (one round trip)."""
+    page = store.conversation_items(
+        conversation_id, after=after, is_descending=order == "desc", limit=limit
+    )
+    if page is None:
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    if not page.is_after_known:
+        raise InvalidRequestError(
+            f"No item with id '{after}' in conversation '{conversation_id}'.",
+            param="after",
+            code="invalid_value",
+        )
+    return item_list(page.items, has_more=page.has_more)
+
+
+def retrieve_item(store: ResponseStore, conversation_id: str, item_id: str) -> dict[str, Any]:
+    """``GET /v1/conversations/{id}/items/{item_id}``."""
+    conversation, item = store.conversation_item(conversation_id, item_id)
+    if conversation is None:
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    if item is None:
+        raise _item_not_found(conversation_id, item_id)
+    return item
+
+
+def delete_item(store: ResponseStore, conversation_id: str, item_id: str) -> dict[str, Any]:
+    """``DELETE /v1/conversations/{id}/items/{item_id}``: the conversation it was removed from."""
+    conversation, removed = store.delete_conversation_item(conversation_id, item_id)
+    if conversation is None:
+        raise conversation_not_found(conversation_id, param="conversation_id")
+    if not removed:
+        raise _item_not_found(conversation_id, item_id)
+    return conversation
+
+
+def check_include(values: list[str]) -> None:
+    """Validate ``include`` of the item endpoints (accepted: the items carry everything)."""
+    for value in values:
+        if value not in INCLUDABLE:
+            raise InvalidRequestError(
+                f"Invalid value for 'include': '{value}' is not one of {sorted(INCLUDABLE)}.",
+                param="include",
+                code="invalid_value",
+            )
+
+
+def item_list(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
+    """OpenAI's list object of conversation items."""
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }
+
+
+def _stored_items(items: list[InputItem]) -> list[dict[str, Any]]:
+    return normalise_items([item.model_dump(mode="json", exclude_none=True) for item in items])
+
+
+def _item_not_found(conversation_id: str, item_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"Item with id '{item_id}' not found in conversation '{conversation_id}'.",
+        param="item_id",
+    )

@@ -1,0 +1,214 @@
+"""Conversations: an object, and its items in the order they were added.
+
+A conversation is three keys (``Keys.conversation``, ``…_items``, ``…_order``): the object
+with the position its next item takes, the items by id, and the ids by position. Every read
+and write is one script (``app/store/lua/``), so a reader never sees half a write, and reading
+a whole conversation is one round trip however many items it holds. A response that belongs
+to a conversation appends its input and output items as one block when it ends, in the same
+script as its final write (``write.lua``): blocks of responses that end at the same time
+follow each other in the order the responses ended, never interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.store.base import StoreBase, text
+from app.store.scripts import LuaScript, counted, key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ConversationCall:
+    """The keys of a conversation, the first operands of the scripts that read or add items."""
+
+    conversation: str = key()
+    items_key: str = key()
+    order_key: str = key()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateConversationCall(_ConversationCall):
+    """The operands of ``create_conversation.lua``."""
+
+    object: str
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendConversationCall(_ConversationCall):
+    """The operands of ``append_conversation.lua``."""
+
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationPageCall(_ConversationCall):
+    """The operands of ``conversation_page.lua``."""
+
+    after: str
+    """The id of the item the page starts after ("": from the first)."""
+    is_descending: bool
+    limit: int
+    """0: every item."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateConversationCall:
+    """The operands of ``update_conversation.lua``."""
+
+    conversation: str = key()
+    object: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteConversationItemCall(_ConversationCall):
+    """The operands of ``delete_conversation_item.lua``."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemPage:
+    """A page of a conversation's items (:meth:`Conversations.conversation_items`)."""
+
+    conversation: dict[str, Any]
+    """The conversation object."""
+    items: list[dict[str, Any]]
+    has_more: bool
+    is_after_known: bool = True
+    """False: the conversation holds no item of the ``after`` id (the page is empty)."""
+
+
+CREATE_CONVERSATION = LuaScript("create_conversation", CreateConversationCall)
+APPEND_CONVERSATION = LuaScript("append_conversation", AppendConversationCall)
+CONVERSATION_PAGE = LuaScript("conversation_page", ConversationPageCall)
+UPDATE_CONVERSATION = LuaScript("update_conversation", UpdateConversationCall)
+DELETE_CONVERSATION_ITEM = LuaScript("delete_conversation_item", DeleteConversationItemCall)
+
+
+def encode_items(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """Items as the scripts take them (JSON; each has an ``id``)."""
+    return tuple(json.dumps(item) for item in items)
+
+
+class Conversations(StoreBase):
+    """Creating, reading, changing and deleting conversations and their items."""
+
+    def _conversation_keys(self, conversation_id: str) -> dict[str, str]:
+        return {
+            "conversation": self.keys.conversation(conversation_id),
+            "items_key": self.keys.conversation_items(conversation_id),
+            "order_key": self.keys.conversation_order(conversation_id),
+        }
+
+    def create_conversation(
+        self, conversation: dict[str, Any], *, items: Sequence[dict[str, Any]]
+    ) -> None:
+        """Store a new conversation (its ``id`` fresh) with its first items."""
+        created = self.script(CREATE_CONVERSATION)(
+            CreateConversationCall(
+                **self._conversation_keys(conversation["id"]),
+                object=json.dumps(conversation),
+                ttl=self.ttl_seconds,
+                items=encode_items(items),
+            )
+        )
+        if not created:  # ids are random; a clash is a bug
+            raise RuntimeError(f"conversation {conversation['id']} already exists")
+
+    def append_to_conversation(
+        self, conversation_id: str, items: Sequence[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Append ``items`` as one block; the conversation object, None when there is none."""
+        raw = self.script(APPEND_CONVERSATION)(
+            AppendConversationCall(
+                **self._conversation_keys(conversation_id),
+                ttl=self.ttl_seconds,
+                items=encode_items(items),
+            )
+        )
+        return None if raw is None else _object(raw)
+
+    def conversation_items(
+        self,
+        conversation_id: str,
+        *,
+        after: str | None = None,
+        is_descending: bool = False,
+        limit: int = 0,
+    ) -> ItemPage | None:
+        """A page of items (``limit`` 0: all of them, one round trip); None: no conversation."""
+        reply = self.script(CONVERSATION_PAGE)(
+            ConversationPageCall(
+                **self._conversation_keys(conversation_id),
+                after=after or "",
+                is_descending=is_descending,
+                limit=limit,
+            )
+        )
+        raw, *rest = reply
+        if raw is None:
+            return None
+        has_more, *items = rest
+        if has_more == -1:
+            return ItemPage(
+                conversation=_object(raw), items=[], has_more=False, is_after_known=False
+            )
+        return ItemPage(
+            conversation=_object(raw),
+            items=[json.loads(item) for item in items if item is not None],
+            has_more=bool(has_more),
+        )
+
+    def conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        """The conversation object, or None when unknown, expired or deleted."""
+        raw = self.redis.hget(self.keys.conversation(conversation_id), "object")
+        return None if raw is None else _object(raw)
+
+    def conversation_item(
+        self, conversation_id: str, item_id: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The conversation object and one of its items (each None when there is none)."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(self.keys.conversation(conversation_id), "object")
+            pipe.hget(self.keys.conversation_items(conversation_id), item_id)
+            raw_object, raw_item = pipe.execute()
+        return (
+            None if raw_object is None else _object(raw_object),
+            None if raw_item is None else _object(raw_item),
+        )
+
+    def update_conversation(self, conversation: dict[str, Any]) -> bool:
+        """Replace the conversation object; False when there is no such conversation."""
+        return bool(
+            self.script(UPDATE_CONVERSATION)(
+                UpdateConversationCall(
+                    conversation=self.keys.conversation(conversation["id"]),
+                    object=json.dumps(conversation),
+                )
+            )
+        )
+
+    def delete_conversation_item(
+        self, conversation_id: str, item_id: str
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Remove an item: the conversation object (None: none) and whether the item was there."""
+        raw, removed = self.script(DELETE_CONVERSATION_ITEM)(
+            DeleteConversationItemCall(**self._conversation_keys(conversation_id), item_id=item_id)
+        )
+        return (None if raw is None else _object(raw)), bool(removed)
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        """Remove a conversation with its items; False when there was none."""
+        keys = self._conversation_keys(conversation_id)
+        return bool(self.redis.delete(keys["conversation"], keys["items_key"], keys["order_key"]))
+
+
+def _object(raw: bytes | str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(text(raw))
+    return found

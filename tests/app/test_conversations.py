@@ -1,0 +1,192 @@
+"""Responses in a conversation: what the model reads, what the conversation gains, races."""
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from app.config import Settings
+from app.conversations import add_items, create_conversation, list_items
+from app.errors import InvalidRequestError, NotFoundError
+from app.keys import Keys
+from app.providers.chunks import Finish, TextDelta, ToolCallDelta
+from app.responses import create_response
+from app.run import RunDeps, advance_response
+from app.store import ResponseStore
+from tests.app.test_run import WEATHER_TOOL, FakeModel, answer
+from tests.support.dispatch import RecordingDispatcher
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def new_conversation(store: ResponseStore, *texts: str) -> str:
+    conversation = create_conversation(store, {"items": [user(text) for text in texts]})
+    conversation_id: str = conversation["id"]
+    return conversation_id
+
+
+def texts(store: ResponseStore, conversation_id: str) -> list[str]:
+    page = list_items(store, conversation_id, limit=100, order="asc", after=None)
+    return [part["text"] for item in page["data"] for part in item.get("content", [])]
+
+
+def run(store: ResponseStore, settings: Settings, response_id: str, model: FakeModel) -> str:
+    return advance_response(RunDeps(store=store, provider=model, settings=settings), response_id, 0)
+
+
+def test_a_response_reads_its_conversation_and_adds_its_input_and_output(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    cid = new_conversation(store, "Earlier question")
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "Now?", "conversation": {"id": cid}}
+    )
+    model = answer("Answer.")
+
+    assert run(store, settings, response.id, model) == "completed"
+
+    assert response.conversation is not None and response.conversation.id == cid
+    [request] = model.requests
+    assert [part["text"] for item in request.items for part in item["content"]] == [
+        "Earlier question",
+        "Now?",
+    ]
+    assert texts(store, cid) == ["Earlier question", "Now?", "Answer."]
+    stored = store.get(response.id).response
+    assert stored.conversation == response.conversation
+    assert list_items(store, cid, limit=1, order="desc", after=None)["data"] == stored.output
+
+
+def test_a_client_tool_round_continues_in_the_conversation(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    cid = new_conversation(store)
+    first, _ = create_response(
+        store,
+        RecordingDispatcher(),
+        settings,
+        {"input": "Weather?", "conversation": cid, "tools": [WEATHER_TOOL]},
+    )
+    call = ToolCallDelta(index=0, call_id="call_1", name="get_weather", arguments="{}")
+    run(store, settings, first.id, FakeModel(call, Finish(reason="tool_calls")))
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "Rain"}
+    second, _ = create_response(
+        store,
+        RecordingDispatcher(),
+        settings,
+        {"input": [output], "conversation": cid, "tools": [WEATHER_TOOL]},
+    )
+    model = answer("Rain in Oslo.")
+
+    assert run(store, settings, second.id, model) == "completed"
+
+    [request] = model.requests
+    assert [item["type"] for item in request.items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    page = list_items(store, cid, limit=100, order="asc", after=None)
+    assert [item["type"] for item in page["data"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+
+
+def test_conversation_and_previous_response_id_exclude_each_other(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    cid = new_conversation(store)
+    body = {"input": "x", "conversation": cid, "previous_response_id": "resp_1"}
+
+    with pytest.raises(InvalidRequestError) as raised:
+        create_response(store, RecordingDispatcher(), make_settings(), body)
+
+    assert raised.value.code == "mutually_exclusive_parameters"
+
+
+def test_an_unknown_conversation_is_not_found(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    with pytest.raises(NotFoundError) as raised:
+        create_response(
+            store, RecordingDispatcher(), make_settings(), {"input": "x", "conversation": "conv_1"}
+        )
+
+    assert raised.value.param == "conversation"
+
+
+def test_responses_racing_on_a_conversation_append_whole_blocks_in_the_order_they_end(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The rule: each response appends its input and output as one block when it ends.
+
+    Both responses read the conversation as it was when they were created; ``slow`` ends
+    after ``fast`` although it started first, so its block comes second.
+    """
+    settings = make_settings()
+    cid = new_conversation(store, "Seed")
+    dispatcher = RecordingDispatcher()
+    slow, _ = create_response(store, dispatcher, settings, {"input": "A", "conversation": cid})
+    fast, _ = create_response(store, dispatcher, settings, {"input": "B", "conversation": cid})
+    fast_done, slow_streaming = threading.Event(), threading.Event()
+    slow_model = FakeModel(
+        TextDelta(text="a1"),
+        slow_streaming.set,
+        lambda: fast_done.wait(10) or None,
+        TextDelta(text="a2"),
+        Finish(reason="stop"),
+    )
+    slow_thread = threading.Thread(target=run, args=(store, settings, slow.id, slow_model))
+    slow_thread.start()
+    assert slow_streaming.wait(10)
+    add_items(store, cid, {"items": [user("Meanwhile")]})  # a client's write in between
+
+    assert run(store, settings, fast.id, answer("b1b2")) == "completed"
+    fast_done.set()
+    slow_thread.join(10)
+
+    assert store.get(slow.id).response.status == "completed"
+    assert texts(store, cid) == ["Seed", "Meanwhile", "B", "b1b2", "A", "a1a2"]
+    assert [len(model.requests[0].items) for model in (slow_model,)] == [2]  # Seed, A
+
+
+class _CountingConnection(redis.Connection):
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sent += 1
+        super().send_packed_command(command, check_health)
+
+
+def test_loading_a_conversation_costs_the_same_round_trips_whatever_its_length(
+    redis_url: str, key_prefix: str, make_settings: Callable[..., Settings]
+) -> None:
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=_CountingConnection)
+    store = ResponseStore(redis.Redis(connection_pool=pool), keys=Keys(key_prefix), ttl_seconds=60)
+    settings = make_settings()
+    short = new_conversation(store, *(f"q{i}" for i in range(5)))
+    long = new_conversation(store)
+    for start in range(0, 200, 20):
+        add_items(store, long, {"items": [user(f"q{i}") for i in range(start, start + 20)]})
+    create_response(store, RecordingDispatcher(), settings, {"input": "x", "conversation": short})
+
+    round_trips = []
+    for cid in (short, long):
+        before = _CountingConnection.sent
+        response, _ = create_response(
+            store, RecordingDispatcher(), settings, {"input": "x", "conversation": cid}
+        )
+        round_trips.append(_CountingConnection.sent - before)
+        assert len(store.get(response.id).extra["context"]) in (5, 200)
+
+    assert round_trips[0] == round_trips[1]
+    pool.disconnect()

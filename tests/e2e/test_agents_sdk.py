@@ -1,0 +1,221 @@
+"""The OpenAI Agents SDK, unmodified, against the fleet (``OpenAIResponsesModel``).
+
+The simulator calls the function tools named in the last user message, all in one turn, and
+answers ``Tool results: …`` once their outputs come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import openai
+import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIConversationsSession,
+    OpenAIResponsesModel,
+    RawResponsesStreamEvent,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI
+
+from tests.e2e.conftest import Fleet
+
+T = TypeVar("T")
+CALLS: list[str] = []
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather of a city."""
+    CALLS.append(f"weather:{city}")
+    return f"rain in {city}"
+
+
+@function_tool
+def get_time(city: str) -> str:
+    """The local time of a city."""
+    CALLS.append(f"time:{city}")
+    return f"noon in {city}"
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing() -> Iterator[None]:
+    set_tracing_disabled(True)  # nothing is exported anywhere
+    CALLS.clear()
+    yield
+
+
+def run(fleet: Fleet, body: Callable[[AsyncOpenAI], Awaitable[T]]) -> T:
+    """``body`` with an async SDK client pointed at the fleet, on an event loop of its own."""
+
+    async def main() -> T:
+        async with AsyncOpenAI(
+            base_url=f"{fleet.base_url}/v1", api_key="test-key", max_retries=0
+        ) as client:
+            return await body(client)
+
+    return asyncio.run(main())
+
+
+def agent(client: AsyncOpenAI, **settings: Any) -> Agent[Any]:
+    return Agent(
+        name="assistant",
+        instructions="Answer briefly.",
+        model=OpenAIResponsesModel(model="antwort-sim", openai_client=client),
+        tools=[get_weather, get_time],
+        model_settings=ModelSettings(**settings),
+    )
+
+
+def test_agents_run_with_two_function_tools_in_one_turn(fleet: Fleet) -> None:
+    async def body(client: AsyncOpenAI) -> Any:
+        return await Runner.run(agent(client), "Use get_weather and get_time for city=Oslo")
+
+    result = run(fleet, body)
+
+    assert sorted(CALLS) == ["time:Oslo", "weather:Oslo"]
+    first, final = result.raw_responses
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [call.name for call in calls] == ["get_weather", "get_time"]
+    assert result.final_output == "Tool results: rain in Oslo; noon in Oslo"
+
+
+def test_agents_run_streamed_consumes_the_fleet_s_events(fleet: Fleet) -> None:
+    async def body(client: AsyncOpenAI) -> tuple[Any, list[str]]:
+        streamed = Runner.run_streamed(agent(client), "Use get_weather for city=Bergen")
+        types = [
+            event.data.type
+            async for event in streamed.stream_events()
+            if isinstance(event, RawResponsesStreamEvent)
+        ]
+        return streamed, types
+
+    streamed, types = run(fleet, body)
+
+    assert CALLS == ["weather:Bergen"]
+    assert types.count("response.created") == 2  # the call's turn, then the answer's
+    assert types.count("response.completed") == 2
+    assert "response.function_call_arguments.done" in types
+    assert "response.output_text.delta" in types
+    assert streamed.final_output == "Tool results: rain in Bergen"
+
+
+def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: openai.OpenAI) -> None:
+    async def body(sdk: AsyncOpenAI) -> tuple[Any, Any]:
+        first = await Runner.run(agent(sdk), "Remember the word kiwi.")
+        second = await Runner.run(
+            agent(sdk), "Which word?", previous_response_id=first.last_response_id
+        )
+        return first, second
+
+    first, second = run(fleet, body)
+
+    stored = client.responses.retrieve(second.last_response_id)
+    assert stored.previous_response_id == first.last_response_id
+    assert second.final_output.startswith("Simulated answer to: Which word?")
+    # the chain reached the model: its prompt holds the first turn too
+    assert stored.usage is not None and first.raw_responses[0].usage is not None
+    assert stored.usage.input_tokens > first.raw_responses[0].usage.input_tokens
+
+
+def test_agents_run_with_store_false_sends_the_whole_transcript(
+    fleet: Fleet, client: openai.OpenAI
+) -> None:
+    async def body(sdk: AsyncOpenAI) -> Any:
+        return await Runner.run(
+            agent(sdk, store=False),
+            "Use get_time for city=Lima",
+            run_config=RunConfig(tracing_disabled=True),
+        )
+
+    result = run(fleet, body)
+
+    assert CALLS == ["time:Lima"]
+    assert result.final_output == "Tool results: noon in Lima"
+    for response in result.raw_responses:
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(response.response_id or "")
+
+
+def test_agents_conversations_session_carries_two_runs(fleet: Fleet, client: openai.OpenAI) -> None:
+    async def body(sdk: AsyncOpenAI) -> tuple[str, Any, list[Any]]:
+        session = OpenAIConversationsSession(openai_client=sdk)
+        await Runner.run(agent(sdk), "My name is Ada.", session=session)
+        second = await Runner.run(agent(sdk), "Use get_weather for city=Paris", session=session)
+        return session.session_id, second, await session.get_items()
+
+    conversation_id, second, items = run(fleet, body)
+
+    assert conversation_id.startswith("conv_")
+    assert second.final_output == "Tool results: rain in Paris"
+    texts = [
+        part["text"] for item in items if item.get("type") == "message" for part in item["content"]
+    ]
+    assert len(texts) == 4
+    assert (texts[0], texts[2], texts[3]) == (
+        "My name is Ada.",
+        "Use get_weather for city=Paris",
+        "Tool results: rain in Paris",
+    )
+    assert texts[1].startswith("Simulated answer to: My name is Ada.")
+    assert [item["type"] for item in items if item.get("type") != "message"] == [
+        "function_call",
+        "function_call_output",
+    ]
+    # the second run's model read the first run from the session
+    [first_response, _] = second.raw_responses
+    inputs = client.responses.input_items.list(first_response.response_id, order="asc")
+    assert [item.type for item in inputs.data][:2] == ["message", "message"]
+
+
+def test_agents_conversations_session_pops_and_clears(fleet: Fleet, client: openai.OpenAI) -> None:
+    async def body(sdk: AsyncOpenAI) -> tuple[str, Any, list[Any]]:
+        session = OpenAIConversationsSession(openai_client=sdk)
+        await session.add_items([{"role": "user", "content": f"line {i}"} for i in range(25)])
+        popped = await session.pop_item()
+        remaining = await session.get_items(limit=3)
+        conversation_id = session.session_id
+        await session.clear_session()
+        return conversation_id, popped, remaining
+
+    conversation_id, popped, remaining = run(fleet, body)
+
+    assert popped is not None and popped["content"][0]["text"] == "line 24"
+    assert [item["content"][0]["text"] for item in remaining] == ["line 21", "line 22", "line 23"]
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.retrieve(conversation_id)
+
+
+def test_agents_run_in_a_server_side_conversation(fleet: Fleet, client: openai.OpenAI) -> None:
+    conversation = client.conversations.create(metadata={"by": "agents"})
+
+    async def body(sdk: AsyncOpenAI) -> tuple[Any, Any]:
+        first = await Runner.run(
+            agent(sdk), "Use get_weather for city=Rome", conversation_id=conversation.id
+        )
+        second = await Runner.run(agent(sdk), "Thanks!", conversation_id=conversation.id)
+        return first, second
+
+    first, second = run(fleet, body)
+
+    assert first.final_output == "Tool results: rain in Rome"
+    assert second.final_output.startswith("Simulated answer to: Thanks!")
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.type for item in items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+        "message",
+        "message",
+    ]
+    for response in [*first.raw_responses, *second.raw_responses]:
+        stored = client.responses.retrieve(response.response_id or "")
+        assert stored.conversation is not None and stored.conversation.id == conversation.id

@@ -1,0 +1,87 @@
+"""The Conversations API through the official SDK, and responses that share a conversation."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+from openai.types.responses import Response
+
+
+def test_conversations_through_the_sdk(client: openai.OpenAI) -> None:
+    created = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "first"}], metadata={"a": "1"}
+    )
+
+    assert client.conversations.retrieve(created.id) == created
+    assert client.conversations.update(created.id, metadata={"a": "2"}).metadata == {"a": "2"}
+    added = client.conversations.items.create(
+        created.id, items=[{"type": "message", "role": "user", "content": "second"}]
+    )
+    listed = list(client.conversations.items.list(created.id, order="asc", limit=1))  # 2 pages
+    assert [item.id for item in listed][1:] == [item.id for item in added.data]
+    item = client.conversations.items.retrieve(listed[0].id, conversation_id=created.id)
+    assert item == listed[0]
+    assert client.conversations.items.delete(listed[0].id, conversation_id=created.id).id == (
+        created.id
+    )
+    deleted = client.conversations.delete(created.id)
+    assert (deleted.deleted, deleted.object) == (True, "conversation.deleted")
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.items.list(created.id)
+
+
+def test_responses_continue_a_conversation(client: openai.OpenAI) -> None:
+    conversation = client.conversations.create()
+
+    first = client.responses.create(model="antwort-sim", input="Hi", conversation=conversation.id)
+    second = client.responses.create(
+        model="antwort-sim", input="Again", conversation={"id": conversation.id}
+    )
+
+    assert first.conversation is not None and first.conversation.id == conversation.id
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens  # the model read the first
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.id for item in items] == [
+        *(item.id for item in client.responses.input_items.list(first.id).data),
+        first.output[0].id,
+        *(item.id for item in client.responses.input_items.list(second.id).data),
+        second.output[0].id,
+    ]
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(
+            model="antwort-sim",
+            input="x",
+            conversation=conversation.id,
+            previous_response_id=second.id,
+        )
+
+
+def test_responses_racing_on_one_conversation_append_whole_blocks(client: openai.OpenAI) -> None:
+    """Each response appends its input and output as one block when it ends: none is lost,
+    none interleaves with another (the order of the blocks, the order the responses ended in,
+    is shown deterministically by tests/app/test_conversations.py)."""
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "seed"}]
+    )
+
+    def respond(index: int) -> Response:
+        return client.responses.create(
+            model="antwort-sim",
+            input=f"race {index} [delay_ms={10 * (index % 3)}]",
+            conversation=conversation.id,
+        )
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        responses = list(pool.map(respond, range(6)))
+
+    items = list(client.conversations.items.list(conversation.id, order="asc", limit=100))
+    assert len(items) == 1 + 2 * len(responses)
+    blocks = [[item.id for item in items[i : i + 2]] for i in range(1, len(items), 2)]
+    by_block = {
+        (client.responses.input_items.list(r.id).data[0].id, r.output[0].id): r for r in responses
+    }
+    ended = [by_block[(user, answer)] for user, answer in blocks]  # KeyError: interleaved
+    assert sorted(r.id for r in ended) == sorted(r.id for r in responses)

@@ -1,0 +1,184 @@
+"""The ``/v1/conversations`` routes in-process, their bodies checked against the SDK's types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from openai.types.conversations import (
+    Conversation,
+    ConversationDeletedResource,
+    ConversationItem,
+    ConversationItemList,
+)
+from openai.types.responses import Response
+from pydantic import TypeAdapter
+
+from tests.gateway.conftest import error_of
+
+ITEM: TypeAdapter[ConversationItem] = TypeAdapter(ConversationItem)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def create(web: FlaskClient, **body: Any) -> Conversation:
+    answer = web.post("/v1/conversations", json=body)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    return Conversation.model_validate(answer.json)
+
+
+def items(web: FlaskClient, cid: str, query: str = "") -> ConversationItemList:
+    answer = web.get(f"/v1/conversations/{cid}/items{query}")
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    body = answer.json
+    assert body is not None and set(body) == {"object", "data", "first_id", "last_id", "has_more"}
+    return ConversationItemList.model_validate(body)
+
+
+def test_conversation_create_retrieve_update_delete(web: FlaskClient) -> None:
+    created = create(web, metadata={"topic": "demo"})
+
+    assert created.id.startswith("conv_") and created.object == "conversation"
+    assert created.metadata == {"topic": "demo"}
+    assert Conversation.model_validate(web.get(f"/v1/conversations/{created.id}").json) == created
+    updated = web.post(f"/v1/conversations/{created.id}", json={"metadata": {"topic": "new"}})
+    assert Conversation.model_validate(updated.json).metadata == {"topic": "new"}
+    deleted = ConversationDeletedResource.model_validate(
+        web.delete(f"/v1/conversations/{created.id}").json
+    )
+    assert (deleted.id, deleted.deleted, deleted.object) == (
+        created.id,
+        True,
+        "conversation.deleted",
+    )
+    error_of(web.get(f"/v1/conversations/{created.id}"), 404)
+
+
+def test_conversation_create_takes_an_empty_body(web: FlaskClient) -> None:
+    answer = web.post("/v1/conversations")
+
+    assert Conversation.model_validate(answer.json).metadata == {}
+    error_of(web.post("/v1/conversations", data="x"), 415)
+
+
+def test_conversation_items_add_list_page_retrieve_delete(web: FlaskClient) -> None:
+    cid = create(web, items=[user("one"), user("two")]).id
+    added = web.post(
+        f"/v1/conversations/{cid}/items?include[]=message.output_text.logprobs",
+        json={"items": [user("three"), {"role": "assistant", "content": "four"}]},
+    )
+    assert added.status_code == 200, added.get_data(as_text=True)
+    added_list = ConversationItemList.model_validate(added.json)
+    assert [ITEM.validate_python(item).type for item in added_list.data] == ["message"] * 2
+
+    every = items(web, cid, "?order=asc")
+    texts = [item.content[0].text for item in every.data]  # type: ignore[union-attr]
+    assert texts == ["one", "two", "three", "four"]
+    assert every.data[3].role == "assistant"  # type: ignore[union-attr]
+    assert items(web, cid).data[0].id == every.last_id  # desc by default
+    page = items(web, cid, f"?order=asc&limit=2&after={every.data[0].id}")
+    assert ([item.id for item in page.data], page.has_more) == (
+        [item.id for item in every.data[1:3]],
+        True,
+    )
+    one = web.get(f"/v1/conversations/{cid}/items/{every.first_id}")
+    assert ITEM.validate_python(one.json) == every.data[0]
+    after_delete = web.delete(f"/v1/conversations/{cid}/items/{every.first_id}")
+    assert Conversation.model_validate(after_delete.json).id == cid
+    assert len(items(web, cid).data) == 3
+    error_of(web.get(f"/v1/conversations/{cid}/items/{every.first_id}"), 404)
+    error_of(web.delete(f"/v1/conversations/{cid}/items/{every.first_id}"), 404)
+
+
+UNKNOWN_ID_REQUESTS = [
+    ("GET", "/v1/conversations/conv_x", None),
+    ("POST", "/v1/conversations/conv_x", {"metadata": {}}),
+    ("DELETE", "/v1/conversations/conv_x", None),
+    ("GET", "/v1/conversations/conv_x/items", None),
+    ("POST", "/v1/conversations/conv_x/items", {"items": [user("hi")]}),
+    ("GET", "/v1/conversations/conv_x/items/msg_1", None),
+    ("DELETE", "/v1/conversations/conv_x/items/msg_1", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), UNKNOWN_ID_REQUESTS)
+def test_conversation_unknown_ids_are_404(
+    web: FlaskClient, method: str, path: str, body: Any
+) -> None:
+    error = error_of(web.open(path, method=method, json=body), 404)
+
+    assert (error.type, error.code) == ("not_found", "not_found")
+    assert "conv_x" in error.message
+
+
+BAD_BODIES = [
+    ({"items": [user("x")] * 21}, "items"),
+    ({"metadata": {"k": "v" * 513}}, "metadata.k"),
+    ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ({"items": [{"type": "nonsense"}]}, "items.0"),
+    ({"name": "x"}, "name"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_BODIES)
+def test_conversation_create_refuses_bad_bodies(
+    web: FlaskClient, body: dict[str, Any], param: str
+) -> None:
+    error = error_of(web.post("/v1/conversations", json=body), 400)
+
+    assert error.param == param
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ("?limit=0", "limit"),
+        ("?order=up", "order"),
+        ("?after=msg_x", "after"),
+        ("?include=x", "include"),
+    ],
+)
+def test_conversation_items_list_refuses_bad_queries(
+    web: FlaskClient, query: str, param: str
+) -> None:
+    cid = create(web).id
+
+    assert error_of(web.get(f"/v1/conversations/{cid}/items{query}"), 400).param == param
+
+
+def test_conversation_update_and_add_need_their_fields(web: FlaskClient) -> None:
+    cid = create(web).id
+
+    assert error_of(web.post(f"/v1/conversations/{cid}", json={}), 400).param == "metadata"
+    assert error_of(web.post(f"/v1/conversations/{cid}/items", json={}), 400).param == "items"
+    error_of(web.post(f"/v1/conversations/{cid}/items", data="x"), 415)
+
+
+def test_response_in_a_conversation_echoes_it_and_snapshots_its_items(
+    web: FlaskClient, store: Any
+) -> None:
+    cid = create(web, items=[user("before")]).id
+
+    for conversation in (cid, {"id": cid}):
+        answer = web.post(
+            "/v1/responses", json={"input": "hi", "background": True, "conversation": conversation}
+        )
+        response = Response.model_validate(answer.json)
+        assert response.conversation is not None and response.conversation.id == cid
+        context = store.get(response.id).extra["context"]
+        assert [item["content"][0]["text"] for item in context] == ["before"]
+
+
+def test_response_conversation_errors(web: FlaskClient) -> None:
+    cid = create(web).id
+    both = {"input": "hi", "conversation": cid, "previous_response_id": "resp_1"}
+
+    error = error_of(web.post("/v1/responses", json=both), 400)
+    assert error.code == "mutually_exclusive_parameters"
+    error = error_of(web.post("/v1/responses", json={"input": "hi", "conversation": "conv_x"}), 404)
+    assert error.param == "conversation"
+    error = error_of(web.post("/v1/responses", json={"input": "hi", "conversation": {}}), 400)
+    assert error.param == "conversation.id"
