@@ -12,6 +12,7 @@ from app.protocol.items import item_id, message_item, output_text_part, reasonin
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
+    Exchange,
     Finish,
     PlanUpdate,
     ReasoningDelta,
@@ -57,6 +58,8 @@ class TurnOutput:
     """The call items (of any kind) among ``items``, in the order the model made them."""
     plan: tuple[str, ...] | None = None
     """The plan the model made in this turn (JSON tool protocol), if any."""
+    exchange: tuple[dict[str, Any], ...] = ()
+    """What the model wrote in this turn, verbatim (JSON tool protocol; :class:`Exchange`)."""
 
 
 class OutputBuilder:
@@ -87,6 +90,7 @@ class OutputBuilder:
         self._progress = progress
         """Emit the ``antwort:progress`` events (the request asked for them)."""
         self._plan: tuple[str, ...] | None = None
+        self._exchange: tuple[dict[str, Any], ...] = ()
 
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of the model's answer."""
@@ -104,6 +108,8 @@ class OutputBuilder:
             self._plan = chunk.steps
             if self._progress:
                 self._sink.emit(ev.plan_event(list(chunk.steps)))
+        elif isinstance(chunk, Exchange):
+            self._exchange = chunk.messages
         else:
             assert_never(chunk)
 
@@ -120,6 +126,7 @@ class OutputBuilder:
             finish_reason=self._finish_reason,
             usage=self._usage,
             plan=self._plan,
+            exchange=self._exchange,
         )
 
     # -- text and reasoning --------------------------------------------------------------------

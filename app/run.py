@@ -56,6 +56,7 @@ from app.plan import (
 from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
+from app.protocol.items import turn_tag_of
 from app.protocol.response import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -65,7 +66,7 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.chunks import Chunk
-from app.providers.json_protocol import with_tool_protocol
+from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
 from app.sealing import model_items
@@ -255,16 +256,27 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
             else output.usage,
         }
     )
+    _remember(deps, state, output)
     state.turn += 1
-    if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
-        state.extra = {**state.extra, "plan": list(output.plan)}
-        deps.store.set_extra(state.response.id, state.extra)
     plan = plan_tool_calls(state.response, output.calls, history=state.history, kinds=kinds)
     step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
             append_result(deps, state, sink, rejection)
     return step
+
+
+def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
+    """Keep what the model wrote for later turns (JSON tool protocol): its plan, its words."""
+    kept = dict(state.extra)
+    if output.plan is not None:  # later turns remind the model of it
+        kept["plan"] = list(output.plan)
+    if output.exchange:  # later turns and responses replay it verbatim
+        tag = turn_tag_of(state.response.id, state.turn)
+        kept[EXCHANGES_EXTRA] = {**kept.get(EXCHANGES_EXTRA, {}), tag: list(output.exchange)}
+    if kept != state.extra:
+        state.extra = kept
+        deps.store.set_extra(state.response.id, state.extra)
 
 
 def _step_input(state: RunState) -> StepInput:
@@ -384,7 +396,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         deps.settings,
         response,
         is_fresh=_is_fresh_request(state),
-        plan=state.extra.get("plan"),
+        memory=Memory(plan=state.extra.get("plan"), exchanges=state.extra.get(EXCHANGES_EXTRA, {})),
         allowed=kinds.allowed_names(request.tool_choice),
     )
     stream = provider.stream(request)

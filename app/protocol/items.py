@@ -236,9 +236,14 @@ def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
     the item's own digest (16): :func:`turn_tag` reads which items one model turn produced,
     wherever they travel (a later response's chain, a client's resent history).
     """
-    tag = hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
+    tag = turn_tag_of(response_id, turn)
     own = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=8).hexdigest()
     return f"{prefix}_{tag}{own}"
+
+
+def turn_tag_of(response_id: str, turn: int) -> str:
+    """The tag of a model turn: what the ids of all its items share (:func:`item_id`)."""
+    return hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
 
 
 _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})[0-9a-f]{16}")

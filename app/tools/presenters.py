@@ -240,8 +240,8 @@ class PresenterIndex:
 
     def _view(self, item: Item, items: Sequence[Item]) -> list[Item]:
         presenter = self.for_item(item)
-        if presenter is not None:
-            return presenter.model_view(item, items)
+        if presenter is not None:  # the views keep the item's id: which turn made them
+            return [{"id": item.get("id"), **v} for v in presenter.model_view(item, items)]
         if item.get("type") in self._views:
             return self._views[item["type"]](item, items)
         return [item]

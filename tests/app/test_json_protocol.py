@@ -12,6 +12,7 @@ from app.progress import step_title
 from app.protocol.response import ResponseObject
 from app.providers.chunks import (
     Chunk,
+    Exchange,
     Finish,
     PlanUpdate,
     TextDelta,
@@ -56,6 +57,7 @@ class ScriptedModel:
 
     def __init__(self, *answers: str):
         self.answers = list(answers)
+        self.said = list(answers)
         self.requests: list[ModelRequest] = []
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
@@ -223,8 +225,11 @@ def test_wrapper_sends_no_native_tools_and_a_manifest_each_call() -> None:
             index=0, name="get_weather", arguments='{"city": "Oslo"}', title="Check the weather"
         ),
     ]
-    assert isinstance(chunks[3], UsageReport)
-    assert chunks[4] == Finish(reason="tool_calls")
+    # The turn as the model wrote it, for later turns to replay (no repair in it).
+    tool_request = {"type": "message", "role": "assistant", "content": model.said[1]}
+    assert chunks[3] == Exchange(messages=(*second.items[1:], tool_request))
+    assert isinstance(chunks[4], UsageReport)
+    assert chunks[5] == Finish(reason="tool_calls")
 
 
 def test_wrapper_repairs_once_telling_the_model_what_was_wrong() -> None:

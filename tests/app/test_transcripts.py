@@ -6,6 +6,7 @@ received); the loop, the MCP server and Redis are real, in one process.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,6 +45,12 @@ def fleet(store: ResponseStore, make_settings: Callable[..., Settings]) -> Itera
 
 
 @pytest.fixture
+def tools(server: RunningServer) -> list[dict[str, Any]]:
+    """The MCP test server's tools, without approvals."""
+    return [mcp_tool(server, require_approval="never")]
+
+
+@pytest.fixture
 def model(sim_url: str) -> Iterator[ChatCompletionsProvider]:
     """The simulator over HTTP, as the fleet's provider calls it."""
     provider = ChatCompletionsProvider(base_url=sim_url, max_retries=0)
@@ -63,11 +70,13 @@ def _shape(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def test_parallel_mcp_calls_go_back_as_one_assistant_message(
-    fleet: Fleet, server: RunningServer, model: ChatCompletionsProvider, sim_recorder: Recorder
+    fleet: Fleet,
+    tools: list[dict[str, Any]],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
 ) -> None:
     marker = uuid.uuid4().hex
     sent = sim_recorder.watch(marker)
-    tools = [mcp_tool(server, require_approval="never")]
     first = fleet.create(input=f"{marker} use {FOUR_TOOLS}", tools=tools)
 
     assert fleet.run(model, first) == "completed"
@@ -180,3 +189,47 @@ def test_untagged_history_is_one_turn_until_a_result() -> None:
         ("function_call", "c"),
         ("function_call_output", "c"),
     ]
+
+
+# -- the JSON tool protocol: the model's own directives, verbatim --------------------------------
+
+JSON_MODE = {"antwort_tool_protocol": "json"}
+
+
+def _directives(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "assistant"]
+
+
+def test_json_protocol_replays_the_models_directives_verbatim(
+    fleet: Fleet,
+    tools: list[dict[str, Any]],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
+) -> None:
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    first = fleet.create(input=f"{marker} echo text=hi", tools=tools, metadata=JSON_MODE)
+
+    assert fleet.run(model, first) == "completed"
+
+    # Call 1 plans, call 2 (same turn, after the go-ahead) asks for echo; turn 2 answers.
+    assert len(sent) == 3
+    plan = sent[1]["messages"][-2]["content"]
+    assert json.loads(plan)["type"] == "plan" and _directives(sent[1]["messages"]) == [plan]
+    turn2 = sent[2]["messages"][1:]
+    plan_again, tool_request = _directives(turn2)
+    assert plan_again == plan
+    assert json.loads(tool_request)["step_title"] == "Run echo"  # the model's title, kept
+    assert turn2[2]["content"].startswith("[antwort] Plan noted.")
+    assert turn2[-1]["content"].startswith("[antwort] Result of echo")
+
+    # A later response of the chain replays every directive of the first, as written.
+    second = fleet.create(
+        input=f"{marker} thanks", previous_response_id=first, tools=tools, metadata=JSON_MODE
+    )
+    assert fleet.run(model, second) == "completed"
+    later = sent[3]["messages"][1:]
+    assert later[: len(turn2)] == turn2
+    reply = json.loads(later[len(turn2)]["content"])
+    answer = fleet.store.get(first).response.output[-1]["content"][0]["text"]
+    assert reply == {"type": "reply", "message": answer}
