@@ -22,7 +22,7 @@ from app.protocol.response import (
 from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
-from app.sealing import check_compactions
+from app.sealing import check_sealed_items
 from app.store import ResponseStore
 from app.store.status import CANCEL
 from app.tools.kinds import RequestContext, ToolKinds
@@ -126,7 +126,7 @@ def create_response(
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
-    check_compactions(store, settings, inputs)
+    check_sealed_items(store, settings, inputs)
     if context is None and request.previous_response_id:
         # The chain is read once, here: stored as the response's context, it is what every turn
         # and tool call of this response sees, and where the walk of a later response stops.

@@ -38,7 +38,7 @@ from app.conversation import history_of
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
-from app.output import OutputBuilder, TurnOutput
+from app.output import OutputBuilder, ReasoningOutput, TurnOutput
 from app.plan import (
     CancelByModel,
     Complete,
@@ -69,7 +69,7 @@ from app.providers.chunks import Chunk
 from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
-from app.sealing import model_items
+from app.sealing import ENCRYPTED_REASONING, fleet_sealer, model_items
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
 from app.store import (
     NO_FENCE,
@@ -390,6 +390,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         tools=kinds.definitions(response.tools, chain),
         progress=wants_progress(state.extra),
         presenters=kinds.presenters,
+        reasoning=_reasoning_output(deps, state),
     )
     provider = with_tool_protocol(
         deps.provider,
@@ -408,6 +409,14 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         if close is not None:
             close()  # stops the model server's generation when we stop early
     return builder.close()
+
+
+def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:
+    """Summaries when ``reasoning.summary`` asks; sealed reasoning when ``include`` does."""
+    summary = (state.response.reasoning or {}).get("summary")
+    is_sealed = ENCRYPTED_REASONING in state.extra.get("include", [])
+    seal = fleet_sealer(deps.store, deps.settings).seal_reasoning if is_sealed else None
+    return ReasoningOutput(is_summarised=summary is not None, seal=seal)
 
 
 def _is_fresh_request(state: RunState) -> bool:
