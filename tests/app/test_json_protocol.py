@@ -9,6 +9,7 @@ import pytest
 from app.config import Settings
 from app.errors import InvalidRequestError, ModelBehaviorError
 from app.progress import step_title
+from app.protocol.items import item_id, turn_tag_of
 from app.protocol.response import ResponseObject
 from app.providers.chunks import (
     Chunk,
@@ -187,6 +188,38 @@ def test_render_transcript_shows_calls_as_directives_and_results_as_notes() -> N
     }
     assert rendered[2]["content"] == f"{RESULT_PREFIX}get_weather (c1):\nsunny"
     assert json.loads(rendered[3]["content"]) == {"type": "reply", "message": "Sunny."}
+
+
+def test_render_transcript_replays_a_kept_exchange_verbatim() -> None:
+    said = {"type": "message", "role": "assistant", "id": item_id("msg", "resp_a", 0, 0)}
+    call = {
+        "type": "function_call",
+        "id": item_id("fc", "resp_a", 0, 1),
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {**said, "content": [{"type": "output_text", "text": "Checking.\n\nOn it."}]},
+        call,
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]
+    exchange = [
+        {"type": "message", "role": "assistant", "content": '{"type":"plan","steps":["Look"]}'},
+        {"type": "message", "role": "user", "content": "[antwort] Plan noted. …"},
+        {"type": "message", "role": "assistant", "content": '{"type":"reply","more":true,…}'},
+        {"type": "message", "role": "user", "content": "[antwort] Go on."},
+        {"type": "message", "role": "assistant", "content": '{"type":"tool_request",…}'},
+    ]
+
+    rendered = render_transcript(items, {turn_tag_of("resp_a", 0): exchange})
+
+    assert rendered == [
+        items[0],
+        *exchange,
+        {"type": "message", "role": "user", "content": f"{RESULT_PREFIX}get_weather (c1):\nsunny"},
+    ]
 
 
 def test_step_title_is_derived_from_tool_and_arguments() -> None:
