@@ -31,7 +31,7 @@ from app.providers.chunks import Chunk, TextDelta, UsageReport
 from app.providers.translate import ModelRequest
 from app.responses import new_response_id, normalise_input, parse_request
 from app.run import RunDeps
-from app.sealing import CompactedState, Sealer, check_compactions, fleet_sealer, open_items
+from app.sealing import CompactedState, Sealer, check_sealed_items, fleet_sealer, open_items
 from app.store import ResponseStore
 
 COMPACT_FIELDS = frozenset(
@@ -75,7 +75,7 @@ def start_compaction(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     inputs = normalise_input(request)
-    check_compactions(store, settings, inputs)
+    check_sealed_items(store, settings, inputs)
     history = (
         load_history(store, request.previous_response_id) if request.previous_response_id else []
     )

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     """Retries of a model call on 429, 5xx and connection errors."""
     llm_retry_max_wait_seconds: float = Field(default=20.0, ge=0)
     """Cap on a ``Retry-After`` the fleet honours."""
+    llm_reasoning_replay: bool = False
+    """The model server takes earlier reasoning back as ``reasoning_content`` on assistant
+    messages (vLLM): reasoning items of the conversation go back to it. Off: left out."""
     task_visibility_timeout_seconds: int = Field(default=3600, ge=60)
     """Redis broker visibility timeout; above the longest task."""
     max_task_deliveries: int = Field(default=3, ge=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -12,6 +12,7 @@ from app.protocol.items import item_id, message_item, output_text_part, reasonin
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
+    Exchange,
     Finish,
     PlanUpdate,
     ReasoningDelta,
@@ -46,6 +47,17 @@ class _OpenCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningOutput:
+    """How the turn's reasoning items are written (the request's ``reasoning`` and ``include``)."""
+
+    is_summarised: bool = False
+    """``reasoning.summary`` was asked for: the item carries a summary, with its events. The
+    fleet has no summarising model: the summary is the reasoning text itself, as it arrives."""
+    seal: Callable[[str], str] | None = None
+    """Seals the reasoning as the item's ``encrypted_content`` (``include`` asked for it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOutput:
     """What one model call produced."""
 
@@ -57,6 +69,8 @@ class TurnOutput:
     """The call items (of any kind) among ``items``, in the order the model made them."""
     plan: tuple[str, ...] | None = None
     """The plan the model made in this turn (JSON tool protocol), if any."""
+    exchange: tuple[dict[str, Any], ...] = ()
+    """What the model wrote in this turn, verbatim (JSON tool protocol; :class:`Exchange`)."""
 
 
 class OutputBuilder:
@@ -72,6 +86,7 @@ class OutputBuilder:
         tools: Mapping[str, ToolDefinition] | None = None,
         progress: bool = False,
         presenters: PresenterIndex = KINDS.presenters,
+        reasoning: ReasoningOutput = ReasoningOutput(),
     ):
         self._response_id = response_id
         self._presenters = presenters
@@ -87,6 +102,8 @@ class OutputBuilder:
         self._progress = progress
         """Emit the ``antwort:progress`` events (the request asked for them)."""
         self._plan: tuple[str, ...] | None = None
+        self._exchange: tuple[dict[str, Any], ...] = ()
+        self._reasoning = reasoning
 
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of the model's answer."""
@@ -104,6 +121,8 @@ class OutputBuilder:
             self._plan = chunk.steps
             if self._progress:
                 self._sink.emit(ev.plan_event(list(chunk.steps)))
+        elif isinstance(chunk, Exchange):
+            self._exchange = chunk.messages
         else:
             assert_never(chunk)
 
@@ -120,6 +139,7 @@ class OutputBuilder:
             finish_reason=self._finish_reason,
             usage=self._usage,
             plan=self._plan,
+            exchange=self._exchange,
         )
 
     # -- text and reasoning --------------------------------------------------------------------
@@ -129,14 +149,13 @@ class OutputBuilder:
             self._close_text()
             self._text = self._open_text(kind)
         self._text.text.append(text)
+        iid, index = self._text.item_id, self._text.output_index
         if kind == "message":
-            self._sink.emit(
-                ev.output_text_delta(self._text.item_id, self._text.output_index, 0, text)
-            )
-        else:
-            self._sink.emit(
-                ev.reasoning_delta(self._text.item_id, self._text.output_index, 0, text)
-            )
+            self._sink.emit(ev.output_text_delta(iid, index, 0, text))
+            return
+        self._sink.emit(ev.reasoning_delta(iid, index, 0, text))
+        if self._reasoning.is_summarised:
+            self._sink.emit(ev.reasoning_summary_text_delta(iid, index, 0, text))
 
     def _open_text(self, kind: str) -> _OpenText:
         index = self._take_index()
@@ -149,6 +168,8 @@ class OutputBuilder:
         else:
             item = reasoning_item(opened.item_id, text=None, status="in_progress")
             self._sink.emit(ev.output_item_added(index, item))
+            if self._reasoning.is_summarised:
+                self._sink.emit(ev.reasoning_summary_part(False, opened.item_id, index, 0, ""))
         return opened
 
     def _close_text(self) -> None:
@@ -164,10 +185,20 @@ class OutputBuilder:
             self._sink.emit(ev.content_part_done(iid, index, 0, part))
             item = message_item(iid, text=None, status=status, parts=[part])
         else:
-            self._sink.emit(ev.reasoning_done(iid, index, 0, text))
-            item = reasoning_item(iid, text=text, status="completed")
+            item = self._close_reasoning(iid, index, text)
         self._items[index] = item
         self._sink.emit(ev.output_item_done(index, item))
+
+    def _close_reasoning(self, iid: str, index: int, text: str) -> dict[str, Any]:
+        self._sink.emit(ev.reasoning_done(iid, index, 0, text))
+        item = reasoning_item(iid, text=text, status="completed")
+        if self._reasoning.is_summarised:
+            self._sink.emit(ev.reasoning_summary_text_done(iid, index, 0, text))
+            self._sink.emit(ev.reasoning_summary_part(True, iid, index, 0, text))
+            item["summary"] = [{"type": "summary_text", "text": text}]
+        if self._reasoning.seal is not None:
+            item["encrypted_content"] = self._reasoning.seal(text)
+        return item
 
     # -- tool calls ----------------------------------------------------------------------------
 

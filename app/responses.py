@@ -21,9 +21,10 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
+from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
-from app.sealing import check_compactions
+from app.sealing import check_sealed_items
 from app.store import ResponseStore
 from app.store.status import CANCEL
 from app.tools.kinds import RequestContext, ToolKinds
@@ -134,7 +135,7 @@ def create_response(
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
-    check_compactions(store, settings, inputs)
+    check_sealed_items(store, settings, inputs)
     context = _context_of(store, request, context)
     history = context or []
     tools = kinds.prepare_request(
@@ -148,6 +149,7 @@ def create_response(
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
+    extra.update(_kept_by_protocol(store, settings, response))
     store.create(response, inputs=inputs, extra=extra, events=events)
     store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
     _enqueue_first_turn(store, dispatcher, response.id)
@@ -173,6 +175,18 @@ def _context_of(
     if context is None and request.previous_response_id:
         return load_history(store, request.previous_response_id)
     return context
+
+
+def _kept_by_protocol(
+    store: ResponseStore, settings: Settings, response: ResponseObject
+) -> dict[str, Any]:
+    """What the JSON tool protocol kept of the chain's turns: the model's words, verbatim."""
+    previous = response.previous_response_id
+    if previous is None or protocol_of(settings, response) != "json":
+        return {}
+    stored = store.load(previous)
+    exchanges = stored.extra.get(EXCHANGES_EXTRA) if stored is not None else None
+    return {EXCHANGES_EXTRA: exchanges} if exchanges else {}
 
 
 def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:

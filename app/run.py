@@ -38,7 +38,7 @@ from app.conversation import history_of
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
-from app.output import OutputBuilder, TurnOutput
+from app.output import OutputBuilder, ReasoningOutput, TurnOutput
 from app.plan import (
     CancelByModel,
     Complete,
@@ -56,6 +56,7 @@ from app.plan import (
 from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
+from app.protocol.items import turn_tag_of
 from app.protocol.response import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -65,10 +66,10 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.chunks import Chunk
-from app.providers.json_protocol import with_tool_protocol
+from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
-from app.sealing import model_items
+from app.sealing import ENCRYPTED_REASONING, fleet_sealer, model_items
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
 from app.store import (
     NO_FENCE,
@@ -255,16 +256,27 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
             else output.usage,
         }
     )
+    _remember(deps, state, output)
     state.turn += 1
-    if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
-        state.extra = {**state.extra, "plan": list(output.plan)}
-        deps.store.set_extra(state.response.id, state.extra)
     plan = plan_tool_calls(state.response, output.calls, history=state.history, kinds=kinds)
     step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
             append_result(deps, state, sink, rejection)
     return step
+
+
+def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
+    """Keep what the model wrote for later turns (JSON tool protocol): its plan, its words."""
+    kept = dict(state.extra)
+    if output.plan is not None:  # later turns remind the model of it
+        kept["plan"] = list(output.plan)
+    if output.exchange:  # later turns and responses replay it verbatim
+        tag = turn_tag_of(state.response.id, state.turn)
+        kept[EXCHANGES_EXTRA] = {**kept.get(EXCHANGES_EXTRA, {}), tag: list(output.exchange)}
+    if kept != state.extra:
+        state.extra = kept
+        deps.store.set_extra(state.response.id, state.extra)
 
 
 def _step_input(state: RunState) -> StepInput:
@@ -378,13 +390,14 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         tools=kinds.definitions(response.tools, chain),
         progress=wants_progress(state.extra),
         presenters=kinds.presenters,
+        reasoning=_reasoning_output(deps, state),
     )
     provider = with_tool_protocol(
         deps.provider,
         deps.settings,
         response,
         is_fresh=_is_fresh_request(state),
-        plan=state.extra.get("plan"),
+        memory=Memory(plan=state.extra.get("plan"), exchanges=state.extra.get(EXCHANGES_EXTRA, {})),
         allowed=kinds.allowed_names(request.tool_choice),
     )
     stream = provider.stream(request)
@@ -396,6 +409,14 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         if close is not None:
             close()  # stops the model server's generation when we stop early
     return builder.close()
+
+
+def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:
+    """Summaries when ``reasoning.summary`` asks; sealed reasoning when ``include`` does."""
+    summary = (state.response.reasoning or {}).get("summary")
+    is_sealed = ENCRYPTED_REASONING in state.extra.get("include", [])
+    seal = fleet_sealer(deps.store, deps.settings).seal_reasoning if is_sealed else None
+    return ReasoningOutput(is_summarised=summary is not None, seal=seal)
 
 
 def _is_fresh_request(state: RunState) -> bool:

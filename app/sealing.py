@@ -9,6 +9,11 @@ and workers seals and opens with the same key.
 
 Before a model call, :func:`model_items` replaces each compaction item by what it stands for:
 an assistant message carrying the summary.
+
+Reasoning items are sealed the same way (``ar1.``, their own associated data) when a request
+includes ``reasoning.encrypted_content``: a client that keeps no state on the server
+(``store: false``) sends them back, and the model reads its reasoning again where its server
+takes it (:func:`model_items`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from app.store import ResponseStore
 
 _VERSION = "ac1."
 _AAD = b"antwort-fleet compaction v1"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+"""The ``include`` entry that asks for sealed reasoning on reasoning items."""
+_REASONING_VERSION = "ar1."
+_REASONING_AAD = b"antwort-fleet reasoning v1"
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
 
@@ -52,8 +61,14 @@ class InvalidCompactionError(InvalidRequestError):
     default_code = "invalid_encrypted_content"
 
 
+class InvalidReasoningError(InvalidRequestError):
+    """A reasoning item's ``encrypted_content`` this server did not seal, or altered (400)."""
+
+    default_code = "invalid_encrypted_content"
+
+
 class Sealer:
-    """Seals and opens compaction states with one AES-256-GCM key."""
+    """Seals and opens compaction states and reasoning with one AES-256-GCM key."""
 
     def __init__(self, key: bytes):
         self._aead = Aead(key)
@@ -61,8 +76,7 @@ class Sealer:
     def seal(self, state: CompactedState) -> str:
         """The ``encrypted_content`` of ``state``."""
         plain = json.dumps(asdict(state), separators=(",", ":")).encode()
-        sealed = self._aead.seal(plain, _AAD)
-        return _VERSION + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+        return self._seal(plain, _VERSION, _AAD)
 
     def open(self, token: str, *, param: str | None = None) -> CompactedState:
         """The state sealed in ``token``.
@@ -71,11 +85,7 @@ class Sealer:
             InvalidCompactionError: not sealed by this server's key, or altered.
         """
         try:
-            if not token.startswith(_VERSION):
-                raise ValueError("unknown version")
-            body = token[len(_VERSION) :]
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            fields = json.loads(self._aead.open(raw, _AAD))
+            fields = json.loads(self._open(token, _VERSION, _AAD))
             return CompactedState(
                 summary=str(fields["summary"]),
                 model=str(fields["model"]),
@@ -87,6 +97,36 @@ class Sealer:
                 "server or it was altered.",
                 param=param,
             ) from None
+
+    def seal_reasoning(self, text: str) -> str:
+        """The ``encrypted_content`` of a reasoning item whose reasoning is ``text``."""
+        return self._seal(text.encode(), _REASONING_VERSION, _REASONING_AAD)
+
+    def open_reasoning(self, token: str, *, param: str | None = None) -> str:
+        """The reasoning sealed in ``token``.
+
+        Raises:
+            InvalidReasoningError: not sealed by this server's key, or altered.
+        """
+        try:
+            return self._open(token, _REASONING_VERSION, _REASONING_AAD).decode()
+        except (ValueError, binascii.Error):
+            raise InvalidReasoningError(
+                "The reasoning item's encrypted_content is invalid: it was not produced by this "
+                "server or it was altered.",
+                param=param,
+            ) from None
+
+    def _seal(self, plain: bytes, version: str, aad: bytes) -> str:
+        sealed = self._aead.seal(plain, aad)
+        return version + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def _open(self, token: str, version: str, aad: bytes) -> bytes:
+        """Raises ValueError (or binascii.Error) for anything but an intact token of ours."""
+        if not token.startswith(version):
+            raise ValueError("unknown version")
+        body = token[len(version) :]
+        return self._aead.open(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)), aad)
 
 
 def load_sealer(client: redis.Redis, keys: Keys, configured: str | None) -> Sealer:
@@ -101,25 +141,29 @@ def fleet_sealer(store: ResponseStore, settings: Settings) -> Sealer:
     return load_sealer(store.redis, store.keys, settings.compaction_key)
 
 
-def has_compaction(items: Sequence[dict[str, Any]]) -> bool:
-    """Whether any item is a ``compaction`` item."""
-    return any(item.get("type") == "compaction" for item in items)
+def _is_sealed(item: dict[str, Any]) -> bool:
+    kind = item.get("type")
+    return kind == "compaction" or (kind == "reasoning" and bool(item.get("encrypted_content")))
 
 
-def check_compactions(
+def check_sealed_items(
     store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]]
 ) -> None:
-    """Every ``compaction`` input item was sealed here and is intact.
+    """Every sealed input item (``compaction``, reasoning's ``encrypted_content``) is ours, intact.
 
     Raises:
-        InvalidCompactionError: with ``param`` naming the first bad item.
+        InvalidCompactionError: with ``param`` naming the first bad compaction item.
+        InvalidReasoningError: with ``param`` naming the first bad reasoning item.
     """
-    if not has_compaction(inputs):
+    if not any(_is_sealed(item) for item in inputs):
         return
     sealer = fleet_sealer(store, settings)
     for index, item in enumerate(inputs):
+        param = f"input.{index}.encrypted_content"
         if item.get("type") == "compaction":
-            sealer.open(item["encrypted_content"], param=f"input.{index}.encrypted_content")
+            sealer.open(item["encrypted_content"], param=param)
+        elif _is_sealed(item):
+            sealer.open_reasoning(item["encrypted_content"], param=param)
 
 
 def summary_message(summary: str) -> dict[str, Any]:
@@ -132,19 +176,41 @@ def summary_message(summary: str) -> dict[str, Any]:
 
 
 def open_items(sealer: Sealer, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items with each compaction item replaced by its summary message."""
+    """The items with each compaction item replaced by its summary message, without reasoning."""
     return [
         summary_message(sealer.open(item["encrypted_content"]).summary)
         if item.get("type") == "compaction"
         else item
         for item in items
+        if item.get("type") != "reasoning"
     ]
+
+
+def reasoning_text(sealer: Sealer | None, item: dict[str, Any]) -> str:
+    """A reasoning item's reasoning: its text, else what its ``encrypted_content`` seals."""
+    text = "".join(part.get("text", "") for part in item.get("content") or [])
+    if text or sealer is None or not item.get("encrypted_content"):
+        return text
+    return sealer.open_reasoning(item["encrypted_content"])
 
 
 def model_items(
     store: ResponseStore, settings: Settings, items: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The items a model call sees: compaction items opened (no key is read when there are none)."""
-    if not has_compaction(items):
-        return list(items)
-    return open_items(fleet_sealer(store, settings), items)
+    """The items a model call sees: compaction items opened, earlier reasoning as text.
+
+    Reasoning goes back to the model only where its server takes it (``llm_reasoning_replay``:
+    vLLM's ``reasoning_content``); else it is left out. No key is read without sealed items.
+    """
+    sealer = fleet_sealer(store, settings) if any(_is_sealed(i) for i in items) else None
+    viewed: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "compaction":
+            assert sealer is not None
+            viewed.append(summary_message(sealer.open(item["encrypted_content"]).summary))
+        elif kind != "reasoning":
+            viewed.append(item)
+        elif settings.llm_reasoning_replay and (text := reasoning_text(sealer, item)):
+            viewed.append({**item, "content": [{"type": "reasoning_text", "text": text}]})
+    return viewed

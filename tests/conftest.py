@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,8 +16,9 @@ import redis
 from app.config import Settings
 from app.keys import Keys
 from app.store import ResponseStore
-from programs.simulator import SimConfig, make_server
 from programs.supervisor import embedded_redis_argv, free_port
+from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
+from tests.support.recording import base_url as sim_base_url
 
 TEST_DB = 13
 
@@ -104,17 +104,22 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="session")
-def sim_url() -> Iterator[str]:
-    """The model simulator, in a thread, on a free port."""
-    server = make_server("127.0.0.1", 0, SimConfig())
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+def simulator() -> Iterator[RecordingSimulator]:
+    """The model simulator, in a thread, on a free port; its recorder sees what it was sent."""
+    with recording_simulator() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def sim_url(simulator: RecordingSimulator) -> str:
+    """The simulator's base URL."""
+    return sim_base_url(simulator)
+
+
+@pytest.fixture
+def sim_recorder(simulator: RecordingSimulator) -> Recorder:
+    """What the simulator was sent: ``watch(marker)`` lists the requests that mention it."""
+    return simulator.recorder
 
 
 @pytest.fixture

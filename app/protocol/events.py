@@ -106,6 +106,45 @@ def reasoning_done(item_id: str, output_index: int, content_index: int, text: st
     }
 
 
+def reasoning_summary_part(
+    done: bool, item_id: str, output_index: int, summary_index: int, text: str
+) -> Event:
+    """``response.reasoning_summary_part.added`` (``done`` False, empty text) or ``.done``."""
+    return {
+        "type": f"response.reasoning_summary_part.{'done' if done else 'added'}",
+        "item_id": item_id,
+        "output_index": output_index,
+        "summary_index": summary_index,
+        "part": {"type": "summary_text", "text": text},
+    }
+
+
+def reasoning_summary_text_delta(
+    item_id: str, output_index: int, summary_index: int, delta: str
+) -> Event:
+    """``response.reasoning_summary_text.delta``."""
+    return {
+        "type": "response.reasoning_summary_text.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "summary_index": summary_index,
+        "delta": delta,
+    }
+
+
+def reasoning_summary_text_done(
+    item_id: str, output_index: int, summary_index: int, text: str
+) -> Event:
+    """``response.reasoning_summary_text.done``."""
+    return {
+        "type": "response.reasoning_summary_text.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "summary_index": summary_index,
+        "text": text,
+    }
+
+
 def function_call_arguments_delta(item_id: str, output_index: int, delta: str) -> Event:
     """``response.function_call_arguments.delta``."""
     return {
@@ -144,6 +183,7 @@ MERGEABLE_DELTAS = frozenset(
     {
         "response.output_text.delta",
         "response.reasoning.delta",
+        "response.reasoning_summary_text.delta",
         "response.function_call_arguments.delta",
         "response.code_interpreter_call_code.delta",
         "response.mcp_call_arguments.delta",

@@ -8,6 +8,7 @@ annotations, logprobs). An input item without ``type`` is a message.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
@@ -229,6 +230,26 @@ def reasoning_item(item_id: str, *, text: str | None, status: str) -> dict[str, 
 
 
 def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
-    """A deterministic item id: a re-run turn names its items as the first run did."""
-    digest = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=12)
-    return f"{prefix}_{digest.hexdigest()}"
+    """A deterministic item id: a re-run turn names its items as the first run did.
+
+    Its 24 hex digits are the turn's tag (8, the same for every item of one model turn) and
+    the item's own digest (16): :func:`turn_tag` reads which items one model turn produced,
+    wherever they travel (a later response's chain, a client's resent history).
+    """
+    tag = turn_tag_of(response_id, turn)
+    own = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=8).hexdigest()
+    return f"{prefix}_{tag}{own}"
+
+
+def turn_tag_of(response_id: str, turn: int) -> str:
+    """The tag of a model turn: what the ids of all its items share (:func:`item_id`)."""
+    return hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
+
+
+_ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})[0-9a-f]{16}")
+
+
+def turn_tag(item_id: object) -> str | None:
+    """The model turn an item id of :func:`item_id` names; None for any other id."""
+    found = _ITEM_ID.fullmatch(item_id) if isinstance(item_id, str) else None
+    return found.group(1) if found else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from app.protocol.response import Usage
 
@@ -69,4 +69,16 @@ class PlanUpdate:
     steps: tuple[str, ...]
 
 
-Chunk = TextDelta | ReasoningDelta | ToolCallDelta | Finish | UsageReport | PlanUpdate
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exchange:
+    """What the model wrote in this turn, verbatim, with the notes it was answered with.
+
+    The JSON tool protocol's directives (its plan, interim replies, the final directive) and the
+    protocol's go-aheads between them, as chat messages: later turns replay them as they were.
+    """
+
+    type: Literal["exchange"] = "exchange"
+    messages: tuple[dict[str, Any], ...]
+
+
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | Finish | UsageReport | PlanUpdate | Exchange

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -35,11 +35,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from app.config import Settings
 from app.errors import ModelBehaviorError
 from app.progress import step_title
+from app.protocol.items import turn_tag
 from app.protocol.request import TOOL_PROTOCOL_METADATA_KEY
 from app.protocol.response import ResponseObject, Usage
 from app.providers.chunks import (
     MODEL_CANCELLED,
     Chunk,
+    Exchange,
     Finish,
     PlanUpdate,
     ReasoningDelta,
@@ -55,6 +57,8 @@ NOTE_PREFIX = "[antwort] "
 """Start of every user-role message the protocol writes (tool results, repairs, go-aheads)."""
 RESULT_PREFIX = NOTE_PREFIX + "Result of "
 """Start of a tool result message: ``[antwort] Result of NAME (CALL_ID):`` + newline + output."""
+EXCHANGES_EXTRA = "exchanges"
+"""The record's ``extra`` field that keeps each turn's :class:`Exchange`, by turn tag."""
 TOOLS_OPEN = "<tools>"
 TOOLS_CLOSE = "</tools>"
 
@@ -161,13 +165,23 @@ def protocol_of(settings: Settings, response: ResponseObject) -> str:
     return protocols.get(response.model) or protocols.get("*") or "native"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """What the protocol keeps of a response's earlier turns (in the record's ``extra``)."""
+
+    plan: Sequence[str] | None = None
+    """The plan the model made in an earlier turn, if any."""
+    exchanges: Mapping[str, Sequence[dict[str, Any]]] = field(default_factory=dict)
+    """Each earlier turn's :class:`Exchange`, by turn tag (the chain's turns too)."""
+
+
 def with_tool_protocol(
     provider: _Provider,
     settings: Settings,
     response: ResponseObject,
     *,
     is_fresh: bool,
-    plan: Sequence[str] | None = None,
+    memory: Memory | None = None,
     allowed: frozenset[str] | None = None,
 ) -> _Provider:
     """The provider that speaks the response's tool protocol.
@@ -177,12 +191,19 @@ def with_tool_protocol(
         settings: The fleet's settings (``tool_protocols``).
         response: The response being run (its model and metadata).
         is_fresh: The first turn of a new request: the model must plan first.
-        plan: The plan the model made in an earlier turn of the response, if any.
+        memory: What the model wrote in earlier turns (its plan, its exchanges).
         allowed: The tools an ``allowed_tools`` choice lets run (None: every tool).
     """
     if protocol_of(settings, response) != "json":
         return provider
-    return JsonToolProtocol(provider, needs_plan=is_fresh, plan=plan, allowed=allowed)
+    memory = memory or Memory()
+    return JsonToolProtocol(
+        provider,
+        needs_plan=is_fresh,
+        plan=memory.plan,
+        allowed=allowed,
+        exchanges=memory.exchanges,
+    )
 
 
 def build_manifest(request: ModelRequest, *, allowed: frozenset[str] | None = None) -> Manifest:
@@ -247,36 +268,73 @@ def system_prompt(
     return "\n\n".join(parts)
 
 
-def render_transcript(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as plain messages: the model's calls as the directives it wrote.
+def render_transcript(
+    items: Sequence[dict[str, Any]],
+    exchanges: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """The conversation as plain messages: the model's turns as the directives it wrote.
 
-    An assistant message followed by a call becomes that call's ``message``; a result becomes a
-    user message starting with :data:`RESULT_PREFIX`. Reasoning and other items are left out.
+    A turn whose exchange was kept (``exchanges``, by turn tag: :class:`Exchange`) is replayed
+    verbatim — its plan, interim replies and final directive, with the notes between them.
+    Other turns are rendered: an assistant message followed by a call becomes that call's
+    ``message``. A result becomes a user message starting with :data:`RESULT_PREFIX`.
+    Reasoning and other items are left out.
     """
-    rendered: list[dict[str, Any]] = []
-    names: dict[str, str] = {}
-    said: str | None = None  # assistant text that a call may still claim as its message
+    rendering = _Rendering(exchanges or {})
     for item in items:
+        rendering.add(item)
+    return rendering.close()
+
+
+@dataclass(slots=True)
+class _Rendering:
+    exchanges: Mapping[str, Sequence[dict[str, Any]]]
+    rendered: list[dict[str, Any]] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    said: str | None = None
+    """Assistant text that a call may still claim as its message."""
+    replayed: set[str] = field(default_factory=set)
+
+    def add(self, item: dict[str, Any]) -> None:
         kind = item.get("type", "message")
         if kind == "function_call":
-            names[item["call_id"]] = item["name"]
-            rendered.append(_assistant(_call_directive(item, said)))
-            said = None
-            continue
-        if said is not None:
-            rendered.append(_assistant({"type": "reply", "message": said}))
-            said = None
+            self.names[item["call_id"]] = item["name"]
+        if self._replays(item):
+            return
+        if kind == "function_call":
+            self.rendered.append(_assistant(_call_directive(item, self.said)))
+            self.said = None
+            return
+        self._flush_said()
         if kind == "message" and item.get("role") == "assistant":
-            said = _text(item.get("content"))
+            self.said = _text(item.get("content"))
         elif kind == "message":
-            rendered.append(item)
+            self.rendered.append(item)
         elif kind == "function_call_output":
-            name = names.get(item["call_id"], "a tool")
+            name = self.names.get(item["call_id"], "a tool")
             note = f"{RESULT_PREFIX}{name} ({item['call_id']}):\n{_text(item.get('output'))}"
-            rendered.append(_user(note))
-    if said is not None:
-        rendered.append(_assistant({"type": "reply", "message": said}))
-    return rendered
+            self.rendered.append(_user(note))
+
+    def close(self) -> list[dict[str, Any]]:
+        self._flush_said()
+        return self.rendered
+
+    def _replays(self, item: dict[str, Any]) -> bool:
+        """Whether ``item`` belongs to a kept exchange (replayed at its turn's first item)."""
+        is_model = item.get("type") == "function_call" or item.get("role") == "assistant"
+        tag = turn_tag(item.get("id")) if is_model else None
+        if tag is None or tag not in self.exchanges:
+            return False
+        if tag not in self.replayed:
+            self._flush_said()
+            self.replayed.add(tag)
+            self.rendered.extend(dict(message) for message in self.exchanges[tag])
+        return True
+
+    def _flush_said(self) -> None:
+        if self.said is not None:
+            self.rendered.append(_assistant({"type": "reply", "message": self.said}))
+            self.said = None
 
 
 def _call_directive(item: dict[str, Any], message: str | None) -> dict[str, Any]:
@@ -399,11 +457,13 @@ class JsonToolProtocol:
         needs_plan: bool,
         plan: Sequence[str] | None = None,
         allowed: frozenset[str] | None = None,
+        exchanges: Mapping[str, Sequence[dict[str, Any]]] | None = None,
     ):
         self._inner = inner
         self._needs_plan = needs_plan
         self._plan = list(plan or ())
         self._allowed = allowed
+        self._exchanges = exchanges or {}
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Ask for directives until one ends the turn; yield them as native chunks."""
@@ -411,7 +471,7 @@ class JsonToolProtocol:
         turn = _Turn(
             request=request,
             manifest=manifest,
-            items=render_transcript(request.items),
+            items=render_transcript(request.items, self._exchanges),
             must_plan=self._needs_plan,
             plan=self._plan,
         )
@@ -428,12 +488,16 @@ class JsonToolProtocol:
                     turn.plan = list(directive.steps or ())
                     yield PlanUpdate(steps=tuple(turn.plan))
                     turn.must_plan, turn.has_planned = False, True
-                turn.items += [_raw_assistant(raw), _user(_go_ahead(directive))]
+                said = [_raw_assistant(raw), _user(_go_ahead(directive))]
+                turn.items += said
+                turn.exchange += said
                 continue
             finish = self._finish(directive)
+            turn.exchange.append(_raw_assistant(raw))
             if directive.tool is not None:
                 yield _call_chunk(directive, directive.tool)
             break
+        yield Exchange(messages=tuple(turn.exchange))
         yield UsageReport(usage=turn.usage)
         yield Finish(reason=finish)
 
@@ -517,6 +581,8 @@ class _Turn:
     has_planned: bool = False
     has_said: bool = False
     usage: Usage = field(default_factory=Usage)
+    exchange: list[dict[str, Any]] = field(default_factory=list)
+    """The valid directives of the turn and the notes between them (repairs left out)."""
 
 
 def _call_chunk(directive: Directive, tool: ToolRequest) -> ToolCallDelta:

@@ -68,22 +68,40 @@ def to_chat_tool_choice(choice: Any) -> Any:
 def to_chat_messages(
     instructions: str | None, items: Sequence[dict[str, Any]]
 ) -> list[ChatMessage]:
-    """Responses items as chat messages; consecutive function calls share one assistant turn."""
+    """Responses items as chat messages; consecutive function calls share one assistant turn.
+
+    A reasoning item's text goes on the assistant message that follows it, as
+    ``reasoning_content``.
+    """
     messages: list[ChatMessage] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    reasoning: list[str] = []
     for item in items:
-        kind = item.get("type", "message")
-        if kind == "message":
-            messages.append(_message(item))
-        elif kind == "function_call":
-            _append_tool_call(messages, item)
-        elif kind == "function_call_output":
-            messages.append(
-                {"role": "tool", "tool_call_id": item["call_id"], "content": _text(item["output"])}
-            )
-        # reasoning and other items are context the chat API has no slot for.
+        if item.get("type") == "reasoning":
+            reasoning += [part.get("text", "") for part in item.get("content") or []]
+            continue
+        count = len(messages)
+        _append_item(messages, item)
+        if len(messages) > count and reasoning and messages[-1]["role"] == "assistant":
+            # vLLM's slot for it; the caller sends reasoning only to servers that take it
+            messages[-1]["reasoning_content"] = "".join(reasoning)
+        if len(messages) > count:
+            reasoning = []  # reasoning that no assistant message of its turn follows is left out
     return messages
+
+
+def _append_item(messages: list[ChatMessage], item: dict[str, Any]) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        messages.append(_message(item))
+    elif kind == "function_call":
+        _append_tool_call(messages, item)
+    elif kind == "function_call_output":
+        messages.append(
+            {"role": "tool", "tool_call_id": item["call_id"], "content": _text(item["output"])}
+        )
+    # other items are context the chat API has no slot for.
 
 
 def _message(item: dict[str, Any]) -> ChatMessage:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from app.protocol import events as ev
 from app.protocol.items import function_call_item
 from app.tools.base import ToolCall, ToolDefinition, ToolResult
+from app.tools.transcript import group_turns
 
 Item = dict[str, Any]
 ItemView = Callable[[Item, Sequence[Item]], list[Item]]
@@ -227,17 +228,23 @@ class PresenterIndex:
         return presenter.answered(response_id, output, index, result)
 
     def model_view(self, items: Sequence[Item]) -> list[Item]:
-        """``items`` with every call of another kind as ``function_call``/``…_output`` items."""
-        viewed: list[Item] = []
-        for item in items:
-            presenter = self.for_item(item)
-            if presenter is not None:
-                viewed.extend(presenter.model_view(item, items))
-            elif item.get("type") in self._views:
-                viewed.extend(self._views[item["type"]](item, items))
-            else:
-                viewed.append(item)
-        return viewed
+        """``items`` as the model sees them: calls as ``function_call``/``…_output`` items.
+
+        Each model turn's calls come together, then their results in call order
+        (:mod:`app.tools.transcript`).
+        """
+        return group_turns(items, view=lambda item: self._view(item, items), is_call=self._is_call)
+
+    def _is_call(self, item: Item) -> bool:
+        return self.for_item(item) is not None
+
+    def _view(self, item: Item, items: Sequence[Item]) -> list[Item]:
+        presenter = self.for_item(item)
+        if presenter is not None:  # the views keep the item's id: which turn made them
+            return [{"id": item.get("id"), **v} for v in presenter.model_view(item, items)]
+        if item.get("type") in self._views:
+            return self._views[item["type"]](item, items)
+        return [item]
 
 
 def _answered_ids(output: Sequence[Item]) -> frozenset[str]:

@@ -9,9 +9,11 @@ import pytest
 from app.config import Settings
 from app.errors import InvalidRequestError, ModelBehaviorError
 from app.progress import step_title
+from app.protocol.items import item_id, turn_tag_of
 from app.protocol.response import ResponseObject
 from app.providers.chunks import (
     Chunk,
+    Exchange,
     Finish,
     PlanUpdate,
     TextDelta,
@@ -56,6 +58,7 @@ class ScriptedModel:
 
     def __init__(self, *answers: str):
         self.answers = list(answers)
+        self.said = list(answers)
         self.requests: list[ModelRequest] = []
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
@@ -187,6 +190,38 @@ def test_render_transcript_shows_calls_as_directives_and_results_as_notes() -> N
     assert json.loads(rendered[3]["content"]) == {"type": "reply", "message": "Sunny."}
 
 
+def test_render_transcript_replays_a_kept_exchange_verbatim() -> None:
+    said = {"type": "message", "role": "assistant", "id": item_id("msg", "resp_a", 0, 0)}
+    call = {
+        "type": "function_call",
+        "id": item_id("fc", "resp_a", 0, 1),
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {**said, "content": [{"type": "output_text", "text": "Checking.\n\nOn it."}]},
+        call,
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]
+    exchange = [
+        {"type": "message", "role": "assistant", "content": '{"type":"plan","steps":["Look"]}'},
+        {"type": "message", "role": "user", "content": "[antwort] Plan noted. …"},
+        {"type": "message", "role": "assistant", "content": '{"type":"reply","more":true,…}'},
+        {"type": "message", "role": "user", "content": "[antwort] Go on."},
+        {"type": "message", "role": "assistant", "content": '{"type":"tool_request",…}'},
+    ]
+
+    rendered = render_transcript(items, {turn_tag_of("resp_a", 0): exchange})
+
+    assert rendered == [
+        items[0],
+        *exchange,
+        {"type": "message", "role": "user", "content": f"{RESULT_PREFIX}get_weather (c1):\nsunny"},
+    ]
+
+
 def test_step_title_is_derived_from_tool_and_arguments() -> None:
     assert step_title("calculator", '{"expression": "6*7"}') == "calculator: expression=6*7"
     assert step_title("clock", "{}") == "clock"
@@ -223,8 +258,11 @@ def test_wrapper_sends_no_native_tools_and_a_manifest_each_call() -> None:
             index=0, name="get_weather", arguments='{"city": "Oslo"}', title="Check the weather"
         ),
     ]
-    assert isinstance(chunks[3], UsageReport)
-    assert chunks[4] == Finish(reason="tool_calls")
+    # The turn as the model wrote it, for later turns to replay (no repair in it).
+    tool_request = {"type": "message", "role": "assistant", "content": model.said[1]}
+    assert chunks[3] == Exchange(messages=(*second.items[1:], tool_request))
+    assert isinstance(chunks[4], UsageReport)
+    assert chunks[5] == Finish(reason="tool_calls")
 
 
 def test_wrapper_repairs_once_telling_the_model_what_was_wrong() -> None:

@@ -135,10 +135,11 @@ def test_a_kind_presents_its_calls_and_results_in_its_own_items(
     assert found.unanswered_calls(answered) == []
 
     viewed = found.model_view(answered)
+    # One model turn: both calls, then both results in call order.
     assert [(i["type"], i["call_id"]) for i in viewed] == [
         ("function_call", shell["id"]),
-        ("function_call_output", shell["id"]),
         ("function_call", "call_b"),
+        ("function_call_output", shell["id"]),
         ("function_call_output", "call_b"),
     ]
 

@@ -153,6 +153,7 @@ def fleet(
         ANTWORT_INTERNAL_TOOL_MODULES="tests.support.tools",
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
         ANTWORT_LOG_LEVEL="warning",
+        ANTWORT_LLM_REASONING_REPLAY="true",  # the simulator takes reasoning_content, as vLLM
     )
     # -- sandbox kind and built-ins (tests/e2e/test_sandbox.py, test_builtins.py) -------------
     sandbox_tools = tmp_path_factory.mktemp("sandbox") / "tools.json"
