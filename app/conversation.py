@@ -10,8 +10,13 @@ from app.store import ResponseStore, StoredResponse
 MAX_CHAIN_LENGTH = 1000
 
 
-def load_history(store: ResponseStore, previous_response_id: str | None) -> list[dict[str, Any]]:
+def load_history(
+    store: ResponseStore, previous_response_id: str | None, *, owner: str | None = None
+) -> list[dict[str, Any]]:
     """Input and output items of every response in the chain, oldest first.
+
+    ``owner``: the tenant continuing the chain, which must own every response in it (None: a
+    worker's read of a chain that was checked when its response was created).
 
     ``instructions`` do not carry over (OpenAI's rule): only items do. A response created with
     its own ``context`` ends the walk: that context stands for the rest of the chain. Every
@@ -21,13 +26,13 @@ def load_history(store: ResponseStore, previous_response_id: str | None) -> list
 
     Raises:
         PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or
-            was created with ``store: false``.
+            was created with ``store: false``, or another tenant's (the same answer).
     """
     segments: list[list[dict[str, Any]]] = []
     current = previous_response_id
     while current is not None and len(segments) < MAX_CHAIN_LENGTH:
         stored = store.load(current)
-        if stored is None or not stored.response.store:
+        if stored is None or not stored.response.store or not _is_owner(stored, owner):
             raise PreviousResponseNotFoundError(
                 f"Previous response with id '{current}' not found.", param="previous_response_id"
             )
@@ -48,3 +53,7 @@ def history_of(store: ResponseStore, stored: StoredResponse) -> list[dict[str, A
         context: list[dict[str, Any]] = stored.extra["context"]
         return context
     return load_history(store, stored.response.previous_response_id)
+
+
+def _is_owner(stored: StoredResponse, owner: str | None) -> bool:
+    return owner is None or stored.owner == owner

@@ -121,3 +121,24 @@ class Keys:
     def container_lock(self, container_id: str) -> str:
         """String with TTL: a sandbox run holds the container (one run at a time)."""
         return f"{self.prefix}container:{container_id}:lock"
+
+    @property
+    def api_keys(self) -> str:
+        """Hash: SHA-256 of an API key (hex) → the key's record (JSON: id, tenant, hint, time)."""
+        return f"{self.prefix}apikeys"
+
+    def tenant_limits(self, tenant: str) -> str:
+        """Hash: a tenant's own limits (``antwort keys limits``), over the fleet's defaults."""
+        return f"{self.prefix}tenant:{tenant}:limits"
+
+    def rate_window(self, tenant: str, unit: str, window: int) -> str:
+        """Counter with TTL: a tenant's ``unit`` (requests, tokens) in one minute's window."""
+        return f"{self.prefix}tenant:{tenant}:rate:{unit}:{window}"
+
+    def in_flight(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses that may still be running (rate limits)."""
+        return f"{self.prefix}tenant:{tenant}:inflight"
+
+    def container_owner(self, container_id: str) -> str:
+        """String with TTL: the tenant that owns a code interpreter container."""
+        return f"{self.prefix}container:{container_id}:owner"

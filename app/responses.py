@@ -12,6 +12,8 @@ from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.limits import Caller
+from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.request import CreateResponseRequest, FunctionChoice
 from app.protocol.response import (
@@ -22,8 +24,9 @@ from app.protocol.response import (
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
-from app.store import ResponseStore
+from app.store import ResponseStore, StoredResponse
 from app.store.status import CANCEL
+from app.tenancy import OPEN_TENANT, Tenant
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
 
@@ -105,7 +108,7 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
     return is_after_branch and part in _DISCRIMINATOR_TAGS
 
 
-def create_response(
+def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's own
     store: ResponseStore,
     dispatcher: Dispatcher,
     settings: Settings,
@@ -113,8 +116,13 @@ def create_response(
     *,
     context: list[dict[str, Any]] | None = None,
     kinds: ToolKinds = KINDS,
+    caller: Caller | None = None,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
+
+    ``caller``'s tenant owns the response (None: the open tenant, no limits); what it continues
+    (``previous_response_id``, compaction items, a container) must be its own, and its limits
+    are taken before the response is stored.
 
     ``context``: the items before this response's input when the caller holds them already (a
     WebSocket connection continuing its unstored previous response). Otherwise the
@@ -122,28 +130,34 @@ def create_response(
     reads the chain again, and a later response's walk ends at this one (a constant number of
     reads, however long the conversation).
     """
+    caller = caller or Caller(Tenant(name=OPEN_TENANT))
+    tenant = caller.tenant.name
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
-    check_compactions(store, settings, inputs)
+    check_compactions(store, settings, inputs, owner=tenant)
     if context is None and request.previous_response_id:
         # The chain is read once, here: stored as the response's context, it is what every turn
         # and tool call of this response sees, and where the walk of a later response stops.
-        context = load_history(store, request.previous_response_id)
+        context = load_history(store, request.previous_response_id, owner=tenant)
     history = context or []
     tools = kinds.prepare_request(
-        RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
+        RequestContext(
+            settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant
+        ),
         [tool.model_dump(mode="json") for tool in request.tools],
     )
     response = _new_response(request, model, tools=tools.tools)
+    caller.admit(response.id, request)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
-    store.create(response, inputs=inputs, extra=extra, events=events)
+    store.create(response, inputs=inputs, extra=extra, events=events, owner=tenant)
     store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
+    caller.confirm(response.id)
     _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
 
@@ -273,12 +287,25 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
     return raw
 
 
+def owned_response(store: ResponseStore, response_id: str, tenant: str) -> StoredResponse:
+    """The stored response when ``tenant`` owns it.
+
+    Raises:
+        NotFoundError: no such response, or another tenant's (the same answer).
+    """
+    return require_owned(store.load(response_id), tenant, missing=_not_found(response_id))
+
+
+def _not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+
+
 def cancel_response(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str
+    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, tenant: str = OPEN_TENANT
 ) -> ResponseObject:
     """Cancel a background response; a finished one comes back unchanged."""
     for _ in range(10):
-        stored = store.get(response_id)
+        stored = owned_response(store, response_id, tenant)
         response = stored.response
         if not response.background:
             raise InvalidRequestError(
@@ -297,26 +324,37 @@ def cancel_response(
     raise ServerError("The response changed too often to cancel; try again.")
 
 
-def retrieve_response(store: ResponseStore, response_id: str) -> ResponseObject:
+def retrieve_response(
+    store: ResponseStore, response_id: str, *, tenant: str = OPEN_TENANT
+) -> ResponseObject:
     """The stored response; a finished ``store: false`` response is gone for HTTP clients."""
-    response = store.get(response_id).response
+    response = owned_response(store, response_id, tenant).response
     if not response.store and response.status not in ACTIVE_STATUSES:
-        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        raise _not_found(response_id)
     return response
 
 
-def delete_response(store: ResponseStore, response_id: str) -> dict[str, Any]:
+def delete_response(
+    store: ResponseStore, response_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """Delete a response with its input items and events."""
+    owned_response(store, response_id, tenant)
     if not store.delete(response_id):
-        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
 def list_input_items(
-    store: ResponseStore, response_id: str, *, limit: int, order: str, after: str | None
+    store: ResponseStore,
+    response_id: str,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    tenant: str = OPEN_TENANT,
 ) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: a page of the response's input items."""
-    retrieve_response(store, response_id)
+    retrieve_response(store, response_id, tenant=tenant)
     items = store.inputs(response_id)
     if order == "desc":
         items.reverse()

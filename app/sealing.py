@@ -44,6 +44,8 @@ class CompactedState:
     """The model that wrote the summary."""
     created_at: int
     """When (Unix seconds)."""
+    owner: str = ""
+    """The tenant that compacted (:mod:`app.ownership`): only it may send the item back."""
 
 
 class InvalidCompactionError(InvalidRequestError):
@@ -80,13 +82,19 @@ class Sealer:
                 summary=str(fields["summary"]),
                 model=str(fields["model"]),
                 created_at=int(fields["created_at"]),
+                owner=str(fields.get("owner", "")),
             )
         except (ValueError, binascii.Error, KeyError, TypeError):
-            raise InvalidCompactionError(
-                "The compaction item's encrypted_content is invalid: it was not produced by this "
-                "server or it was altered.",
-                param=param,
-            ) from None
+            raise self.invalid(param) from None
+
+    @staticmethod
+    def invalid(param: str | None) -> InvalidCompactionError:
+        """The error of an item this server did not seal (for this tenant), or an altered one."""
+        return InvalidCompactionError(
+            "The compaction item's encrypted_content is invalid: it was not produced by this "
+            "server or it was altered.",
+            param=param,
+        )
 
 
 def load_sealer(client: redis.Redis, keys: Keys, configured: str | None) -> Sealer:
@@ -107,19 +115,22 @@ def has_compaction(items: Sequence[dict[str, Any]]) -> bool:
 
 
 def check_compactions(
-    store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]]
+    store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]], *, owner: str
 ) -> None:
-    """Every ``compaction`` input item was sealed here and is intact.
+    """Every ``compaction`` input item was sealed here for ``owner`` and is intact.
 
     Raises:
-        InvalidCompactionError: with ``param`` naming the first bad item.
+        InvalidCompactionError: with ``param`` naming the first bad item; another tenant's item
+            is refused like a forged one.
     """
     if not has_compaction(inputs):
         return
     sealer = fleet_sealer(store, settings)
     for index, item in enumerate(inputs):
         if item.get("type") == "compaction":
-            sealer.open(item["encrypted_content"], param=f"input.{index}.encrypted_content")
+            param = f"input.{index}.encrypted_content"
+            if sealer.open(item["encrypted_content"], param=param).owner != owner:
+                raise sealer.invalid(param)
 
 
 def summary_message(summary: str) -> dict[str, Any]:

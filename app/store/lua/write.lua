@@ -5,7 +5,7 @@
 -- stores the input items too. A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
--- the lease (fence.lua).
+-- the lease (fence.lua). A create records the response's owner (`owner`, "": none).
 -- Returns {the new version, the new status, the last sequence number}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
@@ -34,7 +34,8 @@ local response_id = ARGV[14]
 local lease_token = ARGV[15]
 local lease_ms = ARGV[16]
 local lease_deadline = ARGV[17]
-local inputs, at = counted_list(18)
+local owner = ARGV[18]
+local inputs, at = counted_list(19)
 local event_types, at = counted_list(at)
 local event_json_prefixes = counted_list(at)
 
@@ -57,6 +58,8 @@ if is_create == '1' then
     redis.call('RPUSH', inputs_key, unpack(inputs, i, math.min(i + 999, #inputs)))
   end
   redis.call('EXPIRE', inputs_key, ttl)
+  -- the tenant that created the response: nothing ever changes it (app.ownership)
+  if owner ~= '' then redis.call('HSET', record, 'owner', owner) end
 end
 if extra ~= '' then redis.call('HSET', record, 'extra', extra) end
 -- `started` (the object as the first run starts it) lives from the create to the first write.
