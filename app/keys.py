@@ -127,6 +127,15 @@ class Keys:
         """Hash: SHA-256 of an API key (hex) → the key's record (JSON: id, tenant, hint, time)."""
         return f"{self.prefix}apikeys"
 
+    @property
+    def auth_on(self) -> str:
+        """String: set by the first stored key and never removed.
+
+        Auth stays on after the last key is revoked; deleting this by hand opens a fleet
+        without env keys again.
+        """
+        return f"{self.prefix}auth:on"
+
     def tenant_limits(self, tenant: str) -> str:
         """Hash: a tenant's own limits (``antwort keys limits``), over the fleet's defaults."""
         return f"{self.prefix}tenant:{tenant}:limits"

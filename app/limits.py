@@ -14,12 +14,11 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
-from app.store.scripts import LuaScript, key
+from app.store.admission import ADMIT, AdmitCall
 from app.tenancy import Tenant
 
 WINDOW_MS = 60_000
@@ -27,28 +26,6 @@ RESERVE_MS = 30_000
 """How long an admitted response counts in flight before it is stored (a gateway that died
 between the two leaves a place taken no longer than this)."""
 _REFUSED = {1: "requests", 2: "tokens", 3: "in_flight"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AdmitCall:
-    """The operands of ``admit.lua``."""
-
-    requests_key: str = key()
-    tokens_key: str = key()
-    in_flight: str = key()
-    active: str = key()
-    now_ms: int
-    window_ms: int
-    request_limit: int
-    token_limit: int
-    in_flight_limit: int
-    requests: int
-    tokens: int
-    response_id: str
-    reserve_ms: int
-
-
-ADMIT = LuaScript("admit", AdmitCall)
 
 
 def estimate_tokens(request: CreateResponseRequest) -> int:

@@ -8,7 +8,9 @@ local cache, so a key created or revoked while the fleet runs takes effect withi
 ``key_cache_seconds`` on every gateway process.
 
 When no key is configured anywhere the fleet is open: every request is the tenant
-:data:`OPEN_TENANT` (the empty name), which owns what it creates like any other tenant.
+:data:`OPEN_TENANT` (the empty name), which owns what it creates like any other tenant. Once a
+key was stored, auth stays on even after the last key is revoked (revoking must never open the
+fleet to everyone).
 """
 
 from __future__ import annotations
@@ -124,7 +126,10 @@ class KeyStore:
             hint=f"{token[:7]}…{token[-4:]}",
             created_at=int(time.time()),
         )
-        self.redis.hset(self.keys.api_keys, digest, json.dumps(_as_dict(stored)))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.api_keys, digest, json.dumps(_as_dict(stored)))
+        pipe.set(self.keys.auth_on, "1")
+        pipe.execute()
         return token, stored
 
     def lookup(self, token: str) -> StoredKey | None:
@@ -137,9 +142,9 @@ class KeyStore:
         found = [StoredKey(**json.loads(raw)) for raw in self.redis.hvals(self.keys.api_keys)]
         return sorted(found, key=lambda key: (key.created_at, key.id))
 
-    def has_keys(self) -> bool:
-        """Whether any key is stored."""
-        return bool(self.redis.hlen(self.keys.api_keys))
+    def is_auth_on(self) -> bool:
+        """Whether a key was ever stored: auth stays on, even once every key is revoked."""
+        return bool(self.redis.exists(self.keys.auth_on))
 
     def revoke(self, key_id: str) -> StoredKey | None:
         """Remove the key ``key_id`` (None: no such key)."""
@@ -215,7 +220,7 @@ class TenantDirectory:
         return not self.env_keys and bool(self._cached("open", "", self._nothing_stored))
 
     def _nothing_stored(self, _: str) -> bool:
-        return not self.store.has_keys()
+        return not self.store.is_auth_on()
 
     def resolve(self, authorization: str | None) -> Tenant:
         """The tenant of an ``Authorization`` header (the open tenant when auth is off).
