@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     rate_limit_tokens_per_minute: int = Field(default=0, ge=0)
     """Default tokens per minute of a tenant (estimated at create: input characters / 4 plus
     ``max_output_tokens``; 0: unlimited)."""
+    tenant_max_running: int = Field(default=0, ge=0)
+    """Fair share: responses of one tenant on the fleet at once (queued on it or running); the
+    tenant's further responses wait parked in Redis, in order, and start as its running ones
+    end, so one tenant's flood cannot starve another (0: off, every response queued at once)."""
     rate_limit_max_in_flight: int = Field(default=0, ge=0)
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
 

@@ -151,3 +151,16 @@ class Keys:
     def container_owner(self, container_id: str) -> str:
         """String with TTL: the tenant that owns a code interpreter container."""
         return f"{self.prefix}container:{container_id}:owner"
+
+    def tenant_running(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses on the fleet now (fair share, ``app.fairness``)."""
+        return f"{self.prefix}tenant:{tenant}:running"
+
+    def tenant_parked(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses waiting for a place, by arrival (fair share)."""
+        return f"{self.prefix}tenant:{tenant}:parked"
+
+    @property
+    def parked_tenants(self) -> str:
+        """Set: tenants with parked responses (the sweeper starts what it can of them)."""
+        return f"{self.prefix}tenants:parked"

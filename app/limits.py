@@ -84,6 +84,7 @@ class RateLimiter:
                 tokens_key=keys.rate_window(tenant.name, "tokens", window),
                 in_flight=keys.in_flight(tenant.name),
                 active=keys.active,
+                parked=keys.tenant_parked(tenant.name),
                 now_ms=now_ms,
                 window_ms=WINDOW_MS,
                 request_limit=limits.requests_per_minute,

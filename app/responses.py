@@ -12,6 +12,7 @@ from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.fairness import FairShare
 from app.limits import Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
@@ -156,15 +157,18 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     if context is not None:
         extra["context"] = context
     store.create(response, inputs=inputs, extra=extra, events=events, owner=tenant)
-    store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
+    _enqueue_first_turn(FairShare(store, settings), dispatcher, tenant, response.id)
     caller.confirm(response.id)
-    _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
 
 
-def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:
+def _enqueue_first_turn(
+    fair: FairShare, dispatcher: Dispatcher, tenant: str, response_id: str
+) -> None:
+    """Watch and queue the first turn, or park it behind the tenant's running responses."""
+    store = fair.store
     try:
-        dispatcher.enqueue_turn(response_id, 0)
+        fair.submit(dispatcher, tenant, response_id)
     except Exception as exc:
         fail_response(
             store, response_id, code="server_error", message="The fleet could not be reached."
@@ -301,9 +305,17 @@ def _not_found(response_id: str) -> NotFoundError:
 
 
 def cancel_response(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, tenant: str = OPEN_TENANT
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    response_id: str,
+    *,
+    tenant: str = OPEN_TENANT,
+    settings: Settings | None = None,
 ) -> ResponseObject:
-    """Cancel a background response; a finished one comes back unchanged."""
+    """Cancel a background response; a finished one comes back unchanged.
+
+    ``settings``: the fleet's (its fair share: the place the response held goes to the next).
+    """
     for _ in range(10):
         stored = owned_response(store, response_id, tenant)
         response = stored.response
@@ -320,6 +332,8 @@ def cancel_response(
         if result.ok:
             pending = [item["call_id"] for item in unanswered_calls(response)]
             dispatcher.revoke_response(response_id, stored.turn, pending)
+            if settings is not None:
+                FairShare(store, settings).release(dispatcher, tenant)
             return cancelled
     raise ServerError("The response changed too often to cancel; try again.")
 

@@ -130,7 +130,10 @@ def cancel(response_id: str) -> Response:
     """Cancel a background response."""
     gw = _gw()
     tenant = current_tenant().name
-    return jsonify(core.cancel_response(gw.store, gw.dispatcher, response_id, tenant=tenant).wire())
+    cancelled = core.cancel_response(
+        gw.store, gw.dispatcher, response_id, tenant=tenant, settings=gw.settings
+    )
+    return jsonify(cancelled.wire())
 
 
 @blueprint.delete("/v1/responses/<response_id>")

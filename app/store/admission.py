@@ -15,6 +15,7 @@ class AdmitCall:
     tokens_key: str = key()
     in_flight: str = key()
     active: str = key()
+    parked: str = key()
     now_ms: int
     window_ms: int
     request_limit: int

@@ -2,7 +2,8 @@
 -- requests and the (estimated) tokens of the current minute's window, and, for a new response,
 -- how many of the tenant's responses are queued or running. A limit of 0 is no limit.
 -- `in_flight` holds the tenant's response ids: score 0 once the response is stored (it then
--- counts while it is in `active`, the sweeper's set of queued and running responses), else the
+-- counts while it is in `active`, the sweeper's set of queued and running responses, or parked
+-- by the tenant's fair share, `parked`), else the
 -- time (ms) its admission reserved the place (it counts for `reserve_ms` while it is stored).
 -- Nothing is counted when a limit refuses.
 -- Returns {0 (admitted) or 1 (requests), 2 (tokens), 3 (in flight), requests used,
@@ -11,6 +12,7 @@ local requests_key = KEYS[1]
 local tokens_key = KEYS[2]
 local in_flight = KEYS[3]
 local active = KEYS[4]
+local parked = KEYS[5]
 local now_ms = ARGV[1]
 local window_ms = ARGV[2]
 local request_limit = ARGV[3]
@@ -39,6 +41,7 @@ if response_id ~= '' and in_flight_limit > 0 then
   for i = 1, #members, 2 do
     local reserved = tonumber(members[i + 1])
     local is_active = redis.call('ZSCORE', active, members[i])
+      or redis.call('ZSCORE', parked, members[i])
     if (reserved == 0 and is_active) or (reserved > 0 and now_ms - reserved < reserve_ms) then
       running = running + 1
     else
