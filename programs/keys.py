@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from app.config import Settings
@@ -60,31 +61,57 @@ def _add_limit_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def run_keys(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
+def run_keys(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
     """Run one ``antwort keys`` command; its exit code."""
     if not settings.redis_url:
         print("antwort keys: set ANTWORT_REDIS_URL to the fleet's Redis.", file=sys.stderr)
         return 2
     store = KeyStore(make_redis(settings), Keys(settings.key_prefix))
-    limits = {name: getattr(args, name) for name in LIMIT_NAMES if hasattr(args, name)}
-    if args.keys_command == "create":
-        token, stored = store.create(args.tenant)
-        if limits:
-            store.set_limits(args.tenant, limits)
-        print(f"{stored.id}  tenant {stored.tenant}", file=out)
-        print(f"key (shown once, keep it secret): {token}", file=out)
-    elif args.keys_command == "list":
-        for key in store.all():
-            created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(key.created_at))
-            print(f"{key.id}  {key.tenant}  {key.hint}  {created} UTC", file=out)
-    elif args.keys_command == "revoke":
-        revoked = store.revoke(args.key_id)
-        if revoked is None:
-            print(f"antwort keys: no key {args.key_id}", file=sys.stderr)
-            return 1
-        print(f"revoked {revoked.id} (tenant {revoked.tenant})", file=out)
-    else:
-        own = store.set_limits(args.tenant, limits) if limits else store.limits_of(args.tenant)
-        shown = ", ".join(f"{name}={own[name]}" for name in LIMIT_NAMES if name in own)
-        print(f"{args.tenant}: {shown or 'the fleet defaults'}", file=out)
+    command = _COMMANDS[args.keys_command]
+    return command(store, args, out or sys.stdout)
+
+
+def _limits_given(args: argparse.Namespace) -> dict[str, int | None]:
+    return {name: getattr(args, name) for name in LIMIT_NAMES if hasattr(args, name)}
+
+
+def _create(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
+    token, stored = store.create(args.tenant)
+    limits = _limits_given(args)
+    if limits:
+        store.set_limits(args.tenant, limits)
+    print(f"{stored.id}  tenant {stored.tenant}", file=out)
+    print(f"key (shown once, keep it secret): {token}", file=out)
     return 0
+
+
+def _list(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
+    for key in store.all():
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(key.created_at))
+        print(f"{key.id}  {key.tenant}  {key.hint}  {created} UTC", file=out)
+    return 0
+
+
+def _revoke(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
+    revoked = store.revoke(args.key_id)
+    if revoked is None:
+        print(f"antwort keys: no key {args.key_id}", file=sys.stderr)
+        return 1
+    print(f"revoked {revoked.id} (tenant {revoked.tenant})", file=out)
+    return 0
+
+
+def _limits(store: KeyStore, args: argparse.Namespace, out: TextIO) -> int:
+    limits = _limits_given(args)
+    own = store.set_limits(args.tenant, limits) if limits else store.limits_of(args.tenant)
+    shown = ", ".join(f"{name}={own[name]}" for name in LIMIT_NAMES if name in own)
+    print(f"{args.tenant}: {shown or 'the fleet defaults'}", file=out)
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[KeyStore, argparse.Namespace, TextIO], int]] = {
+    "create": _create,
+    "list": _list,
+    "revoke": _revoke,
+    "limits": _limits,
+}
