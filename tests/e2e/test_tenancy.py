@@ -57,6 +57,8 @@ def test_tenancy_e2e_another_tenant_cannot_see_stream_or_continue(tenants_gatewa
     with pytest.raises(openai.NotFoundError):
         b.responses.input_items.list(rid)
     with pytest.raises(openai.NotFoundError):
+        b.responses.cancel(rid)
+    with pytest.raises(openai.NotFoundError):
         b.responses.delete(rid)
     with pytest.raises(openai.BadRequestError) as refused:
         b.responses.create(model="antwort-sim", input="and then?", previous_response_id=rid)
