@@ -17,7 +17,7 @@ import redis
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.e2e.conftest import Fleet, wait_ready
-from tests.e2e.helpers import assert_error_body
+from tests.e2e.helpers import assert_error_body, wait_for_status
 from tests.e2e.test_websocket import open_socket, receive_response, socket_error
 
 
@@ -169,3 +169,56 @@ def test_tenancy_e2e_rate_limit_holds_across_two_gateway_processes(
     assert 0 < int(refused.headers["Retry-After"]) <= 60
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert refused.headers["x-ratelimit-limit-requests"] == "3"
+
+
+@pytest.fixture
+def fair_fleet(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A gateway and an inference worker of their own, one response per tenant at a time."""
+    prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
+    port = free_port()
+    env = dict(process_environ)
+    env.update(
+        ANTWORT_REDIS_URL=redis_url,
+        ANTWORT_KEY_PREFIX=prefix,
+        ANTWORT_LLM_BASE_URL=sim_url,
+        ANTWORT_DEFAULT_MODEL="antwort-sim",
+        ANTWORT_HOST="127.0.0.1",
+        ANTWORT_PORT=str(port),
+        ANTWORT_API_KEYS="team-a:ka,team-b:kb",
+        ANTWORT_TENANT_MAX_RUNNING="1",
+        ANTWORT_INFERENCE_CONCURRENCY="4",
+    )
+    fleet = Fleet(
+        base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("f")
+    )
+    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    fleet.start_worker("worker")
+    try:
+        wait_ready(fleet.base_url)
+        yield fleet.base_url
+    finally:
+        fleet.stop_all()
+        client = redis.Redis.from_url(redis_url)
+        delete_prefix(client, prefix)
+        client.close()
+
+
+def test_tenancy_e2e_a_flood_waits_its_turn_and_another_tenant_goes_first(fair_fleet: str) -> None:
+    a, b = sdk(fair_fleet, "ka"), sdk(fair_fleet, "kb")
+    flood = [
+        a.responses.create(model="antwort-sim", input="slow [ttft_ms=400]", background=True).id
+        for _ in range(3)
+    ]
+
+    theirs = b.responses.create(model="antwort-sim", input="quick")
+
+    assert theirs.status == "completed"
+    # A's third can start only once its first two have ended (≥ 0.8 s): it still waits
+    assert a.responses.retrieve(flood[2]).status == "queued"
+    for rid in flood:  # each started by the end of the one before it, on the worker
+        assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"

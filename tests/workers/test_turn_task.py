@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-
-import pytest
 
 from app.config import Settings
 from app.lease import LeaseKeeper
-from app.limits import Caller
 from app.responses import create_response
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
-from app.tenancy import Tenant
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
-from workers import tasks
 
 
 class ImpatientFleet(RecordingDispatcher):
@@ -84,21 +78,3 @@ def test_a_tool_callback_arriving_inside_the_queuing_run_takes_the_lease_at_once
     assert fleet.callback_outcomes == ["completed"]
     assert store.get(response.id).response.status == "completed"
     assert not store.redis.exists(store.keys.lease(response.id))
-
-
-def test_a_turn_task_that_ends_a_response_starts_its_tenants_next_parked_one(
-    store: ResponseStore, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    settings = make_settings(tenant_max_running=1)
-    fleet = RecordingDispatcher()
-    caller = Caller(Tenant(name="team-a"))
-    body = {"input": "go", "background": True}
-    first, _ = create_response(store, fleet, settings, body, caller=caller)
-    second, _ = create_response(store, fleet, settings, body, caller=caller)
-    assert fleet.turns == [(first.id, 0)]  # the second waits parked
-    deps = RunDeps(store=store, provider=ScriptedModel(text("done")), settings=settings)
-    monkeypatch.setattr(tasks, "_deps", replace(deps, dispatcher=fleet))
-
-    assert tasks.run_turn_task.run(first.id, 0) == "completed"
-
-    assert fleet.turns == [(first.id, 0), (second.id, 0)]
