@@ -81,6 +81,7 @@ class FairShare:
                 active=keys.active,
                 parked=keys.tenant_parked(tenant),
                 parked_tenants=keys.parked_tenants,
+                arrivals=keys.tenant_arrivals(tenant),
                 cap=self.cap,
                 now_ms=int(now * 1000),
                 watch_until=now + self.grace_seconds,

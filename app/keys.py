@@ -160,6 +160,10 @@ class Keys:
         """Sorted set: the tenant's responses waiting for a place, by arrival (fair share)."""
         return f"{self.prefix}tenant:{tenant}:parked"
 
+    def tenant_arrivals(self, tenant: str) -> str:
+        """Counter: the arrival order of the tenant's parked responses (fair share)."""
+        return f"{self.prefix}tenant:{tenant}:arrivals"
+
     @property
     def parked_tenants(self) -> str:
         """Set: tenants with parked responses (the sweeper starts what it can of them)."""

@@ -15,6 +15,8 @@ class FairShareCall:
     active: str = key()
     parked: str = key()
     parked_tenants: str = key()
+    arrivals: str = key()
+    """Counter: the order of the tenant's parked responses."""
     cap: int
     now_ms: int
     watch_until: float

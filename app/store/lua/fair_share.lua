@@ -11,6 +11,7 @@ local running = KEYS[1]
 local active = KEYS[2]
 local parked = KEYS[3]
 local parked_tenants = KEYS[4]
+local arrivals = KEYS[5]
 local cap = ARGV[1]
 local now_ms = ARGV[2]
 local watch_until = ARGV[3]
@@ -33,7 +34,9 @@ if response_id ~= '' then
   if count < cap and redis.call('ZCARD', parked) == 0 then
     dispatch(response_id)
   else
-    redis.call('ZADD', parked, now_ms, response_id)
+    -- scores from a counter: arrival order holds for responses of the same millisecond
+    redis.call('ZADD', parked, redis.call('INCR', arrivals), response_id)
+    redis.call('PEXPIRE', arrivals, 86400000)
     redis.call('SADD', parked_tenants, tenant)
   end
 end
