@@ -33,6 +33,7 @@ from app.responses import new_response_id, normalise_input, parse_request
 from app.run import RunDeps
 from app.sealing import CompactedState, Sealer, check_sealed_items, fleet_sealer, open_items
 from app.store import ResponseStore
+from app.tenancy import OPEN_TENANT
 
 COMPACT_FIELDS = frozenset(
     {"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
@@ -54,9 +55,16 @@ class CompactionQueue(Protocol):
 
 
 def start_compaction(
-    store: ResponseStore, queue: CompactionQueue, settings: Settings, body: Any
+    store: ResponseStore,
+    queue: CompactionQueue,
+    settings: Settings,
+    body: Any,
+    *,
+    tenant: str = OPEN_TENANT,
 ) -> str:
     """Validate a compact request, store its job and queue it; returns the compaction's id.
+
+    ``tenant`` must own what it compacts, and owns the compaction item it gets back.
 
     Raises:
         InvalidRequestError: a missing ``model``, an unknown field, a bad item, a tampered
@@ -75,10 +83,9 @@ def start_compaction(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     inputs = normalise_input(request)
-    check_sealed_items(store, settings, inputs)
-    history = (
-        load_history(store, request.previous_response_id) if request.previous_response_id else []
-    )
+    check_sealed_items(store, settings, inputs, owner=tenant)
+    previous = request.previous_response_id
+    history = load_history(store, previous, owner=tenant) if previous else []
     if not history and not inputs:
         raise InvalidRequestError(
             "Nothing to compact: give 'input' or 'previous_response_id'.",
@@ -91,6 +98,7 @@ def start_compaction(
         "instructions": request.instructions,
         "items": [*history, *inputs],
         "created_at": int(time.time()),
+        "owner": tenant,
     }
     ttl = int(settings.sync_timeout_seconds) + _RESULT_TTL_SECONDS
     store.redis.set(store.keys.compaction_job(compaction_id), json.dumps(job), ex=ttl)
@@ -185,7 +193,12 @@ def compact(
     summary, usage = _summarise(deps.provider.stream(request))
     if not summary.strip():
         raise ModelBehaviorError("The model wrote an empty summary.")
-    state = CompactedState(summary=summary, model=job["model"], created_at=int(time.time()))
+    state = CompactedState(
+        summary=summary,
+        model=job["model"],
+        created_at=int(time.time()),
+        owner=job.get("owner", ""),
+    )
     item = {
         "id": "cmp_" + secrets.token_hex(24),
         "type": "compaction",

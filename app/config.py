@@ -32,9 +32,27 @@ class Settings(BaseSettings):
     client_tool_status: ClientToolStatus = "auto"
     """*Contract.* Status of a response paused for client function calls."""
     api_keys: str | None = None
-    """*Contract.* Comma-separated bearer keys the gateway accepts; unset: open."""
+    """*Contract.* Comma-separated bearer keys the gateway accepts, each a tenant of its own
+    unless written ``tenant:key``; unset (and no key stored by ``antwort keys``): open."""
     mcp_allowed_hosts: str | None = None
     """*Contract.* Hosts MCP ``server_url`` may name."""
+
+    key_cache_seconds: float = Field(default=5.0, ge=0)
+    """How long a gateway process trusts what it read of a stored key (``antwort keys``): a
+    revoked key stops working within this time, a new one starts within it."""
+    metrics_key: str | None = None
+    """Bearer key ``/metrics`` wants; unset: ``/metrics`` is open (bind it elsewhere then)."""
+    rate_limit_requests_per_minute: int = Field(default=0, ge=0)
+    """Default requests per minute of a tenant (0: unlimited); ``antwort keys limits`` overrides."""
+    rate_limit_tokens_per_minute: int = Field(default=0, ge=0)
+    """Default tokens per minute of a tenant (estimated at create: input characters / 4 plus
+    ``max_output_tokens``; 0: unlimited)."""
+    tenant_max_running: int = Field(default=0, ge=0)
+    """Fair share: responses of one tenant on the fleet at once (queued on it or running); the
+    tenant's further responses wait parked in Redis, in order, and start as its running ones
+    end, so one tenant's flood cannot starve another (0: off, every response queued at once)."""
+    rate_limit_max_in_flight: int = Field(default=0, ge=0)
+    """Default responses a tenant may have queued or running at once (0: unlimited)."""
 
     redis_max_connections: int = Field(default=200, ge=4)
     """Redis connections one process may hold; more requests wait for a free one."""
@@ -162,8 +180,10 @@ class Settings(BaseSettings):
 
     @property
     def api_key_set(self) -> frozenset[str]:
-        """The accepted bearer keys (empty: the gateway is open)."""
-        return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())
+        """The bearer keys of ``api_keys``, without their ``tenant:`` (empty: none)."""
+        entries = (entry.partition(":") for entry in (self.api_keys or "").split(","))
+        keys = (key if sep else tenant for tenant, sep, key in entries)
+        return frozenset(key.strip() for key in keys if key.strip())
 
     tool_protocols: str | None = None
     """Comma-separated ``model=protocol`` pairs (``native`` or ``json``; ``*=json`` for every

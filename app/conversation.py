@@ -10,8 +10,13 @@ from app.store import ResponseStore, StoredResponse
 MAX_CHAIN_LENGTH = 1000
 
 
-def load_history(store: ResponseStore, previous_response_id: str | None) -> list[dict[str, Any]]:
+def load_history(
+    store: ResponseStore, previous_response_id: str | None, *, owner: str | None = None
+) -> list[dict[str, Any]]:
     """Input and output items of every response in the chain, oldest first.
+
+    ``owner``: the tenant continuing the chain, which must own every response in it (None: a
+    worker's read of a chain that was checked when its response was created).
 
     ``instructions`` do not carry over (OpenAI's rule): only items do. A response created with
     its own ``context`` ends the walk: that context stands for the rest of the chain. Every
@@ -21,13 +26,13 @@ def load_history(store: ResponseStore, previous_response_id: str | None) -> list
 
     Raises:
         PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or
-            was created with ``store: false``.
+            was created with ``store: false``, or another tenant's (the same answer).
     """
     segments: list[list[dict[str, Any]]] = []
     current = previous_response_id
     while current is not None and len(segments) < MAX_CHAIN_LENGTH:
         stored = store.load(current)
-        if stored is None or not stored.response.store:
+        if stored is None or not stored.response.store or not _is_owner(stored, owner):
             raise PreviousResponseNotFoundError(
                 f"Previous response with id '{current}' not found.", param="previous_response_id"
             )
@@ -50,18 +55,47 @@ def history_of(store: ResponseStore, stored: StoredResponse) -> list[dict[str, A
     return load_history(store, stored.response.previous_response_id)
 
 
-def load_conversation(store: ResponseStore, conversation_id: str) -> list[dict[str, Any]]:
-    """Every item of a conversation, oldest first: one round trip, however long it is.
+OWNER_FIELD = "owner"
+"""Where a stored conversation object keeps its owner (:mod:`app.ownership`); never served."""
+
+
+def load_conversation(
+    store: ResponseStore, conversation_id: str, *, owner: str
+) -> list[dict[str, Any]]:
+    """Every item of a conversation ``owner`` owns, oldest first: one round trip, however long.
 
     Raises:
-        NotFoundError: the conversation is unknown, expired or deleted.
+        NotFoundError: the conversation is unknown, expired, deleted or another tenant's.
     """
     page = store.conversation_items(conversation_id)
-    if page is None:
-        raise conversation_not_found(conversation_id, param="conversation")
+    owned_conversation(
+        page.conversation if page else None, conversation_id, owner, param="conversation"
+    )
+    assert page is not None
     return page.items
+
+
+def owned_conversation(
+    stored: dict[str, Any] | None,
+    conversation_id: str,
+    tenant: str,
+    *,
+    param: str = "conversation_id",
+) -> dict[str, Any]:
+    """The conversation object as clients see it, when ``tenant`` owns ``stored``.
+
+    Raises:
+        NotFoundError: no such conversation, or another tenant's (the same answer).
+    """
+    if stored is None or stored.get(OWNER_FIELD, "") != tenant:
+        raise conversation_not_found(conversation_id, param=param)
+    return {key: value for key, value in stored.items() if key != OWNER_FIELD}
 
 
 def conversation_not_found(conversation_id: str, *, param: str) -> NotFoundError:
     """OpenAI's 404 for a conversation id that names nothing."""
     return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param=param)
+
+
+def _is_owner(stored: StoredResponse, owner: str | None) -> bool:
+    return owner is None or stored.owner == owner

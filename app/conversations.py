@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any, get_args
 
-from app.conversation import conversation_not_found
+from app.conversation import OWNER_FIELD, conversation_not_found, owned_conversation
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.conversations import (
     AddItemsRequest,
@@ -23,6 +23,7 @@ from app.protocol.items import InputItem
 from app.protocol.request import Includable
 from app.responses import normalise_items, parse_body
 from app.store import ResponseStore
+from app.tenancy import OPEN_TENANT
 
 INCLUDABLE = frozenset(get_args(Includable))
 
@@ -32,8 +33,10 @@ def new_conversation_id() -> str:
     return "conv_" + secrets.token_hex(24)
 
 
-def create_conversation(store: ResponseStore, body: Any) -> dict[str, Any]:
-    """``POST /v1/conversations``: a new conversation with its first items."""
+def create_conversation(
+    store: ResponseStore, body: Any, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
+    """``POST /v1/conversations``: a new conversation with its first items, owned by ``tenant``."""
     request = parse_body(CreateConversationRequest, body)
     conversation = {
         "id": new_conversation_id(),
@@ -41,38 +44,46 @@ def create_conversation(store: ResponseStore, body: Any) -> dict[str, Any]:
         "created_at": int(time.time()),
         "metadata": request.metadata or {},
     }
-    store.create_conversation(conversation, items=_stored_items(request.items or []))
+    stored = {**conversation, OWNER_FIELD: tenant}
+    store.create_conversation(stored, items=_stored_items(request.items or []))
     return conversation
 
 
-def retrieve_conversation(store: ResponseStore, conversation_id: str) -> dict[str, Any]:
+def retrieve_conversation(
+    store: ResponseStore, conversation_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``GET /v1/conversations/{id}``."""
-    conversation = store.conversation(conversation_id)
-    if conversation is None:
-        raise conversation_not_found(conversation_id, param="conversation_id")
-    return conversation
+    return owned_conversation(store.conversation(conversation_id), conversation_id, tenant)
 
 
-def update_conversation(store: ResponseStore, conversation_id: str, body: Any) -> dict[str, Any]:
+def update_conversation(
+    store: ResponseStore, conversation_id: str, body: Any, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``POST /v1/conversations/{id}``: replace its metadata."""
     request = parse_body(UpdateConversationRequest, body)
-    conversation = {**retrieve_conversation(store, conversation_id)}
+    conversation = retrieve_conversation(store, conversation_id, tenant=tenant)
     conversation["metadata"] = request.metadata or {}
-    if not store.update_conversation(conversation):  # deleted meanwhile
+    if not store.update_conversation({**conversation, OWNER_FIELD: tenant}):  # deleted meanwhile
         raise conversation_not_found(conversation_id, param="conversation_id")
     return conversation
 
 
-def delete_conversation(store: ResponseStore, conversation_id: str) -> dict[str, Any]:
+def delete_conversation(
+    store: ResponseStore, conversation_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``DELETE /v1/conversations/{id}``: the conversation and its items."""
+    retrieve_conversation(store, conversation_id, tenant=tenant)
     if not store.delete_conversation(conversation_id):
         raise conversation_not_found(conversation_id, param="conversation_id")
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
-def add_items(store: ResponseStore, conversation_id: str, body: Any) -> dict[str, Any]:
+def add_items(
+    store: ResponseStore, conversation_id: str, body: Any, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``POST /v1/conversations/{id}/items``: append items, as one block; the items added."""
     request = parse_body(AddItemsRequest, body)
+    retrieve_conversation(store, conversation_id, tenant=tenant)
     items = _stored_items(request.items)
     if store.append_to_conversation(conversation_id, items) is None:
         raise conversation_not_found(conversation_id, param="conversation_id")
@@ -80,14 +91,20 @@ def add_items(store: ResponseStore, conversation_id: str, body: Any) -> dict[str
 
 
 def list_items(
-    store: ResponseStore, conversation_id: str, *, limit: int, order: str, after: str | None
+    store: ResponseStore,
+    conversation_id: str,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    tenant: str = OPEN_TENANT,
 ) -> dict[str, Any]:
     """``GET /v1/conversations/{id}/items``: a page of items (one round trip)."""
     page = store.conversation_items(
         conversation_id, after=after, is_descending=order == "desc", limit=limit
     )
-    if page is None:
-        raise conversation_not_found(conversation_id, param="conversation_id")
+    owned_conversation(page.conversation if page else None, conversation_id, tenant)
+    assert page is not None
     if not page.is_after_known:
         raise InvalidRequestError(
             f"No item with id '{after}' in conversation '{conversation_id}'.",
@@ -97,24 +114,27 @@ def list_items(
     return item_list(page.items, has_more=page.has_more)
 
 
-def retrieve_item(store: ResponseStore, conversation_id: str, item_id: str) -> dict[str, Any]:
+def retrieve_item(
+    store: ResponseStore, conversation_id: str, item_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``GET /v1/conversations/{id}/items/{item_id}``."""
     conversation, item = store.conversation_item(conversation_id, item_id)
-    if conversation is None:
-        raise conversation_not_found(conversation_id, param="conversation_id")
+    owned_conversation(conversation, conversation_id, tenant)
     if item is None:
         raise _item_not_found(conversation_id, item_id)
     return item
 
 
-def delete_item(store: ResponseStore, conversation_id: str, item_id: str) -> dict[str, Any]:
+def delete_item(
+    store: ResponseStore, conversation_id: str, item_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """``DELETE /v1/conversations/{id}/items/{item_id}``: the conversation it was removed from."""
+    retrieve_conversation(store, conversation_id, tenant=tenant)
     conversation, removed = store.delete_conversation_item(conversation_id, item_id)
-    if conversation is None:
-        raise conversation_not_found(conversation_id, param="conversation_id")
+    public = owned_conversation(conversation, conversation_id, tenant)
     if not removed:
         raise _item_not_found(conversation_id, item_id)
-    return conversation
+    return public
 
 
 def check_include(values: list[str]) -> None:

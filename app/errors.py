@@ -8,7 +8,8 @@ Every error a client can cause or see is an ``AppError``; the gateway renders ea
     │   ├── PreviousResponseNotFoundError   previous_response_id names nothing usable
     │   └── UnsupportedMediaTypeError / PayloadTooLargeError   415 / 413
     ├── AuthenticationError        401  missing or wrong bearer key
-    ├── NotFoundError              404  unknown response id or route
+    ├── NotFoundError              404  unknown response id or route, or another tenant's object
+    ├── RateLimitError             429  a tenant's limit (``rate_limit_exceeded``, with headers)
     ├── MethodNotAllowedError      405
     ├── UpstreamError              model server or MCP transport failed (retryable)
     ├── ModelBehaviorError         the model answered something unusable (→ response failed)
@@ -34,6 +35,8 @@ class AppError(Exception):
         self.message = message
         self.param = param
         self.code = code if code is not None else self.default_code
+        self.headers: dict[str, str] = {}
+        """Response headers the gateway sends with the error (a 429's ``Retry-After`` …)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.message, self.param, self.code))
@@ -95,6 +98,14 @@ class NotFoundError(AppError):
     status = 404
     type = "not_found"
     default_code = "not_found"
+
+
+class RateLimitError(AppError):
+    """A tenant reached one of its limits (429, OpenAI's shape: ``type`` names the limit)."""
+
+    status = 429
+    type = "requests"
+    default_code = "rate_limit_exceeded"
 
 
 class MethodNotAllowedError(AppError):

@@ -133,3 +133,50 @@ class Keys:
     def conversation_order(self, conversation_id: str) -> str:
         """Sorted set: the conversation's item ids by position (the order they were added)."""
         return f"{self.prefix}conv:{conversation_id}:order"
+
+    @property
+    def api_keys(self) -> str:
+        """Hash: SHA-256 of an API key (hex) → the key's record (JSON: id, tenant, hint, time)."""
+        return f"{self.prefix}apikeys"
+
+    @property
+    def auth_on(self) -> str:
+        """String: set by the first stored key and never removed.
+
+        Auth stays on after the last key is revoked; deleting this by hand opens a fleet
+        without env keys again.
+        """
+        return f"{self.prefix}auth:on"
+
+    def tenant_limits(self, tenant: str) -> str:
+        """Hash: a tenant's own limits (``antwort keys limits``), over the fleet's defaults."""
+        return f"{self.prefix}tenant:{tenant}:limits"
+
+    def rate_window(self, tenant: str, unit: str, window: int) -> str:
+        """Counter with TTL: a tenant's ``unit`` (requests, tokens) in one minute's window."""
+        return f"{self.prefix}tenant:{tenant}:rate:{unit}:{window}"
+
+    def in_flight(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses that may still be running (rate limits)."""
+        return f"{self.prefix}tenant:{tenant}:inflight"
+
+    def container_owner(self, container_id: str) -> str:
+        """String with TTL: the tenant that owns a code interpreter container."""
+        return f"{self.prefix}container:{container_id}:owner"
+
+    def tenant_running(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses on the fleet now (fair share, ``app.fairness``)."""
+        return f"{self.prefix}tenant:{tenant}:running"
+
+    def tenant_parked(self, tenant: str) -> str:
+        """Sorted set: the tenant's responses waiting for a place, by arrival (fair share)."""
+        return f"{self.prefix}tenant:{tenant}:parked"
+
+    def tenant_arrivals(self, tenant: str) -> str:
+        """Counter: the arrival order of the tenant's parked responses (fair share)."""
+        return f"{self.prefix}tenant:{tenant}:arrivals"
+
+    @property
+    def parked_tenants(self) -> str:
+        """Set: tenants with parked responses (the sweeper starts what it can of them)."""
+        return f"{self.prefix}tenants:parked"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import redis
 
 from app.dispatch import Dispatcher
+from app.fairness import FairShare
 from app.store import LeaseRequest, OpenedTurn, ResponseStore
 from app.store.base import text
 from app.store.scripts import LuaScript, key
@@ -246,10 +247,19 @@ class Sweeper:
     (``renew_lease.lua``). Only what is still lapsed after that is sent round again.
     """
 
-    def __init__(self, store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float):
+    def __init__(
+        self,
+        store: ResponseStore,
+        dispatcher: Dispatcher,
+        *,
+        lease_seconds: float,
+        fair: FairShare | None = None,
+    ):
         self._store = store
         self._dispatcher = dispatcher
         self._lease_seconds = lease_seconds
+        self._fair = fair
+        """Tenants' fair share: each sweep starts the parked responses that got a place."""
         self._hold_until = 0.0
         self._was_away = False
 
@@ -265,7 +275,10 @@ class Sweeper:
                 self._was_away = False
             if time.monotonic() < self._hold_until:
                 return []
-            return sweep(self._store, self._dispatcher, lease_seconds=self._lease_seconds)
+            swept = sweep(self._store, self._dispatcher, lease_seconds=self._lease_seconds)
+            if self._fair is not None:
+                self._fair.release_all(self._dispatcher)
+            return swept
         except redis.RedisError:
             self._was_away = True
             logger.warning("sweep failed; trying again", exc_info=True)
@@ -278,6 +291,12 @@ class Sweeper:
             self.tick()
 
 
-def run_sweeper(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> None:
+def run_sweeper(
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    *,
+    lease_seconds: float,
+    fair: FairShare | None = None,
+) -> None:
     """Sweep forever (a daemon thread of each inference worker; see :class:`Sweeper`)."""
-    Sweeper(store, dispatcher, lease_seconds=lease_seconds).run_forever()
+    Sweeper(store, dispatcher, lease_seconds=lease_seconds, fair=fair).run_forever()

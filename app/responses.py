@@ -12,6 +12,9 @@ from app.config import Settings
 from app.conversation import load_conversation, load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.fairness import FairShare
+from app.limits import Caller
+from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.items import output_text_part
 from app.protocol.request import CreateResponseRequest, FunctionChoice
@@ -25,8 +28,9 @@ from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
 from app.sealing import check_sealed_items
-from app.store import ResponseStore
+from app.store import ResponseStore, StoredResponse
 from app.store.status import CANCEL
+from app.tenancy import OPEN_TENANT, Tenant
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
 
@@ -115,7 +119,7 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
     return is_after_branch and part in _DISCRIMINATOR_TAGS
 
 
-def create_response(
+def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's own
     store: ResponseStore,
     dispatcher: Dispatcher,
     settings: Settings,
@@ -123,8 +127,13 @@ def create_response(
     *,
     context: list[dict[str, Any]] | None = None,
     kinds: ToolKinds = KINDS,
+    caller: Caller | None = None,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
+
+    ``caller``'s tenant owns the response (None: the open tenant, no limits); what it continues
+    (``previous_response_id``, compaction items, a container) must be its own, and its limits
+    are taken before the response is stored.
 
     ``context``: the items before this response's input when the caller holds them already (a
     WebSocket connection continuing its unstored previous response). Otherwise the
@@ -132,17 +141,22 @@ def create_response(
     reads the chain again, and a later response's walk ends at this one (a constant number of
     reads, however long the conversation).
     """
+    caller = caller or Caller(Tenant(name=OPEN_TENANT))
+    tenant = caller.tenant.name
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
-    check_sealed_items(store, settings, inputs)
-    context = _context_of(store, request, context)
+    check_sealed_items(store, settings, inputs, owner=tenant)
+    context = _context_of(store, request, context, tenant)
     history = context or []
     tools = kinds.prepare_request(
-        RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
+        RequestContext(
+            settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant
+        ),
         [tool.model_dump(mode="json") for tool in request.tools],
     )
     response = _new_response(request, model, tools=tools.tools)
+    caller.admit(response.id, request)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
@@ -150,14 +164,17 @@ def create_response(
     if context is not None:
         extra["context"] = context
     extra.update(_kept_by_protocol(store, settings, response))
-    store.create(response, inputs=inputs, extra=extra, events=events)
-    store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
-    _enqueue_first_turn(store, dispatcher, response.id)
+    store.create(response, inputs=inputs, extra=extra, events=events, owner=tenant)
+    _enqueue_first_turn(FairShare(store, settings), dispatcher, tenant, response.id)
+    caller.confirm(response.id)
     return response, request
 
 
 def _context_of(
-    store: ResponseStore, request: CreateResponseRequest, context: list[dict[str, Any]] | None
+    store: ResponseStore,
+    request: CreateResponseRequest,
+    context: list[dict[str, Any]] | None,
+    tenant: str,
 ) -> list[dict[str, Any]] | None:
     """The items before the input: ``context`` if given, else the chain or the conversation.
 
@@ -171,9 +188,9 @@ def _context_of(
                 "'previous_response_id' or 'conversation'.",
                 code="mutually_exclusive_parameters",
             )
-        return load_conversation(store, request.conversation_id)
+        return load_conversation(store, request.conversation_id, owner=tenant)
     if context is None and request.previous_response_id:
-        return load_history(store, request.previous_response_id)
+        return load_history(store, request.previous_response_id, owner=tenant)
     return context
 
 
@@ -189,9 +206,13 @@ def _kept_by_protocol(
     return {EXCHANGES_EXTRA: exchanges} if exchanges else {}
 
 
-def _enqueue_first_turn(store: ResponseStore, dispatcher: Dispatcher, response_id: str) -> None:
+def _enqueue_first_turn(
+    fair: FairShare, dispatcher: Dispatcher, tenant: str, response_id: str
+) -> None:
+    """Watch and queue the first turn, or park it behind the tenant's running responses."""
+    store = fair.store
     try:
-        dispatcher.enqueue_turn(response_id, 0)
+        fair.submit(dispatcher, tenant, response_id)
     except Exception as exc:
         fail_response(
             store, response_id, code="server_error", message="The fleet could not be reached."
@@ -330,12 +351,33 @@ def _text_part(role: str, text: str) -> dict[str, Any]:
     return {"type": "input_text", "text": text}
 
 
+def owned_response(store: ResponseStore, response_id: str, tenant: str) -> StoredResponse:
+    """The stored response when ``tenant`` owns it.
+
+    Raises:
+        NotFoundError: no such response, or another tenant's (the same answer).
+    """
+    return require_owned(store.load(response_id), tenant, missing=_not_found(response_id))
+
+
+def _not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+
+
 def cancel_response(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    response_id: str,
+    *,
+    tenant: str = OPEN_TENANT,
+    settings: Settings | None = None,
 ) -> ResponseObject:
-    """Cancel a background response; a finished one comes back unchanged."""
+    """Cancel a background response; a finished one comes back unchanged.
+
+    ``settings``: the fleet's (its fair share: the place the response held goes to the next).
+    """
     for _ in range(10):
-        stored = store.get(response_id)
+        stored = owned_response(store, response_id, tenant)
         response = stored.response
         if not response.background:
             raise InvalidRequestError(
@@ -350,30 +392,43 @@ def cancel_response(
         if result.ok:
             pending = [item["call_id"] for item in unanswered_calls(response)]
             dispatcher.revoke_response(response_id, stored.turn, pending)
+            if settings is not None:
+                FairShare(store, settings).release(dispatcher, tenant)
             return cancelled
     raise ServerError("The response changed too often to cancel; try again.")
 
 
-def retrieve_response(store: ResponseStore, response_id: str) -> ResponseObject:
+def retrieve_response(
+    store: ResponseStore, response_id: str, *, tenant: str = OPEN_TENANT
+) -> ResponseObject:
     """The stored response; a finished ``store: false`` response is gone for HTTP clients."""
-    response = store.get(response_id).response
+    response = owned_response(store, response_id, tenant).response
     if not response.store and response.status not in ACTIVE_STATUSES:
-        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        raise _not_found(response_id)
     return response
 
 
-def delete_response(store: ResponseStore, response_id: str) -> dict[str, Any]:
+def delete_response(
+    store: ResponseStore, response_id: str, *, tenant: str = OPEN_TENANT
+) -> dict[str, Any]:
     """Delete a response with its input items and events."""
+    owned_response(store, response_id, tenant)
     if not store.delete(response_id):
-        raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
+        raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
 def list_input_items(
-    store: ResponseStore, response_id: str, *, limit: int, order: str, after: str | None
+    store: ResponseStore,
+    response_id: str,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    tenant: str = OPEN_TENANT,
 ) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: a page of the response's input items."""
-    retrieve_response(store, response_id)
+    retrieve_response(store, response_id, tenant=tenant)
     items = store.inputs(response_id)
     if order == "desc":
         items.reverse()

@@ -53,6 +53,8 @@ class CompactedState:
     """The model that wrote the summary."""
     created_at: int
     """When (Unix seconds)."""
+    owner: str = ""
+    """The tenant that compacted (:mod:`app.ownership`): only it may send the item back."""
 
 
 class InvalidCompactionError(InvalidRequestError):
@@ -90,13 +92,19 @@ class Sealer:
                 summary=str(fields["summary"]),
                 model=str(fields["model"]),
                 created_at=int(fields["created_at"]),
+                owner=str(fields.get("owner", "")),
             )
         except (ValueError, binascii.Error, KeyError, TypeError):
-            raise InvalidCompactionError(
-                "The compaction item's encrypted_content is invalid: it was not produced by this "
-                "server or it was altered.",
-                param=param,
-            ) from None
+            raise self.invalid(param) from None
+
+    @staticmethod
+    def invalid(param: str | None) -> InvalidCompactionError:
+        """The error of an item this server did not seal (for this tenant), or an altered one."""
+        return InvalidCompactionError(
+            "The compaction item's encrypted_content is invalid: it was not produced by this "
+            "server or it was altered.",
+            param=param,
+        )
 
     def seal_reasoning(self, text: str) -> str:
         """The ``encrypted_content`` of a reasoning item whose reasoning is ``text``."""
@@ -147,12 +155,13 @@ def _is_sealed(item: dict[str, Any]) -> bool:
 
 
 def check_sealed_items(
-    store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]]
+    store: ResponseStore, settings: Settings, inputs: Sequence[dict[str, Any]], *, owner: str
 ) -> None:
     """Every sealed input item (``compaction``, reasoning's ``encrypted_content``) is ours, intact.
 
     Raises:
-        InvalidCompactionError: with ``param`` naming the first bad compaction item.
+        InvalidCompactionError: with ``param`` naming the first bad compaction item; another
+            tenant's compaction item is refused like a forged one.
         InvalidReasoningError: with ``param`` naming the first bad reasoning item.
     """
     if not any(_is_sealed(item) for item in inputs):
@@ -161,7 +170,8 @@ def check_sealed_items(
     for index, item in enumerate(inputs):
         param = f"input.{index}.encrypted_content"
         if item.get("type") == "compaction":
-            sealer.open(item["encrypted_content"], param=param)
+            if sealer.open(item["encrypted_content"], param=param).owner != owner:
+                raise sealer.invalid(param)
         elif _is_sealed(item):
             sealer.open_reasoning(item["encrypted_content"], param=param)
 

@@ -10,6 +10,8 @@ The connection remembers its most recent response. Continuing from it with
 ``previous_response_id`` works even when it was created with ``store: false``: the connection
 hands the conversation it holds (``context``) to the new response. Another connection knows
 nothing of it (``previous_response_not_found``), and a continuation that fails forgets it.
+The connection belongs to the tenant of its handshake's key: it continues only that tenant's
+stored responses, and its creates count against that tenant's limits.
 Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}``; after
 ``websocket_max_seconds`` the connection ends with ``websocket_connection_limit_reached``.
 """
@@ -27,10 +29,12 @@ from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import AppError, InvalidRequestError, NotFoundError
+from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.relay import EventHub, Keepalive, follow_events
 from app.responses import create_response
 from app.store import ResponseStore
+from app.tenancy import OPEN_TENANT, Tenant
 
 CREATE_EVENT = "response.create"
 _TRANSPORT_FIELDS = ("stream", "stream_options", "background")
@@ -117,12 +121,16 @@ class SocketSession:
         hub: EventHub,
         dispatcher: Dispatcher,
         settings: Settings,
+        caller: Caller | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.store = store
         self.hub = hub
         self.dispatcher = dispatcher
         self.settings = settings
+        self.caller = caller or Caller(Tenant(name=OPEN_TENANT))
+        """Who opened the connection: owns what it creates, continues only its own, and its
+        limits are taken for every ``response.create``."""
         self.clock = clock
         self.deadline = clock() + settings.websocket_max_seconds
         self.cached: CachedResponse | None = None
@@ -159,8 +167,11 @@ class SocketSession:
         """
         previous = body.get("previous_response_id")
         context = self.cached.context if self.is_cached(previous) and self.cached else None
+        caller = Caller(self.caller.tenant, self.caller.limiter)  # this create's headers
+        if caller.limiter is not None:
+            caller.limiter.admit_request(caller.tenant)
         response, request = create_response(
-            self.store, self.dispatcher, self.settings, body, context=context
+            self.store, self.dispatcher, self.settings, body, context=context, caller=caller
         )
         before: list[dict[str, Any]] | None = None
         if not request.store:
@@ -202,7 +213,7 @@ class SocketSession:
             self.cached = None
 
     def _history(self, previous: str | None) -> list[dict[str, Any]]:
-        return load_history(self.store, previous) if previous else []
+        return load_history(self.store, previous, owner=self.caller.tenant.name) if previous else []
 
 
 def _limit_reached() -> ConnectionLimitError:

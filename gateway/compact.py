@@ -6,6 +6,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from app import compaction
 from app.compaction import CompactionQueue
+from gateway.auth import current_tenant
 from gateway.context import gateway
 from gateway.responses import json_body
 
@@ -25,7 +26,11 @@ def compact() -> Response:
     """Compact the given conversation into user messages and one sealed ``compaction`` item."""
     gw = gateway()
     compaction_id = compaction.start_compaction(
-        gw.store, current_app.extensions[_EXTENSION], gw.settings, json_body()
+        gw.store,
+        current_app.extensions[_EXTENSION],
+        gw.settings,
+        json_body(),
+        tenant=current_tenant().name,
     )
     return jsonify(
         compaction.wait_for_compaction(

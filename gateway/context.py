@@ -9,6 +9,7 @@ from flask import current_app
 
 from app.config import Settings
 from app.dispatch import Dispatcher
+from app.limits import RateLimiter
 from app.relay import EventHub
 from app.store import ResponseStore
 
@@ -23,6 +24,7 @@ class Gateway:
 
     settings: Settings
     store: ResponseStore
+    limiter: RateLimiter
     hub: EventHub
     dispatcher: Dispatcher
     models: ModelLister

@@ -6,6 +6,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from app import conversations as core
 from app.responses import check_input_items_query
+from gateway.auth import current_tenant
 from gateway.context import gateway
 from gateway.responses import json_body
 
@@ -16,32 +17,34 @@ blueprint = Blueprint("conversations", __name__)
 def create() -> Response:
     """Create a conversation, with its first items (an empty body: an empty conversation)."""
     body = json_body() if request.get_data() else {}
-    return jsonify(core.create_conversation(gateway().store, body))
+    return jsonify(core.create_conversation(gateway().store, body, tenant=_tenant()))
 
 
 @blueprint.get("/v1/conversations/<conversation_id>")
 def retrieve(conversation_id: str) -> Response:
     """The conversation object."""
-    return jsonify(core.retrieve_conversation(gateway().store, conversation_id))
+    return jsonify(core.retrieve_conversation(gateway().store, conversation_id, tenant=_tenant()))
 
 
 @blueprint.post("/v1/conversations/<conversation_id>")
 def update(conversation_id: str) -> Response:
     """Replace the conversation's metadata."""
-    return jsonify(core.update_conversation(gateway().store, conversation_id, json_body()))
+    return jsonify(
+        core.update_conversation(gateway().store, conversation_id, json_body(), tenant=_tenant())
+    )
 
 
 @blueprint.delete("/v1/conversations/<conversation_id>")
 def delete(conversation_id: str) -> Response:
     """Delete the conversation and its items."""
-    return jsonify(core.delete_conversation(gateway().store, conversation_id))
+    return jsonify(core.delete_conversation(gateway().store, conversation_id, tenant=_tenant()))
 
 
 @blueprint.post("/v1/conversations/<conversation_id>/items")
 def add_items(conversation_id: str) -> Response:
     """Append items to the conversation."""
     _check_include()
-    return jsonify(core.add_items(gateway().store, conversation_id, json_body()))
+    return jsonify(core.add_items(gateway().store, conversation_id, json_body(), tenant=_tenant()))
 
 
 @blueprint.get("/v1/conversations/<conversation_id>/items")
@@ -55,6 +58,7 @@ def list_items(conversation_id: str) -> Response:
         limit=limit,
         order=order,
         after=request.args.get("after"),
+        tenant=_tenant(),
     )
     return jsonify(page)
 
@@ -63,15 +67,19 @@ def list_items(conversation_id: str) -> Response:
 def retrieve_item(conversation_id: str, item_id: str) -> Response:
     """One item of the conversation."""
     _check_include()
-    return jsonify(core.retrieve_item(gateway().store, conversation_id, item_id))
+    return jsonify(core.retrieve_item(gateway().store, conversation_id, item_id, tenant=_tenant()))
 
 
 @blueprint.delete("/v1/conversations/<conversation_id>/items/<item_id>")
 def delete_item(conversation_id: str, item_id: str) -> Response:
     """Remove one item; the conversation."""
-    return jsonify(core.delete_item(gateway().store, conversation_id, item_id))
+    return jsonify(core.delete_item(gateway().store, conversation_id, item_id, tenant=_tenant()))
 
 
 def _check_include() -> None:
     """``include`` as the SDK sends it (``include[]=…``) or plainly (``include=…``)."""
     core.check_include([*request.args.getlist("include[]"), *request.args.getlist("include")])
+
+
+def _tenant() -> str:
+    return current_tenant().name

@@ -25,6 +25,7 @@ def render(error: AppError) -> Response:
     """The JSON response of an ``AppError``."""
     response = jsonify(error.to_dict())
     response.status_code = error.status
+    response.headers.update(error.headers)
     return response
 
 

@@ -10,7 +10,9 @@ from app.config import Settings
 from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
 from app.keys import Keys
+from app.limits import RateLimiter
 from app.relay import EventHub
+from app.tenancy import KeyStore, Limits, TenantDirectory, parse_env_keys
 from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
@@ -47,9 +49,22 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    store = make_store(settings, client)
+    tenants = TenantDirectory(
+        KeyStore(client, store.keys),
+        env_keys=parse_env_keys(settings.api_keys),
+        defaults=Limits(
+            requests_per_minute=settings.rate_limit_requests_per_minute,
+            tokens_per_minute=settings.rate_limit_tokens_per_minute,
+            max_in_flight=settings.rate_limit_max_in_flight,
+        ),
+        cache_seconds=settings.key_cache_seconds,
+    )
+    limiter = RateLimiter(store)
     app.extensions["antwort"] = Gateway(
         settings=settings,
-        store=make_store(settings, client),
+        store=store,
+        limiter=limiter,
         # the hub's own client fails fast when Redis goes: the hub reconnects by itself and
         # then has its followers catch up (app.relay)
         hub=EventHub(
@@ -60,7 +75,7 @@ def create_app(
         metrics=metrics.Metrics(),
     )
     errors.register(app)
-    auth.register(app, settings.api_key_set)
+    auth.register(app, tenants, limiter, metrics_key=settings.metrics_key)
     metrics.register(app)
     blueprints = (
         responses.blueprint,

@@ -15,8 +15,10 @@ from app.errors import (
     ServerError,
     UnsupportedMediaTypeError,
 )
+from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.relay import Keepalive, follow_events
+from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
 from gateway.sse import sse_response
 
@@ -50,7 +52,11 @@ def json_body() -> object:
 def create() -> Response:
     """Create a response: SSE when ``stream``, at once when ``background``, else when done."""
     gw = _gw()
-    response, parsed = core.create_response(gw.store, gw.dispatcher, gw.settings, json_body())
+    caller = Caller(current_tenant(), gw.limiter)
+    response, parsed = core.create_response(
+        gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller
+    )
+    add_rate_headers(caller.headers)
     if parsed.stream:
         return sse_response(
             follow_events(
@@ -86,7 +92,7 @@ def _wait_until_done(response_id: str) -> dict[str, Any] | None:
 def retrieve(response_id: str) -> Response:
     """The response; with ``stream=true`` its events after ``starting_after``, then live."""
     gw = _gw()
-    response = core.retrieve_response(gw.store, response_id)
+    response = core.retrieve_response(gw.store, response_id, tenant=current_tenant().name)
     if request.args.get("stream", "false").lower() != "true":
         return jsonify(response.wire())
     after = _starting_after(request.args.get("starting_after"))
@@ -123,13 +129,17 @@ def _starting_after(raw: str | None) -> int:
 def cancel(response_id: str) -> Response:
     """Cancel a background response."""
     gw = _gw()
-    return jsonify(core.cancel_response(gw.store, gw.dispatcher, response_id).wire())
+    tenant = current_tenant().name
+    cancelled = core.cancel_response(
+        gw.store, gw.dispatcher, response_id, tenant=tenant, settings=gw.settings
+    )
+    return jsonify(cancelled.wire())
 
 
 @blueprint.delete("/v1/responses/<response_id>")
 def delete(response_id: str) -> Response:
     """Delete a response, its input items and its events."""
-    return jsonify(core.delete_response(_gw().store, response_id))
+    return jsonify(core.delete_response(_gw().store, response_id, tenant=current_tenant().name))
 
 
 @blueprint.get("/v1/responses/<response_id>/input_items")
@@ -139,6 +149,11 @@ def input_items(response_id: str) -> Response:
         request.args.get("limit"), request.args.get("order")
     )
     page = core.list_input_items(
-        _gw().store, response_id, limit=limit, order=order, after=request.args.get("after")
+        _gw().store,
+        response_id,
+        limit=limit,
+        order=order,
+        after=request.args.get("after"),
+        tenant=current_tenant().name,
     )
     return jsonify(page)

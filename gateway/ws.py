@@ -18,7 +18,9 @@ from simple_websocket import Server
 from wsproto.frame_protocol import CloseReason
 
 from app.config import Settings
+from app.limits import Caller
 from app.socket_session import SocketSession
+from gateway.auth import current_tenant
 from gateway.context import gateway
 
 blueprint = Blueprint("websocket", __name__)
@@ -33,7 +35,11 @@ def responses_socket(ws: Server) -> None:
     """Serve ``response.create`` messages until the client leaves or the time limit."""
     gw = gateway()
     session = SocketSession(
-        store=gw.store, hub=gw.hub, dispatcher=gw.dispatcher, settings=gw.settings
+        store=gw.store,
+        hub=gw.hub,
+        dispatcher=gw.dispatcher,
+        settings=gw.settings,
+        caller=Caller(current_tenant(), gw.limiter),
     )
     session.serve(ws)
     close(ws, reason="websocket_connection_limit_reached")

@@ -1,4 +1,4 @@
-"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat``.
+"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat | keys``.
 
 The gateway and the workers run under their own servers (gunicorn, Celery); this module only
 hands over to them with ``exec``, so the core never imports a framework.
@@ -60,6 +60,12 @@ def _chat(args: argparse.Namespace, settings: Settings) -> int:
     return int(run_chat(args, settings))
 
 
+def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from programs.keys import run_keys
+
+    return run_keys(args, settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``antwort`` command line."""
     parser = argparse.ArgumentParser(
@@ -87,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(chat)
     chat.set_defaults(run=_chat)
+    keys = sub.add_parser("keys", help="create, list and revoke tenants' API keys; set limits")
+    from programs.keys import add_arguments as add_key_arguments
+
+    add_key_arguments(keys)
+    keys.set_defaults(run=_keys)
     return parser
 
 

@@ -20,8 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+
 from app.config import Settings
 from app.fleet import QUEUES
+from app.keys import Keys
+from app.tenancy import KeyStore, parse_env_keys
 from app.tools.sandbox.runner import bubblewrap_problem
 
 _COLOURS = ("36", "32", "33", "35", "34", "31", "37")
@@ -106,11 +110,32 @@ def run(settings: Settings) -> int:
                 ),
                 flush=True,
             )
+            print(auth_notice(settings, env["ANTWORT_REDIS_URL"]), flush=True)
             return _relay(procs)
         except KeyboardInterrupt:
             return 0
         finally:
             _stop(procs)
+
+
+def auth_notice(settings: Settings, redis_url: str) -> str:
+    """What ``antwort up`` says of auth at start: off only when no key is configured anywhere."""
+    env_keys = parse_env_keys(settings.api_keys)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store = KeyStore(client, Keys(settings.key_prefix))
+        tenants = {*env_keys.values(), *(key.tenant for key in store.all())}
+        is_on = bool(env_keys) or store.is_auth_on()
+    finally:
+        client.close()
+    where = f"the fleet's Redis is {redis_url}"
+    if not is_on:
+        return (
+            "antwort: AUTH IS OFF — no API key is configured, anyone who reaches the gateway may "
+            "use it. Set ANTWORT_API_KEYS, or run `antwort keys create --tenant NAME` "
+            f"with ANTWORT_REDIS_URL={redis_url}."
+        )
+    return f"antwort: auth on — {len(tenants)} tenant(s) have keys; {where}."
 
 
 def _interrupt(signum: int, frame: object) -> None:

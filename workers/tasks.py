@@ -11,6 +11,7 @@ from app.compaction import fail_compaction, run_compaction
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.errors import ServerError
+from app.fairness import FairShare
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import run_sweeper
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
@@ -67,7 +68,10 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     threading.Thread(
         target=run_sweeper,
         args=(deps.store, dispatcher),
-        kwargs={"lease_seconds": deps.settings.lease_seconds},
+        kwargs={
+            "lease_seconds": deps.settings.lease_seconds,
+            "fair": FairShare(deps.store, deps.settings),
+        },
         name="sweeper",
         daemon=True,
     ).start()
@@ -95,22 +99,41 @@ def run_turn_task(self: Task, response_id: str, turn: int) -> str:  # type: igno
     (The task keeps its name on the wire; it runs :func:`app.run.advance_response`.)
     """
     deps = get_deps()
+    outcome = _advance(deps, response_id, turn)
+    if outcome in _ENDED and deps.dispatcher is not None:
+        # the response's place in its tenant's fair share goes to the tenant's next one
+        FairShare(deps.store, deps.settings).release_owner_of(deps.dispatcher, response_id)
+    return outcome.value
+
+
+_ENDED = frozenset(
+    {
+        StepOutcome.COMPLETED,
+        StepOutcome.INCOMPLETE,
+        StepOutcome.REQUIRES_ACTION,
+        StepOutcome.CANCELLED,
+        StepOutcome.FAILED,
+    }
+)
+
+
+def _advance(deps: RunDeps, response_id: str, turn: int) -> StepOutcome:
     try:
         outcome = advance_response(deps, response_id, turn, counts_start=True)
     except RedeliveredTooOftenError as exc:  # a turn that kills its worker
         message = f"Turn {turn} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)
-        return StepOutcome.FAILED.value
+        return StepOutcome.FAILED
     except Exception:  # the task boundary: whatever broke, the response must not hang
         logger.exception("turn %d of %s crashed", turn, response_id)
         fail_response(
             deps.store, response_id, code="server_error", message="The turn failed on the worker."
         )
-        return StepOutcome.FAILED.value
+        return StepOutcome.FAILED
     # "skipped" needs no second look: a run hands its lease over before it queues what follows
     # (app.run's _hand_off), so a turn finds the lease held only while another run of that same
     # turn is alive, and that run carries the response on (tests/workers/test_turn_task.py).
-    return outcome.value
+    return outcome
 
 
 @shared_task(name=RUN_TOOL_CALL, bind=True, max_retries=_BUSY_RETRIES)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.errors import NotFoundError
@@ -40,6 +40,8 @@ class StoredResponse:
     """Model turns committed so far."""
     extra: dict[str, Any]
     """Request fields that are not part of the response object (``include``, ``user`` …)."""
+    owner: str = ""
+    """The tenant that created it (:mod:`app.ownership`; read by :meth:`Records.load` only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +114,8 @@ class WriteCall:
     appends_to_conversation: bool
     """A terminal write adds the inputs and ``conversation_items`` to the conversation."""
     conversation_ttl: int
+    owner: str
+    """The creating tenant, stored by a create ("": none)."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -145,6 +149,7 @@ class _NewRecord:
     inputs: tuple[str, ...]
     extra: str
     started: str
+    owner: str = ""
 
 
 WRITE = LuaScript("write", WriteCall)
@@ -164,8 +169,11 @@ class Records(StoreBase):
         inputs: Sequence[dict[str, Any]],
         extra: dict[str, Any],
         events: Sequence[Event],
+        owner: str = "",
     ) -> None:
         """Store a new response with its input items and emit its first events (one script).
+
+        ``owner``: the tenant creating it (:mod:`app.ownership`).
 
         A ``queued`` response is stored with the object its first run starts it as
         (``in_progress``): the run's first read makes that move (``load_turn.lua``).
@@ -178,6 +186,7 @@ class Records(StoreBase):
                 inputs=tuple(json.dumps(item) for item in inputs),
                 extra=json.dumps(extra),
                 started=_started(response),
+                owner=owner,
             ),
         )
         if not result.ok:  # ids are random; a clash is a bug
@@ -262,6 +271,7 @@ class Records(StoreBase):
                 lease_deadline=fence.deadline(),
                 appends_to_conversation=appends,
                 conversation_ttl=self.ttl_seconds,
+                owner=new.owner,
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
@@ -297,8 +307,12 @@ class Records(StoreBase):
         return bool(removed)
 
     def load(self, response_id: str) -> StoredResponse | None:
-        """The record, or None when unknown, expired or deleted."""
-        return stored_response(self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS))
+        """The record with its owner, or None when unknown, expired or deleted."""
+        *fields, owner = self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner")
+        stored = stored_response(fields)
+        if stored is None or owner is None:  # no owner: created while the fleet was open
+            return stored
+        return replace(stored, owner=text(owner))
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""

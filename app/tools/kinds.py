@@ -52,6 +52,8 @@ class RequestContext:
     """The items before this response (its ``previous_response_id`` chain or context)."""
     inputs: Sequence[Item]
     """The request's input items."""
+    tenant: str = ""
+    """Who creates the response (:mod:`app.ownership`): what it names must be its own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from app.compaction import (
 from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
 from app.keys import Keys
+from app.limits import Caller
 from app.responses import create_response
 from app.run import RunDeps, advance_response
 from app.sealing import (
@@ -26,6 +27,7 @@ from app.sealing import (
     load_sealer,
 )
 from app.store import ResponseStore
+from app.tenancy import Tenant
 from tests.app.test_run import FakeModel, answer
 from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
 
@@ -272,3 +274,25 @@ def test_create_response_refuses_a_tampered_compaction_item(
         create_response(store, RecordingDispatcher(), settings, {"input": [*messages, item]})
 
     assert raised.value.param == "input.1.encrypted_content"
+
+
+def test_compaction_item_belongs_to_the_tenant_that_compacted(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    queue = RecordingCompactionQueue()
+    body = {"model": "antwort-sim", "input": CONVERSATION}
+    compaction_id = start_compaction(store, queue, settings, body, tenant="team-a")
+    run_compaction(
+        RunDeps(store=store, provider=answer("Tuesday."), settings=settings), compaction_id
+    )
+    output = wait_for_compaction(store, compaction_id, timeout_seconds=5)["output"]
+    then = {"input": [*output, {"role": "user", "content": "And then?"}]}
+
+    with pytest.raises(InvalidCompactionError):
+        create_response(
+            store, RecordingDispatcher(), settings, then, caller=Caller(Tenant(name="team-b"))
+        )
+    create_response(
+        store, RecordingDispatcher(), settings, then, caller=Caller(Tenant(name="team-a"))
+    )

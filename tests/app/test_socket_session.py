@@ -6,10 +6,12 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.limits import Caller
 from app.relay import EventHub
 from app.run import RunDeps, advance_response
 from app.socket_session import SocketSession, parse_create_message
 from app.store import ResponseStore
+from app.tenancy import Tenant
 from tests.app import test_relay
 from tests.app.test_run import FakeModel, answer
 
@@ -181,3 +183,36 @@ def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: s
 
 def test_parse_create_message_returns_the_create_body() -> None:
     assert parse_create_message(create(input="x", store=False)) == {"input": "x", "store": False}
+
+
+def test_session_continues_only_its_own_tenants_responses(
+    store: ResponseStore, hub: EventHub, make_settings: Callable[..., Settings]
+) -> None:
+    config = make_settings(keepalive_seconds=0.2)
+    dispatcher = ThreadDispatcher(RunDeps(store=store, provider=answer("Noted."), settings=config))
+
+    def connect(tenant: str) -> SocketSession:
+        caller = Caller(Tenant(name=tenant))
+        return SocketSession(
+            store=store, hub=hub, dispatcher=dispatcher, settings=config, caller=caller
+        )
+
+    try:
+        transport = ScriptedTransport(create(input="Remember papaya"))
+        serve(connect("team-a"), transport)
+        [first] = transport.finals()
+        assert store.get(first["id"]).owner == "team-a"
+
+        theirs = ScriptedTransport(create(input="Which fruit?", previous_response_id=first["id"]))
+        serve(connect("team-b"), theirs)
+        mine = ScriptedTransport(create(input="Which fruit?", previous_response_id=first["id"]))
+        serve(connect("team-a"), mine)
+    finally:
+        for thread in dispatcher.threads:
+            thread.join(timeout=10)
+
+    [error] = theirs.errors()
+    assert (error["status"], error["error"]["code"]) == (400, "previous_response_not_found")
+    assert theirs.finals() == []
+    [second] = mine.finals()
+    assert second["previous_response_id"] == first["id"]

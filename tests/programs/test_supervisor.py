@@ -5,9 +5,12 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import redis
 
 from app.config import Settings
-from programs.supervisor import plan
+from app.keys import Keys
+from app.tenancy import KeyStore
+from programs.supervisor import auth_notice, plan
 
 
 def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missing(
@@ -27,3 +30,16 @@ def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missin
             for child in plan(settings.model_copy(update={"sandbox_bwrap": None}), {}, "/tmp")
         ]
         assert "worker[tools.sandbox]" in names
+
+
+def test_antwort_up_says_when_auth_is_off(redis_url: str, key_prefix: str) -> None:
+    settings = Settings(key_prefix=key_prefix)
+    assert "AUTH IS OFF" in auth_notice(settings, redis_url)
+    assert f"ANTWORT_REDIS_URL={redis_url}" in auth_notice(settings, redis_url)
+
+    on = auth_notice(settings.model_copy(update={"api_keys": "a:k1,a:k2,b:k3"}), redis_url)
+    assert on.startswith("antwort: auth on — 2 tenant(s)")
+    client = redis.Redis.from_url(redis_url)
+    KeyStore(client, Keys(key_prefix)).create("c")
+    assert "auth on — 1 tenant(s)" in auth_notice(settings, redis_url)
+    client.close()

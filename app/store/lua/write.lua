@@ -8,6 +8,7 @@
 -- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
 -- the conversation as one block (conversation.lua), unless the conversation is gone.
+-- A create records the response's owner (`owner`, "": none).
 -- Returns {the new version, the new status, the last sequence number}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
@@ -42,7 +43,8 @@ local lease_ms = ARGV[16]
 local lease_deadline = ARGV[17]
 local appends_to_conversation = ARGV[18]
 local conversation_ttl = ARGV[19]
-local inputs, at = counted_list(20)
+local owner = ARGV[20]
+local inputs, at = counted_list(21)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -66,6 +68,8 @@ if is_create == '1' then
     redis.call('RPUSH', inputs_key, unpack(inputs, i, math.min(i + 999, #inputs)))
   end
   redis.call('EXPIRE', inputs_key, ttl)
+  -- the tenant that created the response: nothing ever changes it (app.ownership)
+  if owner ~= '' then redis.call('HSET', record, 'owner', owner) end
 end
 if extra ~= '' then redis.call('HSET', record, 'extra', extra) end
 -- `started` (the object as the first run starts it) lives from the create to the first write.

@@ -60,8 +60,9 @@ class ContainerFiles:
         return data if isinstance(data, bytes) else b""
 
     def save(self, container_id: str, data: bytes) -> None:
-        """Replace the container's files and restart their TTL."""
+        """Replace the container's files and restart their TTL (and their owner's)."""
         self.redis.set(self.keys.container_files(container_id), data, ex=self.ttl_seconds)
+        self.redis.expire(self.keys.container_owner(container_id), self.ttl_seconds)
 
     def hold(self, container_id: str, *, seconds: float) -> str | None:
         """Take the container's lock (waiting up to ``seconds``); its token, or None."""

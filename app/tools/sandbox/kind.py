@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.keys import Keys
 from app.tools.base import ToolDefinition, ToolKind
 from app.tools.kinds import (
     KindContext,
@@ -14,6 +15,7 @@ from app.tools.kinds import (
     named_definition,
     named_tool,
 )
+from app.tools.sandbox.containers import claim_containers
 from app.tools.sandbox.executor import SandboxExecutor, optional_sandbox_executor
 from app.tools.sandbox.presenter import SandboxPresenter
 from app.tools.sandbox.tools import (
@@ -74,6 +76,14 @@ def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> Prep
         declared,
         history=[*context.history, *context.inputs],
         operator_tools=declared_sandbox_tools(context.settings.sandbox_tools_file),
+    )
+    settings = context.settings
+    claim_containers(
+        context.redis,
+        Keys(settings.key_prefix),
+        echoed,
+        context.tenant,
+        ttl_seconds=settings.response_ttl_seconds,
     )
     return PreparedTools(tools=echoed)
 

@@ -1,0 +1,106 @@
+"""Fair dispatch: one tenant's flood waits in Redis, not in the shared ``inference`` queue.
+
+With ``ANTWORT_TENANT_MAX_RUNNING`` = N (> 0), at most N responses of one tenant are on the
+fleet at once (queued on Celery or running). A tenant's further responses are stored
+``queued`` as always, but parked in a per-tenant sorted set in arrival order; each starts when
+one of that tenant's responses ends. Another tenant's response therefore waits behind at most
+N of the flooding tenant's turns per worker slot, never behind its whole backlog.
+
+What starts parked responses: the worker that ends a response (its turn task), a cancel at the
+gateway, and every sweep (each inference worker's sweeper, once a second by default), which
+also catches a response deleted or expired without an end.
+"""
+
+from __future__ import annotations
+
+import time
+
+from app.config import Settings
+from app.dispatch import Dispatcher
+from app.protocol.response import ResponseStatus
+from app.store import ResponseStore
+from app.store.base import text
+from app.store.fair_share import FAIR_SHARE, FairShareCall
+
+
+class FairShare:
+    """Per-tenant caps on the responses the fleet runs at once (0: off)."""
+
+    def __init__(self, store: ResponseStore, settings: Settings):
+        self.store = store
+        self.cap = settings.tenant_max_running
+        self.grace_seconds = settings.queued_grace_seconds
+
+    @property
+    def is_on(self) -> bool:
+        """Whether responses are capped per tenant."""
+        return self.cap > 0
+
+    def submit(self, dispatcher: Dispatcher, tenant: str, response_id: str) -> bool:
+        """Queue a new (stored, ``queued``) response, or park it; whether it was queued now.
+
+        With the cap off, the response is watched and queued as it always was.
+        """
+        if not self.is_on:
+            self.store.watch_queued(response_id, until=time.time() + self.grace_seconds)
+            dispatcher.enqueue_turn(response_id, 0)
+            return True
+        started = self._take_places(tenant, response_id)
+        self._enqueue(dispatcher, tenant, [id_ for id_ in started if id_ != response_id])
+        if response_id in started:
+            dispatcher.enqueue_turn(response_id, 0)
+        return response_id in started
+
+    def release(self, dispatcher: Dispatcher, tenant: str) -> list[str]:
+        """Start the tenant's parked responses that fit now; their ids."""
+        if not self.is_on:
+            return []
+        started = self._take_places(tenant, "")
+        return self._enqueue(dispatcher, tenant, started)
+
+    def release_owner_of(self, dispatcher: Dispatcher, response_id: str) -> list[str]:
+        """:meth:`release` for the tenant of a response that just ended."""
+        if not self.is_on:
+            return []
+        stored = self.store.load(response_id)
+        return [] if stored is None else self.release(dispatcher, stored.owner)
+
+    def release_all(self, dispatcher: Dispatcher) -> list[str]:
+        """:meth:`release` for every tenant with parked responses (the sweeper's round)."""
+        if not self.is_on:
+            return []
+        tenants = sorted(map(text, self.store.redis.smembers(self.store.keys.parked_tenants)))
+        return [rid for tenant in tenants for rid in self.release(dispatcher, tenant)]
+
+    def _take_places(self, tenant: str, response_id: str) -> list[str]:
+        keys = self.store.keys
+        now = time.time()
+        started = self.store.script(FAIR_SHARE)(
+            FairShareCall(
+                running=keys.tenant_running(tenant),
+                active=keys.active,
+                parked=keys.tenant_parked(tenant),
+                parked_tenants=keys.parked_tenants,
+                arrivals=keys.tenant_arrivals(tenant),
+                cap=self.cap,
+                now_ms=int(now * 1000),
+                watch_until=now + self.grace_seconds,
+                response_id=response_id,
+                tenant=tenant,
+            )
+        )
+        return [text(raw) for raw in started]
+
+    def _enqueue(self, dispatcher: Dispatcher, tenant: str, started: list[str]) -> list[str]:
+        """Queue the first turns of parked responses that got a place; those still queued."""
+        queued: list[str] = []
+        for response_id in started:
+            if self.store.status(response_id) == ResponseStatus.QUEUED:
+                dispatcher.enqueue_turn(response_id, 0)
+                queued.append(response_id)
+            else:  # cancelled or deleted while parked: its place goes to the next
+                self.store.redis.zrem(self.store.keys.active, response_id)
+                self.store.redis.zrem(self.store.keys.tenant_running(tenant), response_id)
+        if len(queued) < len(started):
+            queued += self.release(dispatcher, tenant)
+        return queued

@@ -1,0 +1,168 @@
+"""Per-tenant rate limits, enforced in Redis across every gateway replica (``admit.lua``).
+
+Three limits (:class:`~app.tenancy.Limits`, 0 = none): requests to ``/v1`` per minute, tokens
+per minute, and responses queued or running at once. Windows are whole minutes, shared by all
+replicas through one counter each; tokens are estimated when a response is created (its input's
+characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything.
+A refusal is a :class:`~app.errors.RateLimitError` carrying ``Retry-After`` and OpenAI's
+``x-ratelimit-*`` headers; an admission carries the same headers for the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+
+from app.errors import RateLimitError
+from app.protocol.request import CreateResponseRequest
+from app.store import ResponseStore
+from app.store.admission import ADMIT, AdmitCall
+from app.tenancy import Tenant
+
+WINDOW_MS = 60_000
+RESERVE_MS = 30_000
+"""How long an admitted response counts in flight before it is stored (a gateway that died
+between the two leaves a place taken no longer than this)."""
+_REFUSED = {1: "requests", 2: "tokens", 3: "in_flight"}
+
+
+def estimate_tokens(request: CreateResponseRequest) -> int:
+    """A create's tokens before the model runs: input and instructions / 4, plus its output cap."""
+    text = json.dumps(request.model_dump(mode="json", include={"input", "instructions"}))
+    return max(1, len(text) // 4 + (request.max_output_tokens or 0))
+
+
+def _reset(milliseconds: int) -> str:
+    return f"{math.ceil(milliseconds / 1000)}s"
+
+
+class RateLimiter:
+    """Admits a tenant's requests and responses against its limits."""
+
+    def __init__(self, store: ResponseStore, *, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.clock = clock
+
+    def admit_request(self, tenant: Tenant) -> dict[str, str]:
+        """Count one request; its ``x-ratelimit-*`` headers (none when the tenant has no limit).
+
+        Raises:
+            RateLimitError: the tenant's requests of this minute are used up.
+        """
+        if not tenant.limits.requests_per_minute:
+            return {}
+        return self._admit(tenant, requests=1, tokens=0, response_id="")
+
+    def admit_response(self, tenant: Tenant, response_id: str, tokens: int) -> dict[str, str]:
+        """Count a new response's tokens and take its place in flight; its headers.
+
+        Raises:
+            RateLimitError: tokens of this minute used up, or too many responses in flight.
+        """
+        limits = tenant.limits
+        if not limits.tokens_per_minute and not limits.max_in_flight:
+            return {}
+        return self._admit(tenant, requests=0, tokens=tokens, response_id=response_id)
+
+    def confirm(self, tenant: Tenant, response_id: str) -> None:
+        """The admitted response is stored: it counts in flight for as long as it runs."""
+        if tenant.limits.max_in_flight:
+            key = self.store.keys.in_flight(tenant.name)
+            self.store.redis.zadd(key, {response_id: 0}, xx=True)
+
+    def _admit(
+        self, tenant: Tenant, *, requests: int, tokens: int, response_id: str
+    ) -> dict[str, str]:
+        keys, limits = self.store.keys, tenant.limits
+        now_ms = int(self.clock() * 1000)
+        window = now_ms // WINDOW_MS
+        code, used_requests, used_tokens, running = self.store.script(ADMIT)(
+            AdmitCall(
+                requests_key=keys.rate_window(tenant.name, "requests", window),
+                tokens_key=keys.rate_window(tenant.name, "tokens", window),
+                in_flight=keys.in_flight(tenant.name),
+                active=keys.active,
+                parked=keys.tenant_parked(tenant.name),
+                now_ms=now_ms,
+                window_ms=WINDOW_MS,
+                request_limit=limits.requests_per_minute,
+                token_limit=limits.tokens_per_minute,
+                in_flight_limit=limits.max_in_flight,
+                requests=requests,
+                tokens=tokens,
+                response_id=response_id,
+                reserve_ms=RESERVE_MS,
+            )
+        )
+        reset_ms = (window + 1) * WINDOW_MS - now_ms
+        headers = _headers(tenant, int(used_requests), int(used_tokens), _reset(reset_ms))
+        if code:
+            raise _refusal(tenant, _REFUSED[int(code)], headers, reset_ms, int(running))
+        return headers
+
+
+def _headers(tenant: Tenant, used_requests: int, used_tokens: int, reset: str) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for unit, limit, used in (
+        ("requests", tenant.limits.requests_per_minute, used_requests),
+        ("tokens", tenant.limits.tokens_per_minute, used_tokens),
+    ):
+        if limit:
+            headers[f"x-ratelimit-limit-{unit}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - used))
+            headers[f"x-ratelimit-reset-{unit}"] = reset
+    return headers
+
+
+def _refusal(
+    tenant: Tenant, limit: str, headers: dict[str, str], reset_ms: int, running: int
+) -> RateLimitError:
+    limits = tenant.limits
+    if limit == "in_flight":
+        # a place frees when a response ends: no window to wait for, try again soon
+        message = (
+            f"Rate limit reached: {running} responses queued or running, the limit is "
+            f"{limits.max_in_flight}. Try again when one of them has finished."
+        )
+        retry_after, kind = 1, "requests"
+    else:
+        per_minute = limits.requests_per_minute if limit == "requests" else limits.tokens_per_minute
+        message = (
+            f"Rate limit reached for {limit} per minute: limit {per_minute}. Please try again in "
+            f"{_reset(reset_ms)}."
+        )
+        retry_after, kind = math.ceil(reset_ms / 1000), limit
+    error = RateLimitError(message)
+    error.type = kind
+    error.headers = {**headers, "Retry-After": str(retry_after)}
+    return error
+
+
+class Caller:
+    """Who creates a response: the tenant that will own it, admitted against its limits.
+
+    Admitted before the response is stored, confirmed after; keeps the admission's headers for
+    the answer (``x-ratelimit-*``). ``limiter`` None: no limits apply.
+    """
+
+    def __init__(self, tenant: Tenant, limiter: RateLimiter | None = None):
+        self.tenant = tenant
+        self.limiter = limiter
+        self.headers: dict[str, str] = {}
+
+    def admit(self, response_id: str, request: CreateResponseRequest) -> None:
+        """Take the response's tokens and place in flight.
+
+        Raises:
+            RateLimitError: a limit refuses it.
+        """
+        if self.limiter is not None:
+            tokens = estimate_tokens(request)
+            self.headers.update(self.limiter.admit_response(self.tenant, response_id, tokens))
+
+    def confirm(self, response_id: str) -> None:
+        """The response is stored (and watched by the sweeper): it counts while it runs."""
+        if self.limiter is not None:
+            self.limiter.confirm(self.tenant, response_id)

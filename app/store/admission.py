@@ -1,0 +1,30 @@
+"""A tenant's admission against its limits: the operands of ``admit.lua`` (``app.limits``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.store.scripts import LuaScript, key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmitCall:
+    """The operands of ``admit.lua``."""
+
+    requests_key: str = key()
+    tokens_key: str = key()
+    in_flight: str = key()
+    active: str = key()
+    parked: str = key()
+    now_ms: int
+    window_ms: int
+    request_limit: int
+    token_limit: int
+    in_flight_limit: int
+    requests: int
+    tokens: int
+    response_id: str
+    reserve_ms: int
+
+
+ADMIT = LuaScript("admit", AdmitCall)

@@ -1,0 +1,50 @@
+-- A tenant's fair share of the fleet: at most `cap` of its responses run (are queued on the
+-- fleet or running) at once; the rest wait parked, in order, and start as the running ones end.
+-- `running` holds the tenant's dispatched responses; one that left `active` (the sweeper's set
+-- of queued and running responses: a terminal write removes it) has ended and frees its place.
+-- With a `response_id`, a new response is dispatched when a place is free and none of the
+-- tenant's responses waits before it, else parked. Then parked responses take the free places.
+-- Each response dispatched here is put under the sweeper's watch (`active`, until
+-- `watch_until`), as a create does for a response it queues.
+-- Returns the ids to queue on the fleet now, in order.
+local running = KEYS[1]
+local active = KEYS[2]
+local parked = KEYS[3]
+local parked_tenants = KEYS[4]
+local arrivals = KEYS[5]
+local cap = ARGV[1]
+local now_ms = ARGV[2]
+local watch_until = ARGV[3]
+local response_id = ARGV[4]
+local tenant = ARGV[5]
+cap = tonumber(cap)
+
+for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
+  if not redis.call('ZSCORE', active, member) then redis.call('ZREM', running, member) end
+end
+local count = redis.call('ZCARD', running)
+local start = {}
+local function dispatch(id)
+  redis.call('ZADD', running, now_ms, id)
+  redis.call('ZADD', active, watch_until, id)
+  start[#start + 1] = id
+  count = count + 1
+end
+if response_id ~= '' then
+  if count < cap and redis.call('ZCARD', parked) == 0 then
+    dispatch(response_id)
+  else
+    -- scores from a counter: arrival order holds for responses of the same millisecond
+    redis.call('ZADD', parked, redis.call('INCR', arrivals), response_id)
+    redis.call('PEXPIRE', arrivals, 86400000)
+    redis.call('SADD', parked_tenants, tenant)
+  end
+end
+while count < cap do
+  local popped = redis.call('ZPOPMIN', parked)
+  if #popped == 0 then break end
+  dispatch(popped[1])
+end
+if redis.call('ZCARD', parked) == 0 then redis.call('SREM', parked_tenants, tenant) end
+redis.call('PEXPIRE', running, 86400000)
+return start

@@ -1,0 +1,180 @@
+"""Fairness: tenant A floods the fleet, tenant B's time to first event stays near an idle fleet's.
+
+One gateway and one inference worker (16 threads) on a private fleet with two tenants' keys.
+Tenant B sends probe responses (streamed, ``hello [tokens=20]``, each on a warm connection of
+its own), one every ``--spacing`` s, each timed to its first event from the fleet:
+``response.in_progress``, the first event a worker writes (``response.created`` comes from the
+gateway before the turn is queued, so it says nothing of the queue), and to its first text
+delta. First on the idle fleet; then tenant A
+posts ``--flood`` background responses (each waits ``--flood-ttft-ms`` for its model) and B
+probes again while A's backlog is still there. Run once with the fair share on
+(``ANTWORT_TENANT_MAX_RUNNING``) and once with it off, to show what it prevents.
+
+    .venv/bin/python -m bench.fairness            # writes bench/results/fairness.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from app.keys import Keys
+from bench.fleet import REDIS_URL, Fleet
+from bench.stats import percentiles
+
+RESULTS = Path(__file__).resolve().parent / "results"
+A = {"Authorization": "Bearer ka"}
+B = {"Authorization": "Bearer kb"}
+
+
+@dataclass
+class TenantFleet(Fleet):
+    """The benchmark fleet with two tenants and a fair share of ``cap`` (0: off)."""
+
+    cap: int = 8
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env.update(
+            ANTWORT_API_KEYS="team-a:ka,team-b:kb",
+            ANTWORT_TENANT_MAX_RUNNING=str(self.cap),
+            ANTWORT_QUEUED_GRACE_SECONDS="600",  # a long backlog is the point, not a lost turn
+        )
+        return env
+
+
+def probe(client: httpx.Client, url: str) -> tuple[float, float]:
+    """B's streamed response: ms to ``response.in_progress``, ms to the first text delta."""
+    body = {"input": "hello [tokens=20]", "stream": True}
+    t0 = time.perf_counter()
+    started = delta = None
+    with client.stream("POST", f"{url}/v1/responses", json=body, headers=B) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            now = time.perf_counter()
+            if started is None and line == "event: response.in_progress":
+                started = now
+            if delta is None and line == "event: response.output_text.delta":
+                delta = now
+    assert started is not None and delta is not None, "a probe without events"
+    return (started - t0) * 1000, (delta - t0) * 1000
+
+
+def probes(clients: list[httpx.Client], url: str, spacing: float) -> list[tuple[float, float]]:
+    """A probe on each (warm) client, started ``spacing`` s apart."""
+    with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+        futures = []
+        for client in clients:
+            futures.append(pool.submit(probe, client, url))
+            time.sleep(spacing)
+        return [future.result() for future in futures]
+
+
+def flood(url: str, count: int, ttft_ms: int) -> float:
+    """A's background responses, posted 16 at a time; seconds it took."""
+    body = {"input": f"flood [ttft_ms={ttft_ms}] [tokens=20]", "background": True}
+    local = threading.local()
+
+    def post(_: int) -> None:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(timeout=60.0)
+        local.client.post(f"{url}/v1/responses", json=body, headers=A).raise_for_status()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(post, range(count)))
+    return time.perf_counter() - t0
+
+
+def waiting_of_a(fleet: Fleet) -> dict[str, int]:
+    """A's responses not yet started: parked (fair share) and queued on the fleet."""
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = Keys(fleet.prefix)
+    try:
+        return {
+            "parked": int(client.zcard(keys.tenant_parked("team-a"))),
+            "inference_queue": int(client.llen(f"{fleet.prefix}celery:inference")),
+        }
+    finally:
+        client.close()
+
+
+def run_one(cap: int, args: argparse.Namespace) -> dict[str, Any]:
+    fleet = TenantFleet(inference_workers=1, worker_threads=16, cap=cap)
+    fleet.start()
+    clients = [httpx.Client(timeout=120.0) for _ in range(args.probes)]
+    url = fleet.gateway_url
+    try:
+        for client in clients:  # warm-up: each client's connection open, the fleet's caches
+            probe(client, url)
+        idle = probes(clients, url, args.spacing)
+        flood_seconds = flood(url, args.flood, args.flood_ttft_ms)
+        before = waiting_of_a(fleet)
+        loaded = probes(clients, url, args.spacing)
+        after = waiting_of_a(fleet)
+    finally:
+        for client in clients:
+            client.close()
+        fleet.stop()
+    idle_started = percentiles([s for s, _ in idle])
+    loaded_started = percentiles([s for s, _ in loaded])
+    return {
+        "tenant_max_running": cap,
+        "idle_first_event_ms": idle_started,
+        "idle_first_delta_ms": percentiles([d for _, d in idle]),
+        "flood_first_event_ms": loaded_started,
+        "flood_first_delta_ms": percentiles([d for _, d in loaded]),
+        "ratio_p50_first_event": round(loaded_started["p50"] / idle_started["p50"], 2),
+        "flood_post_seconds": round(flood_seconds, 2),
+        "a_waiting_before_probes": before,
+        "a_waiting_after_probes": after,
+        "commands": fleet.commands(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.fairness", description=__doc__)
+    parser.add_argument("--flood", type=int, default=1000)
+    parser.add_argument("--flood-ttft-ms", type=int, default=400)
+    parser.add_argument("--probes", type=int, default=20)
+    parser.add_argument("--spacing", type=float, default=0.25)
+    parser.add_argument("--cap", type=int, default=8)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run with it off")
+    args = parser.parse_args(argv)
+    runs = [run_one(args.cap, args)]
+    if not args.no_baseline:
+        runs.append(run_one(0, args))
+    result = {
+        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+        "args": vars(args),
+        "runs": runs,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "fairness.json").write_text(json.dumps(result, indent=2) + "\n")
+    for run in runs:
+        print(
+            f"cap {run['tenant_max_running']}: B's first event p50 idle "
+            f"{run['idle_first_event_ms']['p50']} ms, under A's flood "
+            f"{run['flood_first_event_ms']['p50']} ms (x{run['ratio_p50_first_event']}); "
+            f"A waiting {run['a_waiting_before_probes']} → {run['a_waiting_after_probes']}"
+        )
+    return 0
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""Fair dispatch (``app.fairness``): a tenant's flood waits parked, another tenant goes first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from app.config import Settings
+from app.errors import RateLimitError
+from app.fairness import FairShare
+from app.lease import Sweeper
+from app.limits import Caller, RateLimiter
+from app.protocol import events as ev
+from app.protocol.response import ResponseStatus
+from app.responses import cancel_response, create_response
+from app.store import ResponseStore
+from app.store.status import FAIL
+from app.tenancy import Limits, Tenant
+from tests.support.dispatch import RecordingDispatcher
+
+
+def submit(
+    store: ResponseStore, dispatcher: RecordingDispatcher, settings: Settings, tenant: Tenant
+) -> str:
+    caller = Caller(tenant, RateLimiter(store))
+    body = {"model": "m", "input": "hi", "background": True}
+    response, _ = create_response(store, dispatcher, settings, body, caller=caller)
+    return response.id
+
+
+def end(store: ResponseStore, response_id: str) -> None:
+    failed = store.get(response_id).response.model_copy(update={"status": ResponseStatus.FAILED})
+    events = [ev.response_event("response.failed", failed.wire())]
+    assert store.write(failed, transition=FAIL, events=events).ok
+
+
+def queued(dispatcher: RecordingDispatcher) -> list[str]:
+    return [rid for rid, turn in dispatcher.turns if turn == 0]
+
+
+A, B = Tenant(name="team-a"), Tenant(name="team-b")
+
+
+def test_fairness_a_flood_waits_parked_and_another_tenant_goes_first(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(tenant_max_running=2)
+    dispatcher = RecordingDispatcher()
+    flood = [submit(store, dispatcher, settings, A) for _ in range(5)]
+    theirs = submit(store, dispatcher, settings, B)
+
+    assert queued(dispatcher) == [*flood[:2], theirs]
+    assert {store.status(rid) for rid in flood} == {ResponseStatus.QUEUED}  # parked, stored
+
+    end(store, flood[0])
+    fair = FairShare(store, settings)
+    assert fair.release_owner_of(dispatcher, flood[0]) == [flood[2]]  # in arrival order
+    assert fair.release_owner_of(dispatcher, flood[1]) == []  # flood[1] still runs
+    cancel_response(store, dispatcher, flood[3], tenant="team-a", settings=settings)
+    end(store, flood[1])
+    assert fair.release(dispatcher, "team-a") == [flood[4]]  # the cancelled one is skipped
+    assert queued(dispatcher) == [*flood[:2], theirs, flood[2], flood[4]]
+
+
+def test_fairness_the_sweeper_starts_what_got_a_place(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(tenant_max_running=1)
+    dispatcher = RecordingDispatcher()
+    first, second = (submit(store, dispatcher, settings, A) for _ in range(2))
+    end(store, first)  # ended without a word to the fair share (a deleted or expired response)
+
+    Sweeper(store, dispatcher, lease_seconds=3.0, fair=FairShare(store, settings)).tick()
+
+    assert queued(dispatcher) == [first, second]
+
+
+def test_fairness_off_by_default_queues_everything(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    dispatcher = RecordingDispatcher()
+    ids = [submit(store, dispatcher, make_settings(), A) for _ in range(3)]
+
+    assert queued(dispatcher) == ids
+    assert store.redis.zscore(store.keys.active, ids[0]) is not None  # watched as before
+
+
+def test_fairness_parked_responses_count_in_flight(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(tenant_max_running=1)
+    dispatcher = RecordingDispatcher()
+    limited = Tenant(name="team-a", limits=Limits(max_in_flight=3))
+    for _ in range(3):
+        submit(store, dispatcher, settings, limited)
+
+    with pytest.raises(RateLimitError):
+        submit(store, dispatcher, settings, limited)
+    assert len(queued(dispatcher)) == 1

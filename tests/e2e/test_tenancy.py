@@ -1,0 +1,224 @@
+"""Tenancy through real processes: a gunicorn gateway with two tenants' keys on the e2e fleet,
+and two gateway replicas that share one tenant's rate limit."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+import redis
+
+from programs.supervisor import free_port
+from tests.conftest import delete_prefix
+from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.helpers import assert_error_body, wait_for_status
+from tests.e2e.test_websocket import open_socket, receive_response, socket_error
+
+
+@pytest.fixture(scope="module")
+def tenants_gateway(fleet: Fleet) -> Iterator[str]:
+    """A second gateway of the fleet with two tenants' keys and a metrics key."""
+    port = free_port()
+    fleet.spawn(
+        "gateway-tenants",
+        [sys.executable, "-m", "programs.cli", "gateway"],
+        ANTWORT_PORT=str(port),
+        ANTWORT_API_KEYS="team-a:ka,team-b:kb",
+        ANTWORT_METRICS_KEY="scrape",
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url)
+        yield base_url
+    finally:
+        fleet.stop("gateway-tenants")
+
+
+def sdk(base_url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
+
+
+def test_tenancy_e2e_another_tenant_cannot_see_stream_or_continue(tenants_gateway: str) -> None:
+    a, b = sdk(tenants_gateway, "ka"), sdk(tenants_gateway, "kb")
+    response = a.responses.create(model="antwort-sim", input="A's secret plan")
+    assert response.status == "completed"
+    rid = response.id
+
+    with pytest.raises(openai.NotFoundError):
+        b.responses.retrieve(rid)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.retrieve(rid, stream=True, starting_after=0)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.input_items.list(rid)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.cancel(rid)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.delete(rid)
+    with pytest.raises(openai.BadRequestError) as refused:
+        b.responses.create(model="antwort-sim", input="and then?", previous_response_id=rid)
+    assert refused.value.code == "previous_response_not_found"
+
+    assert a.responses.retrieve(rid).output_text == response.output_text
+    events = list(a.responses.retrieve(rid, stream=True, starting_after=0))
+    assert events[-1].type == "response.completed"
+    again = a.responses.create(model="antwort-sim", input="and then?", previous_response_id=rid)
+    assert again.status == "completed"
+
+
+def test_tenancy_e2e_websocket_continues_only_its_tenants_responses(tenants_gateway: str) -> None:
+    rid = sdk(tenants_gateway, "ka").responses.create(model="antwort-sim", input="hi").id
+    message = {"model": "antwort-sim", "input": "go on", "previous_response_id": rid}
+
+    with open_socket(tenants_gateway, Authorization="Bearer kb") as ws:
+        ws.send(_create(message))
+        error = socket_error(receive_response(ws))
+    with open_socket(tenants_gateway, Authorization="Bearer ka") as ws:
+        ws.send(_create(message))
+        mine = receive_response(ws)
+
+    assert (error["status"], error["code"]) == (400, "previous_response_not_found")
+    assert mine[-1]["type"] == "response.completed"
+
+
+def _create(body: dict[str, object]) -> str:
+    return json.dumps({"type": "response.create", **body})
+
+
+def test_tenancy_e2e_a_utf8_bearer_token_is_a_401(tenants_gateway: str) -> None:
+    with httpx.Client(base_url=tenants_gateway) as http:
+        for token in ("clé".encode(), "ключ".encode(), b"\xff\xfe"):
+            answer = http.get("/v1/models", headers={b"Authorization": b"Bearer " + token})
+            error = assert_error_body(answer, 401)
+            assert error["code"] == "invalid_api_key"
+        assert http.get("/metrics").status_code == 401
+        assert http.get("/metrics", headers={"Authorization": "Bearer scrape"}).status_code == 200
+        assert http.get("/healthz").status_code == 200
+
+
+@pytest.fixture
+def limited_pair(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, str]]:
+    """Two gunicorn gateways on a prefix of their own, one tenant limited to 3 requests/min."""
+    prefix = f"antwort-e2e-limits-{uuid.uuid4().hex[:8]}:"
+    ports = [free_port(), free_port()]
+    fleet = Fleet(base_url="", env=dict(process_environ), log_dir=tmp_path_factory.mktemp("rl"))
+    for index, port in enumerate(ports):
+        fleet.spawn(
+            f"gateway-{index}",
+            [sys.executable, "-m", "programs.cli", "gateway"],
+            ANTWORT_REDIS_URL=redis_url,
+            ANTWORT_KEY_PREFIX=prefix,
+            ANTWORT_LLM_BASE_URL=sim_url,
+            ANTWORT_HOST="127.0.0.1",
+            ANTWORT_PORT=str(port),
+            ANTWORT_API_KEYS="team-c:kc",
+            ANTWORT_RATE_LIMIT_REQUESTS_PER_MINUTE="3",
+        )
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        for url in urls:
+            _wait_healthy(url)
+        yield urls[0], urls[1]
+    finally:
+        fleet.stop_all()
+        client = redis.Redis.from_url(redis_url)
+        delete_prefix(client, prefix)
+        client.close()
+
+
+def _wait_healthy(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not come up"
+        time.sleep(0.1)
+
+
+def test_tenancy_e2e_rate_limit_holds_across_two_gateway_processes(
+    limited_pair: tuple[str, str],
+) -> None:
+    one, two = limited_pair
+    key = {"Authorization": "Bearer kc"}
+    first = httpx.get(f"{one}/v1/models", headers=key)
+    reset = int(first.headers["x-ratelimit-reset-requests"].rstrip("s"))
+    if reset < 10:  # too close to the minute's end: start in the next window
+        time.sleep(reset + 0.5)
+        first = httpx.get(f"{one}/v1/models", headers=key)
+
+    answers = [first, httpx.get(f"{two}/v1/models", headers=key)]
+    answers.append(httpx.get(f"{one}/v1/models", headers=key))
+    refused = httpx.get(f"{two}/v1/models", headers=key)
+
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    error = assert_error_body(refused, 429)
+    assert (error["type"], error["code"]) == ("requests", "rate_limit_exceeded")
+    assert 0 < int(refused.headers["Retry-After"]) <= 60
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refused.headers["x-ratelimit-limit-requests"] == "3"
+
+
+@pytest.fixture
+def fair_fleet(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A gateway and an inference worker of their own, one response per tenant at a time."""
+    prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
+    port = free_port()
+    env = dict(process_environ)
+    env.update(
+        ANTWORT_REDIS_URL=redis_url,
+        ANTWORT_KEY_PREFIX=prefix,
+        ANTWORT_LLM_BASE_URL=sim_url,
+        ANTWORT_DEFAULT_MODEL="antwort-sim",
+        ANTWORT_HOST="127.0.0.1",
+        ANTWORT_PORT=str(port),
+        ANTWORT_API_KEYS="team-a:ka,team-b:kb",
+        ANTWORT_TENANT_MAX_RUNNING="1",
+        ANTWORT_INFERENCE_CONCURRENCY="4",
+    )
+    fleet = Fleet(
+        base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("f")
+    )
+    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    fleet.start_worker("worker")
+    try:
+        wait_ready(fleet.base_url)
+        yield fleet.base_url
+    finally:
+        fleet.stop_all()
+        client = redis.Redis.from_url(redis_url)
+        delete_prefix(client, prefix)
+        client.close()
+
+
+def test_tenancy_e2e_a_flood_waits_its_turn_and_another_tenant_goes_first(fair_fleet: str) -> None:
+    a, b = sdk(fair_fleet, "ka"), sdk(fair_fleet, "kb")
+    flood = [
+        a.responses.create(model="antwort-sim", input="slow [ttft_ms=400]", background=True).id
+        for _ in range(3)
+    ]
+
+    theirs = b.responses.create(model="antwort-sim", input="quick")
+
+    assert theirs.status == "completed"
+    # A's third can start only once its first two have ended (≥ 0.8 s): it still waits
+    assert a.responses.retrieve(flood[2]).status == "queued"
+    for rid in flood:  # each started by the end of the one before it, on the worker
+        assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"
