@@ -21,6 +21,7 @@ from app.protocol.response import ResponseObject
 from app.store.base import StoreBase, text
 from app.store.events import END_LINE, encode_events
 from app.store.fence import NO_FENCE, Fence
+from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import START, TERMINAL_STATUSES, Transition, packed
 
@@ -103,6 +104,10 @@ class WriteCall:
     """The writing run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
     lease_ms: int
     lease_deadline: float
+    once_field: str
+    """The writer's field of the record (:mod:`app.store.once`)."""
+    once_token: str
+    """The call's token: a call whose token the field holds already is a replay."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -219,6 +224,7 @@ class Records(StoreBase):
         is_terminal = response.status in TERMINAL_STATUSES
         ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
         encoded = encode_events(events)
+        call = this_thread().next_call()  # a replay after a lost reply writes nothing (once.py)
         code, now_status, _last = self.script(WRITE)(
             WriteCall(
                 record=self.keys.record(rid),
@@ -244,6 +250,8 @@ class Records(StoreBase):
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
                 lease_deadline=fence.deadline(),
+                once_field=call.field,
+                once_token=call.token,
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,

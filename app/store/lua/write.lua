@@ -5,12 +5,15 @@
 -- stores the input items too. A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
--- the lease (fence.lua).
+-- the lease (fence.lua). A call its writer already made (`once_token` in the writer's field
+-- `once_field`, once.lua: a replay after a lost reply) returns that call's result, writing
+-- nothing.
 -- Returns {the new version, the new status, the last sequence number}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
 --- @include events
 --- @include fence
+--- @include once
 local record = KEYS[1]
 local sequence = KEYS[2]
 local stream = KEYS[3]
@@ -34,11 +37,17 @@ local response_id = ARGV[14]
 local lease_token = ARGV[15]
 local lease_ms = ARGV[16]
 local lease_deadline = ARGV[17]
-local inputs, at = counted_list(18)
+local once_field = ARGV[18]
+local once_token = ARGV[19]
+local inputs, at = counted_list(20)
 local event_types, at = counted_list(at)
 local event_json_prefixes = counted_list(at)
 
 local status = redis.call('HGET', record, 'status')
+if status then
+  local first = first_result(record, once_field, once_token)
+  if first then return first end
+end
 if is_create == '1' then
   if status then return {-1, status, -1} end
 else
@@ -78,4 +87,4 @@ if is_terminal == '1' then
   lines[#lines + 1] = end_line
 end
 publish(channel, lines)
-return {ver, new_status, last}
+return remember(record, once_field, once_token, {ver, new_status, last})
