@@ -256,15 +256,26 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         }
     )
     state.turn += 1
-    if output.plan is not None:  # later turns remind the model of it (JSON tool protocol)
-        state.extra = {**state.extra, "plan": list(output.plan)}
-        deps.store.set_extra(state.response.id, state.extra)
+    if output.plan is not None:
+        _keep_plan(deps, state, output.plan)
     plan = plan_tool_calls(state.response, output.calls, history=state.history, kinds=kinds)
     step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
             append_result(deps, state, sink, rejection)
     return step
+
+
+def _keep_plan(deps: RunDeps, state: RunState, plan: tuple[str, ...]) -> None:
+    """Store the model's plan: later turns remind the model of it (JSON tool protocol).
+
+    Raises:
+        LeaseLostError: another run holds the lease; nothing was written.
+    """
+    state.extra = {**state.extra, "plan": list(plan)}
+    result = deps.store.set_extra(state.response.id, state.extra, fence=state.fence)
+    if result.lease_lost:
+        raise LeaseLostError(result.status)
 
 
 def _step_input(state: RunState) -> StepInput:

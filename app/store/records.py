@@ -119,7 +119,14 @@ class SetExtraCall:
     """The operands of ``set_extra.lua``."""
 
     record: str = key()
+    lease: str = key()
+    active: str = key()
     extra: str
+    lease_token: str
+    """The writing run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
+    lease_ms: int
+    lease_deadline: float
+    response_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,11 +271,26 @@ class Records(StoreBase):
             lease_lost=code == _LEASE_LOST,
         )
 
-    def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
-        """Replace the request's ``extra`` fields (no-op once the response is gone)."""
-        self.script(SET_EXTRA)(
-            SetExtraCall(record=self.keys.record(response_id), extra=json.dumps(extra))
+    def set_extra(
+        self, response_id: str, extra: dict[str, Any], *, fence: Fence = NO_FENCE
+    ) -> WriteResult:
+        """Replace the request's ``extra`` fields (no-op once the response is gone).
+
+        ``fence``: the writing run's lease; refused (``lease_lost``) when another run holds it.
+        """
+        code, status = self.script(SET_EXTRA)(
+            SetExtraCall(
+                record=self.keys.record(response_id),
+                lease=self.keys.lease(response_id),
+                active=self.keys.active,
+                extra=json.dumps(extra),
+                lease_token=fence.token,
+                lease_ms=fence.milliseconds,
+                lease_deadline=fence.deadline(),
+                response_id=response_id,
+            )
         )
+        return WriteResult(ok=code > 0, status=text(status), lease_lost=code == _LEASE_LOST)
 
     def delete(self, response_id: str) -> bool:
         """Remove a response, its input items and its events; False if it did not exist."""
