@@ -12,7 +12,7 @@ from app.config import Settings
 from app.dispatch import Dispatcher
 from app.errors import ServerError
 from app.fleet import make_run_deps, make_tool_deps
-from app.lease import run_sweeper
+from app.lease import QueuedWatch, run_sweeper
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError
 from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
@@ -67,7 +67,13 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
     threading.Thread(
         target=run_sweeper,
         args=(deps.store, dispatcher),
-        kwargs={"lease_seconds": deps.settings.lease_seconds},
+        kwargs={
+            "lease_seconds": deps.settings.lease_seconds,
+            "queued": QueuedWatch(
+                grace_seconds=deps.settings.queued_grace_seconds,
+                max_resends=deps.settings.max_task_deliveries,
+            ),
+        },
         name="sweeper",
         daemon=True,
     ).start()

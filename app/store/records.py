@@ -301,6 +301,7 @@ class Records(StoreBase):
             self.keys.sequence(response_id),
             self.keys.lease(response_id),
             self.keys.tool_results(response_id),
+            self.keys.queued_resends(response_id),
         )
         self.redis.zrem(self.keys.active, response_id)
         if removed:
