@@ -142,8 +142,8 @@ def create_response(
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
-    store.create(response, inputs=inputs, extra=extra, events=events)
-    store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
+    watch_until = time.time() + settings.queued_grace_seconds  # in case its message is lost
+    store.create(response, inputs=inputs, extra=extra, events=events, watch_until=watch_until)
     _enqueue_first_turn(store, dispatcher, response.id)
     return response, request
 

@@ -108,6 +108,8 @@ class WriteCall:
     """The writer's field of the record (:mod:`app.store.once`)."""
     once_token: str
     """The call's token: a call whose token the field holds already is a replay."""
+    watch_until: float | None
+    """A create: the sweeper's watch of the new response until then (epoch seconds)."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -146,6 +148,7 @@ class _NewRecord:
     inputs: tuple[str, ...]
     extra: str
     started: str
+    watch_until: float | None = None
 
 
 WRITE = LuaScript("write", WriteCall)
@@ -165,11 +168,15 @@ class Records(StoreBase):
         inputs: Sequence[dict[str, Any]],
         extra: dict[str, Any],
         events: Sequence[Event],
+        watch_until: float | None = None,
     ) -> None:
         """Store a new response with its input items and emit its first events (one script).
 
         A ``queued`` response is stored with the object its first run starts it as
         (``in_progress``): the run's first read makes that move (``load_turn.lua``).
+        ``watch_until`` (epoch seconds): the sweeper's watch, in the same step; should no run
+        start by then (the first turn's message was lost), it queues the turn again
+        (``app.lease.sweep``).
         """
         result = self._put(
             response,
@@ -179,6 +186,7 @@ class Records(StoreBase):
                 inputs=tuple(json.dumps(item) for item in inputs),
                 extra=json.dumps(extra),
                 started=_started(response),
+                watch_until=watch_until,
             ),
         )
         if not result.ok:  # ids are random; a clash is a bug
@@ -259,6 +267,7 @@ class Records(StoreBase):
                 lease_deadline=fence.deadline(),
                 once_field=call.field,
                 once_token=call.token,
+                watch_until=new.watch_until,
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,

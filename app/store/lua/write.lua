@@ -2,7 +2,8 @@
 -- Checks the record's status (one of the transition's sources; for a create: no record yet)
 -- and optionally its version, then writes the record and emits the events in the same step,
 -- so `response.completed` exists exactly when the stored status says `completed`. A create
--- stores the input items too. A terminal write sets the inputs' time to live, frees the
+-- stores the input items too, and with a `watch_until` puts the response under the sweeper's
+-- watch until then (its first turn must start by then). A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
 -- the lease (fence.lua). A call its writer already made (`once_token` in the writer's field
@@ -39,7 +40,8 @@ local lease_ms = ARGV[16]
 local lease_deadline = ARGV[17]
 local once_field = ARGV[18]
 local once_token = ARGV[19]
-local inputs, at = counted_list(20)
+local watch_until = ARGV[20]
+local inputs, at = counted_list(21)
 local event_types, at = counted_list(at)
 local event_json_prefixes = counted_list(at)
 
@@ -66,6 +68,7 @@ if is_create == '1' then
     redis.call('RPUSH', inputs_key, unpack(inputs, i, math.min(i + 999, #inputs)))
   end
   redis.call('EXPIRE', inputs_key, ttl)
+  if watch_until ~= '' then redis.call('ZADD', active, 'NX', watch_until, response_id) end
 end
 if extra ~= '' then redis.call('HSET', record, 'extra', extra) end
 -- `started` (the object as the first run starts it) lives from the create to the first write.
