@@ -80,8 +80,11 @@ class Settings(BaseSettings):
     the response is failed: a turn or a call that kills its worker. Also how often a turn 0 that
     never started is queued again (``queued_grace_seconds``)."""
     lease_seconds: float = Field(default=3.0, gt=1)
-    """A run's lease and a running tool call's claim, each renewed every third of it: a worker
-    that dies is noticed within this time, and the sweeper (every third of it) re-runs its work."""
+    """A run's lease, renewed every third of it: a worker that dies is noticed within this
+    time, and the sweeper (every third of it) re-runs its work."""
+    claim_seconds: float = Field(default=1.5, gt=0.3)
+    """A running tool call's claim, renewed every third of it along with the task's look at the
+    response (no round trip of its own): a tool worker that dies is noticed within this time."""
     fast_publish: bool = True
     """Turns and single tool calls are written onto the queue lists directly
     (``broker.publish.TaskPublisher``); off: through Celery's ``send_task``."""
