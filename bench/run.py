@@ -40,7 +40,7 @@ import httpx
 import psutil
 
 from bench.agentic import run_section as run_agentic
-from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, raise_nofile
+from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, parse_setting, raise_nofile
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -234,6 +234,21 @@ def _parser() -> argparse.ArgumentParser:
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
     parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="ANTWORT_NAME=VALUE",
+        type=_setting,
+        help="a setting of every fleet process (repeatable), e.g. ANTWORT_FAST_PUBLISH=0 to "
+        "measure a speed-up switch off; the developer's own ANTWORT_* never reach the fleet",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the directory the results go to (default: bench/results, or its quick/)",
+    )
+    parser.add_argument(
         "--only",
         choices=["core", "agentic", "sandbox", "mcp"],
         help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6); "
@@ -242,18 +257,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _setting(text: str) -> tuple[str, str]:
+    try:
+        return parse_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.settings = dict(args.settings)
     if args.only == "sandbox":
         return run_sandbox(args.quick)
     if args.only == "mcp":
         return run_mcp(args.quick)
     command = ".venv/bin/python -m bench.run" + (" --quick" if args.quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
+    command += "".join(f" --set {name}={value}" for name, value in args.settings.items())
     command += f" --only {args.only}" if args.only else ""
     outdir = RESULTS / "quick" if args.quick else RESULTS
     if args.redis_pool_fix:
         outdir = outdir / "redis-pool-fix"
+    if args.out is not None:
+        command += f" --out {args.out}"
+        outdir = args.out
+    outdir.mkdir(parents=True, exist_ok=True)
     raise_nofile()
     started = dt.datetime.now(dt.UTC)
     rows: list[tuple[str, str, str, str]] = []
@@ -261,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "agentic":
         rows, fleet_cmds = run_core(args, command, outdir)
     if args.only != "core":
-        figures, agentic_cmds, agentic_rows = run_agentic(args.quick)
+        figures, agentic_cmds, agentic_rows = run_agentic(args.quick, args.settings)
         meta = {
             "command": command,
             "date": started.isoformat(timespec="seconds"),
@@ -305,7 +333,10 @@ def run_core(
 
     def make_fleet(workers: int, threads: int) -> Fleet:
         return Fleet(
-            inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix
+            inference_workers=workers,
+            worker_threads=threads,
+            redis_pool_fix=args.redis_pool_fix,
+            settings=args.settings,
         )
 
     def described(fleet: Fleet, workers: int, threads: int) -> dict[str, Any]:
