@@ -8,12 +8,13 @@ the store's own client retries the very same invocation, as it does after a rest
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from app.protocol.response import ResponseStatus
-from app.store import ResponseStore
+from app.store import LeaseRequest, ResponseStore
 from app.store.once import Writer
 from app.store.status import CANCEL, COMMIT, FINISH
 from tests.app.store.support import delta, make_response
@@ -124,3 +125,21 @@ def test_a_refused_call_leaves_no_mark(store: ResponseStore) -> None:
     assert store.emit(response.id, [delta("late")], call=call).refused
 
     assert store.redis.hget(store.keys.record(response.id), call.field) is None
+
+
+def test_a_turn_opened_again_after_a_lost_reply_is_taken_and_counted_once(
+    lossy: ResponseStore,
+) -> None:
+    response = make_response("queued")
+    lossy.create(response, inputs=[], extra={}, events=[])
+    lease = LeaseRequest(token="run-1", milliseconds=30_000, deadline=time.time() + 30)
+
+    lose_next_reply()
+    opened = lossy.open_turn(response.id, 0, lease=lease, counts_start=True)
+
+    assert (opened.taken, opened.starts) == (True, 1)
+    assert opened.loaded is not None and opened.loaded.stored.response.status == "in_progress"
+    started = [e for e in lossy.events_after(response.id, -1) if e.type == "response.in_progress"]
+    assert len(started) == 1
+    lease_lost = LeaseRequest(token="run-2", milliseconds=30_000, deadline=time.time() + 30)
+    assert not lossy.open_turn(response.id, 0, lease=lease_lost, counts_start=True).taken
