@@ -114,8 +114,11 @@ class EventSink:
     def take(self) -> list[Event]:
         """Hand over what is buffered, for a write that carries it (the turn's last write).
 
+        A flush that failed is sent first, on its own (its events may have landed already).
+
         Raises:
             ResponseInactiveError: a flush was refused; the response is no longer active.
+            redis.RedisError: that failed flush failed again.
         """
         with self._lock:
             self._send_unsent()
