@@ -15,9 +15,10 @@ under its lock), so only its last call can be in flight, and one field per write
 The fields live in the record, so they go with it (delete, expiry).
 
 A call that was refused changed nothing and leaves no mark: its replay decides afresh.
-A run's first read (``load_turn.lua``) needs no token: it finds the lease holding its own
-random lease token and knows it ran before, so it neither refuses itself nor counts the start
-twice.
+A run's first read (``load_turn.lua``) and a tool task's (``open_tool_call.lua``) need no
+token: each finds the lease or claim holding its own random token and knows it ran before, so
+it neither refuses itself nor counts the start twice; a tool result stored again
+(``finish_tool_call.lua``) finds its very JSON stored and reports it stored.
 """
 
 from __future__ import annotations

@@ -143,3 +143,34 @@ def test_a_turn_opened_again_after_a_lost_reply_is_taken_and_counted_once(
     assert len(started) == 1
     lease_lost = LeaseRequest(token="run-2", milliseconds=30_000, deadline=time.time() + 30)
     assert not lossy.open_turn(response.id, 0, lease=lease_lost, counts_start=True).taken
+
+
+def test_a_tool_call_opened_again_after_a_lost_reply_is_claimed_and_counted_once(
+    lossy: ResponseStore,
+) -> None:
+    response = make_response("in_progress")
+    lossy.create(response, inputs=[], extra={}, events=[])
+
+    lose_next_reply()
+    opened = lossy.open_tool_call(
+        response.id, "c1", token="task-1", claim_seconds=30, counts_start=True
+    )
+
+    assert (opened.claim, opened.starts) == ("claimed", 1)
+    other = lossy.open_tool_call(response.id, "c1", token="task-2", claim_seconds=30)
+    assert other.claim == "held"
+
+
+def test_a_tool_result_stored_again_after_a_lost_reply_reports_stored(
+    lossy: ResponseStore,
+) -> None:
+    response = make_response("in_progress")
+    lossy.create(response, inputs=[], extra={}, events=[])
+    assert lossy.open_tool_call(response.id, "c1", token="task-1", claim_seconds=30).claim
+
+    lose_next_reply()
+    stored = lossy.finish_tool_call(response.id, "c1", '{"output": "x"}', token="task-1")
+
+    assert stored
+    assert not lossy.is_tool_call_claimed(response.id, "c1")
+    assert not lossy.finish_tool_call(response.id, "c1", '{"output": "y"}', token="task-2")
