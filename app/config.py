@@ -62,7 +62,8 @@ class Settings(BaseSettings):
     the sweeper runs it again; an SSE follower is told to resume with ``starting_after``)."""
     queued_grace_seconds: float = Field(default=30.0, gt=0)
     """How long a ``queued`` response may wait for its first turn to start before the sweeper
-    queues that turn once more (its message may have been lost with a worker or a connection)."""
+    queues that turn again (its message may have been lost with a worker or a connection); then
+    again after each doubling of the wait, up to ``max_task_deliveries`` times."""
     key_prefix: str = "antwort:"
     """Prefix of every Redis key the fleet writes."""
     response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
@@ -97,10 +98,14 @@ class Settings(BaseSettings):
     """Redis broker visibility timeout; above the longest task."""
     max_task_deliveries: int = Field(default=3, ge=1)
     """Runs of one turn (started one after another without ending), or of one tool call, before
-    the response is failed: a turn or a call that kills its worker."""
+    the response is failed: a turn or a call that kills its worker. Also how often a turn 0 that
+    never started is queued again (``queued_grace_seconds``)."""
     lease_seconds: float = Field(default=3.0, gt=1)
-    """A run's lease and a running tool call's claim, each renewed every third of it: a worker
-    that dies is noticed within this time, and the sweeper (every third of it) re-runs its work."""
+    """A run's lease, renewed every third of it: a worker that dies is noticed within this
+    time, and the sweeper (every third of it) re-runs its work."""
+    claim_seconds: float = Field(default=1.5, gt=0.3)
+    """A running tool call's claim, renewed every third of it along with the task's look at the
+    response (no round trip of its own): a tool worker that dies is noticed within this time."""
     fast_publish: bool = True
     """Turns and single tool calls are written onto the queue lists directly
     (``broker.publish.TaskPublisher``); off: through Celery's ``send_task``."""

@@ -39,10 +39,10 @@ class FairShare:
     def submit(self, dispatcher: Dispatcher, tenant: str, response_id: str) -> bool:
         """Queue a new (stored, ``queued``) response, or park it; whether it was queued now.
 
-        With the cap off, the response is watched and queued as it always was.
+        With the cap off, the response is queued as it always was (its create put it under the
+        sweeper's watch).
         """
         if not self.is_on:
-            self.store.watch_queued(response_id, until=time.time() + self.grace_seconds)
             dispatcher.enqueue_turn(response_id, 0)
             return True
         started = self._take_places(tenant, response_id)

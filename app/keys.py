@@ -48,6 +48,10 @@ class Keys:
         """Counter: runs of the turn that took the lease and died (poison-turn guard)."""
         return f"{self.prefix}r:{response_id}:t{turn}:starts"
 
+    def queued_resends(self, response_id: str) -> str:
+        """Counter: how often the sweeper queued turn 0 of a never-started response again."""
+        return f"{self.prefix}r:{response_id}:t0:resends"
+
     def lease(self, response_id: str) -> str:
         """String with TTL: the worker currently running the response's turn."""
         return f"{self.prefix}r:{response_id}:lease"

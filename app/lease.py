@@ -168,20 +168,42 @@ class LeaseKeeper:
         pipe.execute()
 
 
-def sweep(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float) -> list[str]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedWatch:
+    """How a ``queued`` response whose first turn never starts is queued again."""
+
+    grace_seconds: float = 30.0
+    """``ANTWORT_QUEUED_GRACE_SECONDS``: the first wait; each later one is twice the last."""
+    max_resends: int = 3
+    """``ANTWORT_MAX_TASK_DELIVERIES``: how often turn 0 is queued again, at most."""
+
+    def next_wait(self, resends: int) -> float:
+        """Seconds until the look after the ``resends``-th re-send (1: the first)."""
+        return self.grace_seconds * float(2**resends)
+
+
+def sweep(
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    *,
+    lease_seconds: float,
+    queued: QueuedWatch = QueuedWatch(),
+) -> list[str]:
     """Re-enqueue the current turn of every in-progress response whose run or tool call died.
 
-    Two watches lapse: a response's (its run's lease lapsed, or the work it handed on did not
-    start a run by its deadline), and a running tool call's (its claim lapsed without a result:
-    the worker running it died). Either way the response's current turn runs again; it collects
-    the results there are and dispatches the missing calls again.
+    Two watches lapse: a response's (its run's lease lapsed, the work it handed on did not
+    start a run by its deadline, or a ``queued`` response's first turn never started), and a
+    running tool call's (its claim lapsed without a result: the worker running it died). Either
+    way the response's current turn runs again; it collects the results there are and
+    dispatches the missing calls again. A ``queued`` response stays watched: its turn 0 is
+    queued again after each wait (:class:`QueuedWatch`), up to ``queued.max_resends`` times.
     """
     keys = store.keys
     requeued: list[str] = []
     for response_id in _lapsed(store, keys.active):
         if store.redis.exists(keys.lease(response_id)):
             continue  # renewed in the meantime
-        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds):
+        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds, queued=queued):
             requeued.append(response_id)
     for member in _lapsed(store, keys.running_calls):
         response_id, call_id = keys.running_call_of(member)
@@ -192,7 +214,7 @@ def sweep(store: ResponseStore, dispatcher: Dispatcher, *, lease_seconds: float)
             keys.lease(response_id)
         ):
             continue  # done after all, or a run of the response is under way
-        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds):
+        if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds, queued=queued):
             requeued.append(response_id)
     return requeued
 
@@ -204,7 +226,12 @@ def _lapsed(store: ResponseStore, watch: str) -> list[str]:
 
 
 def _requeue(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, lease_seconds: float
+    store: ResponseStore,
+    dispatcher: Dispatcher,
+    response_id: str,
+    *,
+    lease_seconds: float,
+    queued: QueuedWatch,
 ) -> bool:
     """Enqueue the response's current turn again, unless another sweeper does or it ended."""
     keys = store.keys
@@ -217,15 +244,28 @@ def _requeue(
     if stored is None or stored.response.status not in _SWEPT:
         return False
     if stored.response.status == ResponseStatus.QUEUED:
-        # Its first turn's message was taken off the queue and lost (the worker holding it
-        # died, or its connection dropped), or it waits behind a long queue: a second message
-        # is harmless, since the run that comes second finds the turn taken or done.
-        logger.warning("turn 0 of %s never started; enqueuing it again", response_id)
-    else:
-        logger.warning(
-            "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id
-        )
+        return _resend_queued(store, dispatcher, response_id, queued=queued)
+    logger.warning("turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id)
     dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
+    return True
+
+
+def _resend_queued(
+    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, queued: QueuedWatch
+) -> bool:
+    """Queue turn 0 of a response that never started again, and watch it for the next time.
+
+    Its first turn's message was taken off the queue and lost (the worker holding it died, or
+    its connection dropped), or it waits behind a long queue: another message is harmless,
+    since the run that comes second finds the turn taken or done.
+    """
+    resends = store.count_queued_resend(response_id)
+    if resends > queued.max_resends:
+        logger.error("turn 0 of %s never started; queued %d times", response_id, resends)
+        return False
+    logger.warning("turn 0 of %s never started; enqueuing it again", response_id)
+    store.watch_queued(response_id, until=time.time() + queued.next_wait(resends))
+    dispatcher.enqueue_turn(response_id, 0, retry=True)
     return True
 
 
@@ -254,12 +294,14 @@ class Sweeper:
         *,
         lease_seconds: float,
         fair: FairShare | None = None,
+        queued: QueuedWatch = QueuedWatch(),
     ):
         self._store = store
         self._dispatcher = dispatcher
         self._lease_seconds = lease_seconds
         self._fair = fair
         """Tenants' fair share: each sweep starts the parked responses that got a place."""
+        self._queued = queued
         self._hold_until = 0.0
         self._was_away = False
 
@@ -275,7 +317,12 @@ class Sweeper:
                 self._was_away = False
             if time.monotonic() < self._hold_until:
                 return []
-            swept = sweep(self._store, self._dispatcher, lease_seconds=self._lease_seconds)
+            swept = sweep(
+                self._store,
+                self._dispatcher,
+                lease_seconds=self._lease_seconds,
+                queued=self._queued,
+            )
             if self._fair is not None:
                 self._fair.release_all(self._dispatcher)
             return swept
@@ -296,7 +343,8 @@ def run_sweeper(
     dispatcher: Dispatcher,
     *,
     lease_seconds: float,
+    queued: QueuedWatch,
     fair: FairShare | None = None,
 ) -> None:
     """Sweep forever (a daemon thread of each inference worker; see :class:`Sweeper`)."""
-    Sweeper(store, dispatcher, lease_seconds=lease_seconds, fair=fair).run_forever()
+    Sweeper(store, dispatcher, lease_seconds=lease_seconds, fair=fair, queued=queued).run_forever()

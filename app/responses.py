@@ -164,8 +164,13 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     if context is not None:
         extra["context"] = context
     extra.update(_kept_by_protocol(store, settings, response))
-    store.create(response, inputs=inputs, extra=extra, events=events, owner=tenant)
-    _enqueue_first_turn(FairShare(store, settings), dispatcher, tenant, response.id)
+    fair = FairShare(store, settings)
+    # in case its message is lost (a parked response is watched when the fair share starts it)
+    watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
+    store.create(
+        response, inputs=inputs, extra=extra, events=events, owner=tenant, watch_until=watch_until
+    )
+    _enqueue_first_turn(fair, dispatcher, tenant, response.id)
     caller.confirm(response.id)
     return response, request
 

@@ -267,16 +267,23 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
 
 
 def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
-    """Keep what the model wrote for later turns (JSON tool protocol): its plan, its words."""
+    """Keep what the model wrote for later turns (JSON tool protocol): its plan, its words.
+
+    Raises:
+        LeaseLostError: another run holds the lease; nothing was written.
+    """
     kept = dict(state.extra)
     if output.plan is not None:  # later turns remind the model of it
         kept["plan"] = list(output.plan)
     if output.exchange:  # later turns and responses replay it verbatim
         tag = turn_tag_of(state.response.id, state.turn)
         kept[EXCHANGES_EXTRA] = {**kept.get(EXCHANGES_EXTRA, {}), tag: list(output.exchange)}
-    if kept != state.extra:
-        state.extra = kept
-        deps.store.set_extra(state.response.id, state.extra)
+    if kept == state.extra:
+        return
+    state.extra = kept
+    result = deps.store.set_extra(state.response.id, state.extra, fence=state.fence)
+    if result.lease_lost:
+        raise LeaseLostError(result.status)
 
 
 def _step_input(state: RunState) -> StepInput:

@@ -23,12 +23,14 @@ import logging
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 
 import redis
 
 from app.protocol.events import Event, try_merge
 from app.replay import ReplayGuard
 from app.store import NO_FENCE, Fence, ResponseStore
+from app.store.once import CallToken, Writer
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class EventSink:
         self._base_window = coalesce_seconds
         self._max_window = max(coalesce_seconds, max_coalesce_seconds or 0.0)
         self._buffer: list[Event] = []
+        self._writer = Writer()
+        self._unsent: _Batch | None = None
+        """A flush that failed, kept with its token: it may have landed (a lost reply)."""
         self._lock = threading.Lock()
         self._last_flush = 0.0
         self.inactive_status: str | None = None
@@ -109,10 +114,14 @@ class EventSink:
     def take(self) -> list[Event]:
         """Hand over what is buffered, for a write that carries it (the turn's last write).
 
+        A flush that failed is sent first, on its own (its events may have landed already).
+
         Raises:
             ResponseInactiveError: a flush was refused; the response is no longer active.
+            redis.RedisError: that failed flush failed again.
         """
         with self._lock:
+            self._send_unsent()
             self._raise_if_inactive()
             events, self._buffer = self._buffer, []
         return events
@@ -133,15 +142,28 @@ class EventSink:
 
     def _flush_locked(self) -> None:
         self._last_flush = time.monotonic()
+        self._send_unsent()
         if not self._buffer or self.inactive_status is not None:
             self._buffer.clear()
             return
-        events, self._buffer = self._buffer, []
-        try:
-            result = self._store.emit(self._response_id, events, fence=self._fence)
-        except redis.RedisError:
-            self._buffer = events + self._buffer  # retried by the next flush, in order
-            raise
+        self._unsent = _Batch(call=self._writer.next_call(), events=self._buffer)
+        self._buffer = []
+        self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """Send the batch not known to be written; on a Redis error it stays for the next try.
+
+        The retry carries the failed call's token: if the call landed and only its reply was
+        lost, the store appends nothing again (:mod:`app.store.once`).
+        """
+        batch = self._unsent
+        if batch is None or self.inactive_status is not None:
+            self._unsent = None
+            return
+        result = self._store.emit(
+            self._response_id, batch.events, fence=self._fence, call=batch.call
+        )
+        self._unsent = None
         if result.lease_lost:
             self.lease_lost = True
             self.inactive_status = result.status
@@ -153,6 +175,14 @@ class EventSink:
             raise LeaseLostError(self.inactive_status or "")
         if self.inactive_status is not None:
             raise ResponseInactiveError(self.inactive_status)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Batch:
+    """Events of one flush and the token of their call."""
+
+    call: CallToken
+    events: list[Event]
 
 
 def _announces(event: Event) -> bool:

@@ -4,9 +4,10 @@ A call's result is stored under ``(response_id, call_id)`` before the task is ac
 redelivered task whose result is stored returns at once, so no tool runs twice for one call.
 A delivery that arrives while another one still runs the call (Celery requeued it after a pool
 child died, or the sweeper dispatched it again) finds that delivery's claim in Redis and waits
-for its result instead of running the tool a second time. A claim lasts a lease
-(``lease_seconds``) and the task running the call renews it every third of one, so a claim
-whose holder died lapses within seconds: the sweeper then sends the response's turn round
+for its result instead of running the tool a second time. A claim lasts ``claim_seconds``
+(1.5 s) and the task running the call renews it every third of that, in the round trip in which
+it looks at the response's status anyway, so a claim whose holder died lapses within a second
+or two: the sweeper then sends the response's turn round
 again, which dispatches the call anew (``app.lease.sweep``), and the next delivery takes it
 over. Each claim taken counts as a start of the call; past ``max_task_deliveries`` starts the
 response fails (a call that kills its worker). Every call gets an idempotency key, the same
@@ -100,11 +101,11 @@ def run_tool_call(
         RedeliveredTooOftenError: this call was started more often than allowed.
     """
     store = deps.store
-    claim_seconds = deps.settings.lease_seconds
+    claim_seconds = deps.settings.claim_seconds
     for _ in range(2):  # a claim whose holder died lapses once; then this one takes over
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        # One round trip: look for a stored result, read the record, claim the call (for a
-        # lease, renewed while it runs) and count the start.
+        # One round trip: look for a stored result, read the record, claim the call (renewed
+        # while it runs) and count the start.
         opened = store.open_tool_call(
             response_id,
             call_id,
@@ -249,10 +250,9 @@ def _execute(
             return ToolResult(
                 call_id=call.id, output="Error: the call was cancelled.", is_error=True
             )
-        if deps.store.status(response_id) not in ACTIVE_STATUSES:
+        if renewal.status() not in ACTIVE_STATUSES:
             future.cancel()
             return None
-        renewal.tick()
         if time.monotonic() > deadline and not future.done():
             future.cancel()
             return ToolResult(
@@ -263,27 +263,29 @@ def _execute(
 
 
 class _ClaimRenewal:
-    """Renews a running call's claim every third of a lease, from the task's poll loop."""
+    """Looks at the response for a running call, renewing its claim every third of a claim."""
 
     def __init__(self, deps: ToolDeps, response_id: str, call_id: str, *, token: str):
         self._store = deps.store
-        self._lease = deps.settings.lease_seconds
+        self._claim = deps.settings.claim_seconds
         self._response_id = response_id
         self._call_id = call_id
         self._token = token
-        self._due = time.monotonic() + self._lease / 3
+        self._due = time.monotonic() + self._claim / 3
 
-    def tick(self) -> None:
-        """Renew the claim if a third of a lease passed since the last time."""
+    def status(self) -> str | None:
+        """The response's status; the claim is renewed in the same round trip when due."""
         if time.monotonic() < self._due:
-            return
-        self._due = time.monotonic() + self._lease / 3
-        if not self._store.renew_tool_claim(
-            self._response_id, self._call_id, token=self._token, ttl_seconds=self._lease
-        ):
-            # Lapsed (this process stalled past a lease): another delivery may run it now; the
+            return self._store.status(self._response_id)
+        self._due = time.monotonic() + self._claim / 3
+        status, renewed = self._store.status_renewing_claim(
+            self._response_id, self._call_id, token=self._token, ttl_seconds=self._claim
+        )
+        if not renewed:
+            # Lapsed (this process stalled past a claim): another delivery may run it now; the
             # first result stored wins, the other is dropped (finish_tool_call.lua).
             logger.warning("the claim on call %s of %s lapsed", self._call_id, self._response_id)
+        return status
 
 
 def _start_thread(fn: Callable[[], ToolResult]) -> Future[ToolResult]:

@@ -292,11 +292,22 @@ def bench_scaling(fleet: Fleet, responses: int, clients: int) -> dict[str, Any]:
 # the section ----------------------------------------------------------------------------------
 
 
-def run_section(quick: bool) -> tuple[dict[str, Any], list[str], list[tuple[str, str, str]]]:
-    """Start the section's fleet, measure (a)-(c); (figures, fleet commands, table rows)."""
+def run_section(
+    quick: bool, settings: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[str], list[tuple[str, str, str]]]:
+    """Start the section's fleet, measure (a)-(c); (figures, fleet commands, table rows).
+
+    ``settings``: ``ANTWORT_*`` settings of the fleet's processes (``bench.run --set``).
+    """
     n_orch, n_par = (30, 10) if quick else (200, 40)
     responses, clients = (12, 6) if quick else (48, 6)
-    fleet = Fleet(inference_workers=1, worker_threads=32, tool_workers=1, tool_threads=16)
+    fleet = Fleet(
+        inference_workers=1,
+        worker_threads=32,
+        tool_workers=1,
+        tool_threads=16,
+        settings=dict(settings or {}),
+    )
     commands = [f"{role}: {' '.join(argv)}" for role, argv in fleet.commands().items()]
     try:
         fleet.start()

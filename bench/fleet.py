@@ -54,6 +54,34 @@ class Proc:
     log: Path
 
 
+RESERVED_SETTINGS = frozenset(
+    {"ANTWORT_REDIS_URL", "ANTWORT_KEY_PREFIX", "ANTWORT_LLM_BASE_URL", "ANTWORT_HOST",
+     "ANTWORT_PORT"}
+)  # fmt: skip
+"""What the benchmark's fleet sets itself: where its processes find each other."""
+
+
+def checked_settings(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` when each is an ``ANTWORT_*`` name the fleet leaves to the caller.
+
+    Raises:
+        ValueError: another name, or one of :data:`RESERVED_SETTINGS`.
+    """
+    for name in settings:
+        if not name.startswith("ANTWORT_") or name in RESERVED_SETTINGS:
+            raise ValueError(f"the benchmark's fleet cannot be given {name}")
+    return settings
+
+
+def parse_setting(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (a ``--set`` option) as a pair."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"expected NAME=VALUE, got {text!r}")
+    checked_settings({name: value})
+    return name, value
+
+
 @dataclass
 class Fleet:
     """The benchmark's own processes."""
@@ -64,6 +92,9 @@ class Fleet:
     """``tools.internal`` workers (thread pool) with the benchmark's tools (``bench.tools``)."""
     tool_threads: int = 16
     redis_pool_fix: bool = False
+    settings: dict[str, str] = field(default_factory=dict)
+    """``ANTWORT_*`` settings for every process of the fleet (``bench.run --set``); the
+    developer's own environment never leaks in."""
     prefix: str = field(default_factory=lambda: f"antwort-bench-{uuid.uuid4().hex[:10]}:")
     sim_port: int = field(default_factory=free_port)
     gateway_port: int = field(default_factory=free_port)
@@ -92,6 +123,7 @@ class Fleet:
             ANTWORT_LOG_LEVEL="warning",
             PYTHONUNBUFFERED="1",
         )
+        env.update(checked_settings(self.settings))
         return env
 
     def commands(self) -> dict[str, list[str]]:

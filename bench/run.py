@@ -40,7 +40,7 @@ import httpx
 import psutil
 
 from bench.agentic import run_section as run_agentic
-from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, raise_nofile
+from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, parse_setting, raise_nofile
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -234,6 +234,26 @@ def _parser() -> argparse.ArgumentParser:
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
     parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="ANTWORT_NAME=VALUE",
+        type=_setting,
+        help="a setting of every fleet process (repeatable), e.g. ANTWORT_FAST_PUBLISH=0 to "
+        "measure a speed-up switch off; the developer's own ANTWORT_* never reach the fleet",
+    )
+    parser.add_argument(
+        "--no-streams",
+        action="store_true",
+        help="core: skip (c), the 1,000 open streams (an A/B of (a), (b) in a minute a run)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the directory the results go to (default: bench/results, or its quick/)",
+    )
+    parser.add_argument(
         "--only",
         choices=["core", "agentic", "sandbox", "mcp"],
         help="one section: core = (a)-(d) above; agentic = bench/agentic.py (issue 4, §6); "
@@ -242,18 +262,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _setting(text: str) -> tuple[str, str]:
+    try:
+        return parse_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.settings = dict(args.settings)
     if args.only == "sandbox":
         return run_sandbox(args.quick)
     if args.only == "mcp":
         return run_mcp(args.quick)
     command = ".venv/bin/python -m bench.run" + (" --quick" if args.quick else "")
     command += " --redis-pool-fix" if args.redis_pool_fix else ""
+    command += "".join(f" --set {name}={value}" for name, value in args.settings.items())
+    command += " --no-streams" if args.no_streams else ""
     command += f" --only {args.only}" if args.only else ""
     outdir = RESULTS / "quick" if args.quick else RESULTS
     if args.redis_pool_fix:
         outdir = outdir / "redis-pool-fix"
+    if args.out is not None:
+        command += f" --out {args.out}"
+        outdir = args.out
+    outdir.mkdir(parents=True, exist_ok=True)
     raise_nofile()
     started = dt.datetime.now(dt.UTC)
     rows: list[tuple[str, str, str, str]] = []
@@ -261,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "agentic":
         rows, fleet_cmds = run_core(args, command, outdir)
     if args.only != "core":
-        figures, agentic_cmds, agentic_rows = run_agentic(args.quick)
+        figures, agentic_cmds, agentic_rows = run_agentic(args.quick, args.settings)
         meta = {
             "command": command,
             "date": started.isoformat(timespec="seconds"),
@@ -305,7 +339,10 @@ def run_core(
 
     def make_fleet(workers: int, threads: int) -> Fleet:
         return Fleet(
-            inference_workers=workers, worker_threads=threads, redis_pool_fix=args.redis_pool_fix
+            inference_workers=workers,
+            worker_threads=threads,
+            redis_pool_fix=args.redis_pool_fix,
+            settings=args.settings,
         )
 
     def described(fleet: Fleet, workers: int, threads: int) -> dict[str, Any]:
@@ -341,18 +378,13 @@ def run_core(
     finally:
         fleet.stop()
         print(f"fleet stopped; keys under {fleet.prefix!r} flushed", flush=True)
-    try:
-        streams_fleet.start()
-        print(f"fleet for (c) up (logs: {streams_fleet.logdir})", flush=True)
-        st, st_rss = bench_streams(streams_fleet, st_count, st_directives)
-        print("streams:", json.dumps(st), flush=True)
-        write(outdir, "streams", st, meta)
-    finally:
-        streams_fleet.stop()
-        print(f"fleet stopped; keys under {streams_fleet.prefix!r} flushed", flush=True)
+    rss = {"throughput": tp_rss.peaks_mb()}
+    st: dict[str, Any] | None = None
+    if not args.no_streams:
+        st, st_rss = _run_streams(streams_fleet, st_count, st_directives, outdir, meta)
+        rss["streams"] = st_rss.peaks_mb()
 
     meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    rss = {"throughput": tp_rss.peaks_mb(), "streams": st_rss.peaks_mb()}
     peak: dict[str, float] = {}
     for phase in rss.values():
         for label, mb in phase.items():
@@ -379,18 +411,37 @@ def run_core(
          "≥ 100/s",
          f"{tp['responses_per_s']:g}/s ({tp['completed_in_window']} ok, {tp['failed']} failed)",
          tp["client_command"]),
-        (f"(c) concurrent SSE streams on one gateway process, all events ({st_directives})",
-         "1,000",
-         f"{st['completed_all_events']}/{st['count']} complete, peak open "
-         f"{st['peak_open_streams']}", st["client_command"]),
     ]  # fmt: skip
+    if st is not None:
+        rows.append((f"(c) concurrent SSE streams on one gateway process, all events "
+                     f"({st_directives})", "1,000",
+                     f"{st['completed_all_events']}/{st['count']} complete, peak open "
+                     f"{st['peak_open_streams']}", st["client_command"]))  # fmt: skip
+    during = "(b)" if st is None else "(b)+(c)"
     for role, mb in sorted(roles.items()):
-        rows.append((f"(d) peak RSS {role}, during (b)+(c)", f"< {RSS_TARGET_MB:g} MB",
+        rows.append((f"(d) peak RSS {role}, during {during}", f"< {RSS_TARGET_MB:g} MB",
                      f"{mb:g} MB", command))  # fmt: skip
     fleet_cmds = [f"(a), (b) {role}: {cmd}" for role, cmd in meta["fleet"]["commands"].items()]
-    streams_cmds = meta["fleet"]["streams_fleet"]["commands"]
-    fleet_cmds += [f"(c) {role}: {cmd}" for role, cmd in streams_cmds.items()]
+    if st is not None:
+        streams_cmds = meta["fleet"]["streams_fleet"]["commands"]
+        fleet_cmds += [f"(c) {role}: {cmd}" for role, cmd in streams_cmds.items()]
     return rows, fleet_cmds
+
+
+def _run_streams(
+    fleet: Fleet, count: int, directives: str, outdir: Path, meta: dict[str, Any]
+) -> tuple[dict[str, Any], RssSampler]:
+    """Section (c) on its own fleet: the figure and the RSS seen meanwhile."""
+    try:
+        fleet.start()
+        print(f"fleet for (c) up (logs: {fleet.logdir})", flush=True)
+        st, st_rss = bench_streams(fleet, count, directives)
+        print("streams:", json.dumps(st), flush=True)
+        write(outdir, "streams", st, meta)
+    finally:
+        fleet.stop()
+        print(f"fleet stopped; keys under {fleet.prefix!r} flushed", flush=True)
+    return st, st_rss
 
 
 def run_mcp(quick: bool) -> int:

@@ -13,7 +13,7 @@ from app.dispatch import Dispatcher
 from app.errors import ServerError
 from app.fairness import FairShare
 from app.fleet import make_run_deps, make_tool_deps
-from app.lease import run_sweeper
+from app.lease import QueuedWatch, run_sweeper
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError
 from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
@@ -71,6 +71,10 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
         kwargs={
             "lease_seconds": deps.settings.lease_seconds,
             "fair": FairShare(deps.store, deps.settings),
+            "queued": QueuedWatch(
+                grace_seconds=deps.settings.queued_grace_seconds,
+                max_resends=deps.settings.max_task_deliveries,
+            ),
         },
         name="sweeper",
         daemon=True,

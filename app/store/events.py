@@ -20,6 +20,7 @@ from app.errors import InvalidRequestError
 from app.protocol.events import Event
 from app.store.base import StoreBase, text
 from app.store.fence import NO_FENCE, Fence
+from app.store.once import CallToken, this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import ACTIVE_STATUSES, ResponseStatus, packed
 
@@ -134,6 +135,10 @@ class EmitCall:
     lease_ms: int
     lease_deadline: float
     response_id: str
+    once_field: str
+    """The emitting writer's field of the record (:mod:`app.store.once`)."""
+    once_token: str
+    """The call's token: a call whose token the field holds already is a replay."""
     event_types: tuple[str, ...] = counted()
     event_json_prefixes: tuple[str, ...] = counted()
 
@@ -148,15 +153,23 @@ class EventLog(StoreBase):
     """Emitting a response's events and reading them back."""
 
     def emit(
-        self, response_id: str, events: Sequence[Event], *, fence: Fence = NO_FENCE
+        self,
+        response_id: str,
+        events: Sequence[Event],
+        *,
+        fence: Fence = NO_FENCE,
+        call: CallToken | None = None,
     ) -> EmitResult:
         """Append events to an active response's log; refused once it is no longer active.
 
         ``fence``: the emitting run's lease; refused, too, when another run holds it.
+        ``call``: the call's token (:mod:`app.store.once`; default: the next of this thread's
+        writer); a call made again with its token appends nothing and returns its first result.
         """
         if not events:
             return EmitResult(last_sequence_number=-1, status=ResponseStatus.IN_PROGRESS)
         encoded = encode_events(events)
+        call = call or this_thread().next_call()
         last, status = self.script(EMIT)(
             EmitCall(
                 record=self.keys.record(response_id),
@@ -172,6 +185,8 @@ class EventLog(StoreBase):
                 lease_ms=fence.milliseconds,
                 lease_deadline=fence.deadline(),
                 response_id=response_id,
+                once_field=call.field,
+                once_token=call.token,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
             )

@@ -4,8 +4,9 @@ A run holds its response's lease while it works (``app.lease``), but a process c
 longer than a lease (CPU starvation, a long GC pause, SIGSTOP) while still running: the lease
 lapses, the sweeper starts another run of the turn, and the stalled one wakes up still
 believing it owns the response. So each run passes its lease token (a fencing token) with every
-event it emits (``emit.lua``) and every write it makes (``write.lua``); the script checks it
-against the lease key in the same step and writes nothing when another run holds the lease.
+event it emits (``emit.lua``) and every write it makes (``write.lua``; ``set_extra.lua`` for
+the model's plan); the script checks it against the lease key in the same step and writes
+nothing when another run holds the lease.
 
 A lease that merely lapsed is taken again for the run's token, if no run took it since: the
 record's ``holder`` field names the token that last took the lease (``load_turn.lua``), so a

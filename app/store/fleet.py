@@ -25,20 +25,28 @@ class Fleet(StoreBase):
 
     def count_delivery(self, task_id: str) -> int:
         """Count one more delivery of a task; the count lives as long as a response."""
-        key = self.keys.deliveries(task_id)
+        return self._count(self.keys.deliveries(task_id))
+
+    def watch_queued(self, response_id: str, *, until: float) -> None:
+        """Put a queued response under the sweeper's watch until ``until`` (epoch seconds).
+
+        Its first run's lease replaces the watch; should no run start by then (the turn's
+        message was lost), the sweeper queues the turn again (``app.lease.sweep``). A watch
+        already there stays (a run that just started has put its lease's).
+        """
+        self.redis.zadd(self.keys.active, {response_id: until}, nx=True)
+
+    def count_queued_resend(self, response_id: str) -> int:
+        """Count one more re-send of a never-started response's turn 0; the new count."""
+        return self._count(self.keys.queued_resends(response_id))
+
+    def _count(self, key: str) -> int:
+        """Add one to a counter that lives as long as a response; the new count."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.incr(key)
         pipe.expire(key, self.ttl_seconds)
         count, _ = pipe.execute()
         return int(count)
-
-    def watch_queued(self, response_id: str, *, until: float) -> None:
-        """Put a new response under the sweeper's watch until ``until`` (epoch seconds).
-
-        Its first run's lease replaces the watch; should no run start by then (the turn's
-        message was lost), the sweeper queues the turn again (``app.lease.sweep``).
-        """
-        self.redis.zadd(self.keys.active, {response_id: until})
 
     def heartbeat_worker(self, queue: str, hostname: str) -> None:
         """Mark a worker on ``queue`` alive now."""

@@ -24,6 +24,7 @@ from app.store.base import StoreBase, text
 from app.store.conversations import encode_items
 from app.store.events import END_LINE, encode_events
 from app.store.fence import NO_FENCE, Fence
+from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
 
@@ -116,6 +117,12 @@ class WriteCall:
     conversation_ttl: int
     owner: str
     """The creating tenant, stored by a create ("": none)."""
+    once_field: str
+    """The writer's field of the record (:mod:`app.store.once`)."""
+    once_token: str
+    """The call's token: a call whose token the field holds already is a replay."""
+    watch_until: float | None
+    """A create: the sweeper's watch of the new response until then (epoch seconds)."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -129,7 +136,14 @@ class SetExtraCall:
     """The operands of ``set_extra.lua``."""
 
     record: str = key()
+    lease: str = key()
+    active: str = key()
     extra: str
+    lease_token: str
+    """The writing run's (:class:`~app.store.fence.Fence`; "": no run's, not checked)."""
+    lease_ms: int
+    lease_deadline: float
+    response_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +164,7 @@ class _NewRecord:
     extra: str
     started: str
     owner: str = ""
+    watch_until: float | None = None
 
 
 WRITE = LuaScript("write", WriteCall)
@@ -170,6 +185,7 @@ class Records(StoreBase):
         extra: dict[str, Any],
         events: Sequence[Event],
         owner: str = "",
+        watch_until: float | None = None,
     ) -> None:
         """Store a new response with its input items and emit its first events (one script).
 
@@ -177,6 +193,9 @@ class Records(StoreBase):
 
         A ``queued`` response is stored with the object its first run starts it as
         (``in_progress``): the run's first read makes that move (``load_turn.lua``).
+        ``watch_until`` (epoch seconds): the sweeper's watch, in the same step; should no run
+        start by then (the first turn's message was lost), it queues the turn again
+        (``app.lease.sweep``).
         """
         result = self._put(
             response,
@@ -187,6 +206,7 @@ class Records(StoreBase):
                 extra=json.dumps(extra),
                 started=_started(response),
                 owner=owner,
+                watch_until=watch_until,
             ),
         )
         if not result.ok:  # ids are random; a clash is a bug
@@ -241,6 +261,7 @@ class Records(StoreBase):
         encoded = encode_events(events)
         conversation_id = response.conversation.id if response.conversation else ""
         appends = bool(conversation_id) and response.status in APPENDING_STATUSES
+        call = this_thread().next_call()  # a replay after a lost reply writes nothing (once.py)
         code, now_status, _last = self.script(WRITE)(
             WriteCall(
                 record=self.keys.record(rid),
@@ -272,6 +293,9 @@ class Records(StoreBase):
                 appends_to_conversation=appends,
                 conversation_ttl=self.ttl_seconds,
                 owner=new.owner,
+                once_field=call.field,
+                once_token=call.token,
+                watch_until=new.watch_until,
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,
@@ -285,11 +309,26 @@ class Records(StoreBase):
             lease_lost=code == _LEASE_LOST,
         )
 
-    def set_extra(self, response_id: str, extra: dict[str, Any]) -> None:
-        """Replace the request's ``extra`` fields (no-op once the response is gone)."""
-        self.script(SET_EXTRA)(
-            SetExtraCall(record=self.keys.record(response_id), extra=json.dumps(extra))
+    def set_extra(
+        self, response_id: str, extra: dict[str, Any], *, fence: Fence = NO_FENCE
+    ) -> WriteResult:
+        """Replace the request's ``extra`` fields (no-op once the response is gone).
+
+        ``fence``: the writing run's lease; refused (``lease_lost``) when another run holds it.
+        """
+        code, status = self.script(SET_EXTRA)(
+            SetExtraCall(
+                record=self.keys.record(response_id),
+                lease=self.keys.lease(response_id),
+                active=self.keys.active,
+                extra=json.dumps(extra),
+                lease_token=fence.token,
+                lease_ms=fence.milliseconds,
+                lease_deadline=fence.deadline(),
+                response_id=response_id,
+            )
         )
+        return WriteResult(ok=code > 0, status=text(status), lease_lost=code == _LEASE_LOST)
 
     def delete(self, response_id: str) -> bool:
         """Remove a response, its input items and its events; False if it did not exist."""
@@ -300,6 +339,7 @@ class Records(StoreBase):
             self.keys.sequence(response_id),
             self.keys.lease(response_id),
             self.keys.tool_results(response_id),
+            self.keys.queued_resends(response_id),
         )
         self.redis.zrem(self.keys.active, response_id)
         if removed:

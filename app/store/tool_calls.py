@@ -148,17 +148,31 @@ class ToolCalls(StoreBase):
         self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
     ) -> bool:
         """Set a claim we hold to lapse ``ttl_seconds`` from now; False when it is not ours."""
-        renewed = self.script(RENEW_LEASE)(
-            RenewLeaseCall(
-                lease=self.keys.tool_claim(response_id, call_id),
-                watch=self.keys.running_calls,
-                token=token,
-                lease_ms=_milliseconds(ttl_seconds),
-                deadline=time.time() + ttl_seconds,
-                member=self.keys.running_call(response_id, call_id),
-            )
+        renewal = self._claim_renewal(response_id, call_id, token=token, ttl_seconds=ttl_seconds)
+        return bool(self.script(RENEW_LEASE)(renewal))
+
+    def status_renewing_claim(
+        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
+    ) -> tuple[str | None, bool]:
+        """The response's status, and :meth:`renew_tool_claim`'s answer: one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.keys.record(response_id), "status")
+        renewal = self._claim_renewal(response_id, call_id, token=token, ttl_seconds=ttl_seconds)
+        self.script(RENEW_LEASE)(renewal, client=pipe)
+        status, renewed = pipe.execute()
+        return (None if status is None else text(status)), bool(renewed)
+
+    def _claim_renewal(
+        self, response_id: str, call_id: str, *, token: str, ttl_seconds: float
+    ) -> RenewLeaseCall:
+        return RenewLeaseCall(
+            lease=self.keys.tool_claim(response_id, call_id),
+            watch=self.keys.running_calls,
+            token=token,
+            lease_ms=_milliseconds(ttl_seconds),
+            deadline=time.time() + ttl_seconds,
+            member=self.keys.running_call(response_id, call_id),
         )
-        return bool(renewed)
 
     def finish_tool_call(
         self, response_id: str, call_id: str, result_json: str, *, token: str

@@ -8,7 +8,7 @@ from app.config import Settings
 from app.lease import LeaseKeeper
 from app.protocol.events import Event
 from app.protocol.response import ResponseStatus
-from app.providers.chunks import Finish, TextDelta
+from app.providers.chunks import Finish, PlanUpdate, TextDelta
 from app.run import RunDeps, StepOutcome, advance_response
 from app.store import ResponseStore
 from app.store.status import CANCEL
@@ -146,3 +146,26 @@ def test_writes_of_no_run_are_not_fenced(store: ResponseStore) -> None:
     assert store.emit(rid, [other_delta("x")]).last_sequence_number >= 0
     cancelled = store.get(rid).response.model_copy(update={"status": ResponseStatus.CANCELLED})
     assert store.write(cancelled, transition=CANCEL).ok
+
+
+def test_a_run_whose_lease_was_taken_over_does_not_store_its_plan(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(coalesce_ms=60_000)  # the plan is the run's first write
+    rid = create(store, settings, RecordingDispatcher())
+    takeover = Takeover(store, rid)
+    model = FakeModel(PlanUpdate(steps=("Look", "Answer")), takeover, Finish(reason="stop"))
+
+    assert advance_response(leased_run(store, settings, model), rid, 0) == StepOutcome.SKIPPED
+
+    assert "plan" not in store.get(rid).extra
+    lease = store.redis.get(store.keys.lease(rid))
+    assert lease is not None and lease.decode() == takeover.token
+
+
+def test_set_extra_of_no_run_is_not_fenced(store: ResponseStore) -> None:
+    rid = stored_response(store).id
+    assert LeaseKeeper(store, lease_seconds=LEASE_SECONDS).acquire(rid, 0).taken
+
+    assert store.set_extra(rid, {"plan": ["a"]}).ok
+    assert store.get(rid).extra == {"plan": ["a"]}

@@ -16,7 +16,7 @@ import redis
 from app.config import Settings
 from app.fleet import make_redis
 from app.keys import Keys
-from app.lease import LeaseKeeper, Sweeper, sweep
+from app.lease import LeaseKeeper, QueuedWatch, Sweeper, sweep
 from app.relay import EventHub, follow_events
 from app.store import ResponseStore
 from app.store.status import ResponseStatus
@@ -102,19 +102,53 @@ def test_a_lease_that_lapsed_with_nobody_taking_it_is_taken_back(store: Response
     keeper.release(rid)
 
 
-def test_sweep_requeues_turn_0_of_a_queued_response_once_its_grace_passed(
+def test_sweep_requeues_turn_0_of_a_queued_response_again_and_again_up_to_the_cap(
     store: ResponseStore,
 ) -> None:
     rid = stored_response(store, status=ResponseStatus.QUEUED).id
     store.watch_queued(rid, until=time.time() + 60)
     dispatcher = RecordingDispatcher()
-    assert sweep(store, dispatcher, lease_seconds=3) == []  # still within its grace
+    queued = QueuedWatch(grace_seconds=60, max_resends=3)
+    assert sweep(store, dispatcher, lease_seconds=3, queued=queued) == []  # within its grace
 
-    store.watch_queued(rid, until=time.time() - 1)  # its message was lost
+    waits = []
+    for _ in range(3):
+        _lapse_watch(store, rid)  # no run started: its message was lost
+        assert sweep(store, dispatcher, lease_seconds=3, queued=queued) == [rid]
+        watch = store.redis.zscore(store.keys.active, rid)
+        assert watch is not None and sweep(store, dispatcher, lease_seconds=3, queued=queued) == []
+        waits.append(round((watch - time.time()) / 60))
+        store.redis.delete(store.keys.sweep_claim(rid))  # a lease later
 
-    assert sweep(store, dispatcher, lease_seconds=3) == [rid]
-    assert dispatcher.turns == [(rid, 0)]
-    assert sweep(store, dispatcher, lease_seconds=3) == []  # once
+    assert dispatcher.turns == [(rid, 0)] * 3
+    assert waits == [2, 4, 8]  # each wait twice the last
+
+
+def test_sweep_gives_up_queuing_turn_0_again_after_the_cap(store: ResponseStore) -> None:
+    rid = stored_response(store, status=ResponseStatus.QUEUED).id
+    dispatcher = RecordingDispatcher()
+    queued = QueuedWatch(grace_seconds=60, max_resends=2)
+    for _ in range(3):
+        _lapse_watch(store, rid)
+        sweep(store, dispatcher, lease_seconds=3, queued=queued)
+        store.redis.delete(store.keys.sweep_claim(rid))
+
+    assert dispatcher.turns == [(rid, 0)] * 2
+    assert store.redis.zscore(store.keys.active, rid) is None  # no longer watched
+
+
+def test_a_queued_watch_leaves_a_started_run_s_watch_alone(store: ResponseStore) -> None:
+    rid = stored_response(store, status=ResponseStatus.QUEUED).id
+    soon = time.time() + 3
+    store.redis.zadd(store.keys.active, {rid: soon})  # a run took the lease meanwhile
+
+    store.watch_queued(rid, until=time.time() + 120)
+
+    assert store.redis.zscore(store.keys.active, rid) == pytest.approx(soon)
+
+
+def _lapse_watch(store: ResponseStore, rid: str) -> None:
+    store.redis.zadd(store.keys.active, {rid: time.time() - 1})
 
 
 def test_the_sweeper_holds_off_for_a_lease_after_redis_was_away(

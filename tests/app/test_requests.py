@@ -1,3 +1,4 @@
+import time
 from collections.abc import Callable
 from typing import Any, get_args
 
@@ -5,6 +6,7 @@ import pytest
 
 from app.config import Settings
 from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError
+from app.keys import Keys
 from app.progress import PROGRESS_INCLUDE
 from app.protocol.items import MessageItem
 from app.protocol.request import Includable
@@ -17,6 +19,7 @@ from app.responses import (
 )
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.round_trips import CountingConnection, counting_client
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 
@@ -380,3 +383,22 @@ def test_check_input_items_query_refuses_out_of_bounds(
         check_input_items_query(limit, order)
 
     assert (caught.value.param, caught.value.code) == (param, "invalid_value")
+
+
+def test_create_response_stores_watches_and_emits_in_one_round_trip(
+    redis_url: str, key_prefix: str, make_settings: Callable[..., Settings]
+) -> None:
+    client = counting_client(redis_url)
+    store = ResponseStore(client, keys=Keys(key_prefix), ttl_seconds=3600)
+    settings = make_settings(queued_grace_seconds=30)
+    create_response(store, RecordingDispatcher(), settings, {"input": "hi"})  # loads the script
+    try:
+        before = CountingConnection.sent
+        started = time.time()
+        response, _ = create_response(store, RecordingDispatcher(), settings, {"input": "hi"})
+
+        assert CountingConnection.sent - before == 1
+        watch = store.redis.zscore(store.keys.active, response.id)
+        assert watch is not None and started + 29 < watch < time.time() + 31
+    finally:
+        client.close()

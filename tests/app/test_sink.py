@@ -4,6 +4,7 @@ import time
 import weakref
 
 import pytest
+import redis
 
 from app import sink as sink_module
 from app.protocol.events import Event
@@ -11,6 +12,7 @@ from app.protocol.response import ResponseStatus
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
 from app.store.status import CANCEL
+from tests.support.lost_replies import lose_next_reply, lossy_store
 from tests.support.responses import stored_response
 
 WINDOW = 0.05
@@ -128,3 +130,28 @@ def test_the_window_stretches_with_the_streams_of_the_process(
     del busy
     gc.collect()
     assert alone.window() == pytest.approx(0.005)
+
+
+def test_a_flush_whose_reply_was_lost_is_sent_again_without_a_repeat(
+    redis_url: str, key_prefix: str
+) -> None:
+    store = lossy_store(redis_url, key_prefix, retries=False)
+    try:
+        rid = stored_response(store).id
+        sink = EventSink(store, rid, coalesce_seconds=60)
+        sink.emit(delta("dolor "))
+
+        lose_next_reply()  # the flush lands; the sink hears only the error
+        sink.emit(delta("sit "))  # buffered: the window is long
+        with pytest.raises(redis.ConnectionError):
+            sink.flush()
+        sink.emit(delta("amet"))
+        events = sink.take()
+
+        assert [json.loads(e.data)["delta"] for e in store.events_after(rid, -1)] == [
+            "dolor ",
+            "sit ",
+        ]
+        assert [e["delta"] for e in events] == ["amet"]
+    finally:
+        store.redis.close()

@@ -95,14 +95,6 @@ def _event_count(store: ResponseStore, response_id: str) -> int:
     return len(store.events_after(response_id, -1, count=100_000))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known bug (issue 16, open): when Redis stops with an emit script in flight, redis-py's "
-        "outage retry runs the script again and the delta is appended twice ('dolor sit sit "
-        "amet'); seen once in five runs. Emits need an idempotency token before this is strict."
-    ),
-)
 def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
     private_redis: _PrivateRedis,
     sim_url: str,

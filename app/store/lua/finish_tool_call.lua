@@ -1,7 +1,8 @@
 -- Stores a claimed call's result while the response is active (a result that arrives after a
 -- cancel is discarded), and gives the claim back either way (the sweeper's watch of the call
 -- ends with it).
--- Returns {1 when stored, the status ('' when the record is gone)}.
+-- Returns {1 when stored (by this call, or by its first run), the status ('' when the record is
+-- gone)}.
 --- @include operands
 local record = KEYS[1]
 local results = KEYS[2]
@@ -18,6 +19,9 @@ local status = redis.call('HGET', record, 'status') or ''
 local stored = 0
 if status ~= '' and has_status(active_statuses, status) then
   stored = redis.call('HSETNX', results, call_id, result_json)
+  -- The same result stored already: this very call, replayed after its reply was lost
+  -- (app/store/once.py); the claim it held is gone with its first run.
+  if stored == 0 and redis.call('HGET', results, call_id) == result_json then stored = 1 end
   redis.call('EXPIRE', results, ttl)
 end
 if redis.call('GET', claim) == token then

@@ -69,12 +69,20 @@ local function load_turn()
   return {{fields[1], fields[2], fields[3], fields[4]}, inputs, mark, rerun}
 end
 
+-- A lease that holds this call's own token was taken by this very call, whose reply was lost
+-- (Redis stopped; app/store/once.py): taken, and its start counted already.
+local is_replay = false
 if lease_token ~= '' then
-  if not redis.call('SET', lease, lease_token, 'NX', 'PX', lease_ms) then return {0, 0} end
+  if not redis.call('SET', lease, lease_token, 'NX', 'PX', lease_ms) then
+    if redis.call('GET', lease) ~= lease_token then return {0, 0} end
+    is_replay = true
+  end
   redis.call('ZADD', active, lease_deadline, response_id)
 end
 local start_count = 0
-if counts_start == '1' then
+if counts_start == '1' and is_replay then
+  start_count = tonumber(redis.call('GET', starts) or '0')
+elseif counts_start == '1' then
   start_count = redis.call('INCR', starts)
   redis.call('EXPIRE', starts, ttl)
 end

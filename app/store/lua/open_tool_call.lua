@@ -25,10 +25,18 @@ local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'st
 if redis.call('HEXISTS', results, call_id) == 1 then return {0, 2, fields} end
 local status = fields[5]
 if not status or not has_status(active_statuses, status) then return {0, 3, fields} end
-if not redis.call('SET', claim, token, 'NX', 'PX', claim_ms) then return {0, 0, fields} end
+-- A claim that holds this call's own token was taken by this very call, whose reply was lost
+-- (Redis stopped; app/store/once.py): claimed, and its start counted already.
+local is_replay = false
+if not redis.call('SET', claim, token, 'NX', 'PX', claim_ms) then
+  if redis.call('GET', claim) ~= token then return {0, 0, fields} end
+  is_replay = true
+end
 redis.call('ZADD', running, deadline, member)
 local start_count = 0
-if counts_start == '1' then
+if counts_start == '1' and is_replay then
+  start_count = tonumber(redis.call('GET', starts) or '0')
+elseif counts_start == '1' then
   start_count = redis.call('INCR', starts)
   redis.call('EXPIRE', starts, starts_ttl)
 end

@@ -2,19 +2,23 @@
 -- Checks the record's status (one of the transition's sources; for a create: no record yet)
 -- and optionally its version, then writes the record and emits the events in the same step,
 -- so `response.completed` exists exactly when the stored status says `completed`. A create
--- stores the input items too. A terminal write sets the inputs' time to live, frees the
+-- stores the input items too, and with a `watch_until` puts the response under the sweeper's
+-- watch until then (its first turn must start by then). A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
 -- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
 -- the conversation as one block (conversation.lua), unless the conversation is gone.
 -- A create records the response's owner (`owner`, "": none).
+-- A call its writer already made (`once_token` in the writer's field `once_field`, once.lua:
+-- a replay after a lost reply) returns that call's result, writing nothing.
 -- Returns {the new version, the new status, the last sequence number}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
 --- @include events
 --- @include fence
 --- @include conversation
+--- @include once
 local record = KEYS[1]
 local sequence = KEYS[2]
 local stream = KEYS[3]
@@ -44,12 +48,19 @@ local lease_deadline = ARGV[17]
 local appends_to_conversation = ARGV[18]
 local conversation_ttl = ARGV[19]
 local owner = ARGV[20]
-local inputs, at = counted_list(21)
+local once_field = ARGV[21]
+local once_token = ARGV[22]
+local watch_until = ARGV[23]
+local inputs, at = counted_list(24)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
 
 local status = redis.call('HGET', record, 'status')
+if status then
+  local first = first_result(record, once_field, once_token)
+  if first then return first end
+end
 if is_create == '1' then
   if status then return {-1, status, -1} end
 else
@@ -70,6 +81,7 @@ if is_create == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
   -- the tenant that created the response: nothing ever changes it (app.ownership)
   if owner ~= '' then redis.call('HSET', record, 'owner', owner) end
+  if watch_until ~= '' then redis.call('ZADD', active, 'NX', watch_until, response_id) end
 end
 if extra ~= '' then redis.call('HSET', record, 'extra', extra) end
 -- `started` (the object as the first run starts it) lives from the create to the first write.
@@ -96,4 +108,4 @@ if is_terminal == '1' then
   end
 end
 publish(channel, lines)
-return {ver, new_status, last}
+return remember(record, once_field, once_token, {ver, new_status, last})

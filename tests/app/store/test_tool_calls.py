@@ -94,3 +94,21 @@ def test_store_release_tool_claim_ends_the_watch_of_the_call(
 
     assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))
     assert redis_client.zscore(store.keys.running_calls, store.keys.running_call(rid, "c1")) is None
+
+
+def test_store_status_renewing_claim_reads_the_status_and_renews_ours_only(
+    store: ResponseStore,
+) -> None:
+    rid = new_response(store)
+    assert store.open_tool_call(rid, "c1", token="ours", claim_seconds=0.5).claim == "claimed"
+    claim = store.keys.tool_claim(rid, "c1")
+
+    status, renewed = store.status_renewing_claim(rid, "c1", token="ours", ttl_seconds=30)
+
+    assert (status, renewed) == ("in_progress", True)
+    assert store.redis.pttl(claim) > 10_000
+    assert store.status_renewing_claim(rid, "c1", token="theirs", ttl_seconds=30)[1] is False
+    assert (
+        store.status_renewing_claim(f"resp_{uuid.uuid4().hex}", "c1", token="x", ttl_seconds=1)[0]
+        is None
+    )
