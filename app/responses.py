@@ -274,9 +274,13 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
 
 
 def cancel_response(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str
+    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, kinds: ToolKinds = KINDS
 ) -> ResponseObject:
-    """Cancel a background response; a finished one comes back unchanged."""
+    """Cancel a background response; a finished one comes back unchanged.
+
+    The calls in flight are revoked by their call ids, each as its kind's presenter reads it (an
+    ``mcp_call`` or ``code_interpreter_call`` item has no ``call_id`` field: its ``id`` is it).
+    """
     for _ in range(10):
         stored = store.get(response_id)
         response = stored.response
@@ -291,7 +295,8 @@ def cancel_response(
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
         result = store.write(cancelled, transition=CANCEL, version=stored.version)
         if result.ok:
-            pending = [item["call_id"] for item in unanswered_calls(response)]
+            in_flight = unanswered_calls(response, kinds)
+            pending = [kinds.presenters.call_of(item).id for item in in_flight]
             dispatcher.revoke_response(response_id, stored.turn, pending)
             return cancelled
     raise ServerError("The response changed too often to cancel; try again.")

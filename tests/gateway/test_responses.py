@@ -146,6 +146,19 @@ def test_responses_cancel_of_a_foreground_response_is_400(
     assert dispatcher.revoked == []
 
 
+def test_responses_cancel_while_an_mcp_call_runs(
+    web: FlaskClient, store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    call = {"id": "mcp_1", "type": "mcp_call", "status": "in_progress", "server_label": "local"}
+    call.update(name="slow", arguments='{"seconds": 30}')
+    response = stored_response(store, background=True, output=[call])
+
+    cancelled = web.post(f"/v1/responses/{response.id}/cancel")  # was a 500: KeyError 'call_id'
+
+    assert Response.model_validate(cancelled.json).status == "cancelled"
+    assert dispatcher.revoked_calls == ["mcp_1"]
+
+
 def test_responses_delete_removes_the_response_and_its_items(web: FlaskClient) -> None:
     created = create_in_background(web)
 
