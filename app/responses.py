@@ -13,6 +13,7 @@ from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
 from app.protocol import events as ev
+from app.protocol.options import ECHOED_OPTIONS
 from app.protocol.request import CreateResponseRequest, FunctionChoice
 from app.protocol.response import (
     ACTIVE_STATUSES,
@@ -166,6 +167,13 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     _check_tool_choice(request)
+    if request.prompt is not None:
+        raise InvalidRequestError(
+            "Stored prompt templates are not available on this server: send the prompt's text "
+            "as 'instructions' and 'input'.",
+            param="prompt",
+            code="unsupported_parameter",
+        )
     return model
 
 
@@ -228,6 +236,7 @@ def _new_response(
         metadata=request.metadata or {},
         safety_identifier=request.safety_identifier,
         prompt_cache_key=request.prompt_cache_key,
+        **request.model_dump(mode="json", include=set(ECHOED_OPTIONS), exclude_none=True),
     )
 
 

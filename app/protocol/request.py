@@ -7,6 +7,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.protocol.items import InputItem
+from app.protocol.options import (
+    AccessPrograms,
+    ContextManagement,
+    ImageOptions,
+    Moderation,
+    PromptCacheOptions,
+    PromptReference,
+)
 
 TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
 """``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
@@ -224,6 +232,16 @@ class CreateResponseRequest(_Strict):
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     include: list[Includable] | None = None
+    # The rest of the SDK's create body (the README's field table says what each does here).
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    context_management: list[ContextManagement] | None = None
+    moderation: Moderation | None = None
+    access_programs: AccessPrograms | None = None
+    image: ImageOptions | None = None
+    prompt: PromptReference | None = None
+    client_metadata: dict[str, str] | None = None
+    """Codex CLI's per-turn labels (not in the SDK's types): accepted, never echoed."""
 
     @field_validator("metadata")
     @classmethod
