@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
+HostedToolPolicy = Literal["drop", "reject"]
 
 
 class Settings(BaseSettings):
@@ -35,6 +36,12 @@ class Settings(BaseSettings):
     """*Contract.* Comma-separated bearer keys the gateway accepts; unset: open."""
     mcp_allowed_hosts: str | None = None
     """*Contract.* Hosts MCP ``server_url`` may name."""
+
+    unavailable_hosted_tools: HostedToolPolicy = "drop"
+    """What a request's hosted tools the fleet cannot run (``web_search``, ``file_search``,
+    ``image_generation``, ``tool_search`` …) become: ``drop``, echoed but never offered to the
+    model (a client's default tool list, like Codex's, works); ``reject``, a 400 naming the tool.
+    A ``tool_choice`` forcing one is a 400 either way."""
 
     redis_max_connections: int = Field(default=200, ge=4)
     """Redis connections one process may hold; more requests wait for a free one."""

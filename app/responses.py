@@ -13,8 +13,15 @@ from app.conversation import load_history
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError
 from app.protocol import events as ev
+from app.protocol.client_items import CLIENT_ITEM_PREFIXES
+from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.options import ECHOED_OPTIONS
-from app.protocol.request import CreateResponseRequest, FunctionChoice
+from app.protocol.request import (
+    CreateResponseRequest,
+    CustomChoice,
+    FunctionChoice,
+    HostedChoice,
+)
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseObject,
@@ -25,8 +32,16 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
+from app.tools.hosted import unavailable_tool_error
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
+
+FORCED_TYPES = {
+    "computer": {"computer", "computer_use_preview"},
+    "computer_use": {"computer", "computer_use_preview"},
+    "computer_use_preview": {"computer", "computer_use_preview"},
+}
+"""The declared tool types a ``tool_choice`` by type may name (else: its own type)."""
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -36,6 +51,7 @@ _ITEM_PREFIX = {
     "compaction": "cmp",
     "code_interpreter_call": "ci",
     "mcp_approval_response": "mcpa",
+    **CLIENT_ITEM_PREFIXES,
 }
 
 
@@ -89,6 +105,8 @@ _DISCRIMINATOR_TAGS = frozenset(
         *("input_text", "input_image", "input_file", "output_text", "refusal"),
         *("function", "allowed_tools", "mcp", "code_interpreter", "file_search"),
         *("web_search_preview", "image_generation"),
+        *("custom", "namespace", "apply_patch", "shell", "local_shell", "computer"),
+        *("computer_use_preview", *HOSTED_TOOL_TYPES),
     }
 )
 _BRANCH_PREFIXES = ("function-", "list[", "literal[", "tagged-union[", "union[", "dict[")
@@ -185,15 +203,30 @@ def _extra(request: CreateResponseRequest) -> dict[str, Any]:
 def _check_tool_choice(request: CreateResponseRequest) -> None:
     choice = request.tool_choice
     names = {getattr(tool, "name", None) for tool in request.tools}
-    if isinstance(choice, FunctionChoice) and choice.name not in names:
+    if isinstance(choice, FunctionChoice | CustomChoice) and choice.name not in names:
         raise InvalidRequestError(
             f"Tool choice '{choice.name}' not found in 'tools' parameter.",
             param="tool_choice",
             code="invalid_value",
         )
+    if isinstance(choice, HostedChoice):
+        _check_forced_type(choice.type, {tool.type for tool in request.tools})
     if choice == "required" and not request.tools:
         raise InvalidRequestError(
             "tool_choice 'required' needs at least one tool.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+
+
+def _check_forced_type(forced: str, declared: set[str]) -> None:
+    """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run."""
+    if forced in HOSTED_TOOL_TYPES:
+        raise unavailable_tool_error(forced, "tool_choice")
+    accepted = FORCED_TYPES.get(forced, {forced})
+    if not accepted & declared:
+        raise InvalidRequestError(
+            f"Tool choice '{forced}' needs a tool of that type in 'tools'.",
             param="tool_choice",
             code="invalid_value",
         )

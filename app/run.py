@@ -400,7 +400,9 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
 
 def _is_fresh_request(state: RunState) -> bool:
     """The first model turn of a response that asks something new (not only tool outputs)."""
-    return state.turn == 0 and any(i.get("type") != "function_call_output" for i in state.inputs)
+    return state.turn == 0 and any(
+        not str(i.get("type")).endswith("_output") for i in state.inputs  # every kind's result
+    )
 
 
 def cancel_by_model(

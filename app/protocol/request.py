@@ -4,8 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
+from app.protocol.client_tools import (
+    ApplyPatchTool,
+    ComputerTool,
+    ComputerUsePreviewTool,
+    CustomTool,
+    HostedTool,
+    LocalShellTool,
+    NamespaceTool,
+    ShellTool,
+)
 from app.protocol.items import InputItem
 from app.protocol.options import (
     AccessPrograms,
@@ -49,6 +66,18 @@ class FunctionTool(_Strict):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    output_schema: dict[str, Any] | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+    defer_loading: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _echo(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The spec's four keys are always echoed; the SDK's later options only when sent.
+        dumped: dict[str, Any] = handler(self)
+        return {k: v for k, v in dumped.items() if v is not None or k not in _OPTIONAL_KEYS}
+
+
+_OPTIONAL_KEYS = frozenset({"output_schema", "allowed_callers", "defer_loading"})
 
 
 class InternalToolRef(_Strict):
@@ -117,7 +146,20 @@ class McpTool(_Strict):
 
 
 Tool = Annotated[
-    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef | McpTool,
+    FunctionTool
+    | InternalToolRef
+    | CodeInterpreterTool
+    | SandboxToolRef
+    | McpTool
+    # issue 17: client-executed kinds and hosted tools (app/protocol/client_tools.py)
+    | CustomTool
+    | NamespaceTool
+    | ApplyPatchTool
+    | ShellTool
+    | LocalShellTool
+    | ComputerTool
+    | ComputerUsePreviewTool
+    | HostedTool,
     Field(discriminator="type"),
 ]
 
@@ -155,15 +197,34 @@ class McpChoice(_Strict):
 
 
 class HostedChoice(_Strict):
-    """Force a hosted tool type (e.g. ``code_interpreter``)."""
+    """Force a tool by its type (``code_interpreter``, ``apply_patch``, ``shell`` …)."""
 
-    type: Literal["code_interpreter", "file_search", "web_search_preview", "image_generation"]
+    type: Literal[
+        "code_interpreter",
+        "file_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "image_generation",
+        "computer",
+        "computer_use",
+        "computer_use_preview",
+        "apply_patch",
+        "shell",
+        "programmatic_tool_calling",
+    ]
+
+
+class CustomChoice(_Strict):
+    """Force one named custom tool."""
+
+    type: Literal["custom"]
+    name: str
 
 
 ToolChoice = (
     Literal["auto", "required", "none"]
     | Annotated[
-        FunctionChoice | AllowedToolsChoice | McpChoice | HostedChoice,
+        FunctionChoice | AllowedToolsChoice | McpChoice | HostedChoice | CustomChoice,
         Field(discriminator="type"),
     ]
 )

@@ -25,6 +25,12 @@ class ToolKind(StrEnum):
     MCP = "mcp"
     SANDBOX = "sandbox"
     INTERNAL = "internal"
+    CUSTOM = "custom"
+    """The client, with a free-form string input."""
+    NAMESPACE = "namespace"
+    """A group of function and custom tools (their definitions are of those kinds)."""
+    HOSTED = "hosted"
+    """OpenAI's hosted tools the fleet cannot run: never offered to the model."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,9 @@ from app.protocol.request import CreateResponseRequest
 from app.responses import create_response
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
+
+CODEX_REQUEST = Path(__file__).parents[1] / "support" / "codex_request.json"
+"""Codex CLI 0.169's first request (``codex exec``), captured; long instructions cut."""
 
 CreateResponse = Callable[[dict[str, Any]], Response]
 
@@ -111,3 +116,15 @@ def test_create_response_refuses_what_the_fields_do_not_allow(
 
     assert caught.value.param == param
     assert caught.value.code == (code or "invalid_value")
+
+
+def test_create_response_accepts_codexs_first_request(create: CreateResponse) -> None:
+    body = json.loads(CODEX_REQUEST.read_text())
+    body.pop("model")
+
+    response = create(body)
+
+    assert response.store is False
+    assert response.prompt_cache_key == body["prompt_cache_key"]
+    assert response.reasoning is not None and response.reasoning.summary == "auto"
+    assert [tool.type for tool in response.tools][-2:] == ["function", "web_search"]
