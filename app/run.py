@@ -401,7 +401,8 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
 def _is_fresh_request(state: RunState) -> bool:
     """The first model turn of a response that asks something new (not only tool outputs)."""
     return state.turn == 0 and any(
-        not str(i.get("type")).endswith("_output") for i in state.inputs  # every kind's result
+        not str(i.get("type")).endswith("_output")
+        for i in state.inputs  # every kind's result
     )
 
 

@@ -31,6 +31,11 @@ class ToolKind(StrEnum):
     """A group of function and custom tools (their definitions are of those kinds)."""
     HOSTED = "hosted"
     """OpenAI's hosted tools the fleet cannot run: never offered to the model."""
+    APPLY_PATCH = "apply_patch"
+    SHELL = "shell"
+    LOCAL_SHELL = "local_shell"
+    COMPUTER = "computer"
+    """The client's fixed tools (``app/tools/client_calls.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,10 +42,11 @@ class CallPresenter(Protocol):
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
-    ) -> tuple[Item, list[ev.Event]]:
+    ) -> tuple[Item | None, list[ev.Event]]:
         """The in-progress item as the model starts the call (no arguments yet).
 
-        Returns the item for ``output_item.added`` and the events that follow it.
+        Returns the item for ``output_item.added`` and the events that follow it; no item: the
+        kind announces its item in :meth:`finished` (its fields are not valid before).
         """
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:

@@ -7,6 +7,7 @@ is the order in which kinds check a new request's tools and run their hooks.
 
 from __future__ import annotations
 
+from app.tools.client_calls import CLIENT_CALL_KINDS
 from app.tools.custom import CUSTOM_KIND
 from app.tools.function import FUNCTION_KIND
 from app.tools.hosted import HOSTED_KIND
@@ -23,6 +24,7 @@ BUILTIN_KINDS = (
     INTERNAL_KIND,
     CUSTOM_KIND,
     NAMESPACE_KIND,
+    *CLIENT_CALL_KINDS,
     HOSTED_KIND,
 )
 

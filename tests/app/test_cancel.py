@@ -54,6 +54,43 @@ IN_FLIGHT: dict[str, dict[str, Any]] = {
         "container_id": "cntr_1",
         "outputs": None,
     },
+    "custom_tool_call": {
+        "id": "ctc_1",
+        "type": "custom_tool_call",
+        "call_id": "call_custom",
+        "name": "math",
+        "input": "6*7",
+        "namespace": "calc",
+    },
+    "apply_patch_call": {
+        "id": "apc_1",
+        "type": "apply_patch_call",
+        "status": "completed",
+        "call_id": "call_patch",
+        "operation": {"type": "delete_file", "path": "a.txt"},
+    },
+    "shell_call": {
+        "id": "sh_1",
+        "type": "shell_call",
+        "status": "completed",
+        "call_id": "call_shell",
+        "action": {"commands": ["ls"]},
+    },
+    "local_shell_call": {
+        "id": "lsh_1",
+        "type": "local_shell_call",
+        "status": "completed",
+        "call_id": "call_local",
+        "action": {"type": "exec", "command": ["ls"], "env": {}},
+    },
+    "computer_call": {
+        "id": "cu_1",
+        "type": "computer_call",
+        "status": "completed",
+        "call_id": "call_screen",
+        "pending_safety_checks": [],
+        "action": {"type": "screenshot"},
+    },
 }
 """A call item of each kind as it stands while its call runs, by name."""
 
@@ -63,6 +100,11 @@ EXPECTED_CALL_ID = {
     "mcp_call": "mcp_1",
     "mcp_approval_request": "mcpr_1",
     "code_interpreter_call": "ci_1",
+    "custom_tool_call": "call_custom",
+    "apply_patch_call": "call_patch",
+    "shell_call": "call_shell",
+    "local_shell_call": "call_local",
+    "computer_call": "call_screen",
 }
 
 

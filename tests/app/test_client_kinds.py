@@ -230,3 +230,104 @@ def test_cancel_with_a_custom_call_paused_is_unchanged(run: Run, store: Response
     again = cancel_response(store, dispatcher, turn.response_id)
 
     assert again.status == "completed" and dispatcher.revoked == []
+
+
+FIXED = {
+    "apply_patch": (
+        {"type": "apply_patch"},
+        {"type": "create_file", "path": "a.txt", "diff": "+hello"},
+        {"operation": {"type": "create_file", "path": "a.txt", "diff": "+hello"}},
+        {"type": "apply_patch_call_output", "call_id": "call_1", "status": "completed"},
+        "completed",
+    ),
+    "shell": (
+        {"type": "shell", "environment": {"type": "local"}},
+        {"commands": ["ls", "pwd"], "timeout_ms": 1000},
+        {"action": {"commands": ["ls", "pwd"], "timeout_ms": 1000, "max_output_length": None}},
+        {
+            "type": "shell_call_output",
+            "call_id": "call_1",
+            "output": [
+                {"stdout": "a.txt\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+                {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}},
+            ],
+        },
+        "a.txt\n[exit 0]\n[timed out]",
+    ),
+    "local_shell": (
+        {"type": "local_shell"},
+        {"command": ["ls", "-l"], "working_directory": "/tmp"},
+        {
+            "action": {
+                "type": "exec",
+                "command": ["ls", "-l"],
+                "env": {},
+                "working_directory": "/tmp",
+            }
+        },
+        {"type": "local_shell_call_output", "id": "call_1", "output": "total 0"},
+        "total 0",
+    ),
+    "computer": (
+        {"type": "computer_use_preview", "display_width": 800, "display_height": 600}
+        | {"environment": "linux"},
+        {"action": {"type": "click", "button": "left", "x": 3, "y": 4}},
+        {"action": {"type": "click", "button": "left", "x": 3, "y": 4}},
+        {
+            "type": "computer_call_output",
+            "call_id": "call_1",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA=="},
+        },
+        "A screenshot of the screen after the action (not shown here).",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED))
+def test_fixed_client_tool_call_pauses_and_its_output_continues(run: Run, kind: str) -> None:
+    tool, arguments, fields, output, read = FIXED[kind]
+
+    first = run(call(kind, arguments), tools=[tool])
+
+    [item] = first.output
+    assert {key: item[key] for key in fields} == fields
+    assert item["call_id"] == "call_1"
+    sdk_valid(first)
+    assert first.events[-1]["response"]["status"] == "completed"  # paused for the client
+    INPUT_ITEM.validate_python(output)
+    second = run(answer("Done."), input=[output], previous_response_id=first.response_id)
+    seen = second.model.requests[0].items[-2:]
+    assert (seen[0]["type"], seen[0]["name"]) == ("function_call", kind)
+    assert seen[1] == {"type": "function_call_output", "call_id": "call_1", "output": read}
+    assert second.events[-1]["response"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED))
+def test_fixed_client_tool_output_for_an_unknown_call_is_400(run: Run, kind: str) -> None:
+    tool, arguments, _, output, _ = FIXED[kind]
+    first = run(call(kind, arguments), tools=[tool])
+    key = "id" if kind == "local_shell" else "call_id"
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[{**output, key: "nope"}], previous_response_id=first.response_id)
+
+    assert caught.value.param == f"input.0.{key}"
+
+
+def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:
+    # Codex's way: no previous_response_id, the whole history sent again every turn.
+    first = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+    history = [
+        *first.output,
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "42"},
+    ]
+
+    ask = {"role": "user", "content": "what is 6*7?"}
+
+    second = run(answer("42."), input=[ask, *history], tools=[GRAMMAR_TOOL])
+
+    assert [i["type"] for i in second.model.requests[0].items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
