@@ -106,7 +106,7 @@ _DISCRIMINATOR_TAGS = frozenset(
         *("function", "allowed_tools", "mcp", "code_interpreter", "file_search"),
         *("web_search_preview", "image_generation"),
         *("custom", "namespace", "apply_patch", "shell", "local_shell", "computer"),
-        *("computer_use_preview", *HOSTED_TOOL_TYPES),
+        *("computer_use_preview", "hosted", "extension", *HOSTED_TOOL_TYPES),
     }
 )
 _BRANCH_PREFIXES = ("function-", "list[", "literal[", "tagged-union[", "union[", "dict[")

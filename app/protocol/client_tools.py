@@ -128,9 +128,29 @@ HostedToolType = Literal[
 
 HOSTED_TOOL_TYPES: tuple[str, ...] = get_args(HostedToolType)
 
+EXTENSION_TYPE = "provider:tool_type"
+"""The specs' extension point: a ``type`` with a colon names a tool type a plugin declares."""
+
 
 class HostedTool(BaseModel):
     """A hosted tool; its options are OpenAI's to interpret, kept as sent."""
 
     model_config = ConfigDict(extra="allow")
     type: HostedToolType
+
+
+class ExtensionTool(BaseModel):
+    """``"provider:tool_type"``: a tool type an internal plugin declares (its options as sent)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$", max_length=128)
+
+
+def tool_tag(value: Any) -> str | None:
+    """The union member of a request's tool: its ``type``, or ``hosted`` / ``extension``."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    if kind in HOSTED_TOOL_TYPES:
+        return "hosted"
+    return "extension" if ":" in kind else kind

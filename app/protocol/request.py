@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    Tag,
     field_validator,
     model_serializer,
 )
@@ -18,10 +20,12 @@ from app.protocol.client_tools import (
     ComputerTool,
     ComputerUsePreviewTool,
     CustomTool,
+    ExtensionTool,
     HostedTool,
     LocalShellTool,
     NamespaceTool,
     ShellTool,
+    tool_tag,
 )
 from app.protocol.items import InputItem
 from app.protocol.options import (
@@ -146,21 +150,24 @@ class McpTool(_Strict):
 
 
 Tool = Annotated[
-    FunctionTool
-    | InternalToolRef
-    | CodeInterpreterTool
-    | SandboxToolRef
-    | McpTool
-    # issue 17: client-executed kinds and hosted tools (app/protocol/client_tools.py)
-    | CustomTool
-    | NamespaceTool
-    | ApplyPatchTool
-    | ShellTool
-    | LocalShellTool
-    | ComputerTool
-    | ComputerUsePreviewTool
-    | HostedTool,
-    Field(discriminator="type"),
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[InternalToolRef, Tag("internal")]
+    | Annotated[CodeInterpreterTool, Tag("code_interpreter")]
+    | Annotated[SandboxToolRef, Tag("sandbox")]
+    | Annotated[McpTool, Tag("mcp")]
+    # issue 17: client-executed kinds, hosted tools, ``provider:tool_type`` (client_tools.py)
+    | Annotated[CustomTool, Tag("custom")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[ApplyPatchTool, Tag("apply_patch")]
+    | Annotated[ShellTool, Tag("shell")]
+    | Annotated[LocalShellTool, Tag("local_shell")]
+    | Annotated[ComputerTool, Tag("computer")]
+    | Annotated[ComputerUsePreviewTool, Tag("computer_use_preview")]
+    | Annotated[HostedTool, Tag("hosted")]
+    | Annotated[ExtensionTool, Tag("extension")],
+    Discriminator(
+        tool_tag, custom_error_type="invalid_tool_type", custom_error_message="unknown tool type"
+    ),
 ]
 
 

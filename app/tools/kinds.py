@@ -25,6 +25,7 @@ import redis
 
 from app.config import Settings
 from app.keys import Keys
+from app.protocol.client_tools import EXTENSION_TYPE
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.tools.base import ToolDefinition, ToolExecutor
@@ -193,8 +194,12 @@ class ToolKinds:
         return self._by_name.get(kind)
 
     def spec_of_tool(self, tool: Mapping[str, Any]) -> ToolKindSpec | None:
-        """The spec of a declared tool (by its ``type``); None for a hosted tool of no kind."""
-        return self._by_type.get(str(tool.get("type")))
+        """The spec of a declared tool (by its ``type``); None for a hosted tool of no kind.
+
+        A ``provider:tool_type`` type belongs to the kind that lists :data:`EXTENSION_TYPE`.
+        """
+        kind = str(tool.get("type"))
+        return self._by_type.get(EXTENSION_TYPE if ":" in kind else kind)
 
     def queue_of(self, tool: ToolDefinition) -> str | None:
         """Where the calls of ``tool`` run; None: the client runs them."""

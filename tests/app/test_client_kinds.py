@@ -331,3 +331,35 @@ def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:
         "function_call",
         "function_call_output",
     ]
+
+
+def test_an_extension_tool_type_is_the_plugin_that_declares_it(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.tools")
+    dispatcher = RecordingDispatcher()
+    body = {"model": "m", "input": "go", "tools": [{"type": "acme:shout", "volume": 11}]}
+    response, _ = create_response(store, dispatcher, settings, body)
+    model = call("shout", {"text": "hi"})
+
+    deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=dispatcher)
+    advance_response(deps, response.id, 0)
+
+    [echoed] = response.tools
+    assert (echoed["type"], echoed["name"], echoed["volume"]) == ("acme:shout", "shout", 11)
+    assert [tool["name"] for tool in model.requests[0].tools] == ["shout"]
+    [chord] = dispatcher.chords  # run by the plugin on the internal tool workers
+    assert chord.calls == [("call_1", "tools.internal")]
+
+
+def test_an_extension_tool_type_no_plugin_declares_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.tools")
+    body = {"model": "m", "input": "go", "tools": [WEATHER, {"type": "acme:whisper"}]}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == ("tools.1.type", "invalid_value")
+    assert "acme:whisper" in caught.value.message

@@ -120,3 +120,14 @@ def test_fixed_client_tool_pauses_and_continues(client: openai.OpenAI, kind: str
     key = "id" if kind == "local_shell" else "call_id"
     answer = create(client, [{**output, key: call.call_id}], [tool], previous_response_id=paused.id)
     assert answer.status == "completed" and answer.output_text.startswith("Tool results: ")
+
+
+def test_an_extension_tool_type_runs_on_the_fleet(client: openai.OpenAI) -> None:
+    answer = create(client, 'Shout [call shout {"text": "hi"}]', [{"type": "acme:shout"}])
+
+    assert [item.type for item in answer.output] == [
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert answer.output_text == "Tool results: HI"
