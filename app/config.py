@@ -38,10 +38,10 @@ class Settings(BaseSettings):
     """*Contract.* Hosts MCP ``server_url`` may name."""
 
     unavailable_hosted_tools: HostedToolPolicy = "drop"
-    """What a request's hosted tools the fleet cannot run (``web_search``, ``file_search``,
-    ``image_generation``, ``tool_search`` …) become: ``drop``, echoed but never offered to the
-    model (a client's default tool list, like Codex's, works); ``reject``, a 400 naming the tool.
-    A ``tool_choice`` forcing one is a 400 either way."""
+    """What a request's hosted tools the fleet cannot run (``file_search``, ``image_generation``,
+    ``tool_search``, ``web_search`` unless a plugin backs it …) become: ``drop``, left out of the
+    request (a client's default tool list, like Codex's, works); ``reject``, a 400 naming the
+    tool. A ``tool_choice`` forcing one is a 400 either way."""
 
     redis_max_connections: int = Field(default=200, ge=4)
     """Redis connections one process may hold; more requests wait for a free one."""

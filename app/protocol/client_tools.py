@@ -128,6 +128,14 @@ HostedToolType = Literal[
 
 HOSTED_TOOL_TYPES: tuple[str, ...] = get_args(HostedToolType)
 
+WEB_SEARCH_TYPES = (
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+)
+"""The hosted tools an operator's plugin can back (app/tools/web_search.py)."""
+
 EXTENSION_TYPE = "provider:tool_type"
 """The specs' extension point: a ``type`` with a colon names a tool type a plugin declares."""
 

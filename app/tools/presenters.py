@@ -208,7 +208,9 @@ class PresenterIndex:
         """The presenter of a tool's calls (unknown tools' calls are plain function calls)."""
         if tool is None:
             return FUNCTION_CALLS
-        return self._by_kind.get(tool.kind, FUNCTION_CALLS)
+        # A tool run by one kind may be shown as another's (web search: an internal plugin).
+        kind = tool.options.get("presented_as", tool.kind)
+        return self._by_kind.get(kind, FUNCTION_CALLS)
 
     def for_item(self, item: Item) -> CallPresenter | None:
         """The presenter of a call item; None for any other item."""

@@ -124,13 +124,19 @@ class InternalExecutor:
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """Registered here."""
-        return tool.kind == ToolKind.INTERNAL and self.registry.get(tool.name) is not None
+        return tool.kind == ToolKind.INTERNAL and self._find(tool) is not None
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call (deadlines are enforced by the caller)."""
-        found = self.registry.get(tool.name)
+        found = self._find(tool)
         if found is None:
             return ToolResult(
                 call_id=call.id, output=f"Unknown internal tool '{tool.name}'.", is_error=True
             )
         return found.execute(call)
+
+    def _find(self, tool: ToolDefinition) -> InternalTool | None:
+        """The tool by name, else the one declaring the definition's tool type (web search)."""
+        tool_type = tool.options.get("tool_type")
+        found = self.registry.get(tool.name)
+        return found if found is not None or not tool_type else self.registry.by_type(tool_type)
