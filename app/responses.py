@@ -32,7 +32,7 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
-from app.tools.hosted import unavailable_tool_error
+from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
 
@@ -154,6 +154,7 @@ def create_response(
         RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
         [tool.model_dump(mode="json") for tool in request.tools],
     )
+    _check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
@@ -221,7 +222,7 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
 
 def _check_forced_type(forced: str, declared: set[str]) -> None:
     """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run."""
-    if forced in HOSTED_TOOL_TYPES:
+    if forced in UNAVAILABLE_TYPES:
         raise unavailable_tool_error(forced, "tool_choice")
     accepted = FORCED_TYPES.get(forced, {forced})
     if not accepted & declared:
@@ -230,6 +231,15 @@ def _check_forced_type(forced: str, declared: set[str]) -> None:
             param="tool_choice",
             code="invalid_value",
         )
+
+
+def _check_forced_tool_kept(request: CreateResponseRequest, tools: list[dict[str, Any]]) -> None:
+    """A forced web search needs a plugin behind it (else its tool was dropped)."""
+    choice = request.tool_choice
+    if not isinstance(choice, HostedChoice) or choice.type not in HOSTED_TOOL_TYPES:
+        return
+    if choice.type not in {tool["type"] for tool in tools}:
+        raise unavailable_tool_error(choice.type, "tool_choice")
 
 
 def _new_response(

@@ -207,8 +207,16 @@ def test_hosted_tools_are_refused_when_the_policy_says_reject(
     assert HOSTED[index]["type"] in caught.value.message
 
 
-@pytest.mark.parametrize("policy", ["drop", "reject"])
-@pytest.mark.parametrize("forced", ["web_search_preview", "file_search", "image_generation"])
+@pytest.mark.parametrize(
+    ("policy", "forced"),
+    [
+        ("drop", "web_search_preview"),  # no plugin backs it here
+        ("drop", "file_search"),
+        ("reject", "file_search"),
+        ("drop", "image_generation"),
+        ("reject", "image_generation"),
+    ],
+)
 def test_tool_choice_forcing_a_hosted_tool_is_400(
     store: ResponseStore, make_settings: Callable[..., Settings], policy: str, forced: str
 ) -> None:

@@ -9,8 +9,10 @@ import pydantic
 from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
 
 from app.config import Settings
+from app.responses import create_response
 from app.store import ResponseStore
 from tests.app.test_loop import Loop
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
 
 OUTPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseOutputItem)
@@ -57,3 +59,15 @@ def test_web_search_runs_on_the_plugin_that_backs_it(
         | {"arguments": '{"query": "antwort"}'},
         {"type": "function_call_output", "call_id": search["id"], "output": search["output"]},
     ]
+
+
+def test_web_search_forced_by_tool_choice_when_backed(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.search_tools")
+    body = {"input": "go", "tools": [{"type": "web_search_preview"}]}
+    body["tool_choice"] = {"type": "web_search_preview"}
+
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+
+    assert response.tool_choice == {"type": "web_search_preview"}
