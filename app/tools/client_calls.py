@@ -121,6 +121,7 @@ def kind_of(shape: CallShape) -> ToolKindSpec:
         define=shape.definition,
         model_tool=lambda tool: {**shape.definition().chat_tool(), "strict": None},
         views={shape.output_type: view},
+        choice_name=lambda ref: shape.kind,  # ``{"type": "shell"}`` names the one shell tool
         check_inputs=answers_check(shape.item_type, shape.output_type, output_key=key),
     )
 

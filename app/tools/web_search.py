@@ -136,5 +136,6 @@ WEB_SEARCH_KIND = ToolKindSpec(
     define=web_search_definition,
     model_tool=lambda tool: {**web_search_definition(tool).chat_tool(), "strict": None},
     prepare=prepare_web_search,
+    choice_name=lambda ref: WEB_SEARCH,
 )
 """Its calls run as internal tool calls (the definition's kind); this spec presents them."""

@@ -370,3 +370,12 @@ def test_an_extension_tool_type_no_plugin_declares_is_400(
 
     assert (caught.value.param, caught.value.code) == ("tools.1.type", "invalid_value")
     assert "acme:whisper" in caught.value.message
+
+
+def test_allowed_tools_names_fixed_client_tools_by_type(run: Run) -> None:
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "shell"}]}
+
+    turn = run(call("shell", {"commands": ["ls"]}), tools=[{"type": "shell"}], tool_choice=choice)
+
+    [item] = turn.output
+    assert item["type"] == "shell_call"
