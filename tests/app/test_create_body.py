@@ -129,3 +129,31 @@ def test_create_response_accepts_codexs_first_request(create: CreateResponse) ->
     assert response.reasoning is not None and response.reasoning.summary == "auto"
     assert "namespace" in [tool.type for tool in response.tools]
     assert "web_search" not in [tool.type for tool in response.tools]  # dropped: unavailable
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": [{"type": "custom"}]}, "tools.0.name"),
+        (
+            {"tools": [{"type": "namespace", "name": "n", "description": "d", "tools": [{}]}]},
+            "tools.0.tools.0",
+        ),
+        (
+            {"tools": [{"type": "computer_use_preview", "display_width": 9}]},
+            "tools.0.display_height",
+        ),
+        ({"tools": [{"type": "acme:bad type"}]}, "tools.0.type"),
+        ({"tools": [{"type": "telepathy"}]}, "tools.0"),
+        ({"input": [{"type": "shell_call_output", "call_id": "c"}]}, "input.0.output"),
+        ({"input": [{"type": "custom_tool_call", "call_id": "c", "name": "n"}]}, "input.0.input"),
+        ({"tool_choice": {"type": "custom"}}, "tool_choice.name"),
+    ],
+)
+def test_create_response_names_the_param_of_a_bad_new_shape(
+    create: CreateResponse, body: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create(body)
+
+    assert caught.value.param == param
