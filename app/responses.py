@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
@@ -16,12 +17,7 @@ from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.options import ECHOED_OPTIONS
-from app.protocol.request import (
-    CreateResponseRequest,
-    CustomChoice,
-    FunctionChoice,
-    HostedChoice,
-)
+from app.protocol.request import CreateResponseRequest
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseObject,
@@ -32,16 +28,8 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
-from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
-
-FORCED_TYPES = {
-    "computer": {"computer", "computer_use_preview"},
-    "computer_use": {"computer", "computer_use_preview"},
-    "computer_use_preview": {"computer", "computer_use_preview"},
-}
-"""The declared tool types a ``tool_choice`` by type may name (else: its own type)."""
 
 _ITEM_PREFIX = {
     "message": "msg",
@@ -154,7 +142,7 @@ def create_response(
         RequestContext(settings=settings, redis=store.redis, history=history, inputs=inputs),
         [tool.model_dump(mode="json") for tool in request.tools],
     )
-    _check_forced_tool_kept(request, tools.tools)
+    check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
@@ -185,7 +173,7 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
         raise InvalidRequestError(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
-    _check_tool_choice(request)
+    check_tool_choice(request)
     if request.prompt is not None:
         raise InvalidRequestError(
             "Stored prompt templates are not available on this server: send the prompt's text "
@@ -199,47 +187,6 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
 def _extra(request: CreateResponseRequest) -> dict[str, Any]:
     """What a run needs of the request that the response object does not hold."""
     return {"params": _params(request), "include": request.include or [], "user": request.user}
-
-
-def _check_tool_choice(request: CreateResponseRequest) -> None:
-    choice = request.tool_choice
-    names = {getattr(tool, "name", None) for tool in request.tools}
-    if isinstance(choice, FunctionChoice | CustomChoice) and choice.name not in names:
-        raise InvalidRequestError(
-            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    if isinstance(choice, HostedChoice):
-        _check_forced_type(choice.type, {tool.type for tool in request.tools})
-    if choice == "required" and not request.tools:
-        raise InvalidRequestError(
-            "tool_choice 'required' needs at least one tool.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-
-
-def _check_forced_type(forced: str, declared: set[str]) -> None:
-    """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run."""
-    if forced in UNAVAILABLE_TYPES:
-        raise unavailable_tool_error(forced, "tool_choice")
-    accepted = FORCED_TYPES.get(forced, {forced})
-    if not accepted & declared:
-        raise InvalidRequestError(
-            f"Tool choice '{forced}' needs a tool of that type in 'tools'.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-
-
-def _check_forced_tool_kept(request: CreateResponseRequest, tools: list[dict[str, Any]]) -> None:
-    """A forced web search needs a plugin behind it (else its tool was dropped)."""
-    choice = request.tool_choice
-    if not isinstance(choice, HostedChoice) or choice.type not in HOSTED_TOOL_TYPES:
-        return
-    if choice.type not in {tool["type"] for tool in tools}:
-        raise unavailable_tool_error(choice.type, "tool_choice")
 
 
 def _new_response(
