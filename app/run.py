@@ -366,7 +366,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         instructions=response.instructions,
         items=kinds.presenters.model_view(items),
         tools=kinds.model_tools(response.tools, chain),
-        tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
+        tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),
     )

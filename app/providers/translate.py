@@ -58,7 +58,7 @@ def to_chat_tool_choice(choice: Any) -> Any:
     if isinstance(choice, str):
         return choice
     kind = choice.get("type")
-    if kind in ("function", "custom"):  # a custom tool is a function to a chat model
+    if kind == "function":
         return {"type": "function", "function": {"name": choice["name"]}}
     if kind == "allowed_tools":
         return choice.get("mode", "auto")

@@ -162,6 +162,10 @@ class ToolKindSpec:
     """Runs before each model call (lists MCP servers)."""
 
 
+_MODEL_CHOICES = frozenset({"function", "allowed_tools", "mcp"})
+"""``tool_choice`` types the model's side understands as they are (``mcp``: by the engine)."""
+
+
 class ToolKinds:
     """The registered kinds, and what the engine asks of them all."""
 
@@ -265,6 +269,17 @@ class ToolKinds:
             if name:
                 names.add(name)
         return frozenset(names)
+
+    def model_choice(self, tool_choice: Any) -> Any:
+        """A ``tool_choice`` forcing a tool by type as the function the model knows it by.
+
+        ``{"type": "shell"}``, ``{"type": "custom", "name"}`` …; any other choice as it is.
+        """
+        if not isinstance(tool_choice, dict) or tool_choice.get("type") in _MODEL_CHOICES:
+            return tool_choice
+        spec = self.spec_of_tool(tool_choice)
+        name = spec.choice_name(tool_choice) if spec is not None else None
+        return {"type": "function", "name": name} if name else tool_choice
 
     def is_allowed(self, tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:
         """Whether an ``allowed_tools`` choice lets ``tool`` run (by name, or as its kind says)."""

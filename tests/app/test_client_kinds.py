@@ -379,3 +379,21 @@ def test_allowed_tools_names_fixed_client_tools_by_type(run: Run) -> None:
 
     [item] = turn.output
     assert item["type"] == "shell_call"
+
+
+@pytest.mark.parametrize(
+    ("tool", "choice", "forced"),
+    [
+        ({"type": "shell"}, {"type": "shell"}, "shell"),
+        ({"type": "apply_patch"}, {"type": "apply_patch"}, "apply_patch"),
+        (FIXED["computer"][0], {"type": "computer_use_preview"}, "computer"),
+        (GRAMMAR_TOOL, {"type": "custom", "name": "math"}, "math"),
+    ],
+)
+def test_tool_choice_by_type_forces_the_kinds_function(
+    run: Run, tool: dict[str, Any], choice: dict[str, Any], forced: str
+) -> None:
+    turn = run(answer("ok"), tools=[WEATHER, tool], tool_choice=choice)
+
+    assert turn.model.requests[0].tool_choice == {"type": "function", "name": forced}
+    assert turn.events[-1]["response"]["tool_choice"] == choice  # echoed as sent
