@@ -4,9 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench chaos clean
+.PHONY: run test lint bench chaos clean codex
 
 EXAMPLE_PLUGIN := examples/antwort-example-plugin
+# Codex CLI for its end-to-end test (tests/e2e/test_codex.py), from the npm registry, pinned.
+CODEX_VERSION := 0.169.0
+CODEX := $(VENV)/node/node_modules/.bin/codex
+CODEX_STAMP := $(VENV)/node/.codex-$(CODEX_VERSION)
 
 $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +20,16 @@ $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
 	$(PY) -m pip install -q --no-deps -e $(EXAMPLE_PLUGIN)
 	touch $(STAMP)
 
+$(CODEX_STAMP):
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/node @openai/codex@$(CODEX_VERSION)
+	touch $(CODEX_STAMP)
+
+codex: $(CODEX_STAMP)  ## Codex CLI, project-local (.venv/node), for its end-to-end test
+
 run: $(STAMP)  ## the whole fleet in the foreground (embedded Redis and simulator unless configured)
 	$(VENV)/bin/antwort up
 
-test: $(STAMP)  ## the whole suite, lint and types included
+test: $(STAMP) $(CODEX_STAMP)  ## the whole suite, lint and types included
 	$(VENV)/bin/ruff check app broker gateway workers programs tests bench examples
 	$(VENV)/bin/mypy app broker gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 	$(PY) -m pytest

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
+HostedToolPolicy = Literal["drop", "reject"]
 
 
 class Settings(BaseSettings):
@@ -53,6 +54,11 @@ class Settings(BaseSettings):
     end, so one tenant's flood cannot starve another (0: off, every response queued at once)."""
     rate_limit_max_in_flight: int = Field(default=0, ge=0)
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
+    unavailable_hosted_tools: HostedToolPolicy = "drop"
+    """What a request's hosted tools the fleet cannot run (``file_search``, ``image_generation``,
+    ``tool_search``, ``web_search`` unless a plugin backs it …) become: ``drop``, left out of the
+    request (a client's default tool list, like Codex's, works); ``reject``, a 400 naming the
+    tool. A ``tool_choice`` forcing one is a 400 either way."""
 
     redis_max_connections: int = Field(default=200, ge=4)
     """Redis connections one process may hold; more requests wait for a free one."""

@@ -229,7 +229,8 @@ class OutputBuilder:
         item, events = presenter.started(
             iid, index, ToolCall(id=call_id, name=name, arguments=""), tool
         )
-        self._sink.emit(ev.output_item_added(index, item))
+        if item is not None:  # else the presenter announces the item when it is finished
+            self._sink.emit(ev.output_item_added(index, item))
         for event in events:
             self._sink.emit(event)
         return call

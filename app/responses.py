@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import load_conversation, load_history
 from app.dispatch import Dispatcher
@@ -16,8 +17,11 @@ from app.fairness import FairShare
 from app.limits import Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
+from app.protocol.client_items import CLIENT_ITEM_PREFIXES
+from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import output_text_part
-from app.protocol.request import CreateResponseRequest, FunctionChoice
+from app.protocol.options import ECHOED_OPTIONS
+from app.protocol.request import CreateResponseRequest
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseConversation,
@@ -44,6 +48,7 @@ _ITEM_PREFIX = {
     "compaction": "cmp",
     "code_interpreter_call": "ci",
     "mcp_approval_response": "mcpa",
+    **CLIENT_ITEM_PREFIXES,
 }
 
 
@@ -102,6 +107,8 @@ _DISCRIMINATOR_TAGS = frozenset(
         *("input_text", "input_image", "input_file", "output_text", "refusal"),
         *("function", "allowed_tools", "mcp", "code_interpreter", "file_search"),
         *("web_search_preview", "image_generation"),
+        *("custom", "namespace", "apply_patch", "shell", "local_shell", "computer"),
+        *("computer_use_preview", "hosted", "extension", *HOSTED_TOOL_TYPES),
     }
 )
 _BRANCH_PREFIXES = ("function-", "list[", "literal[", "tagged-union[", "union[", "dict[")
@@ -155,6 +162,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
         ),
         [tool.model_dump(mode="json") for tool in request.tools],
     )
+    check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools)
     caller.admit(response.id, request)
     events = [ev.response_event("response.created", response.wire())]
@@ -232,30 +240,20 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
         raise InvalidRequestError(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
-    _check_tool_choice(request)
+    check_tool_choice(request)
+    if request.prompt is not None:
+        raise InvalidRequestError(
+            "Stored prompt templates are not available on this server: send the prompt's text "
+            "as 'instructions' and 'input'.",
+            param="prompt",
+            code="unsupported_parameter",
+        )
     return model
 
 
 def _extra(request: CreateResponseRequest) -> dict[str, Any]:
     """What a run needs of the request that the response object does not hold."""
     return {"params": _params(request), "include": request.include or [], "user": request.user}
-
-
-def _check_tool_choice(request: CreateResponseRequest) -> None:
-    choice = request.tool_choice
-    names = {getattr(tool, "name", None) for tool in request.tools}
-    if isinstance(choice, FunctionChoice) and choice.name not in names:
-        raise InvalidRequestError(
-            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    if choice == "required" and not request.tools:
-        raise InvalidRequestError(
-            "tool_choice 'required' needs at least one tool.",
-            param="tool_choice",
-            code="invalid_value",
-        )
 
 
 def _new_response(
@@ -300,6 +298,7 @@ def _new_response(
             if request.conversation_id is None
             else ResponseConversation(id=request.conversation_id)
         ),
+        **request.model_dump(mode="json", include=set(ECHOED_OPTIONS), exclude_none=True),
     )
 
 
@@ -376,10 +375,13 @@ def cancel_response(
     *,
     tenant: str = OPEN_TENANT,
     settings: Settings | None = None,
+    kinds: ToolKinds = KINDS,
 ) -> ResponseObject:
     """Cancel a background response; a finished one comes back unchanged.
 
     ``settings``: the fleet's (its fair share: the place the response held goes to the next).
+    The calls in flight are revoked by their call ids, each as its kind's presenter reads it (an
+    ``mcp_call`` or ``code_interpreter_call`` item has no ``call_id`` field: its ``id`` is it).
     """
     for _ in range(10):
         stored = owned_response(store, response_id, tenant)
@@ -395,7 +397,8 @@ def cancel_response(
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
         result = store.write(cancelled, transition=CANCEL, version=stored.version)
         if result.ok:
-            pending = [item["call_id"] for item in unanswered_calls(response)]
+            in_flight = unanswered_calls(response, kinds)
+            pending = [kinds.presenters.call_of(item).id for item in in_flight]
             dispatcher.revoke_response(response_id, stored.turn, pending)
             if settings is not None:
                 FairShare(store, settings).release(dispatcher, tenant)

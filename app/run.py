@@ -385,7 +385,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         instructions=response.instructions,
         items=kinds.presenters.model_view(items),
         tools=kinds.model_tools(response.tools, chain),
-        tool_choice=tool_choice_for_turn(response.tool_choice, state.turn),
+        tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
         params=state.extra.get("params", {}),
     )
@@ -428,7 +428,10 @@ def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:
 
 def _is_fresh_request(state: RunState) -> bool:
     """The first model turn of a response that asks something new (not only tool outputs)."""
-    return state.turn == 0 and any(i.get("type") != "function_call_output" for i in state.inputs)
+    return state.turn == 0 and any(
+        not str(i.get("type")).endswith("_output")
+        for i in state.inputs  # every kind's result
+    )
 
 
 def cancel_by_model(

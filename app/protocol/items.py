@@ -13,6 +13,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
+from app.protocol.client_items import (
+    ApplyPatchCallItem,
+    ApplyPatchCallOutputItem,
+    ComputerCallItem,
+    ComputerCallOutputItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
+    ShellCallItem,
+    ShellCallOutputItem,
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +98,8 @@ class FunctionCallItem(_Strict):
     arguments: str
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    namespace: str | None = None
+    """The ``namespace`` tool the function belongs to."""
 
 
 class FunctionCallOutputItem(_Strict):
@@ -179,7 +194,18 @@ InputItem = Annotated[
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
-    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
+    | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
+    # the client-executed kinds' calls and outputs (app/protocol/client_items.py)
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
+    | Annotated[ApplyPatchCallItem, Tag("apply_patch_call")]
+    | Annotated[ApplyPatchCallOutputItem, Tag("apply_patch_call_output")]
+    | Annotated[ShellCallItem, Tag("shell_call")]
+    | Annotated[ShellCallOutputItem, Tag("shell_call_output")]
+    | Annotated[LocalShellCallItem, Tag("local_shell_call")]
+    | Annotated[LocalShellCallOutputItem, Tag("local_shell_call_output")]
+    | Annotated[ComputerCallItem, Tag("computer_call")]
+    | Annotated[ComputerCallOutputItem, Tag("computer_call_output")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",

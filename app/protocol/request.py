@@ -4,10 +4,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    field_validator,
+    model_serializer,
+)
 
+from app.protocol.client_tools import (
+    ApplyPatchTool,
+    ComputerTool,
+    ComputerUsePreviewTool,
+    CustomTool,
+    ExtensionTool,
+    HostedTool,
+    LocalShellTool,
+    NamespaceTool,
+    ShellTool,
+    tool_tag,
+)
 from app.protocol.conversations import ConversationRef
 from app.protocol.items import InputItem
+from app.protocol.options import (
+    AccessPrograms,
+    ContextManagement,
+    ImageOptions,
+    Moderation,
+    PromptCacheOptions,
+    PromptReference,
+)
 
 TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
 """``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
@@ -42,6 +71,18 @@ class FunctionTool(_Strict):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    output_schema: dict[str, Any] | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
+    defer_loading: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _echo(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The spec's four keys are always echoed; the SDK's later options only when sent.
+        dumped: dict[str, Any] = handler(self)
+        return {k: v for k, v in dumped.items() if v is not None or k not in _OPTIONAL_KEYS}
+
+
+_OPTIONAL_KEYS = frozenset({"output_schema", "allowed_callers", "defer_loading"})
 
 
 class InternalToolRef(_Strict):
@@ -110,8 +151,24 @@ class McpTool(_Strict):
 
 
 Tool = Annotated[
-    FunctionTool | InternalToolRef | CodeInterpreterTool | SandboxToolRef | McpTool,
-    Field(discriminator="type"),
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[InternalToolRef, Tag("internal")]
+    | Annotated[CodeInterpreterTool, Tag("code_interpreter")]
+    | Annotated[SandboxToolRef, Tag("sandbox")]
+    | Annotated[McpTool, Tag("mcp")]
+    # issue 17: client-executed kinds, hosted tools, ``provider:tool_type`` (client_tools.py)
+    | Annotated[CustomTool, Tag("custom")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[ApplyPatchTool, Tag("apply_patch")]
+    | Annotated[ShellTool, Tag("shell")]
+    | Annotated[LocalShellTool, Tag("local_shell")]
+    | Annotated[ComputerTool, Tag("computer")]
+    | Annotated[ComputerUsePreviewTool, Tag("computer_use_preview")]
+    | Annotated[HostedTool, Tag("hosted")]
+    | Annotated[ExtensionTool, Tag("extension")],
+    Discriminator(
+        tool_tag, custom_error_type="invalid_tool_type", custom_error_message="unknown tool type"
+    ),
 ]
 
 
@@ -148,15 +205,34 @@ class McpChoice(_Strict):
 
 
 class HostedChoice(_Strict):
-    """Force a hosted tool type (e.g. ``code_interpreter``)."""
+    """Force a tool by its type (``code_interpreter``, ``apply_patch``, ``shell`` …)."""
 
-    type: Literal["code_interpreter", "file_search", "web_search_preview", "image_generation"]
+    type: Literal[
+        "code_interpreter",
+        "file_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "image_generation",
+        "computer",
+        "computer_use",
+        "computer_use_preview",
+        "apply_patch",
+        "shell",
+        "programmatic_tool_calling",
+    ]
+
+
+class CustomChoice(_Strict):
+    """Force one named custom tool."""
+
+    type: Literal["custom"]
+    name: str
 
 
 ToolChoice = (
     Literal["auto", "required", "none"]
     | Annotated[
-        FunctionChoice | AllowedToolsChoice | McpChoice | HostedChoice,
+        FunctionChoice | AllowedToolsChoice | McpChoice | HostedChoice | CustomChoice,
         Field(discriminator="type"),
     ]
 )
@@ -226,6 +302,16 @@ class CreateResponseRequest(_Strict):
     prompt_cache_key: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     include: list[Includable] | None = None
+    # The rest of the SDK's create body (the README's field table says what each does here).
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    context_management: list[ContextManagement] | None = None
+    moderation: Moderation | None = None
+    access_programs: AccessPrograms | None = None
+    image: ImageOptions | None = None
+    prompt: PromptReference | None = None
+    client_metadata: dict[str, str] | None = None
+    """Codex CLI's per-turn labels (not in the SDK's types): accepted, never echoed."""
 
     @field_validator("metadata")
     @classmethod

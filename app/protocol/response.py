@@ -1,4 +1,4 @@
-"""The response object: all 31 fields of the spec, always present (nullable ones as null)."""
+"""The response object: the spec's 31 fields and the options OpenAI echoes, always present."""
 
 from __future__ import annotations
 
@@ -127,6 +127,10 @@ class ResponseObject(BaseModel):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     conversation: ResponseConversation | None = None
+    # Create options echoed as OpenAI's ``Response`` shows them (app/protocol/options.py).
+    prompt_cache_retention: str | None = None
+    access_programs: dict[str, Any] | None = None
+    user: str | None = None
 
     def wire(self) -> dict[str, Any]:
         """The JSON-able dict clients receive."""

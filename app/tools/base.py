@@ -25,6 +25,19 @@ class ToolKind(StrEnum):
     MCP = "mcp"
     SANDBOX = "sandbox"
     INTERNAL = "internal"
+    CUSTOM = "custom"
+    """The client, with a free-form string input."""
+    NAMESPACE = "namespace"
+    """A group of function and custom tools (their definitions are of those kinds)."""
+    HOSTED = "hosted"
+    """OpenAI's hosted tools the fleet cannot run: never offered to the model."""
+    APPLY_PATCH = "apply_patch"
+    SHELL = "shell"
+    LOCAL_SHELL = "local_shell"
+    COMPUTER = "computer"
+    """The client's fixed tools (``app/tools/client_calls.py``)."""
+    WEB_SEARCH = "web_search"
+    """OpenAI's web search, run by an operator's internal plugin (presents its calls)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

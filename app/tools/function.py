@@ -6,36 +6,49 @@ request (``previous_response_id``); :func:`check_call_outputs` holds those answe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.errors import InvalidRequestError
 from app.tools.base import ToolKind
 from app.tools.kinds import RequestContext, ToolKindSpec, named_definition
 
 
-def check_call_outputs(context: RequestContext) -> None:
-    """Every ``function_call_output`` answers a known call; every pending call gets its answer.
+def answers_check(
+    call_type: str, output_type: str, *, output_key: str = "call_id"
+) -> Callable[[RequestContext], None]:
+    """A ``check_inputs`` for a client kind: ``output_type`` items answer ``call_type`` calls.
 
-    Raises:
-        InvalidRequestError: an output for an unknown call, or a pending call left unanswered.
+    Every output answers a known call; once the input answers any, every pending call of the
+    kind gets its answer. ``output_key``: the output's field naming the call (``call_id``;
+    ``id`` for ``local_shell_call_output``).
     """
-    items = [*context.history, *context.inputs]
-    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
-    answered = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
-    for index, item in enumerate(context.inputs):
-        if item.get("type") == "function_call_output" and item["call_id"] not in calls:
-            raise InvalidRequestError(
-                f"No tool call found for function call output with call_id '{item['call_id']}'.",
-                param=f"input.{index}.call_id",
-                code="invalid_value",
-            )
-    if not any(item.get("type") == "function_call_output" for item in context.inputs):
-        return
-    for call_id in calls:
-        if call_id not in answered:
-            raise InvalidRequestError(
-                f"No tool output found for function call '{call_id}'.",
-                param="input",
-                code="missing_tool_output",
-            )
+    label = call_type.replace("_", " ")
+
+    def check(context: RequestContext) -> None:
+        items = [*context.history, *context.inputs]
+        calls = [i["call_id"] for i in items if i.get("type") == call_type]
+        answered = {i[output_key] for i in items if i.get("type") == output_type}
+        outputs = [(n, i) for n, i in enumerate(context.inputs) if i.get("type") == output_type]
+        for index, item in outputs:
+            if item[output_key] not in calls:
+                raise InvalidRequestError(
+                    f"No tool call found for {label} output with call_id '{item[output_key]}'.",
+                    param=f"input.{index}.{output_key}",
+                    code="invalid_value",
+                )
+        for call_id in calls if outputs else []:
+            if call_id not in answered:
+                raise InvalidRequestError(
+                    f"No tool output found for {label} '{call_id}'.",
+                    param="input",
+                    code="missing_tool_output",
+                )
+
+    return check
+
+
+check_call_outputs = answers_check("function_call", "function_call_output")
+"""``function_call_output`` items answer known ``function_call`` items, all of them."""
 
 
 FUNCTION_KIND = ToolKindSpec(

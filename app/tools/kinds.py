@@ -25,6 +25,7 @@ import redis
 
 from app.config import Settings
 from app.keys import Keys
+from app.protocol.client_tools import EXTENSION_TYPE
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.tools.base import ToolDefinition, ToolExecutor
@@ -163,6 +164,10 @@ class ToolKindSpec:
     """Runs before each model call (lists MCP servers)."""
 
 
+_MODEL_CHOICES = frozenset({"function", "allowed_tools", "mcp"})
+"""``tool_choice`` types the model's side understands as they are (``mcp``: by the engine)."""
+
+
 class ToolKinds:
     """The registered kinds, and what the engine asks of them all."""
 
@@ -195,8 +200,12 @@ class ToolKinds:
         return self._by_name.get(kind)
 
     def spec_of_tool(self, tool: Mapping[str, Any]) -> ToolKindSpec | None:
-        """The spec of a declared tool (by its ``type``); None for a hosted tool of no kind."""
-        return self._by_type.get(str(tool.get("type")))
+        """The spec of a declared tool (by its ``type``); None for a hosted tool of no kind.
+
+        A ``provider:tool_type`` type belongs to the kind that lists :data:`EXTENSION_TYPE`.
+        """
+        kind = str(tool.get("type"))
+        return self._by_type.get(EXTENSION_TYPE if ":" in kind else kind)
 
     def queue_of(self, tool: ToolDefinition) -> str | None:
         """Where the calls of ``tool`` run; None: the client runs them."""
@@ -262,6 +271,17 @@ class ToolKinds:
             if name:
                 names.add(name)
         return frozenset(names)
+
+    def model_choice(self, tool_choice: Any) -> Any:
+        """A ``tool_choice`` forcing a tool by type as the function the model knows it by.
+
+        ``{"type": "shell"}``, ``{"type": "custom", "name"}`` …; any other choice as it is.
+        """
+        if not isinstance(tool_choice, dict) or tool_choice.get("type") in _MODEL_CHOICES:
+            return tool_choice
+        spec = self.spec_of_tool(tool_choice)
+        name = spec.choice_name(tool_choice) if spec is not None else None
+        return {"type": "function", "name": name} if name else tool_choice
 
     def is_allowed(self, tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:
         """Whether an ``allowed_tools`` choice lets ``tool`` run (by name, or as its kind says)."""

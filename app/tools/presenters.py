@@ -43,10 +43,11 @@ class CallPresenter(Protocol):
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
-    ) -> tuple[Item, list[ev.Event]]:
+    ) -> tuple[Item | None, list[ev.Event]]:
         """The in-progress item as the model starts the call (no arguments yet).
 
-        Returns the item for ``output_item.added`` and the events that follow it.
+        Returns the item for ``output_item.added`` and the events that follow it; no item: the
+        kind announces its item in :meth:`finished` (its fields are not valid before).
         """
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
@@ -100,10 +101,11 @@ class FunctionCallPresenter:
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
+        name, namespace = wire_name(call.name, tool)
         item = function_call_item(
-            item_id, call_id=call.id, name=call.name, arguments="", status="in_progress"
+            item_id, call_id=call.id, name=name, arguments="", status="in_progress"
         )
-        return item, []
+        return _with_namespace(item, namespace), []
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
         return [ev.function_call_arguments_delta(item_id, output_index, delta)]
@@ -111,16 +113,19 @@ class FunctionCallPresenter:
     def finished(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
+        name, namespace = wire_name(call.name, tool)
         item = function_call_item(
-            item_id, call_id=call.id, name=call.name, arguments=call.arguments, status="completed"
+            item_id, call_id=call.id, name=name, arguments=call.arguments, status="completed"
         )
+        item = _with_namespace(item, namespace)
         return item, [
-            ev.function_call_arguments_done(item_id, output_index, call.arguments, call.name),
+            ev.function_call_arguments_done(item_id, output_index, call.arguments, name),
             ev.output_item_done(output_index, item),
         ]
 
     def call_of(self, item: Item) -> ToolCall:
-        return ToolCall(id=item["call_id"], name=item["name"], arguments=item.get("arguments", ""))
+        arguments = item.get("arguments", "")
+        return ToolCall(id=item["call_id"], name=model_name(item), arguments=arguments)
 
     def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
         return bool(item["call_id"] in answered)
@@ -128,21 +133,52 @@ class FunctionCallPresenter:
     def answered(
         self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
     ) -> tuple[list[Item], list[ev.Event]]:
-        item = {
-            "id": result_item_id(response_id, result.call_id),
-            "type": "function_call_output",
-            "call_id": result.call_id,
-            "output": result.output,
-            "status": "completed",
-        }
-        at = len(output)
-        return [*output, item], [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+        return append_result(response_id, output, result, "function_call_output")
 
     def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
+        if item.get("namespace"):
+            return [{**item, "name": model_name(item)}]
         return [item]
 
 
 FUNCTION_CALLS = FunctionCallPresenter()
+
+
+def append_result(
+    response_id: str, output: Sequence[Item], result: ToolResult, item_type: str
+) -> tuple[list[Item], list[ev.Event]]:
+    """``output`` with a result item (``item_type``) for ``result`` after it, and its events."""
+    item = {
+        "id": result_item_id(response_id, result.call_id),
+        "type": item_type,
+        "call_id": result.call_id,
+        "output": result.output,
+        "status": "completed",
+    }
+    at = len(output)
+    return [*output, item], [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+
+
+def namespaced(namespace: str, name: str) -> str:
+    """The name the model knows a tool of a ``namespace`` tool by."""
+    return f"{namespace}__{name}"
+
+
+def wire_name(name: str, tool: ToolDefinition | None) -> tuple[str, str | None]:
+    """A call's tool name on its item, and its ``namespace`` (a namespace's tool), if any."""
+    if tool is not None and tool.options.get("namespace"):
+        return str(tool.options["name"]), str(tool.options["namespace"])
+    return name, None
+
+
+def model_name(item: Item) -> str:
+    """The name the model called a call item's tool by (its namespace's alias, if any)."""
+    namespace = item.get("namespace")
+    return namespaced(namespace, item["name"]) if namespace else str(item["name"])
+
+
+def _with_namespace(item: Item, namespace: str | None) -> Item:
+    return {**item, "namespace": namespace} if namespace else item
 
 
 class PresenterIndex:
@@ -173,7 +209,9 @@ class PresenterIndex:
         """The presenter of a tool's calls (unknown tools' calls are plain function calls)."""
         if tool is None:
             return FUNCTION_CALLS
-        return self._by_kind.get(tool.kind, FUNCTION_CALLS)
+        # A tool run by one kind may be shown as another's (web search: an internal plugin).
+        kind = tool.options.get("presented_as", tool.kind)
+        return self._by_kind.get(kind, FUNCTION_CALLS)
 
     def for_item(self, item: Item) -> CallPresenter | None:
         """The presenter of a call item; None for any other item."""
@@ -248,4 +286,7 @@ class PresenterIndex:
 
 
 def _answered_ids(output: Sequence[Item]) -> frozenset[str]:
-    return frozenset(i["call_id"] for i in output if i.get("type") == "function_call_output")
+    """Call ids answered by a result item (every kind's result item type ends in ``_output``)."""
+    return frozenset(
+        i["call_id"] for i in output if str(i.get("type")).endswith("_output") and "call_id" in i
+    )

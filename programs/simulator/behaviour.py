@@ -29,6 +29,10 @@ Tool calls
       first appearance;
     - if none appears and ``tool_choice`` is ``"required"``: the first tool.
 
+    A ``[call NAME {json}]`` directive in the last user text (NAME one of the tools, the JSON
+    an object) wins over the rules above: the calls are exactly those directives, in order, with
+    exactly those arguments (nothing generated). A directive naming no tool is left out.
+
     ``parallel_tool_calls=false`` keeps only the first. A non-empty list is the whole answer
     (finish_reason ``tool_calls``, no content). Call ids are ``call_`` + 8 hex digits of a
     SHA-256 over the messages and the call's index.
@@ -100,6 +104,7 @@ _DIRECTIVE = re.compile(
     re.IGNORECASE,
 )
 _FENCED = re.compile(r"(?<![\w-])([A-Za-z_][\w-]*)=```(.*?)```", re.DOTALL)
+_CALL = re.compile(r"\[\s*call\s+([A-Za-z0-9_.:-]+)\s+")
 _ASSIGNMENT = re.compile(r'(?<![\w-])([A-Za-z_][\w-]*)=(?:"([^"]*)"|(\S+))')
 _SCALARS: dict[str, Any] = {
     "string": "sim",
@@ -457,20 +462,50 @@ def _plan_tool_calls(
     request: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], text: str, raw: str
 ) -> tuple[PlannedToolCall, ...]:
     tools = _function_tools(request)
+    explicit = [(name, arguments) for name, arguments in parse_calls(raw) if name in tools]
+    if explicit and request.get("tool_choice", "auto") != "none":
+        chosen = explicit[:1] if request.get("parallel_tool_calls") is False else explicit
+        return _planned(messages, chosen)
     text = _FENCED.sub(" ", text)
     names = select_tools(request, tools, text)
-    if not names:
-        return ()
     overrides = {**parse_assignments(text), **dict(_FENCED.findall(raw))}
+    generated = [generate_arguments(tools[name], overrides=overrides) for name in names]
+    return _planned(messages, [(n, json.dumps(a)) for n, a in zip(names, generated, strict=True)])
+
+
+def _planned(
+    messages: Sequence[Mapping[str, Any]], calls: Sequence[tuple[str, str]]
+) -> tuple[PlannedToolCall, ...]:
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
     return tuple(
         PlannedToolCall(
             id="call_" + hashlib.sha256(f"{digest}:{index}".encode()).hexdigest()[:8],
             name=name,
-            arguments=json.dumps(generate_arguments(tools[name], overrides=overrides)),
+            arguments=arguments,
         )
-        for index, name in enumerate(names)
+        for index, (name, arguments) in enumerate(calls)
     )
+
+
+def parse_calls(text: str) -> list[tuple[str, str]]:
+    """Find ``[call NAME {json}]`` directives in a text.
+
+    Args:
+        text: The last user text, as written.
+
+    Returns:
+        ``(name, arguments JSON text)`` of each directive whose JSON is an object, in order.
+    """
+    found = []
+    decoder = json.JSONDecoder()
+    for match in _CALL.finditer(text):
+        try:
+            value, end = decoder.raw_decode(text, match.end())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and text[end:].lstrip().startswith("]"):
+            found.append((match.group(1), json.dumps(value)))
+    return found
 
 
 def _function_tools(request: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

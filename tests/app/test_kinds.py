@@ -22,11 +22,11 @@ from tests.support.model import ScriptedModel, calls, text
 from tests.support.responses import stored_response
 
 
-class CustomCalls(FunctionCallPresenter):
-    """``custom_tool_call`` items (the shape issue 17's ``custom`` kind will give them)."""
+class RobotCalls(FunctionCallPresenter):
+    """``robot_call`` items: a kind no build ships, made of a spec alone."""
 
-    item_type = "custom_tool_call"
-    id_prefix = "ctc"
+    item_type = "robot_call"
+    id_prefix = "rbc"
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
@@ -48,19 +48,19 @@ class CustomCalls(FunctionCallPresenter):
         return [{**item, "type": "function_call"}]
 
 
-def custom_kind(*, queue: str | None = None) -> ToolKindSpec:
-    """A kind called ``custom``: run by the client, or on ``queue``."""
+def robot_kind(*, queue: str | None = None) -> ToolKindSpec:
+    """A kind called ``robot``: run by the client, or on ``queue``."""
     return ToolKindSpec(
-        name="custom",
-        tool_types=("custom",),
-        presenter=CustomCalls(),
+        name="robot",
+        tool_types=("robot",),
+        presenter=RobotCalls(),
         queue=queue,
-        define=named_definition("custom"),
+        define=named_definition("robot"),
     )
 
 
 PATCH = {
-    "type": "custom",
+    "type": "robot",
     "name": "apply",
     "description": "Apply a patch",
     "parameters": {"type": "object", "properties": {"patch": {"type": "string"}}},
@@ -72,7 +72,8 @@ def test_every_builtin_kind_is_registered_once() -> None:
     assert sorted(names) == sorted(ToolKind) and len(set(names)) == len(names)
     tool_types = [t for spec in KINDS.specs for t in spec.tool_types]
     assert len(set(tool_types)) == len(tool_types)
-    assert {"function", "internal", "mcp", "code_interpreter", "sandbox"} == set(tool_types)
+    assert {"function", "internal", "mcp", "code_interpreter", "sandbox"} < set(tool_types)
+    assert {"custom", "namespace", "web_search", "file_search"} < set(tool_types)
     assert KINDS.queues == ("tools.mcp", "tools.sandbox", "tools.internal")
     assert KINDS.spec(ToolKind.FUNCTION) is FUNCTION_KIND and FUNCTION_KIND.queue is None
 
@@ -85,17 +86,17 @@ def test_a_kind_or_a_tool_type_registered_twice_is_refused() -> None:
 
 
 def test_a_new_kind_is_offered_defined_and_presented_from_its_spec_alone() -> None:
-    kinds = ToolKinds((*BUILTIN_KINDS, custom_kind()))
+    kinds = ToolKinds((*BUILTIN_KINDS, robot_kind()))
     assert kinds.model_tools([PATCH]) == [PATCH]
-    assert kinds.definitions([PATCH])["apply"].kind == "custom"
+    assert kinds.definitions([PATCH])["apply"].kind == "robot"
     assert not kinds.is_agentic([PATCH])
-    assert isinstance(kinds.presenters.for_item({"type": "custom_tool_call"}), CustomCalls)
+    assert isinstance(kinds.presenters.for_item({"type": "robot_call"}), RobotCalls)
     # Without its spec the fleet knows no such kind: offered as declared, but never a tool.
     assert KINDS.definitions([PATCH]) == {}
-    assert KINDS.presenters.for_item({"type": "custom_tool_call"}) is None
+    assert KINDS.presenters.for_item({"type": "robot_call"}) is None
 
 
-def run_custom_turn(
+def run_robot_turn(
     store: ResponseStore, settings: Settings, kind: ToolKindSpec
 ) -> tuple[str, StepOutcome, RecordingDispatcher, ScriptedModel]:
     response = stored_response(store, tools=[PATCH])
@@ -114,31 +115,31 @@ def run_custom_turn(
 def test_a_new_client_kind_pauses_the_response_with_its_call_item(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
-    rid, outcome, dispatcher, model = run_custom_turn(store, make_settings(), custom_kind())
+    rid, outcome, dispatcher, model = run_robot_turn(store, make_settings(), robot_kind())
 
     assert outcome is StepOutcome.COMPLETED  # paused for the client (no server-side tools)
     assert [tool["name"] for tool in model.requests[0].tools] == ["apply"]
     response = store.get(rid).response
     assert response.status == ResponseStatus.COMPLETED
     [item] = response.output
-    assert item["type"] == "custom_tool_call" and item["id"].startswith("ctc_")
+    assert item["type"] == "robot_call" and item["id"].startswith("rbc_")
     assert item["call_id"] == "call_p" and dispatcher.chords == []
 
 
 def test_a_new_server_side_kind_is_dispatched_to_its_queue(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
-    kind = custom_kind(queue="tools.custom")
-    rid, outcome, dispatcher, _ = run_custom_turn(store, make_settings(), kind)
+    kind = robot_kind(queue="tools.robot")
+    rid, outcome, dispatcher, _ = run_robot_turn(store, make_settings(), kind)
 
     assert outcome is StepOutcome.WAITING
     [chord] = dispatcher.chords
     assert (chord.response_id, chord.calls, chord.then_turn) == (
         rid,
-        [("call_p", "tools.custom")],
+        [("call_p", "tools.robot")],
         1,
     )
-    assert ToolKinds((*BUILTIN_KINDS, kind)).queues[-1] == "tools.custom"
+    assert ToolKinds((*BUILTIN_KINDS, kind)).queues[-1] == "tools.robot"
 
 
 def test_before_model_hooks_of_every_kind_run_in_order(

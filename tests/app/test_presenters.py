@@ -1,6 +1,6 @@
 """The presenter hook: a kind whose item carries its own result, end to end through the builder.
 
-The ``shell`` kind here is a new kind added as one spec (as issue 17's kinds will be).
+The ``terminal`` kind here is a new kind added as one spec (as issue 17's kinds are).
 """
 
 import json
@@ -25,16 +25,16 @@ Item = dict[str, Any]
 
 
 class InPlacePresenter:
-    """A ``shell_call`` item that holds its result (as ``mcp_call`` and others do)."""
+    """A ``terminal_call`` item that holds its result (as ``mcp_call`` and others do)."""
 
-    item_type = "shell_call"
+    item_type = "terminal_call"
     id_prefix = "sh"
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
-        item = {"id": item_id, "type": "shell_call", "status": "in_progress", "command": ""}
-        return item, [{"type": "shell_call.in_progress", "item_id": item_id}]
+        item = {"id": item_id, "type": "terminal_call", "status": "in_progress", "command": ""}
+        return item, [{"type": "terminal_call.in_progress", "item_id": item_id}]
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
         return []
@@ -43,12 +43,12 @@ class InPlacePresenter:
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
         command = call.parsed_arguments()["command"]
-        item = {"id": item_id, "type": "shell_call", "status": "in_progress", "command": command}
-        return item, [{"type": "shell_call.command.done", "item_id": item_id}]
+        item = {"id": item_id, "type": "terminal_call", "status": "in_progress", "command": command}
+        return item, [{"type": "terminal_call.command.done", "item_id": item_id}]
 
     def call_of(self, item: Item) -> ToolCall:
         return ToolCall(
-            id=item["id"], name="shell", arguments=json.dumps({"command": item["command"]})
+            id=item["id"], name="terminal", arguments=json.dumps({"command": item["command"]})
         )
 
     def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
@@ -71,12 +71,12 @@ class InPlacePresenter:
 
 
 SHELL = ToolKindSpec(
-    name="shell", tool_types=("shell",), presenter=InPlacePresenter(), queue="tools.shell"
+    name="terminal", tool_types=("terminal",), presenter=InPlacePresenter(), queue="tools.terminal"
 )
 
 
 @pytest.fixture
-def shell_kind() -> Iterator[ToolKinds]:
+def terminal_kind() -> Iterator[ToolKinds]:
     yield ToolKinds((*BUILTIN_KINDS, SHELL))
 
 
@@ -95,41 +95,47 @@ def builder_of(
 
 
 def test_a_kind_presents_its_calls_and_results_in_its_own_items(
-    store: ResponseStore, shell_kind: ToolKinds
+    store: ResponseStore, terminal_kind: ToolKinds
 ) -> None:
     rid = new_response(store)
     sink = EventSink(store, rid, coalesce_seconds=0)
     tools = {
-        "shell": ToolDefinition(name="shell", kind="shell"),
+        "terminal": ToolDefinition(name="terminal", kind="terminal"),
         "lookup": ToolDefinition(name="lookup", kind=ToolKind.INTERNAL),
     }
-    builder = builder_of(shell_kind, rid, sink, tools)
-    builder.feed(ToolCallDelta(index=0, call_id=None, name="shell", arguments='{"command": "ls"}'))
+    builder = builder_of(terminal_kind, rid, sink, tools)
+    builder.feed(
+        ToolCallDelta(index=0, call_id=None, name="terminal", arguments='{"command": "ls"}')
+    )
     builder.feed(ToolCallDelta(index=1, call_id="call_b", name="lookup", arguments='{"q": 1}'))
     builder.feed(Finish(reason="tool_calls"))
     output = builder.close()
     sink.flush()
 
-    shell, lookup = output.calls
-    assert shell["type"] == "shell_call" and shell["id"].startswith("sh_")
-    assert shell["status"] == "in_progress" and shell["command"] == "ls"
+    terminal, lookup = output.calls
+    assert terminal["type"] == "terminal_call" and terminal["id"].startswith("sh_")
+    assert terminal["status"] == "in_progress" and terminal["command"] == "ls"
     assert lookup["type"] == "function_call" and lookup["status"] == "completed"
     types = [e["type"] for e in events(store, rid)]
     assert types[:3] == [
         "response.output_item.added",
-        "shell_call.in_progress",
-        "shell_call.command.done",
+        "terminal_call.in_progress",
+        "terminal_call.command.done",
     ]
-    # The shell call stays open (no output_item.done) until its result arrives.
+    # The terminal call stays open (no output_item.done) until its result arrives.
     assert types.count("response.output_item.done") == 1
 
-    found = shell_kind.presenters
+    found = terminal_kind.presenters
     assert found.unanswered_calls(output.items) == output.items
     answered, emitted = found.apply_result(
-        rid, output.items, ToolResult(call_id=shell["id"], output="a.txt")
+        rid, output.items, ToolResult(call_id=terminal["id"], output="a.txt")
     )
     answered, _ = found.apply_result(rid, answered, ToolResult(call_id="call_b", output="42"))
-    assert [i["type"] for i in answered] == ["shell_call", "function_call", "function_call_output"]
+    assert [i["type"] for i in answered] == [
+        "terminal_call",
+        "function_call",
+        "function_call_output",
+    ]
     assert answered[0]["status"] == "completed" and answered[0]["output"] == "a.txt"
     assert emitted == [ev.output_item_done(0, answered[0])]
     assert found.unanswered_calls(answered) == []
@@ -137,9 +143,9 @@ def test_a_kind_presents_its_calls_and_results_in_its_own_items(
     viewed = found.model_view(answered)
     # One model turn: both calls, then both results in call order.
     assert [(i["type"], i["call_id"]) for i in viewed] == [
-        ("function_call", shell["id"]),
+        ("function_call", terminal["id"]),
         ("function_call", "call_b"),
-        ("function_call_output", shell["id"]),
+        ("function_call_output", terminal["id"]),
         ("function_call_output", "call_b"),
     ]
 
@@ -156,23 +162,23 @@ def test_unknown_tools_are_presented_as_function_calls() -> None:
 
 
 def test_progress_names_a_call_by_the_loops_id_whatever_its_kind(
-    store: ResponseStore, shell_kind: ToolKinds
+    store: ResponseStore, terminal_kind: ToolKinds
 ) -> None:
     rid = new_response(store)
     sink = EventSink(store, rid, coalesce_seconds=0)
-    tools = {"shell": ToolDefinition(name="shell", kind="shell")}
-    builder = builder_of(shell_kind, rid, sink, tools, progress=True)
+    tools = {"terminal": ToolDefinition(name="terminal", kind="terminal")}
+    builder = builder_of(terminal_kind, rid, sink, tools, progress=True)
     builder.feed(
-        ToolCallDelta(index=0, call_id="call_x", name="shell", arguments='{"command": "ls"}')
+        ToolCallDelta(index=0, call_id="call_x", name="terminal", arguments='{"command": "ls"}')
     )
     builder.feed(Finish(reason="tool_calls"))
-    [shell] = builder.close().items
+    [terminal] = builder.close().items
     sink.flush()
 
     [started] = [e for e in events(store, rid) if e["type"] == "antwort:step.started"]
-    # The shell item answers to its item id (as mcp_call does), not the model's call_id: the
+    # The terminal item answers to its item id (as mcp_call does), not the model's call_id: the
     # step.completed event of its result will carry the same id.
-    assert started["call_id"] == shell["id"] == shell_kind.presenters.call_of(shell).id
+    assert started["call_id"] == terminal["id"] == terminal_kind.presenters.call_of(terminal).id
 
 
 @pytest.mark.parametrize("gated", [False, True])

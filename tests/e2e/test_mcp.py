@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import redis
 from openai.types.responses import Response, ResponseStreamEvent
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import check_sequence, raw_events
+from tests.e2e.helpers import check_sequence, raw_events, wait_for_status
 from tests.support.mcp_servers import (
     LIST_AND_CALL_EVENTS,
     RunningServer,
@@ -341,3 +342,19 @@ def test_mcp_bad_tool_shapes_are_400(fleet: Fleet, tool: dict[str, Any], param: 
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_mcp_cancel_while_a_call_runs(client: openai.OpenAI, alpha: RunningServer) -> None:
+    created = create(client, "slow seconds=4", [never("alpha", alpha)], background=True)
+    deadline = time.monotonic() + 30
+    running = client.responses.retrieve(created.id)
+    while not of_type(running, "mcp_call"):  # the call is on the tools.mcp worker
+        assert time.monotonic() < deadline, running.status
+        time.sleep(0.05)
+        running = client.responses.retrieve(created.id)
+    assert of_type(running, "mcp_call")[0].status == "in_progress"
+
+    cancelled = client.responses.cancel(created.id)  # was a 500: KeyError 'call_id'
+
+    assert cancelled.status == "cancelled"
+    assert wait_for_status(client, created.id, ["cancelled"]).status == "cancelled"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from openai.types.responses import (
     Response,
@@ -146,6 +150,19 @@ def test_responses_cancel_of_a_foreground_response_is_400(
     assert dispatcher.revoked == []
 
 
+def test_responses_cancel_while_an_mcp_call_runs(
+    web: FlaskClient, store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    call = {"id": "mcp_1", "type": "mcp_call", "status": "in_progress", "server_label": "local"}
+    call.update(name="slow", arguments='{"seconds": 30}')
+    response = stored_response(store, background=True, output=[call])
+
+    cancelled = web.post(f"/v1/responses/{response.id}/cancel")  # was a 500: KeyError 'call_id'
+
+    assert Response.model_validate(cancelled.json).status == "cancelled"
+    assert dispatcher.revoked_calls == ["mcp_1"]
+
+
 def test_responses_delete_removes_the_response_and_its_items(web: FlaskClient) -> None:
     created = create_in_background(web)
 
@@ -164,3 +181,32 @@ def test_responses_unknown_id_is_404(web: FlaskClient, method: str, path: str) -
 
     assert (error.type, error.code) == ("not_found", "not_found")
     assert "resp_unknown" in error.message
+
+
+CODEX_REQUEST = Path(__file__).parents[1] / "support" / "codex_request.json"
+
+
+def codex_body() -> dict[str, Any]:
+    """Codex CLI's first request, in the background (Codex streams; nothing runs turns here)."""
+    body: dict[str, Any] = json.loads(CODEX_REQUEST.read_text())
+    return {**body, "stream": False, "store": True, "background": True}
+
+
+def test_responses_create_accepts_codexs_first_request(web: FlaskClient) -> None:
+    answer = web.post("/v1/responses", json=codex_body())
+
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    created = Response.model_validate(answer.json)
+    assert "web_search" not in [tool.type for tool in created.tools]  # dropped by default
+
+
+def test_responses_create_refuses_hosted_tools_when_the_policy_says_reject(
+    make_app: Callable[..., Flask],
+) -> None:
+    web = make_app(unavailable_hosted_tools="reject").test_client()
+
+    error = error_of(web.post("/v1/responses", json=codex_body()), 400)
+
+    assert (error.type, error.code) == ("invalid_request_error", "unsupported_tool")
+    assert error.param == f"tools.{len(codex_body()['tools']) - 1}"
+    assert "web_search" in error.message

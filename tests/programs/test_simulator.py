@@ -275,6 +275,31 @@ def test_parallel_tool_calls_false_keeps_first() -> None:
     assert [call.name for call in plan.tool_calls] == ["get_weather"]
 
 
+def test_call_directive_makes_exactly_the_calls_it_names() -> None:
+    text = (
+        'first [call search {"query": "a ] b", "extra": [1, {"x": 2}]}] then '
+        '[call get_weather {"city": "Oslo"}] and [call unknown {}] [call search not-json]'
+    )
+
+    plan = _plan(messages=[_user(text)], tools=[WEATHER, SEARCH])
+
+    assert [(call.name, json.loads(call.arguments)) for call in plan.tool_calls] == [
+        ("search", {"query": "a ] b", "extra": [1, {"x": 2}]}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+    assert plan.finish_reason == "tool_calls"
+
+
+def test_call_directive_respects_tool_choice_none_and_parallel_false() -> None:
+    text = '[call search {"query": "q"}] [call get_weather {}]'
+
+    none = _plan(messages=[_user(text)], tools=[WEATHER, SEARCH], tool_choice="none")
+    single = _plan(messages=[_user(text)], tools=[WEATHER, SEARCH], parallel_tool_calls=False)
+
+    assert none.tool_calls == ()
+    assert [call.name for call in single.tool_calls] == ["search"]
+
+
 def test_tool_calls_need_user_message_last() -> None:
     messages = [_user("search"), {"role": "assistant", "content": "ok"}]
     assert _plan(messages=messages, tools=[SEARCH]).tool_calls == ()

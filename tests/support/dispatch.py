@@ -23,6 +23,7 @@ class RecordingDispatcher:
         self.turns: list[tuple[str, int]] = []
         self.chords: list[ToolChord] = []
         self.revoked: list[tuple[str, int]] = []
+        self.revoked_calls: list[str] = []
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         self.turns.append((response_id, turn))
@@ -34,6 +35,7 @@ class RecordingDispatcher:
 
     def revoke_response(self, response_id: str, turn: int, call_ids: Sequence[str] = ()) -> None:
         self.revoked.append((response_id, turn))
+        self.revoked_calls.extend(call_ids)
 
 
 class RecordingCompactionQueue:

@@ -86,7 +86,30 @@ class Counted:
         return ToolResult(call_id=call.id, output=f"{self.name} done")
 
 
+class Shout:
+    """Declares the extension tool type ``acme:shout``: answers its ``text`` upper-cased."""
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            name="shout",
+            kind=ToolKind.INTERNAL,
+            description="Shout a text.",
+            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+            options={"tool_type": "acme:shout"},
+        )
+
+    def initialize(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        return ToolResult(call_id=call.id, output=str(call.parsed_arguments().get("text")).upper())
+
+
 def register(registry: Registry) -> None:
+    registry.register(Shout())
     registry.register(Sleeper("slow_echo", 0.8))
     registry.register(Sleeper("fast_echo", 0.05))
     registry.register(Sleeper("failing_tool", 0.0, raises=True))

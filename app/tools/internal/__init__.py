@@ -8,6 +8,10 @@ zero-argument factory returning an instance)::
 
 Operators may also name modules in ``ANTWORT_INTERNAL_TOOL_MODULES``; each module's
 ``register(registry)`` function adds its tools.
+
+A plugin may declare a tool type of the specs' extension point, ``"provider:tool_type"``, as
+``definition().options["tool_type"]``: a request's ``{"type": "acme:weather", …}`` is then that
+plugin (:meth:`Registry.by_type`).
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ class Registry:
     def get(self, name: str) -> InternalTool | None:
         """The tool called ``name``."""
         return self._tools.get(name)
+
+    def by_type(self, tool_type: str) -> InternalTool | None:
+        """The tool that declares the tool type ``tool_type`` (``options["tool_type"]``)."""
+        for tool in self._tools.values():
+            if tool.definition().options.get("tool_type") == tool_type:
+                return tool
+        return None
 
     def list(self) -> builtins.list[ToolDefinition]:
         """Every registered tool's definition."""
@@ -113,13 +124,19 @@ class InternalExecutor:
 
     def can_execute(self, tool: ToolDefinition) -> bool:
         """Registered here."""
-        return tool.kind == ToolKind.INTERNAL and self.registry.get(tool.name) is not None
+        return tool.kind == ToolKind.INTERNAL and self._find(tool) is not None
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call (deadlines are enforced by the caller)."""
-        found = self.registry.get(tool.name)
+        found = self._find(tool)
         if found is None:
             return ToolResult(
                 call_id=call.id, output=f"Unknown internal tool '{tool.name}'.", is_error=True
             )
         return found.execute(call)
+
+    def _find(self, tool: ToolDefinition) -> InternalTool | None:
+        """The tool by name, else the one declaring the definition's tool type (web search)."""
+        tool_type = tool.options.get("tool_type")
+        found = self.registry.get(tool.name)
+        return found if found is not None or not tool_type else self.registry.by_type(tool_type)

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from app.errors import InvalidRequestError
+from app.protocol.client_tools import EXTENSION_TYPE
 from app.tools.base import ToolKind
 from app.tools.internal import InternalExecutor, Registry, load_registry
 from app.tools.kinds import (
@@ -28,16 +29,33 @@ def declared_registry(modules: tuple[str, ...]) -> Registry:
 def echo_internal_tools(context: RequestContext, declared: list[Item]) -> PreparedTools:
     """The declared tools, each internal one filled in from its plugin's definition.
 
+    A ``provider:tool_type`` tool is the plugin that declares that type, echoed with its
+    options and the plugin's name, description and parameters.
+
     Raises:
-        InvalidRequestError: an internal tool that no worker offers.
+        InvalidRequestError: an internal tool or a tool type that no worker offers.
     """
     registry = declared_registry(tuple(context.settings.internal_tool_module_list))
-    return PreparedTools(
-        tools=[
-            _echo(tool, index, registry) if tool["type"] == "internal" else tool
-            for index, tool in enumerate(declared)
-        ]
-    )
+    tools = []
+    for index, tool in enumerate(declared):
+        if tool["type"] == "internal":
+            tool = _echo(tool, index, registry)
+        elif ":" in tool["type"]:
+            tool = {**tool, **_echo(_declaring(tool["type"], index, registry), index, registry)}
+            tool["type"] = declared[index]["type"]
+        tools.append(tool)
+    return PreparedTools(tools=tools)
+
+
+def _declaring(tool_type: str, index: int, registry: Registry) -> Item:
+    found = registry.by_type(tool_type)
+    if found is None:
+        raise InvalidRequestError(
+            f"No tool of this server declares the tool type '{tool_type}'.",
+            param=f"tools.{index}.type",
+            code="invalid_value",
+        )
+    return {"name": found.definition().name}
 
 
 def _echo(tool: Item, index: int, registry: Registry) -> Item:
@@ -69,7 +87,7 @@ def make_internal_executor(context: KindContext) -> InternalExecutor:
 
 INTERNAL_KIND = ToolKindSpec(
     name=ToolKind.INTERNAL,
-    tool_types=("internal",),
+    tool_types=("internal", EXTENSION_TYPE),
     queue="tools.internal",
     define=named_definition(ToolKind.INTERNAL),
     prepare=echo_internal_tools,

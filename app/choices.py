@@ -1,0 +1,67 @@
+"""Checks of a create request's ``tool_choice`` against its tools, before and after preparation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import InvalidRequestError
+from app.protocol.client_tools import HOSTED_TOOL_TYPES
+from app.protocol.request import CreateResponseRequest, CustomChoice, FunctionChoice, HostedChoice
+from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
+
+FORCED_TYPES = {
+    "computer": {"computer", "computer_use_preview"},
+    "computer_use": {"computer", "computer_use_preview"},
+    "computer_use_preview": {"computer", "computer_use_preview"},
+}
+"""The declared tool types a ``tool_choice`` by type may name (else: its own type)."""
+
+
+def check_tool_choice(request: CreateResponseRequest) -> None:
+    """The request's ``tool_choice`` names a declared tool, and nothing the fleet cannot run.
+
+    Raises:
+        InvalidRequestError: what is wrong with it (``param``: ``tool_choice``).
+    """
+    choice = request.tool_choice
+    names = {getattr(tool, "name", None) for tool in request.tools}
+    if isinstance(choice, FunctionChoice | CustomChoice) and choice.name not in names:
+        raise InvalidRequestError(
+            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if isinstance(choice, HostedChoice):
+        _check_forced_type(choice.type, {tool.type for tool in request.tools})
+    if choice == "required" and not request.tools:
+        raise InvalidRequestError(
+            "tool_choice 'required' needs at least one tool.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+
+
+def _check_forced_type(forced: str, declared: set[str]) -> None:
+    """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run."""
+    if forced in UNAVAILABLE_TYPES:
+        raise unavailable_tool_error(forced, "tool_choice")
+    accepted = FORCED_TYPES.get(forced, {forced})
+    if not accepted & declared:
+        raise InvalidRequestError(
+            f"Tool choice '{forced}' needs a tool of that type in 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+
+
+def check_forced_tool_kept(request: CreateResponseRequest, tools: list[dict[str, Any]]) -> None:
+    """A forced web search needs a plugin behind it (else its tool was dropped).
+
+    Raises:
+        InvalidRequestError: the forced hosted tool is not among the prepared ``tools``.
+    """
+    choice = request.tool_choice
+    if not isinstance(choice, HostedChoice) or choice.type not in HOSTED_TOOL_TYPES:
+        return
+    if choice.type not in {tool["type"] for tool in tools}:
+        raise unavailable_tool_error(choice.type, "tool_choice")

@@ -1,0 +1,151 @@
+"""Input items of the client-executed tool kinds: their calls (sent back as history) and outputs.
+
+Shapes of the pinned ``openai`` SDK's ``ResponseInputItemParam`` members. A call's nested
+payload (``action``, ``operation``) is kept as sent: it is the client's and the model's
+business, and the model reads it back as the call's arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["in_progress", "completed", "incomplete"] | None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Caller(_Strict):
+    """Who made a call: the model directly, or a program (``caller_id``)."""
+
+    type: Literal["direct", "program"]
+    caller_id: str | None = None
+
+
+class CustomToolCallItem(_Strict):
+    """A call the model made to a custom tool."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: str
+    namespace: str | None = None
+    id: str | None = None
+    caller: Caller | None = None
+
+
+class CustomToolCallOutputItem(_Strict):
+    """The client's result of a custom tool call."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str | list[dict[str, Any]]
+    """Text, or content parts (``input_text``, ``input_image``, ``input_file``)."""
+    id: str | None = None
+    caller: Caller | None = None
+
+
+class ApplyPatchCallItem(_Strict):
+    """A file operation the model asked the client for."""
+
+    type: Literal["apply_patch_call"]
+    call_id: str = Field(min_length=1)
+    operation: dict[str, Any]
+    status: Literal["in_progress", "completed"]
+    id: str | None = None
+    caller: Caller | None = None
+
+
+class ApplyPatchCallOutputItem(_Strict):
+    """How the client's file operation went."""
+
+    type: Literal["apply_patch_call_output"]
+    call_id: str = Field(min_length=1)
+    status: Literal["completed", "failed"]
+    output: str | None = None
+    id: str | None = None
+    caller: Caller | None = None
+
+
+class ShellCallItem(_Strict):
+    """Commands the model asked the client to run."""
+
+    type: Literal["shell_call"]
+    call_id: str = Field(min_length=1)
+    action: dict[str, Any]
+    id: str | None = None
+    status: Status = None
+    environment: dict[str, Any] | None = None
+    caller: Caller | None = None
+
+
+class ShellCallOutputItem(_Strict):
+    """What the client's commands printed, one entry per command."""
+
+    type: Literal["shell_call_output"]
+    call_id: str = Field(min_length=1)
+    output: list[dict[str, Any]]
+    max_output_length: int | None = None
+    id: str | None = None
+    status: Status = None
+    caller: Caller | None = None
+
+
+class LocalShellCallItem(_Strict):
+    """A command the model asked the client's local shell to run."""
+
+    type: Literal["local_shell_call"]
+    id: str = Field(min_length=1)
+    call_id: str = Field(min_length=1)
+    action: dict[str, Any]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class LocalShellCallOutputItem(_Strict):
+    """What the command printed (``id``: the call's ``call_id``)."""
+
+    type: Literal["local_shell_call_output"]
+    id: str = Field(min_length=1)
+    output: str
+    status: Status = None
+
+
+class ComputerCallItem(_Strict):
+    """An action on the screen the model asked the client for."""
+
+    type: Literal["computer_call"]
+    id: str = Field(min_length=1)
+    call_id: str = Field(min_length=1)
+    pending_safety_checks: list[dict[str, Any]]
+    status: Literal["in_progress", "completed", "incomplete"]
+    action: dict[str, Any] | None = None
+    actions: list[dict[str, Any]] | None = None
+
+
+class ComputerCallOutputItem(_Strict):
+    """The screen after the action: a screenshot."""
+
+    type: Literal["computer_call_output"]
+    call_id: str = Field(min_length=1)
+    output: dict[str, Any]
+    acknowledged_safety_checks: list[dict[str, Any]] | None = None
+    id: str | None = None
+    status: Status = None
+
+
+CLIENT_ITEM_PREFIXES = {
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "apply_patch_call": "apc",
+    "apply_patch_call_output": "apco",
+    "shell_call": "sh",
+    "shell_call_output": "sho",
+    "local_shell_call": "lsh",
+    "local_shell_call_output": "lsho",
+    "computer_call": "cu",
+    "computer_call_output": "cuo",
+}
+"""The id prefix of each item type above (an input item without an ``id`` gets one)."""

@@ -1,0 +1,164 @@
+"""Request tools beyond function, MCP and the fleet's own: client-executed kinds and hosted tools.
+
+Shapes of the pinned ``openai`` SDK's ``ToolParam`` members. The client-executed kinds pause the
+response like ``function`` (app/tools/client.py); hosted tools the fleet cannot run are dropped
+or refused (app/tools/hosted.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+Callers = list[Literal["direct", "programmatic"]] | None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Echoed on the response as the client sent it: options it left out stay out.
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class TextFormat(_Strict):
+    """A custom tool's input is free-form text."""
+
+    type: Literal["text"]
+
+
+class GrammarFormat(_Strict):
+    """A custom tool's input follows a grammar (told to the model; not enforced)."""
+
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomTool(_Strict):
+    """``custom``: a client tool whose input is a free-form string."""
+
+    type: Literal["custom"]
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    format: Annotated[TextFormat | GrammarFormat, Field(discriminator="type")] | None = None
+    allowed_callers: Callers = None
+    defer_loading: bool | None = None
+
+
+class NamespaceFunction(_Strict):
+    """A function tool of a namespace."""
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    output_schema: dict[str, Any] | None = None
+    allowed_callers: Callers = None
+    defer_loading: bool | None = None
+
+
+class NamespaceTool(_Strict):
+    """``namespace``: a group of function and custom tools; their calls carry ``namespace``."""
+
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str
+    tools: list[Annotated[NamespaceFunction | CustomTool, Field(discriminator="type")]] = Field(
+        min_length=1
+    )
+
+
+class ApplyPatchTool(_Strict):
+    """``apply_patch``: the client creates, updates or deletes files as the model asks."""
+
+    type: Literal["apply_patch"]
+    allowed_callers: Callers = None
+
+
+class ShellTool(_Strict):
+    """``shell``: the client runs commands; its ``environment`` is the client's business."""
+
+    type: Literal["shell"]
+    environment: dict[str, Any] | None = None
+    allowed_callers: Callers = None
+
+
+class LocalShellTool(_Strict):
+    """``local_shell``: the older shell tool (one command, an ``exec`` action)."""
+
+    type: Literal["local_shell"]
+
+
+class ComputerTool(_Strict):
+    """``computer``: the client acts on a screen and answers with a screenshot."""
+
+    type: Literal["computer"]
+
+
+class ComputerUsePreviewTool(_Strict):
+    """``computer_use_preview``: ``computer`` with the display declared."""
+
+    type: Literal["computer_use_preview"]
+    display_width: int = Field(ge=1)
+    display_height: int = Field(ge=1)
+    environment: Literal["windows", "mac", "linux", "ubuntu", "browser"]
+
+
+HostedToolType = Literal[
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "image_generation",
+    "tool_search",
+    "programmatic_tool_calling",
+]
+"""OpenAI's hosted tools the fleet does not run itself (``ANTWORT_UNAVAILABLE_HOSTED_TOOLS``)."""
+
+HOSTED_TOOL_TYPES: tuple[str, ...] = get_args(HostedToolType)
+
+WEB_SEARCH_TYPES = (
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+)
+"""The hosted tools an operator's plugin can back (app/tools/web_search.py)."""
+
+EXTENSION_TYPE = "provider:tool_type"
+"""The specs' extension point: a ``type`` with a colon names a tool type a plugin declares."""
+
+
+class HostedTool(BaseModel):
+    """A hosted tool; its options are OpenAI's to interpret, kept as sent."""
+
+    model_config = ConfigDict(extra="allow")
+    type: HostedToolType
+
+
+class ExtensionTool(BaseModel):
+    """``"provider:tool_type"``: a tool type an internal plugin declares (its options as sent)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$", max_length=128)
+
+
+def tool_tag(value: Any) -> str | None:
+    """The union member of a request's tool: its ``type``, or ``hosted`` / ``extension``."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return None
+    if kind in HOSTED_TOOL_TYPES:
+        return "hosted"
+    return "extension" if ":" in kind else kind

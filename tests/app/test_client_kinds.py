@@ -1,0 +1,401 @@
+"""Client-executed tool kinds and hosted tools (issue 17, section 2), through a real turn.
+
+Each kind's call pauses the response; its items and events validate against the official SDK's
+types; the client's ``*_output`` item continues the chain, and the model reads the call and its
+result back as the function call and result it made.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+import pytest
+from openai.types.responses import ResponseInputItemParam, ResponseOutputItem, ResponseStreamEvent
+
+from app.config import Settings
+from app.errors import InvalidRequestError
+from app.providers.chunks import Finish, ToolCallDelta
+from app.responses import cancel_response, create_response
+from app.run import RunDeps, advance_response
+from app.store import ResponseStore
+from tests.app.test_run import FakeModel, answer
+from tests.support.dispatch import RecordingDispatcher
+
+OUTPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseOutputItem)
+STREAM_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
+INPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseInputItemParam)
+
+NAMESPACE = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "spawn",
+            "parameters": {"type": "object", "properties": {"task": {"type": "string"}}},
+            "strict": False,
+        },
+        {"type": "custom", "name": "note", "description": "Write a note."},
+    ],
+}
+GRAMMAR_TOOL = {
+    "type": "custom",
+    "name": "math",
+    "description": "Evaluate.",
+    "format": {"type": "grammar", "syntax": "regex", "definition": r"\d+[+*]\d+"},
+}
+
+
+@dataclass
+class Turn:
+    """One model turn of a response, as the store holds it afterwards."""
+
+    response_id: str
+    output: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    model: FakeModel
+
+
+Run = Callable[..., Turn]
+
+
+@pytest.fixture
+def run(store: ResponseStore, make_settings: Callable[..., Settings]) -> Run:
+    """Create a response from ``body`` and run its first turn with ``model``."""
+
+    def run(model: FakeModel, **body: Any) -> Turn:
+        settings = make_settings()
+        body = {"model": "m", "input": "go", "background": True, **body}
+        response, _ = create_response(store, RecordingDispatcher(), settings, body)
+        advance_response(RunDeps(store=store, provider=model, settings=settings), response.id, 0)
+        events = [json.loads(e.data) for e in store.events_after(response.id, -1)]
+        return Turn(response.id, store.get(response.id).response.output, events, model)
+
+    return run
+
+
+def call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> FakeModel:
+    text = json.dumps(arguments)
+    return FakeModel(
+        ToolCallDelta(index=0, call_id=call_id, name=name, arguments=text[:5]),
+        ToolCallDelta(index=0, arguments=text[5:]),
+        Finish(reason="tool_calls"),
+    )
+
+
+def sdk_valid(turn: Turn) -> None:
+    for item in turn.output:
+        OUTPUT_ITEM.validate_python(item)
+    for event in turn.events:
+        STREAM_EVENT.validate_python(event)
+
+
+def test_namespace_tools_are_offered_by_alias_and_called_with_their_namespace(run: Run) -> None:
+    turn = run(call("agents__spawn", {"task": "tests"}), tools=[NAMESPACE])
+
+    offered = [tool["name"] for tool in turn.model.requests[0].tools]
+    assert offered == ["agents__spawn", "agents__note"]
+    [item] = turn.output
+    assert (item["type"], item["name"], item["namespace"]) == ("function_call", "spawn", "agents")
+    sdk_valid(turn)
+    done = next(e for e in turn.events if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "spawn"
+    assert turn.events[-1]["response"]["status"] == "completed"
+
+
+def test_namespace_custom_tool_is_a_custom_call_with_its_namespace(run: Run) -> None:
+    turn = run(call("agents__note", {"input": "remember"}), tools=[NAMESPACE])
+
+    [item] = turn.output
+    assert (item["type"], item["name"], item["namespace"], item["input"]) == (
+        "custom_tool_call",
+        "note",
+        "agents",
+        "remember",
+    )
+    sdk_valid(turn)
+
+
+def test_custom_tool_call_streams_its_input_events(run: Run) -> None:
+    turn = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+
+    [item] = turn.output
+    assert (item["type"], item["call_id"], item["name"], item["input"]) == (
+        "custom_tool_call",
+        "call_1",
+        "math",
+        "6*7",
+    )
+    sdk_valid(turn)
+    types = [e["type"] for e in turn.events]
+    start = types.index("response.output_item.added")
+    assert types[start : start + 4] == [
+        "response.output_item.added",
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "response.output_item.done",
+    ]
+    [offered] = turn.model.requests[0].tools
+    assert r"\d+[+*]\d+" in offered["parameters"]["properties"]["input"]["description"]
+
+
+def test_custom_tool_output_continues_the_chain(run: Run) -> None:
+    first = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+    output = {"type": "custom_tool_call_output", "call_id": "call_1", "output": "42"}
+    INPUT_ITEM.validate_python(output)
+
+    second = run(
+        answer("It is 42."),
+        input=[output],
+        tools=[GRAMMAR_TOOL],
+        previous_response_id=first.response_id,
+    )
+
+    called = first.events[-1]["response"]["output"][0]
+    assert second.model.requests[0].items[-2:] == [
+        {"id": called["id"], "type": "function_call", "call_id": "call_1", "name": "math"}
+        | {"arguments": SIX_TIMES},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+    ]
+    assert second.events[-1]["response"]["status"] == "completed"
+
+
+SIX_TIMES = json.dumps({"input": "6*7"})
+
+
+def test_custom_tool_output_for_an_unknown_call_is_400(run: Run) -> None:
+    first = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+    output = {"type": "custom_tool_call_output", "call_id": "call_nope", "output": "42"}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[output], previous_response_id=first.response_id)
+
+    assert (caught.value.param, caught.value.code) == ("input.0.call_id", "invalid_value")
+
+
+HOSTED = [
+    {"type": "web_search", "external_web_access": True},
+    {"type": "web_search_preview"},
+    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "image_generation"},
+    {"type": "tool_search"},
+]
+WEATHER = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
+
+
+def test_hosted_tools_are_dropped(run: Run) -> None:
+    turn = run(answer("Hi."), tools=[WEATHER, *HOSTED])
+
+    assert [tool["name"] for tool in turn.model.requests[0].tools] == ["weather"]
+    assert [tool["type"] for tool in turn.events[-1]["response"]["tools"]] == ["function"]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTED)))
+def test_hosted_tools_are_refused_when_the_policy_says_reject(
+    store: ResponseStore, make_settings: Callable[..., Settings], index: int
+) -> None:
+    settings = make_settings(unavailable_hosted_tools="reject")
+    body = {"model": "m", "input": "go", "tools": [WEATHER, HOSTED[index]]}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == ("tools.1", "unsupported_tool")
+    assert HOSTED[index]["type"] in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "forced"),
+    [
+        ("drop", "web_search_preview"),  # no plugin backs it here
+        ("drop", "file_search"),
+        ("reject", "file_search"),
+        ("drop", "image_generation"),
+        ("reject", "image_generation"),
+    ],
+)
+def test_tool_choice_forcing_a_hosted_tool_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings], policy: str, forced: str
+) -> None:
+    settings = make_settings(unavailable_hosted_tools=policy)
+    body = {"model": "m", "input": "go", "tools": [{"type": forced}]}
+    body["tool_choice"] = {"type": forced}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == ("tool_choice", "unsupported_tool")
+
+
+def test_cancel_with_a_custom_call_paused_is_unchanged(run: Run, store: ResponseStore) -> None:
+    turn = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+
+    dispatcher = RecordingDispatcher()
+    again = cancel_response(store, dispatcher, turn.response_id)
+
+    assert again.status == "completed" and dispatcher.revoked == []
+
+
+FIXED = {
+    "apply_patch": (
+        {"type": "apply_patch"},
+        {"type": "create_file", "path": "a.txt", "diff": "+hello"},
+        {"operation": {"type": "create_file", "path": "a.txt", "diff": "+hello"}},
+        {"type": "apply_patch_call_output", "call_id": "call_1", "status": "completed"},
+        "completed",
+    ),
+    "shell": (
+        {"type": "shell", "environment": {"type": "local"}},
+        {"commands": ["ls", "pwd"], "timeout_ms": 1000},
+        {"action": {"commands": ["ls", "pwd"], "timeout_ms": 1000, "max_output_length": None}},
+        {
+            "type": "shell_call_output",
+            "call_id": "call_1",
+            "output": [
+                {"stdout": "a.txt\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+                {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}},
+            ],
+        },
+        "a.txt\n[exit 0]\n[timed out]",
+    ),
+    "local_shell": (
+        {"type": "local_shell"},
+        {"command": ["ls", "-l"], "working_directory": "/tmp"},
+        {
+            "action": {
+                "type": "exec",
+                "command": ["ls", "-l"],
+                "env": {},
+                "working_directory": "/tmp",
+            }
+        },
+        {"type": "local_shell_call_output", "id": "call_1", "output": "total 0"},
+        "total 0",
+    ),
+    "computer": (
+        {"type": "computer_use_preview", "display_width": 800, "display_height": 600}
+        | {"environment": "linux"},
+        {"action": {"type": "click", "button": "left", "x": 3, "y": 4}},
+        {"action": {"type": "click", "button": "left", "x": 3, "y": 4}},
+        {
+            "type": "computer_call_output",
+            "call_id": "call_1",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA=="},
+        },
+        "A screenshot of the screen after the action (not shown here).",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED))
+def test_fixed_client_tool_call_pauses_and_its_output_continues(run: Run, kind: str) -> None:
+    tool, arguments, fields, output, read = FIXED[kind]
+
+    first = run(call(kind, arguments), tools=[tool])
+
+    [item] = first.output
+    assert {key: item[key] for key in fields} == fields
+    assert item["call_id"] == "call_1"
+    sdk_valid(first)
+    assert first.events[-1]["response"]["status"] == "completed"  # paused for the client
+    INPUT_ITEM.validate_python(output)
+    second = run(answer("Done."), input=[output], previous_response_id=first.response_id)
+    seen = second.model.requests[0].items[-2:]
+    assert (seen[0]["type"], seen[0]["name"]) == ("function_call", kind)
+    assert seen[1] == {"type": "function_call_output", "call_id": "call_1", "output": read}
+    assert second.events[-1]["response"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED))
+def test_fixed_client_tool_output_for_an_unknown_call_is_400(run: Run, kind: str) -> None:
+    tool, arguments, _, output, _ = FIXED[kind]
+    first = run(call(kind, arguments), tools=[tool])
+    key = "id" if kind == "local_shell" else "call_id"
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[{**output, key: "nope"}], previous_response_id=first.response_id)
+
+    assert caught.value.param == f"input.0.{key}"
+
+
+def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:
+    # Codex's way: no previous_response_id, the whole history sent again every turn.
+    first = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
+    history = [
+        *first.output,
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "42"},
+    ]
+
+    ask = {"role": "user", "content": "what is 6*7?"}
+
+    second = run(answer("42."), input=[ask, *history], tools=[GRAMMAR_TOOL])
+
+    assert [i["type"] for i in second.model.requests[0].items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+
+
+def test_an_extension_tool_type_is_the_plugin_that_declares_it(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.tools")
+    dispatcher = RecordingDispatcher()
+    body = {"model": "m", "input": "go", "tools": [{"type": "acme:shout", "volume": 11}]}
+    response, _ = create_response(store, dispatcher, settings, body)
+    model = call("shout", {"text": "hi"})
+
+    deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=dispatcher)
+    advance_response(deps, response.id, 0)
+
+    [echoed] = response.tools
+    assert (echoed["type"], echoed["name"], echoed["volume"]) == ("acme:shout", "shout", 11)
+    assert [tool["name"] for tool in model.requests[0].tools] == ["shout"]
+    [chord] = dispatcher.chords  # run by the plugin on the internal tool workers
+    assert chord.calls == [("call_1", "tools.internal")]
+
+
+def test_an_extension_tool_type_no_plugin_declares_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.tools")
+    body = {"model": "m", "input": "go", "tools": [WEATHER, {"type": "acme:whisper"}]}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == ("tools.1.type", "invalid_value")
+    assert "acme:whisper" in caught.value.message
+
+
+def test_allowed_tools_names_fixed_client_tools_by_type(run: Run) -> None:
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "shell"}]}
+
+    turn = run(call("shell", {"commands": ["ls"]}), tools=[{"type": "shell"}], tool_choice=choice)
+
+    [item] = turn.output
+    assert item["type"] == "shell_call"
+
+
+@pytest.mark.parametrize(
+    ("tool", "choice", "forced"),
+    [
+        ({"type": "shell"}, {"type": "shell"}, "shell"),
+        ({"type": "apply_patch"}, {"type": "apply_patch"}, "apply_patch"),
+        (FIXED["computer"][0], {"type": "computer_use_preview"}, "computer"),
+        (GRAMMAR_TOOL, {"type": "custom", "name": "math"}, "math"),
+    ],
+)
+def test_tool_choice_by_type_forces_the_kinds_function(
+    run: Run, tool: dict[str, Any], choice: dict[str, Any], forced: str
+) -> None:
+    turn = run(answer("ok"), tools=[WEATHER, tool], tool_choice=choice)
+
+    assert turn.model.requests[0].tool_choice == {"type": "function", "name": forced}
+    assert turn.events[-1]["response"]["tool_choice"] == choice  # echoed as sent

@@ -1,0 +1,159 @@
+"""The whole create body of today's clients (issue 17, section 1): every SDK field accepted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.responses import Response, response_create_params
+
+from app.config import Settings
+from app.errors import InvalidRequestError
+from app.protocol.request import CreateResponseRequest
+from app.responses import create_response
+from app.store import ResponseStore
+from tests.support.dispatch import RecordingDispatcher
+
+CODEX_REQUEST = Path(__file__).parents[1] / "support" / "codex_request.json"
+"""Codex CLI 0.169's first request (``codex exec``), captured; long instructions cut."""
+
+CreateResponse = Callable[[dict[str, Any]], Response]
+
+
+@pytest.fixture
+def create(store: ResponseStore, make_settings: Callable[..., Settings]) -> CreateResponse:
+    """Create a response from ``body`` (``model`` and ``input`` added); the SDK's view of it."""
+
+    def create(body: dict[str, Any]) -> Response:
+        response, _ = create_response(
+            store, RecordingDispatcher(), make_settings(), {"model": "m", "input": "hi", **body}
+        )
+        return Response.model_validate(response.wire())
+
+    return create
+
+
+def test_create_request_knows_every_field_of_the_sdks_create_params() -> None:
+    sdk = {*response_create_params.ResponseCreateParamsBase.__annotations__, "stream"}
+
+    missing = sdk - set(CreateResponseRequest.model_fields)
+
+    assert missing <= {"conversation"}  # issue 17 section 4 (Conversations API) adds it
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "echoed"),
+    [
+        ("prompt_cache_key", "thread-1", "thread-1"),
+        ("safety_identifier", "user-42", "user-42"),
+        ("service_tier", "flex", "flex"),
+        ("truncation", "auto", "auto"),
+        ("top_logprobs", 5, 5),
+        ("user", "legacy-user", "legacy-user"),
+        ("prompt_cache_retention", "24h", "24h"),
+        ("access_programs", {"cyber": "standard"}, {"cyber": "standard"}),
+    ],
+)
+def test_create_response_echoes_an_option(
+    create: CreateResponse, field: str, value: Any, echoed: Any
+) -> None:
+    response = create({field: value})
+
+    shown = getattr(response, field)
+    assert (
+        shown.model_dump(exclude_none=True) if hasattr(shown, "model_dump") else shown
+    ) == echoed
+
+
+def test_create_response_echoes_text_verbosity(create: CreateResponse) -> None:
+    response = create({"text": {"verbosity": "low"}})
+
+    assert response.text is not None and response.text.verbosity == "low"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"stream_options": {"include_obfuscation": False}, "background": True},
+        {"context_management": [{"type": "compaction", "compact_threshold": 20000}]},
+        {"client_metadata": {"thread_id": "t1", "turn_id": "u1"}},
+        {"include": ["reasoning.encrypted_content"], "store": False},
+        {"store": False},
+        {"prompt_cache_options": {"ttl": "12h", "mode": "explicit"}},
+        {"image": {"context_compression": "auto"}},
+        {"moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}},
+    ],
+)
+def test_create_response_accepts_options_the_response_does_not_show(
+    create: CreateResponse, body: dict[str, Any]
+) -> None:
+    response = create(body)
+
+    assert response.status == "queued"
+    shown = response.model_dump(exclude_none=True)
+    assert not {"client_metadata", "prompt_cache_options", "image", "moderation"} & set(shown)
+    assert response.store is body.get("store", True)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"background_options": {}}, "background_options", "unknown_parameter"),  # not in the SDK
+        ({"context_management": [{"type": "truncate"}]}, "context_management.0.type", None),
+        ({"client_metadata": {"n": 1}}, "client_metadata.n", None),
+        ({"prompt_cache_retention": "1y"}, "prompt_cache_retention", None),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt", "unsupported_parameter"),
+    ],
+)
+def test_create_response_refuses_what_the_fields_do_not_allow(
+    create: CreateResponse, body: dict[str, Any], param: str, code: str | None
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create(body)
+
+    assert caught.value.param == param
+    assert caught.value.code == (code or "invalid_value")
+
+
+def test_create_response_accepts_codexs_first_request(create: CreateResponse) -> None:
+    body = json.loads(CODEX_REQUEST.read_text())
+    body.pop("model")
+
+    response = create(body)
+
+    assert response.store is False
+    assert response.prompt_cache_key == body["prompt_cache_key"]
+    assert response.reasoning is not None and response.reasoning.summary == "auto"
+    assert "namespace" in [tool.type for tool in response.tools]
+    assert "web_search" not in [tool.type for tool in response.tools]  # dropped: unavailable
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": [{"type": "custom"}]}, "tools.0.name"),
+        (
+            {"tools": [{"type": "namespace", "name": "n", "description": "d", "tools": [{}]}]},
+            "tools.0.tools.0",
+        ),
+        (
+            {"tools": [{"type": "computer_use_preview", "display_width": 9}]},
+            "tools.0.display_height",
+        ),
+        ({"tools": [{"type": "acme:bad type"}]}, "tools.0.type"),
+        ({"tools": [{"type": "telepathy"}]}, "tools.0"),
+        ({"input": [{"type": "shell_call_output", "call_id": "c"}]}, "input.0.output"),
+        ({"input": [{"type": "custom_tool_call", "call_id": "c", "name": "n"}]}, "input.0.input"),
+        ({"tool_choice": {"type": "custom"}}, "tool_choice.name"),
+    ],
+)
+def test_create_response_names_the_param_of_a_bad_new_shape(
+    create: CreateResponse, body: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create(body)
+
+    assert caught.value.param == param

@@ -1,0 +1,133 @@
+"""Client-executed tool kinds end to end: the official SDK against the fleet (issue 17, sec. 2).
+
+The simulator is scripted with ``[call NAME {…}]``; the SDK parses every item and event into
+its own types (warnings are errors in this suite), and the client's ``*_output`` item continues
+the chain to the model's answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+from openai.types.responses import (
+    ResponseApplyPatchToolCall,
+    ResponseComputerToolCall,
+    ResponseCustomToolCall,
+    ResponseCustomToolCallInputDeltaEvent,
+    ResponseCustomToolCallInputDoneEvent,
+    ResponseFunctionShellToolCall,
+    ResponseFunctionToolCall,
+)
+from openai.types.responses.response_output_item import LocalShellCall
+
+MATH = {"type": "custom", "name": "math", "description": "Evaluate an expression."}
+AGENTS = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Sub-agents.",
+    "tools": [{"type": "function", "name": "spawn", "parameters": None, "strict": None}],
+}
+
+
+def create(client: openai.OpenAI, given: Any, tools: list[dict[str, Any]], **kw: Any) -> Any:
+    return client.responses.create(model="antwort-sim", input=given, tools=tools, **kw)
+
+
+def test_custom_tool_streams_its_input_and_continues_with_its_output(
+    client: openai.OpenAI,
+) -> None:
+    stream = create(client, 'Compute [call math {"input": "6*7"}]', [MATH], stream=True)
+    events = list(stream)
+
+    deltas = [e for e in events if isinstance(e, ResponseCustomToolCallInputDeltaEvent)]
+    [done] = [e for e in events if isinstance(e, ResponseCustomToolCallInputDoneEvent)]
+    assert "".join(d.delta for d in deltas) == done.input == "6*7"
+    final = events[-1].response
+    [call] = final.output
+    assert isinstance(call, ResponseCustomToolCall) and call.input == "6*7"
+
+    output = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "42"}
+    answer = create(client, [output], [MATH], previous_response_id=final.id)
+    assert answer.output_text == "Tool results: 42"
+
+
+def test_codex_style_tools_namespace_call_and_web_search_dropped(client: openai.OpenAI) -> None:
+    tools = [AGENTS, {"type": "web_search", "external_web_access": True}]
+    paused = create(client, 'Delegate [call agents__spawn {"task": "tests"}]', tools, store=False)
+
+    [call] = paused.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    assert (call.name, call.namespace, json.loads(call.arguments)) == (
+        "spawn",
+        "agents",
+        {"task": "tests"},
+    )
+    history = [
+        {"role": "user", "content": "Delegate"},
+        call.to_dict(),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "spawned"},
+    ]
+    answer = create(client, history, tools, store=False)  # the whole history again
+    assert answer.output_text == "Tool results: spawned"
+
+
+FIXED: dict[str, tuple[dict[str, Any], str, type[Any], dict[str, Any]]] = {
+    "apply_patch": (
+        {"type": "apply_patch"},
+        '{"type": "create_file", "path": "a.txt", "diff": "+hi"}',
+        ResponseApplyPatchToolCall,
+        {"type": "apply_patch_call_output", "status": "completed", "output": "patched"},
+    ),
+    "shell": (
+        {"type": "shell"},
+        '{"commands": ["echo hi"]}',
+        ResponseFunctionShellToolCall,
+        {
+            "type": "shell_call_output",
+            "output": [{"stdout": "hi", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+        },
+    ),
+    "local_shell": (
+        {"type": "local_shell"},
+        '{"command": ["echo", "hi"]}',
+        LocalShellCall,
+        {"type": "local_shell_call_output", "output": "hi"},
+    ),
+    "computer": (
+        {"type": "computer_use_preview", "display_width": 800, "display_height": 600}
+        | {"environment": "browser"},
+        '{"action": {"type": "screenshot"}}',
+        ResponseComputerToolCall,
+        {
+            "type": "computer_call_output",
+            "output": {"type": "computer_screenshot", "image_url": "https://example.com/s.png"},
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FIXED))
+def test_fixed_client_tool_pauses_and_continues(client: openai.OpenAI, kind: str) -> None:
+    tool, arguments, item_type, output = FIXED[kind]
+
+    paused = create(client, f"Go [call {kind} {arguments}]", [tool])
+
+    [call] = paused.output
+    assert isinstance(call, item_type) and paused.status == "completed"
+    key = "id" if kind == "local_shell" else "call_id"
+    answer = create(client, [{**output, key: call.call_id}], [tool], previous_response_id=paused.id)
+    assert answer.status == "completed" and answer.output_text.startswith("Tool results: ")
+
+
+def test_an_extension_tool_type_runs_on_the_fleet(client: openai.OpenAI) -> None:
+    answer = create(client, 'Shout [call shout {"text": "hi"}]', [{"type": "acme:shout"}])
+
+    assert [item.type for item in answer.output] == [
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert answer.output_text == "Tool results: HI"
