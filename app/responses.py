@@ -24,6 +24,7 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
+from app.telemetry import metrics
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
 
@@ -289,8 +290,10 @@ def cancel_response(
         if response.status not in ACTIVE_STATUSES:
             return response
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+        store.mark_cancelled(response_id)  # before the write: a worker may see it at once
         result = store.write(cancelled, transition=CANCEL, version=stored.version)
         if result.ok:
+            metrics.CANCELLATIONS.inc()
             pending = [item["call_id"] for item in unanswered_calls(response)]
             dispatcher.revoke_response(response_id, stored.turn, pending)
             return cancelled

@@ -79,6 +79,7 @@ from app.store import (
     WriteResult,
 )
 from app.store.status import COMMIT, FAIL, FINISH, Transition
+from app.telemetry import metrics
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
@@ -172,15 +173,20 @@ def advance_response(
         opened = deps.store.open_turn(response_id, turn, counts_start=counts_start)
     taken, starts, loaded = opened.taken, opened.starts, opened.loaded
     state: RunState | None = None
+    started = time.perf_counter()
     try:
         if starts > deps.settings.max_task_deliveries:
             raise RedeliveredTooOftenError(starts)
         if not taken:
             return StepOutcome.SKIPPED  # another live run of this response holds the lease
+        if starts > 1:  # a run of this turn started before and died (or stalled) holding it
+            metrics.LEASE_TAKEOVERS.inc()
         state = load_state(deps.store, response_id, turn, loaded=loaded, fence=opened.fence)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return StepOutcome.SKIPPED
-        return _advance_loaded(deps, state)
+        outcome = _advance_loaded(deps, state)
+        metrics.TURN_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+        return outcome
     finally:
         if deps.leases is not None and taken:
             if state is not None and (state.finished or state.lease_lost):
@@ -206,10 +212,13 @@ def _advance_loaded(deps: RunDeps, state: RunState) -> StepOutcome:
     except LeaseLostError as stopped:
         # Stalled past the lease (a pause, starvation): the turn runs elsewhere now.
         logger.warning("run of %s stopped: %s", response_id, stopped)
+        metrics.LEASES_LOST.inc()
         state.lease_lost = True
         return StepOutcome.SKIPPED
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
+        if stopped.status == ResponseStatus.CANCELLED:
+            metrics.observe_cancel("turn", deps.store.cancelled_since(response_id))
         return StepOutcome.SKIPPED
 
 
@@ -387,15 +396,19 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         plan=state.extra.get("plan"),
         allowed=kinds.allowed_names(request.tool_choice),
     )
+    timer = metrics.ModelCallTimer(response.model)
     stream = provider.stream(request)
     try:
         for chunk in stream:
+            timer.chunk()
             builder.feed(chunk)
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # stops the model server's generation when we stop early
-    return builder.close()
+    output = builder.close()
+    timer.done(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
+    return output
 
 
 def _is_fresh_request(state: RunState) -> bool:
@@ -544,5 +557,7 @@ def fail_response(
         if result.lease_lost:
             raise LeaseLostError(result.status)
         if not result.conflict:
+            if result.ok:
+                store.record_failure("response", code)
             return result.ok
     return False

@@ -37,6 +37,7 @@ from app.conversation import history_of
 from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import RedeliveredTooOftenError, ResponseStore, StoredResponse
+from app.telemetry import metrics
 from app.tools.base import (
     ExecutorRegistry,
     SubmittingExecutor,
@@ -194,6 +195,23 @@ def _run_claimed(
     deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
 ) -> CallOutcome:
     """Run a call this delivery holds the claim of, store its result, give the claim back."""
+    started = time.perf_counter()
+    outcome = _store_run(deps, response_id, call, tool, token=token)
+    kind, name = (tool.kind, tool.name) if tool is not None else ("unknown", "unknown")
+    metrics.TOOL_CALLS.labels(kind, name, outcome.value).inc()
+    metrics.TOOL_CALL_SECONDS.labels(kind, name, outcome.value).observe(
+        time.perf_counter() - started
+    )
+    if outcome is CallOutcome.ERROR:
+        deps.store.record_failure(f"tool.{kind}", name)
+    elif outcome is CallOutcome.CANCELLED:
+        metrics.observe_cancel("tool", deps.store.cancelled_since(response_id))
+    return outcome
+
+
+def _store_run(
+    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
+) -> CallOutcome:
     store = deps.store
     try:
         result = _execute(deps, response_id, call, tool, token=token)

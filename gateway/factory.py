@@ -10,6 +10,7 @@ from app.config import Settings
 from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
 from app.keys import Keys
+from app.model_list import ModelLister
 from app.relay import EventHub
 from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
@@ -37,17 +38,18 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    store = make_store(settings, client)
     app.extensions["antwort"] = Gateway(
         settings=settings,
-        store=make_store(settings, client),
+        store=store,
         # the hub's own client fails fast when Redis goes: the hub reconnects by itself and
         # then has its followers catch up (app.relay)
         hub=EventHub(
             redis_client or make_redis(settings, rides_out_outages=False), Keys(settings.key_prefix)
         ),
         dispatcher=dispatcher,
-        models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
-        metrics=metrics.Metrics(),
+        models=ModelLister(make_provider(settings), default_model=settings.default_model),
+        metrics=metrics.make_registry(store),
     )
     errors.register(app)
     auth.register(app, settings.api_key_set)

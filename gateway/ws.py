@@ -19,6 +19,7 @@ from wsproto.frame_protocol import CloseReason
 
 from app.config import Settings
 from app.socket_session import SocketSession
+from app.telemetry.metrics import OPEN_STREAMS
 from gateway.context import gateway
 
 blueprint = Blueprint("websocket", __name__)
@@ -35,8 +36,9 @@ def responses_socket(ws: Server) -> None:
     session = SocketSession(
         store=gw.store, hub=gw.hub, dispatcher=gw.dispatcher, settings=gw.settings
     )
-    session.serve(ws)
-    close(ws, reason="websocket_connection_limit_reached")
+    with OPEN_STREAMS.labels("websocket").track_inprogress():
+        session.serve(ws)
+        close(ws, reason="websocket_connection_limit_reached")
 
 
 def close(ws: Server, *, reason: str) -> None:

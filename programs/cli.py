@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 
 from app.config import Settings
 
@@ -21,6 +22,11 @@ def _exec(argv: list[str]) -> None:
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     os.environ.setdefault("ANTWORT_GATEWAY_WORKERS", str(args.workers or settings.gateway_workers))
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # gunicorn's processes share their metrics through it (gateway/gunicorn_conf.py, which
+        # removes it when the gateway stops)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="antwort-metrics-")
+        os.environ["ANTWORT_METRICS_DIR_OWNED"] = "1"
     _exec(
         ["-m", "gunicorn", "--config", "python:gateway.gunicorn_conf", "gateway.wsgi:application"]
     )

@@ -17,9 +17,11 @@ import time
 from app.config import Settings
 from app.fleet import QUEUES, make_store
 from app.store.fleet import HEARTBEAT_SECONDS
+from app.telemetry import logs
 from app.tools.sandbox.executor import check_sandbox
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
+from workers.telemetry import MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +50,14 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-def _heartbeat(queues: list[str], hostname: str) -> None:
+def _heartbeat(queues: list[str], hostname: str, metrics_url: str) -> None:
     store = make_store(settings)
     while True:
         try:
             for queue in queues:
                 store.heartbeat_worker(queue, hostname)
+            # again each beat: a Redis that restarted empty learns it back
+            store.register_metrics_url(hostname, metrics_url)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)
@@ -83,6 +87,31 @@ def install_tool_lifecycle(pool: str) -> None:
         signals.worker_shutdown.connect(stop, weak=False)
 
 
+def install_telemetry(pool: str, hostname: str) -> None:
+    """Log as ``ANTWORT_LOG_FORMAT`` says, record every task; prefork children serve metrics.
+
+    With prefork each pool child runs tasks, so each serves its metrics on a port of its own
+    (:func:`workers.telemetry.child_port`) and registers it under ``hostname/pid``.
+    """
+    from billiard.process import current_process
+    from celery import signals
+
+    from workers.telemetry import TaskRecorder, child_port, process_name
+
+    def setup_logging(loglevel: str | int | None = None, **_: object) -> None:
+        logs.configure(settings.log_format, loglevel or logging.INFO)
+
+    def serve_child_metrics(**_: object) -> None:
+        index: int = current_process().index  # type: ignore[attr-defined]
+        server = MetricsServer(settings, port=child_port(settings, index))
+        server.register(make_store(settings), process_name(hostname))
+
+    signals.setup_logging.connect(setup_logging, weak=False)
+    TaskRecorder().install()
+    if pool == "prefork":
+        signals.worker_process_init.connect(serve_child_metrics, weak=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run a worker consuming ``--queues``."""
     parser = argparse.ArgumentParser(prog="antwort worker")
@@ -101,13 +130,24 @@ def main(argv: list[str] | None = None) -> None:
     pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
-    threading.Thread(target=_heartbeat, args=(queues, hostname), daemon=True).start()
+    metrics = MetricsServer(settings, port=settings.metrics_port)
+    install_telemetry(pool, hostname)
+    threading.Thread(target=_heartbeat, args=(queues, hostname, metrics.url), daemon=True).start()
     if "inference" in queues:
         from workers.tasks import start_sweeper
 
         start_sweeper(make_dispatcher(celery, settings))
     if any(queue.startswith("tools.") for queue in queues):
         install_tool_lifecycle(pool)
+    try:
+        _run_worker(queues, pool=pool, concurrency=concurrency, hostname=hostname, args=args)
+    finally:
+        metrics.stop()
+
+
+def _run_worker(
+    queues: list[str], *, pool: str, concurrency: int, hostname: str, args: argparse.Namespace
+) -> None:
     celery.worker_main(
         [
             "worker",

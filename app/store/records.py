@@ -23,6 +23,7 @@ from app.store.events import END_LINE, encode_events
 from app.store.fence import NO_FENCE, Fence
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import START, TERMINAL_STATUSES, Transition, packed
+from app.telemetry import metrics
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +250,8 @@ class Records(StoreBase):
                 event_json_prefixes=encoded.json_prefixes,
             )
         )
+        if code > 0:
+            _count(response, is_create=checks is None)
         return WriteResult(
             ok=code > 0,
             status=text(now_status),
@@ -304,3 +307,11 @@ def _started(response: ResponseObject) -> str:
         return ""
     [status] = START.target
     return response.model_copy(update={"status": status}).model_dump_json()
+
+
+def _count(response: ResponseObject, *, is_create: bool) -> None:
+    """A write that happened: a response created, or one that reached its final status."""
+    if is_create:
+        metrics.RESPONSES_CREATED.inc()
+    elif response.status in TERMINAL_STATUSES:
+        metrics.RESPONSES_ENDED.labels(response.status.value).inc()
