@@ -18,6 +18,8 @@ from gevent import monkey
 
 monkey.patch_all()  # before anything imports ssl or sockets (gevent/gevent#1016)
 
+from app.telemetry import logs  # noqa: E402 - after the patch
+
 worker_class = "gevent"
 workers = int(os.environ.get("ANTWORT_GATEWAY_WORKERS", "1"))
 worker_connections = int(os.environ.get("ANTWORT_GATEWAY_CONNECTIONS", "4000"))
@@ -28,6 +30,9 @@ graceful_timeout = 10
 accesslog = None
 errorlog = "-"
 loglevel = os.environ.get("ANTWORT_LOG_LEVEL", "info")
+_json_logs = logs.gunicorn_config(os.environ.get("ANTWORT_LOG_FORMAT", "text"))
+if _json_logs is not None:
+    logconfig_dict = _json_logs
 
 _METRICS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if _METRICS_DIR:  # a previous run's files would add up with this run's

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from contextlib import ExitStack
 
 from flask import Blueprint, Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from app.fleet import QUEUES
 from app.store import ResponseStore
+from app.telemetry import logs
 from app.telemetry import metrics as m
 from gateway.context import gateway
 
@@ -51,11 +53,21 @@ class _Default(Collector):
 
 
 def register(app: Flask) -> None:
-    """Time every request."""
+    """Time every request; what its logs say carries the response it is about."""
 
     @app.before_request
     def _start_timer() -> None:
         g.antwort_started = time.perf_counter()
+        response_id = (request.view_args or {}).get("response_id")
+        if response_id is not None:
+            g.antwort_log = ExitStack()
+            g.antwort_log.enter_context(logs.bind(response_id=response_id))
+
+    @app.teardown_request
+    def _unbind(_: BaseException | None) -> None:
+        bound: ExitStack | None = g.pop("antwort_log", None)
+        if bound is not None:
+            bound.close()
 
     @app.after_request
     def _count(response: Response) -> Response:

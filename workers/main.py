@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool", default=None, help="threads | prefork | solo")
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
+    logs.configure(settings.log_format, args.loglevel)  # Celery's start warnings included
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = sorted(set(queues) - set(QUEUES))
     if unknown:
@@ -148,8 +149,10 @@ def main(argv: list[str] | None = None) -> None:
 def _run_worker(
     queues: list[str], *, pool: str, concurrency: int, hostname: str, args: argparse.Namespace
 ) -> None:
+    quiet = ["--quiet"] if settings.log_format == "json" else []  # no banner among the JSON
     celery.worker_main(
         [
+            *quiet,
             "worker",
             f"--queues={','.join(queues)}",
             f"--pool={pool}",

@@ -75,3 +75,22 @@ def configure(log_format: str, level: str | int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warning is a line like the others
+
+
+def gunicorn_config(log_format: str) -> dict[str, Any] | None:
+    """Gunicorn's ``logconfig_dict`` for ``log_format`` (None: gunicorn's own, plain text)."""
+    if log_format != "json":
+        return None
+    handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": f"{__name__}.JsonFormatter"}},
+        "handlers": {"console": handler},
+        "loggers": {
+            name: {"level": "INFO", "handlers": ["console"], "propagate": False}
+            for name in ("gunicorn.error", "gunicorn.access")
+        },
+        "root": {"level": "INFO", "handlers": ["console"]},
+    }

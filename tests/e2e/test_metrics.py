@@ -139,11 +139,10 @@ def test_gateway_counts_open_streams_across_its_processes(
     )
     url = f"{fleet.base_url}/v1/responses/{response.id}?stream=true"
     with httpx.stream("GET", url, timeout=30) as stream:
-        next(stream.iter_lines())  # connected
-        open_now = value(
-            scrape(f"{fleet.base_url}/metrics"), "antwort_open_streams", transport="sse"
-        )
-        assert open_now >= 1
+        lines = stream.iter_lines()  # kept: a dropped iterator would close the stream
+        assert next(lines) == ": connected"
+        scraped = scrape(f"{fleet.base_url}/metrics")
+        assert value(scraped, "antwort_open_streams", transport="sse") >= 1
         client.responses.cancel(response.id)
     deadline = time.monotonic() + 10
     while value(scrape(f"{fleet.base_url}/metrics"), "antwort_open_streams", transport="sse"):
