@@ -1,5 +1,7 @@
 """What a task message carries for observability: when it was sent (the queue wait).
 
+:func:`read_message` reads it back from a waiting message (``antwort status``).
+
 Celery's own sends (chords, links, ``ANTWORT_FAST_PUBLISH=0``) get the header from the
 ``before_task_publish`` signal; :class:`broker.publish.TaskPublisher` writes it itself.
 A worker reads it back as ``task.request.antwort_sent_at`` (protocol 2 headers are the request's
@@ -8,7 +10,10 @@ attributes).
 
 from __future__ import annotations
 
+import base64
+import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from celery import signals
@@ -30,3 +35,29 @@ def _before_publish(headers: dict[str, Any] | None = None, **_: Any) -> None:
 def install() -> None:
     """Stamp every message Celery itself sends from this process (idempotent)."""
     signals.before_task_publish.connect(_before_publish, weak=False, dispatch_uid="antwort.sent_at")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedTask:
+    """What a waiting task message says: the task, its response, when it was sent."""
+
+    task: str
+    response_id: str | None
+    sent_at: float | None
+    """Epoch seconds (None: a message sent without the header, by an older sender)."""
+
+
+def read_message(raw: str) -> QueuedTask | None:
+    """A task message as kombu's Redis transport stores it; None when it is not one."""
+    try:
+        message = json.loads(raw)
+        headers = message["headers"]
+        args = json.loads(base64.b64decode(message["body"]))[0]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    sent_at = headers.get(SENT_AT)
+    return QueuedTask(
+        task=str(headers.get("task")),
+        response_id=str(args[0]) if args and isinstance(args[0], str) else None,
+        sent_at=float(sent_at) if isinstance(sent_at, int | float) else None,
+    )

@@ -1,4 +1,4 @@
-"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat``.
+"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat | status``.
 
 The gateway and the workers run under their own servers (gunicorn, Celery); this module only
 hands over to them with ``exec``, so the core never imports a framework.
@@ -54,6 +54,14 @@ def _sim(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from app.fleet import make_store
+    from programs.status import print_status
+
+    print_status(make_store(settings), as_json=args.json)
+    return 0
+
+
 def _up(args: argparse.Namespace, settings: Settings) -> int:
     from programs.supervisor import run
 
@@ -88,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--token-delay-ms", type=float, default=0.0)
     sim.add_argument("--tokens", type=int, default=20)
     sim.set_defaults(run=_sim)
+    status = sub.add_parser("status", help="the fleet now: queues, workers, failures")
+    status.add_argument("--json", action="store_true", help="as JSON, for scripts")
+    status.set_defaults(run=_status)
     chat = sub.add_parser("chat", help="watch an agent work: chat with a gateway from a terminal")
     from programs.chat import add_arguments
 
