@@ -32,7 +32,7 @@ from app.store.base import text
 from app.store.scripts import LuaScript, key
 from app.store.status import ResponseStatus
 from app.store.turns import RENEW_LEASE, RenewLeaseCall
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,8 @@ def _requeue(
         logger.warning(
             "turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id
         )
-    dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
+    with tracing.resumed(stored.extra.get("trace")):
+        dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
     metrics.SWEEPER_RERUNS.labels(stored.response.status.value).inc()
     return True
 

@@ -47,4 +47,3 @@ class ModelLister:
     def close(self) -> None:
         """Release the provider's pooled connections."""
         self._provider.close()
-

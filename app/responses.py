@@ -24,7 +24,7 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_compactions
 from app.store import ResponseStore
 from app.store.status import CANCEL
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
 
@@ -143,6 +143,9 @@ def create_response(
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
+    trace_headers = tracing.carrier()
+    if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
+        extra["trace"] = trace_headers
     store.create(response, inputs=inputs, extra=extra, events=events)
     store.watch_queued(response.id, until=time.time() + settings.queued_grace_seconds)
     _enqueue_first_turn(store, dispatcher, response.id)

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
+from opentelemetry.trace import SpanKind
+
 from app.config import Settings
 from app.conversation import history_of
 from app.dispatch import Dispatcher
@@ -79,7 +81,7 @@ from app.store import (
     WriteResult,
 )
 from app.store.status import COMMIT, FAIL, FINISH, Transition
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
@@ -396,7 +398,32 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         plan=state.extra.get("plan"),
         allowed=kinds.allowed_names(request.tool_choice),
     )
-    timer = metrics.ModelCallTimer(response.model)
+    with tracing.span(
+        f"chat {response.model}",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": response.model,
+            "antwort.turn": state.turn,
+        },
+        kind=SpanKind.CLIENT,
+    ):
+        output = _stream_model(provider, request, builder, model=response.model)
+        tracing.annotate(
+            {
+                "gen_ai.usage.input_tokens": output.usage.input_tokens,
+                "gen_ai.usage.output_tokens": output.usage.output_tokens,
+                "gen_ai.response.finish_reasons": [output.finish_reason],
+            }
+        )
+    return output
+
+
+def _stream_model(
+    provider: ModelProvider, request: ModelRequest, builder: OutputBuilder, *, model: str
+) -> TurnOutput:
+    """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`)."""
+    timer = metrics.ModelCallTimer(model)
     stream = provider.stream(request)
     try:
         for chunk in stream:

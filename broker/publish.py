@@ -37,6 +37,7 @@ from celery import Celery, signature
 
 from app.config import Settings
 from app.fleet import make_redis
+from app.telemetry import tracing
 from broker.telemetry import SENT_AT
 
 _EMPTY_EMBED = {"errbacks": None, "chain": None, "chord": None}
@@ -170,6 +171,7 @@ class TaskPublisher:
                 "stamped_headers": None,
                 "stamps": {},
                 SENT_AT: time.time(),
+                **tracing.carrier(),  # the current span's context (nothing when tracing is off)
             },
             "properties": {
                 "correlation_id": task_id,

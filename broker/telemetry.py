@@ -61,3 +61,17 @@ def read_message(raw: str) -> QueuedTask | None:
         response_id=str(args[0]) if args and isinstance(args[0], str) else None,
         sent_at=float(sent_at) if isinstance(sent_at, int | float) else None,
     )
+
+
+def instrument_celery() -> None:
+    """Trace Celery's sends and task runs (opentelemetry-instrumentation-celery).
+
+    Its ``before_task_publish`` hook puts the current context in the headers of every message
+    Celery sends (a chord's callback, a link); its ``task_prerun`` hook starts each task's span
+    under the context its message carries, ours (:mod:`broker.publish`) included.
+    """
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()

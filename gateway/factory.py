@@ -15,7 +15,7 @@ from app.relay import EventHub
 from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
-from gateway import auth, compact, errors, health, metrics, models, responses, ws
+from gateway import auth, compact, errors, health, metrics, models, responses, tracing, ws
 from gateway.context import Gateway
 
 
@@ -54,6 +54,7 @@ def create_app(
     errors.register(app)
     auth.register(app, settings.api_key_set)
     metrics.register(app)
+    tracing.register(app)
     for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
         app.register_blueprint(blueprint)
     compact.register(app, compaction_queue)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from app.config import Settings
-from app.telemetry import logs
+from app.telemetry import logs, tracing
+from broker.telemetry import instrument_celery
 from gateway.factory import create_app
 
 settings = Settings()
 logs.configure(settings.log_format)
+if tracing.setup("antwort-gateway"):
+    instrument_celery()
 application = create_app(settings)

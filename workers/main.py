@@ -17,10 +17,11 @@ import time
 from app.config import Settings
 from app.fleet import QUEUES, make_store
 from app.store.fleet import HEARTBEAT_SECONDS
-from app.telemetry import logs
+from app.telemetry import logs, tracing
 from app.tools.sandbox.executor import check_sandbox
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
+from broker.telemetry import instrument_celery
 from workers.telemetry import MetricsServer
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,25 @@ def install_telemetry(pool: str, hostname: str) -> None:
         signals.worker_process_init.connect(serve_child_metrics, weak=False)
 
 
+def install_tracing(service: str) -> None:
+    """Trace tasks and model calls when the ``OTEL_*`` environment asks (app.telemetry.tracing).
+
+    A prefork child exports what it buffered before it exits.
+    """
+    if not tracing.setup(service):
+        return
+    from celery import signals
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    instrument_celery()
+    HTTPXClientInstrumentor().instrument()
+
+    def flush(**_: object) -> None:
+        tracing.shutdown()
+
+    signals.worker_process_shutdown.connect(flush, weak=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run a worker consuming ``--queues``."""
     parser = argparse.ArgumentParser(prog="antwort worker")
@@ -133,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
     metrics = MetricsServer(settings, port=settings.metrics_port)
     install_telemetry(pool, hostname)
+    install_tracing(f"antwort-{'+'.join(queues)}")
     threading.Thread(target=_heartbeat, args=(queues, hostname, metrics.url), daemon=True).start()
     if "inference" in queues:
         from workers.tasks import start_sweeper
@@ -144,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         _run_worker(queues, pool=pool, concurrency=concurrency, hostname=hostname, args=args)
     finally:
         metrics.stop()
+        tracing.shutdown()
 
 
 def _run_worker(

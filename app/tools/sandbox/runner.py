@@ -37,7 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
@@ -173,8 +173,9 @@ class Sandbox:
     def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run one program; failures are in the outcome, never raised."""
         try:
-            with self.slots.take() as slot:
+            with self.slots.take() as slot, tracing.span("sandbox run"):
                 outcome = self._run_as(slot.uid, request)
+                tracing.annotate({"antwort.sandbox.exit_code": outcome.exit_code or 0})
                 # A run that ended by itself took its pid namespace, and all in it, along; only
                 # an abnormal end needs the sweep by uid.
                 slot.is_clean = outcome.error is None
