@@ -51,14 +51,22 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
+_FORGET_EVERY = 30
+"""Heartbeats between two clean-ups of the metrics URLs of workers that are gone."""
+
+
 def _heartbeat(queues: list[str], hostname: str, metrics_url: str) -> None:
     store = make_store(settings)
+    beats = 0
     while True:
         try:
             for queue in queues:
                 store.heartbeat_worker(queue, hostname)
             # again each beat: a Redis that restarted empty learns it back
             store.register_metrics_url(hostname, metrics_url)
+            beats += 1
+            if beats % _FORGET_EVERY == 0:
+                store.forget_metrics_urls(QUEUES)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)
@@ -102,15 +110,22 @@ def install_telemetry(pool: str, hostname: str) -> None:
     def setup_logging(loglevel: str | int | None = None, **_: object) -> None:
         logs.configure(settings.log_format, loglevel or logging.INFO)
 
+    servers: list[MetricsServer] = []  # this pool child's, stopped when the child stops
+
     def serve_child_metrics(**_: object) -> None:
         index: int = current_process().index  # type: ignore[attr-defined]
-        server = MetricsServer(settings, port=child_port(settings, index))
-        server.register(make_store(settings), process_name(hostname))
+        servers.append(MetricsServer(settings, port=child_port(settings, index)))
+        servers[-1].register(make_store(settings), process_name(hostname))
+
+    def stop_child_metrics(**_: object) -> None:
+        while servers:
+            servers.pop().stop()
 
     signals.setup_logging.connect(setup_logging, weak=False)
     TaskRecorder().install()
     if pool == "prefork":
         signals.worker_process_init.connect(serve_child_metrics, weak=False)
+        signals.worker_process_shutdown.connect(stop_child_metrics, weak=False)
 
 
 def install_tracing(service: str) -> None:

@@ -59,6 +59,14 @@ class Fleet(StoreBase):
         """Say where a worker process serves its metrics (``process``: hostname[/child pid])."""
         self.redis.hset(self.keys.worker_metrics, process, url)
 
+    def forget_metrics_urls(self, queues: Sequence[str]) -> int:
+        """Drop the URLs of worker processes whose worker is gone; how many were dropped."""
+        alive = {name for queue in queues for name in self.workers_alive(queue)}
+        stale = [key for key in self.metrics_urls() if key.split("/")[0] not in alive]
+        if stale:
+            self.redis.hdel(self.keys.worker_metrics, *stale)
+        return len(stale)
+
     def metrics_urls(self) -> dict[str, str]:
         """Every registered worker process's metrics URL (stale ones too: filter by liveness)."""
         raw = self.redis.hgetall(self.keys.worker_metrics)

@@ -8,6 +8,7 @@ import logging
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
+from app.store import ResponseStore
 from app.telemetry import logs, tracing
 
 
@@ -50,3 +51,14 @@ def test_json_lines_carry_the_bound_ids_and_the_current_trace() -> None:
     assert line["trace_id"] == f"{0xABC:032x}" and line["span_id"] == f"{0xDEF:016x}"
     outside = json.loads(formatter.format(_record("later")))
     assert "response_id" not in outside and "trace_id" not in outside
+
+
+def test_metrics_urls_of_gone_workers_are_forgotten(store: ResponseStore) -> None:
+    store.heartbeat_worker("inference", "inference@live.1")
+    store.register_metrics_url("inference@live.1", "http://live:9100/metrics")
+    store.register_metrics_url("tools.sandbox@gone.2", "http://gone:9100/metrics")
+    store.register_metrics_url("tools.sandbox@gone.2/77", "http://gone:9101/metrics")
+
+    assert store.forget_metrics_urls(["inference", "tools.sandbox"]) == 2
+
+    assert store.metrics_urls() == {"inference@live.1": "http://live:9100/metrics"}
