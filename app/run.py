@@ -426,8 +426,12 @@ def _stream_model(
     timer = metrics.ModelCallTimer(model)
     stream = provider.stream(request)
     try:
-        for chunk in stream:
-            timer.chunk()
+        chunks = iter(stream)
+        first = next(chunks, None)
+        if first is not None:  # timed alone, so the chunks after it cost nothing more
+            timer.first_chunk()
+            builder.feed(first)
+        for chunk in chunks:
             builder.feed(chunk)
     finally:
         close = getattr(stream, "close", None)

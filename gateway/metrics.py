@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from contextlib import ExitStack
 
 from flask import Blueprint, Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -60,14 +59,13 @@ def register(app: Flask) -> None:
         g.antwort_started = time.perf_counter()
         response_id = (request.view_args or {}).get("response_id")
         if response_id is not None:
-            g.antwort_log = ExitStack()
-            g.antwort_log.enter_context(logs.bind(response_id=response_id))
+            g.antwort_log = logs.push({"response_id": response_id})
 
     @app.teardown_request
     def _unbind(_: BaseException | None) -> None:
-        bound: ExitStack | None = g.pop("antwort_log", None)
-        if bound is not None:
-            bound.close()
+        token = g.pop("antwort_log", None)
+        if token is not None:
+            logs.pop(token)
 
     @app.after_request
     def _count(response: Response) -> Response:

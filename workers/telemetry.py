@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from contextlib import ExitStack
+from contextvars import Token
 from typing import Any
 
 from celery import Task, signals
@@ -70,7 +70,7 @@ class TaskRecorder:
     """Connects to Celery's task signals; one per worker process."""
 
     def __init__(self) -> None:
-        self._running: dict[str, tuple[float, ExitStack]] = {}
+        self._running: dict[str, tuple[float, Token[dict[str, Any] | None]]] = {}
         self._lock = threading.Lock()
 
     def install(self) -> None:
@@ -96,10 +96,9 @@ class TaskRecorder:
             m.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, time.time() - sent_at))
         if delivery.get("redelivered"):
             m.TASK_REDELIVERIES.labels(task.name).inc()
-        stack = ExitStack()
-        stack.enter_context(logs.bind(task=task.name, **_ids(task, tuple(args or ()))))
+        token = logs.push({"task": task.name, **_ids(task, tuple(args or ()))})
         with self._lock:
-            self._running[task_id] = (time.perf_counter(), stack)
+            self._running[task_id] = (time.perf_counter(), token)
 
     def ended(
         self,
@@ -114,7 +113,7 @@ class TaskRecorder:
             running = self._running.pop(task_id, None)
         if task is None or running is None:
             return
-        started, stack = running
+        started, token = running
         seconds = time.perf_counter() - started
         outcome = retval if isinstance(retval, str) else str(state or "unknown").lower()
         m.TASK_SECONDS.labels(task.name, outcome).observe(seconds)
@@ -125,7 +124,7 @@ class TaskRecorder:
             seconds * 1000,
             extra={"outcome": outcome, "duration_ms": round(seconds * 1000, 1)},
         )
-        stack.close()
+        logs.pop(token)
 
 
 def process_name(hostname: str) -> str:

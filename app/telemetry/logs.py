@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from opentelemetry import trace
@@ -28,11 +28,21 @@ _EXTRA = ("task", "queue", "outcome", "duration_ms", "method", "route", "status"
 @contextmanager
 def bind(**fields: Any) -> Iterator[None]:
     """Add ``fields`` to every line logged inside the block (by this thread or greenlet)."""
-    token = _CONTEXT.set({**(_CONTEXT.get() or {}), **fields})
+    token = push(fields)
     try:
         yield
     finally:
-        _CONTEXT.reset(token)
+        pop(token)
+
+
+def push(fields: dict[str, Any]) -> Token[dict[str, Any] | None]:
+    """Add ``fields`` until :func:`pop` (for hooks that open and close in two calls)."""
+    return _CONTEXT.set({**(_CONTEXT.get() or {}), **fields})
+
+
+def pop(token: Token[dict[str, Any] | None]) -> None:
+    """Take back what :func:`push` added."""
+    _CONTEXT.reset(token)
 
 
 def context() -> dict[str, Any]:

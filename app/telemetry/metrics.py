@@ -147,11 +147,10 @@ class ModelCallTimer:
         self._started = time.perf_counter()
         self._first: float | None = None
 
-    def chunk(self) -> None:
-        """A chunk arrived (only the first one is timed)."""
-        if self._first is None:
-            self._first = time.perf_counter()
-            MODEL_TTFT_SECONDS.labels(self._model).observe(self._first - self._started)
+    def first_chunk(self) -> None:
+        """The first chunk arrived."""
+        self._first = time.perf_counter()
+        MODEL_TTFT_SECONDS.labels(self._model).observe(self._first - self._started)
 
     def done(self, *, input_tokens: int, output_tokens: int) -> None:
         """The call ended with this usage."""

@@ -148,3 +148,30 @@ def test_gateway_counts_open_streams_across_its_processes(
     while value(scrape(f"{fleet.base_url}/metrics"), "antwort_open_streams", transport="sse"):
         assert time.monotonic() < deadline, "the closed stream is still counted"
         time.sleep(0.05)
+
+
+def test_a_prefork_worker_serves_metrics_from_each_pool_process(
+    fleet: Fleet, fleet_redis: redis.Redis
+) -> None:
+    """Each pool child runs tasks, so each serves and registers its own port."""
+    proc = fleet.start_worker("prefork-0", "tools.internal", "--pool=prefork", "--concurrency=2")
+    keys = Keys(fleet.env["ANTWORT_KEY_PREFIX"])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            registered = {
+                k.decode(): v.decode()
+                for k, v in fleet_redis.hgetall(keys.worker_metrics).items()
+                if k.decode().endswith(f".{proc.pid}") or f".{proc.pid}/" in k.decode()
+            }
+            if len(registered) == 3:  # the worker and its two pool children
+                break
+            assert time.monotonic() < deadline, registered
+            time.sleep(0.1)
+        main = [url for name, url in registered.items() if "/" not in name]
+        children = [url for name, url in registered.items() if "/" in name]
+        assert len(main) == 1 and len(set(children)) == 2 and main[0] not in children
+        for url in children:
+            assert "antwort_tool_calls" in httpx.get(url, timeout=5).text
+    finally:
+        fleet.stop("prefork-0")
