@@ -16,8 +16,8 @@ import sys
 
 sys.path.insert(0, os.getcwd())  # the checkout compared, not the one this file lives in
 
-from bench.fleet import Fleet  # noqa: E402
-from bench.run import bench_throughput  # noqa: E402
+from bench.fleet import Fleet
+from bench.run import bench_throughput
 
 
 def main() -> None:
