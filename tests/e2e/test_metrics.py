@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections import Counter
@@ -175,3 +176,34 @@ def test_a_prefork_worker_serves_metrics_from_each_pool_process(
             assert "antwort_tool_calls" in httpx.get(url, timeout=5).text
     finally:
         fleet.stop("prefork-0")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_sandbox_runs_are_counted_by_the_pool_process_that_ran_them(
+    client: openai.OpenAI, fleet: Fleet, fleet_redis: redis.Redis
+) -> None:
+    keys = Keys(fleet.env["ANTWORT_KEY_PREFIX"])
+
+    def children() -> list[str]:  # the live sandbox worker's pool processes
+        live = {
+            name.decode()
+            for name in fleet_redis.zrangebyscore(
+                keys.workers("tools.sandbox"), time.time() - LIVE_WITHIN_SECONDS, "+inf"
+            )
+        }
+        urls = fleet_redis.hgetall(keys.worker_metrics)
+        return [v.decode() for k, v in urls.items() if k.decode().split("/")[0] in live]
+
+    def runs() -> float:
+        return sum(
+            value(scrape(url), "antwort_sandbox_runs_total", outcome="ok") for url in children()
+        )
+
+    before = runs()
+    response = client.responses.create(
+        model="antwort-sim",
+        input="please use code_interpreter code=```print(6*7)```",
+        tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+    )
+    assert response.status == "completed"
+    assert runs() - before == 1
