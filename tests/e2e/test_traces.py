@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -174,3 +175,38 @@ def test_an_agentic_response_is_one_connected_trace_across_three_processes(
         node = parent[node.parent_id]
         second_turn_ancestors.add(node.span_id)
     assert tool_task.span_id in second_turn_ancestors
+
+
+def test_a_turn_the_sweeper_runs_again_joins_the_response_trace(
+    traced_fleet: Fleet, collector: Collector
+) -> None:
+    """The worker running the turn dies; a new worker's sweeper queues the turn again, and its
+    run continues the trace the response was created in (the context stored with it)."""
+    with collector.lock:
+        seen = len(collector.spans)  # the spans of earlier tests
+    with openai.OpenAI(base_url=f"{traced_fleet.base_url}/v1", api_key="k", max_retries=0) as sdk:
+        response = sdk.responses.create(
+            model="antwort-sim",
+            input="count slowly [tokens=40] [delay_ms=150]",
+            background=True,
+        )
+        deadline = time.monotonic() + 30
+        while sdk.responses.retrieve(response.id).status != "in_progress":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        traced_fleet.stop("inference", signal.SIGKILL)  # its open spans die with it
+        traced_fleet.start_worker("inference-2", "inference")
+        deadline = time.monotonic() + 60
+        while (final := sdk.responses.retrieve(response.id)).status != "completed":
+            assert final.status == "in_progress", final.status
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    deadline = time.monotonic() + 30
+    while not (rerun := [s for s in collector.spans[seen:] if s.name == "chat antwort-sim"]):
+        assert time.monotonic() < deadline, [(s.service, s.name) for s in collector.spans[seen:]]
+        time.sleep(0.1)
+    [chat] = rerun  # the killed worker's call never ended, so never left it
+    [root] = [s for s in collector.of_trace(chat.trace_id) if not s.parent_id]
+    assert root.name == "POST /v1/responses" and root.service == "antwort-gateway"
+    assert root in collector.spans[seen:]  # this response's request, not an earlier one
