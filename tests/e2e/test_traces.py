@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -105,6 +106,8 @@ def traced_fleet(
     with own_fleet(
         fleet.env,
         tmp_path_factory.mktemp("traced"),
+        loglevel="INFO",
+        ANTWORT_LOG_FORMAT="json",
         OTEL_TRACES_EXPORTER="otlp",
         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_port}",
@@ -169,6 +172,15 @@ def test_an_agentic_response_is_one_connected_trace_across_three_processes(
     assert tool_task.service == "antwort-tools.internal"
     turn_of = {chat.attributes["antwort.turn"]: parent[chat.parent_id] for chat in chats}
     assert parent[tool_task.parent_id].span_id == turn_of[0].span_id
+    # the task's JSON log line carries the trace it ran in
+    logged = [
+        json.loads(line)
+        for line in (traced_fleet.log_dir / "tools.internal.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    call_id = tool.attributes["gen_ai.tool.call.id"]
+    [line] = [x for x in logged if x.get("call_id") == call_id and "outcome" in x]
+    assert line["trace_id"] == tool.trace_id and line["outcome"] == "ok"
     second_turn_ancestors = set()
     node = turn_of[1]
     while node.parent_id:
