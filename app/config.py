@@ -132,6 +132,16 @@ class Settings(BaseSettings):
     """Run tool calls on reused runner threads (``app.tool_calls``); off: a new thread each."""
     internal_tool_modules: str | None = None
     """Comma-separated modules whose ``register(registry)`` adds internal tools."""
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    """Where a worker serves its Prometheus metrics; 0: a free port. With several pool
+    processes (prefork) each serves its own: this port + its index (a free one each with 0).
+    Every process registers its URL in Redis (``antwort status`` lists them)."""
+    metrics_host: str = "127.0.0.1"
+    """Bind address of a worker's metrics port (``0.0.0.0`` in containers); the URL a worker
+    registers names its hostname then."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object a line, with ``response_id``, ``turn``, ``call_id`` and
+    ``trace_id`` where known (:mod:`app.telemetry.logs`)."""
     sim_port: int = 8090
     """Port of the simulator that ``antwort up`` starts when no model is configured."""
     mcp_servers_file: str | None = None

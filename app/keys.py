@@ -69,6 +69,29 @@ class Keys:
         """Sorted set: live worker hostnames on a queue, by last heartbeat."""
         return f"{self.prefix}workers:{queue}"
 
+    @property
+    def worker_metrics(self) -> str:
+        """Hash: worker process (hostname, or hostname/child pid) → its metrics URL."""
+        return f"{self.prefix}workers:metrics"
+
+    def queue(self, queue: str) -> str:
+        """List: a Celery queue's waiting messages (kombu's ``global_keyprefix`` + name)."""
+        return f"{self.celery_prefix}{queue}"
+
+    @property
+    def celery_prefix(self) -> str:
+        """Where Celery's keys live (``broker_transport_options['global_keyprefix']``)."""
+        return f"{self.prefix}celery:"
+
+    @property
+    def failures(self) -> str:
+        """List (capped, newest first): recent failures as JSON ``{at, kind, code}``."""
+        return f"{self.prefix}failures"
+
+    def cancelled_at(self, response_id: str) -> str:
+        """String with TTL: when a client cancelled the response (epoch seconds)."""
+        return f"{self.prefix}r:{response_id}:cancelled-at"
+
     def tool_claim(self, response_id: str, call_id: str) -> str:
         """String with TTL: a tool task is executing this call right now."""
         return f"{self.prefix}r:{response_id}:tool:{call_id}:claim"

@@ -28,11 +28,12 @@ import redis
 
 from app.dispatch import Dispatcher
 from app.fairness import FairShare
-from app.store import LeaseRequest, OpenedTurn, ResponseStore
+from app.store import LeaseRequest, OpenedTurn, ResponseStore, StoredResponse
 from app.store.base import text
 from app.store.scripts import LuaScript, key
 from app.store.status import ResponseStatus
 from app.store.turns import RENEW_LEASE, RenewLeaseCall
+from app.telemetry import metrics, tracing
 
 logger = logging.getLogger(__name__)
 
@@ -244,14 +245,14 @@ def _requeue(
     if stored is None or stored.response.status not in _SWEPT:
         return False
     if stored.response.status == ResponseStatus.QUEUED:
-        return _resend_queued(store, dispatcher, response_id, queued=queued)
+        return _resend_queued(store, dispatcher, stored, queued=queued)
     logger.warning("turn %d of %s lost its worker; enqueuing it again", stored.turn, response_id)
-    dispatcher.enqueue_turn(response_id, stored.turn, retry=True)
+    _enqueue_again(dispatcher, stored)
     return True
 
 
 def _resend_queued(
-    store: ResponseStore, dispatcher: Dispatcher, response_id: str, *, queued: QueuedWatch
+    store: ResponseStore, dispatcher: Dispatcher, stored: StoredResponse, *, queued: QueuedWatch
 ) -> bool:
     """Queue turn 0 of a response that never started again, and watch it for the next time.
 
@@ -259,14 +260,22 @@ def _resend_queued(
     its connection dropped), or it waits behind a long queue: another message is harmless,
     since the run that comes second finds the turn taken or done.
     """
+    response_id = stored.response.id
     resends = store.count_queued_resend(response_id)
     if resends > queued.max_resends:
         logger.error("turn 0 of %s never started; queued %d times", response_id, resends)
         return False
     logger.warning("turn 0 of %s never started; enqueuing it again", response_id)
     store.watch_queued(response_id, until=time.time() + queued.next_wait(resends))
-    dispatcher.enqueue_turn(response_id, 0, retry=True)
+    _enqueue_again(dispatcher, stored)
     return True
+
+
+def _enqueue_again(dispatcher: Dispatcher, stored: StoredResponse) -> None:
+    """Queue the response's current turn once more, in the response's trace."""
+    with tracing.resumed(stored.extra.get("trace")):
+        dispatcher.enqueue_turn(stored.response.id, stored.turn, retry=True)
+    metrics.SWEEPER_RERUNS.labels(stored.response.status.value).inc()
 
 
 _SWEPT = frozenset({ResponseStatus.QUEUED, ResponseStatus.IN_PROGRESS})

@@ -34,6 +34,7 @@ from app.run import fail_response, unanswered_calls
 from app.sealing import check_sealed_items
 from app.store import ResponseStore, StoredResponse
 from app.store.status import CANCEL
+from app.telemetry import metrics, tracing
 from app.tenancy import OPEN_TENANT, Tenant
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.registry import KINDS
@@ -171,6 +172,9 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
     if context is not None:
         extra["context"] = context
+    trace_headers = tracing.carrier()
+    if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
+        extra["trace"] = trace_headers
     extra.update(_kept_by_protocol(store, settings, response))
     fair = FairShare(store, settings)
     # in case its message is lost (a parked response is watched when the fair share starts it)
@@ -395,8 +399,10 @@ def cancel_response(
         if response.status not in ACTIVE_STATUSES:
             return response
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
+        store.mark_cancelled(response_id)  # before the write: a worker may see it at once
         result = store.write(cancelled, transition=CANCEL, version=stored.version)
         if result.ok:
+            metrics.CANCELLATIONS.inc()
             in_flight = unanswered_calls(response, kinds)
             pending = [kinds.presenters.call_of(item).id for item in in_flight]
             dispatcher.revoke_response(response_id, stored.turn, pending)

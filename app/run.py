@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, assert_never
 
+from opentelemetry.trace import SpanKind
+
 from app.config import Settings
 from app.conversation import history_of
 from app.dispatch import Dispatcher
@@ -80,6 +82,7 @@ from app.store import (
     WriteResult,
 )
 from app.store.status import COMMIT, FAIL, FINISH, Transition
+from app.telemetry import metrics, tracing
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
@@ -173,15 +176,20 @@ def advance_response(
         opened = deps.store.open_turn(response_id, turn, counts_start=counts_start)
     taken, starts, loaded = opened.taken, opened.starts, opened.loaded
     state: RunState | None = None
+    started = time.perf_counter()
     try:
         if starts > deps.settings.max_task_deliveries:
             raise RedeliveredTooOftenError(starts)
         if not taken:
             return StepOutcome.SKIPPED  # another live run of this response holds the lease
+        if starts > 1:  # a run of this turn started before and died (or stalled) holding it
+            metrics.LEASE_TAKEOVERS.inc()
         state = load_state(deps.store, response_id, turn, loaded=loaded, fence=opened.fence)
         if state is None or state.response.status not in ACTIVE_STATUSES or state.turn != turn:
             return StepOutcome.SKIPPED
-        return _advance_loaded(deps, state)
+        outcome = _advance_loaded(deps, state)
+        metrics.TURN_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+        return outcome
     finally:
         if deps.leases is not None and taken:
             if state is not None and (state.finished or state.lease_lost):
@@ -207,10 +215,13 @@ def _advance_loaded(deps: RunDeps, state: RunState) -> StepOutcome:
     except LeaseLostError as stopped:
         # Stalled past the lease (a pause, starvation): the turn runs elsewhere now.
         logger.warning("run of %s stopped: %s", response_id, stopped)
+        metrics.LEASES_LOST.inc()
         state.lease_lost = True
         return StepOutcome.SKIPPED
     except ResponseInactiveError as stopped:
         logger.info("run of %s stopped: %s", response_id, stopped)
+        if stopped.status == ResponseStatus.CANCELLED:
+            metrics.observe_cancel("turn", deps.store.cancelled_since(response_id))
         return StepOutcome.SKIPPED
 
 
@@ -407,15 +418,48 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         memory=Memory(plan=state.extra.get("plan"), exchanges=state.extra.get(EXCHANGES_EXTRA, {})),
         allowed=kinds.allowed_names(request.tool_choice),
     )
+    with tracing.span(
+        f"chat {response.model}",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": response.model,
+            "antwort.turn": state.turn,
+        },
+        kind=SpanKind.CLIENT,
+    ):
+        output = _stream_model(provider, request, builder, model=response.model)
+        tracing.annotate(
+            {
+                "gen_ai.usage.input_tokens": output.usage.input_tokens,
+                "gen_ai.usage.output_tokens": output.usage.output_tokens,
+                "gen_ai.response.finish_reasons": [output.finish_reason],
+            }
+        )
+    return output
+
+
+def _stream_model(
+    provider: ModelProvider, request: ModelRequest, builder: OutputBuilder, *, model: str
+) -> TurnOutput:
+    """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`)."""
+    timer = metrics.ModelCallTimer(model)
     stream = provider.stream(request)
     try:
-        for chunk in stream:
+        chunks = iter(stream)
+        first = next(chunks, None)
+        if first is not None:  # timed alone, so the chunks after it cost nothing more
+            timer.first_chunk()
+            builder.feed(first)
+        for chunk in chunks:
             builder.feed(chunk)
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # stops the model server's generation when we stop early
-    return builder.close()
+    output = builder.close()
+    timer.done(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
+    return output
 
 
 def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:
@@ -575,5 +619,7 @@ def fail_response(
         if result.lease_lost:
             raise LeaseLostError(result.status)
         if not result.conflict:
+            if result.ok:
+                store.record_failure("response", code)
             return result.ok
     return False

@@ -19,6 +19,7 @@ abandons the call when the response is cancelled. That thread is a reused runner
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -38,6 +39,7 @@ from app.conversation import history_of
 from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import RedeliveredTooOftenError, ResponseStore, StoredResponse
+from app.telemetry import metrics, tracing
 from app.tools.base import (
     ExecutorRegistry,
     SubmittingExecutor,
@@ -195,6 +197,33 @@ def _run_claimed(
     deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
 ) -> CallOutcome:
     """Run a call this delivery holds the claim of, store its result, give the claim back."""
+    started = time.perf_counter()
+    kind, name = (tool.kind, tool.name) if tool is not None else ("unknown", "unknown")
+    with tracing.span(
+        f"execute_tool {name}",
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call.id,
+            "antwort.tool.kind": kind,
+        },
+    ):
+        outcome = _store_run(deps, response_id, call, tool, token=token)
+        tracing.annotate({"antwort.tool.outcome": outcome.value})
+    metrics.TOOL_CALLS.labels(kind, name, outcome.value).inc()
+    metrics.TOOL_CALL_SECONDS.labels(kind, name, outcome.value).observe(
+        time.perf_counter() - started
+    )
+    if outcome is CallOutcome.ERROR:
+        deps.store.record_failure(f"tool.{kind}", name)
+    elif outcome is CallOutcome.CANCELLED:
+        metrics.observe_cancel("tool", deps.store.cancelled_since(response_id))
+    return outcome
+
+
+def _store_run(
+    deps: ToolDeps, response_id: str, call: ToolCall, tool: ToolDefinition | None, *, token: str
+) -> CallOutcome:
     store = deps.store
     try:
         result = _execute(deps, response_id, call, tool, token=token)
@@ -235,10 +264,13 @@ def _execute(
 
     if isinstance(executor, SubmittingExecutor):
         future = executor.submit(call, tool)
-    elif deps.settings.tool_runner_pool:
-        future = _RUNNERS.submit(run)
-    else:
-        future = _start_thread(run)
+    else:  # the runner thread carries on the task's context (its span, its log fields)
+        context = contextvars.copy_context()
+
+        def run_here() -> ToolResult:
+            return context.run(run)
+
+        future = (_RUNNERS.submit if deps.settings.tool_runner_pool else _start_thread)(run_here)
     deadline = time.monotonic() + timeout
     renewal = _ClaimRenewal(deps, response_id, call.id, token=token)
     while True:

@@ -10,6 +10,8 @@ from kombu import Queue
 
 from app.config import Settings
 from app.fleet import QUEUES, require_redis_url
+from app.keys import Keys
+from broker import telemetry
 from broker.routing import INFERENCE_QUEUE, TASK_ROUTES
 
 
@@ -22,7 +24,7 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     url = require_redis_url(settings)
     transport = {
         "visibility_timeout": settings.task_visibility_timeout_seconds,
-        "global_keyprefix": f"{settings.key_prefix}celery:",
+        "global_keyprefix": Keys(settings.key_prefix).celery_prefix,
     }
     # No ack emulation: with it, a worker whose broker connection drops while it holds an
     # acks-late task re-pushes that message through a client the drop already cleared, and the
@@ -59,4 +61,5 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         worker_send_task_events=False,
         broker_pool_limit=64,
     )
+    telemetry.install()
     return celery

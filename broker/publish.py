@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import socket
+import time
 import uuid
 from typing import Any, Protocol
 
@@ -36,6 +37,8 @@ from celery import Celery, signature
 
 from app.config import Settings
 from app.fleet import make_redis
+from app.telemetry import tracing
+from broker.telemetry import SENT_AT
 
 _EMPTY_EMBED = {"errbacks": None, "chain": None, "chord": None}
 
@@ -167,6 +170,8 @@ class TaskPublisher:
                 "replaced_task_nesting": 0,
                 "stamped_headers": None,
                 "stamps": {},
+                SENT_AT: time.time(),
+                **tracing.carrier(),  # the current span's context (nothing when tracing is off)
             },
             "properties": {
                 "correlation_id": task_id,

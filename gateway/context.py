@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flask import current_app
+from prometheus_client import CollectorRegistry
 
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.limits import RateLimiter
+from app.model_list import ModelLister
 from app.relay import EventHub
 from app.store import ResponseStore
-
-if TYPE_CHECKING:
-    from gateway.metrics import Metrics
-    from gateway.models import ModelLister
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,7 +25,8 @@ class Gateway:
     hub: EventHub
     dispatcher: Dispatcher
     models: ModelLister
-    metrics: Metrics
+    metrics: CollectorRegistry
+    """What ``/metrics`` renders (``gateway.metrics.make_registry``)."""
 
 
 def gateway() -> Gateway:

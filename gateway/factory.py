@@ -11,6 +11,7 @@ from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
 from app.keys import Keys
 from app.limits import RateLimiter
+from app.model_list import ModelLister
 from app.relay import EventHub
 from app.tenancy import KeyStore, Limits, TenantDirectory, parse_env_keys
 from broker.celery_app import make_celery
@@ -25,6 +26,7 @@ from gateway import (
     metrics,
     models,
     responses,
+    tracing,
     ws,
 )
 from gateway.context import Gateway
@@ -71,12 +73,13 @@ def create_app(
             redis_client or make_redis(settings, rides_out_outages=False), Keys(settings.key_prefix)
         ),
         dispatcher=dispatcher,
-        models=models.ModelLister(make_provider(settings), default_model=settings.default_model),
-        metrics=metrics.Metrics(),
+        models=ModelLister(make_provider(settings), default_model=settings.default_model),
+        metrics=metrics.make_registry(store),
     )
     errors.register(app)
     auth.register(app, tenants, limiter, metrics_key=settings.metrics_key)
     metrics.register(app)
+    tracing.register(app)
     blueprints = (
         responses.blueprint,
         conversations.blueprint,

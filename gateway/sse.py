@@ -8,6 +8,7 @@ from flask import Response
 
 from app.relay import Keepalive
 from app.store import StoredEvent
+from app.telemetry.metrics import OPEN_STREAMS
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -25,10 +26,11 @@ def sse_response(events: Iterator[StoredEvent | Keepalive]) -> Response:
     """Stream events; the generator's ``finally`` runs when the client goes away."""
 
     def body() -> Iterator[bytes]:
-        yield b": connected\n\n"
-        for event in events:
-            yield b": keepalive\n\n" if isinstance(event, Keepalive) else frame(event)
-        yield b"data: [DONE]\n\n"
+        with OPEN_STREAMS.labels("sse").track_inprogress():
+            yield b": connected\n\n"
+            for event in events:
+                yield b": keepalive\n\n" if isinstance(event, Keepalive) else frame(event)
+            yield b"data: [DONE]\n\n"
 
     return Response(
         body(),

@@ -20,6 +20,7 @@ from wsproto.frame_protocol import CloseReason
 from app.config import Settings
 from app.limits import Caller
 from app.socket_session import SocketSession
+from app.telemetry.metrics import OPEN_STREAMS
 from gateway.auth import current_tenant
 from gateway.context import gateway
 
@@ -41,8 +42,9 @@ def responses_socket(ws: Server) -> None:
         settings=gw.settings,
         caller=Caller(current_tenant(), gw.limiter),
     )
-    session.serve(ws)
-    close(ws, reason="websocket_connection_limit_reached")
+    with OPEN_STREAMS.labels("websocket").track_inprogress():
+        session.serve(ws)
+        close(ws, reason="websocket_connection_limit_reached")
 
 
 def close(ws: Server, *, reason: str) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-
+from app.config import Settings
+from app.telemetry import logs, tracing
+from broker.telemetry import instrument_celery
 from gateway.factory import create_app
 
-logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-application = create_app()
+settings = Settings()
+logs.configure(settings.log_format)
+if tracing.setup("antwort-gateway"):
+    instrument_celery()
+application = create_app(settings)

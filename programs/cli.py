@@ -1,4 +1,4 @@
-"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat | keys``.
+"""``antwort up | gateway | worker --queues Q[,Q] | sim | chat | status | keys``.
 
 The gateway and the workers run under their own servers (gunicorn, Celery); this module only
 hands over to them with ``exec``, so the core never imports a framework.
@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 
 from app.config import Settings
 
@@ -21,6 +22,11 @@ def _exec(argv: list[str]) -> None:
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     os.environ.setdefault("ANTWORT_GATEWAY_WORKERS", str(args.workers or settings.gateway_workers))
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # gunicorn's processes share their metrics through it (gateway/gunicorn_conf.py, which
+        # removes it when the gateway stops)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="antwort-metrics-")
+        os.environ["ANTWORT_METRICS_DIR_OWNED"] = "1"
     _exec(
         ["-m", "gunicorn", "--config", "python:gateway.gunicorn_conf", "gateway.wsgi:application"]
     )
@@ -45,6 +51,14 @@ def _sim(args: argparse.Namespace, settings: Settings) -> int:
         ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, default_tokens=args.tokens
     )
     serve(args.host, args.port or settings.sim_port, config)
+    return 0
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from app.fleet import make_store
+    from programs.status import print_status
+
+    print_status(make_store(settings), as_json=args.json)
     return 0
 
 
@@ -88,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--token-delay-ms", type=float, default=0.0)
     sim.add_argument("--tokens", type=int, default=20)
     sim.set_defaults(run=_sim)
+    status = sub.add_parser("status", help="the fleet now: queues, workers, failures")
+    status.add_argument("--json", action="store_true", help="as JSON, for scripts")
+    status.set_defaults(run=_status)
     chat = sub.add_parser("chat", help="watch an agent work: chat with a gateway from a terminal")
     from programs.chat import add_arguments
 

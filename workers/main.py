@@ -17,9 +17,12 @@ import time
 from app.config import Settings
 from app.fleet import QUEUES, make_store
 from app.store.fleet import HEARTBEAT_SECONDS
+from app.telemetry import logs, tracing
 from app.tools.sandbox.executor import check_sandbox
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
+from broker.telemetry import instrument_celery
+from workers.telemetry import MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +51,22 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-def _heartbeat(queues: list[str], hostname: str) -> None:
+_FORGET_EVERY = 30
+"""Heartbeats between two clean-ups of the metrics URLs of workers that are gone."""
+
+
+def _heartbeat(queues: list[str], hostname: str, metrics_url: str) -> None:
     store = make_store(settings)
+    beats = 0
     while True:
         try:
             for queue in queues:
                 store.heartbeat_worker(queue, hostname)
+            # again each beat: a Redis that restarted empty learns it back
+            store.register_metrics_url(hostname, metrics_url)
+            beats += 1
+            if beats % _FORGET_EVERY == 0:
+                store.forget_metrics_urls(QUEUES)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)
@@ -83,6 +96,57 @@ def install_tool_lifecycle(pool: str) -> None:
         signals.worker_shutdown.connect(stop, weak=False)
 
 
+def install_telemetry(pool: str, hostname: str) -> None:
+    """Log as ``ANTWORT_LOG_FORMAT`` says, record every task; prefork children serve metrics.
+
+    With prefork each pool child runs tasks, so each serves its metrics on a port of its own
+    (:func:`workers.telemetry.child_port`) and registers it under ``hostname/pid``.
+    """
+    from billiard.process import current_process
+    from celery import signals
+
+    from workers.telemetry import TaskRecorder, child_port, process_name
+
+    def setup_logging(loglevel: str | int | None = None, **_: object) -> None:
+        logs.configure(settings.log_format, loglevel or logging.INFO)
+
+    servers: list[MetricsServer] = []  # this pool child's, stopped when the child stops
+
+    def serve_child_metrics(**_: object) -> None:
+        index: int = current_process().index  # type: ignore[attr-defined]
+        servers.append(MetricsServer(settings, port=child_port(settings, index)))
+        servers[-1].register(make_store(settings), process_name(hostname))
+
+    def stop_child_metrics(**_: object) -> None:
+        while servers:
+            servers.pop().stop()
+
+    signals.setup_logging.connect(setup_logging, weak=False)
+    TaskRecorder().install()
+    if pool == "prefork":
+        signals.worker_process_init.connect(serve_child_metrics, weak=False)
+        signals.worker_process_shutdown.connect(stop_child_metrics, weak=False)
+
+
+def install_tracing(service: str) -> None:
+    """Trace tasks and model calls when the ``OTEL_*`` environment asks (app.telemetry.tracing).
+
+    A prefork child exports what it buffered before it exits.
+    """
+    if not tracing.setup(service):
+        return
+    from celery import signals
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    instrument_celery()
+    HTTPXClientInstrumentor().instrument()
+
+    def flush(**_: object) -> None:
+        tracing.shutdown()
+
+    signals.worker_process_shutdown.connect(flush, weak=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run a worker consuming ``--queues``."""
     parser = argparse.ArgumentParser(prog="antwort worker")
@@ -91,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool", default=None, help="threads | prefork | solo")
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
+    logs.configure(settings.log_format, args.loglevel)  # Celery's start warnings included
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = sorted(set(queues) - set(QUEUES))
     if unknown:
@@ -101,15 +166,30 @@ def main(argv: list[str] | None = None) -> None:
     pool = args.pool or ("threads" if all(q in _DEFAULT_POOL for q in queues) else "prefork")
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
-    threading.Thread(target=_heartbeat, args=(queues, hostname), daemon=True).start()
+    metrics = MetricsServer(settings, port=settings.metrics_port)
+    install_telemetry(pool, hostname)
+    install_tracing(f"antwort-{'+'.join(queues)}")
+    threading.Thread(target=_heartbeat, args=(queues, hostname, metrics.url), daemon=True).start()
     if "inference" in queues:
         from workers.tasks import start_sweeper
 
         start_sweeper(make_dispatcher(celery, settings))
     if any(queue.startswith("tools.") for queue in queues):
         install_tool_lifecycle(pool)
+    try:
+        _run_worker(queues, pool=pool, concurrency=concurrency, hostname=hostname, args=args)
+    finally:
+        metrics.stop()
+        tracing.shutdown()
+
+
+def _run_worker(
+    queues: list[str], *, pool: str, concurrency: int, hostname: str, args: argparse.Namespace
+) -> None:
+    quiet = ["--quiet"] if settings.log_format == "json" else []  # no banner among the JSON
     celery.worker_main(
         [
+            *quiet,
             "worker",
             f"--queues={','.join(queues)}",
             f"--pool={pool}",

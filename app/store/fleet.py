@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Sequence
+from typing import Any
 
-from app.store.base import StoreBase
+from app.store.base import StoreBase, text
 
 HEARTBEAT_SECONDS = 1.0
 """How often a worker marks itself alive."""
 LIVE_WITHIN_SECONDS = 5.0
 """A worker whose last heartbeat is older than this counts as gone (``/readyz``)."""
+FAILURES_KEPT = 200
+"""How many recent failures ``antwort status`` can show."""
 
 
 class RedeliveredTooOftenError(Exception):
@@ -57,3 +62,66 @@ class Fleet(StoreBase):
         return int(
             self.redis.zcount(self.keys.workers(queue), time.time() - within_seconds, "+inf")
         )
+
+    def register_metrics_url(self, process: str, url: str) -> None:
+        """Say where a worker process serves its metrics (``process``: hostname[/child pid])."""
+        self.redis.hset(self.keys.worker_metrics, process, url)
+
+    def forget_metrics_urls(self, queues: Sequence[str]) -> int:
+        """Drop the URLs of worker processes whose worker is gone; how many were dropped."""
+        alive = {name for queue in queues for name in self.workers_alive(queue)}
+        stale = [key for key in self.metrics_urls() if key.split("/")[0] not in alive]
+        if stale:
+            self.redis.hdel(self.keys.worker_metrics, *stale)
+        return len(stale)
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Every registered worker process's metrics URL (stale ones too: filter by liveness)."""
+        raw = self.redis.hgetall(self.keys.worker_metrics)
+        return {text(key): text(value) for key, value in raw.items()}
+
+    def workers_alive(
+        self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS
+    ) -> dict[str, float]:
+        """The hostnames of ``queue``'s live workers → their last heartbeat (epoch seconds)."""
+        raw = self.redis.zrangebyscore(
+            self.keys.workers(queue), time.time() - within_seconds, "+inf", withscores=True
+        )
+        return {text(entry[0]): float(entry[1]) for entry in raw if isinstance(entry, tuple)}
+
+    def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """Messages waiting in each of ``queues`` (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.llen(self.keys.queue(queue))
+        return {queue: int(depth) for queue, depth in zip(queues, pipe.execute(), strict=True)}
+
+    def oldest_queued(self, queue: str) -> str | None:
+        """The raw message that waited longest in ``queue`` (workers take from the tail)."""
+        raw = self.redis.lindex(self.keys.queue(queue), -1)
+        return None if raw is None else text(raw)
+
+    def in_flight(self) -> int:
+        """Responses under the sweeper's watch: queued or running (their lease or a watch)."""
+        return int(self.redis.zcard(self.keys.active))
+
+    def record_failure(self, kind: str, code: str) -> None:
+        """Remember a failure for ``antwort status`` (the newest :data:`FAILURES_KEPT`)."""
+        entry = json.dumps({"at": time.time(), "kind": kind, "code": code})
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpush(self.keys.failures, entry)
+        pipe.ltrim(self.keys.failures, 0, FAILURES_KEPT - 1)
+        pipe.execute()
+
+    def recent_failures(self) -> list[dict[str, Any]]:
+        """The failures remembered, newest first."""
+        return [json.loads(text(raw)) for raw in self.redis.lrange(self.keys.failures, 0, -1)]
+
+    def mark_cancelled(self, response_id: str) -> None:
+        """Note when a client cancelled the response (for the cancel latency metric)."""
+        self.redis.set(self.keys.cancelled_at(response_id), repr(time.time()), ex=3600)
+
+    def cancelled_since(self, response_id: str) -> float | None:
+        """Seconds since the client's cancel, when one was noted."""
+        raw = self.redis.get(self.keys.cancelled_at(response_id))
+        return None if raw is None else max(0.0, time.time() - float(text(raw)))

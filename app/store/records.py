@@ -27,6 +27,7 @@ from app.store.fence import NO_FENCE, Fence
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
+from app.telemetry import metrics
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,6 +303,8 @@ class Records(StoreBase):
                 conversation_items=encode_items(response.output) if appends else (),
             )
         )
+        if code > 0:
+            _count(response, is_create=checks is None)
         return WriteResult(
             ok=code > 0,
             status=text(now_status),
@@ -377,3 +380,11 @@ def _started(response: ResponseObject) -> str:
         return ""
     [status] = START.target
     return response.model_copy(update={"status": status}).model_dump_json()
+
+
+def _count(response: ResponseObject, *, is_create: bool) -> None:
+    """A write that happened: a response created, or one that reached its final status."""
+    if is_create:
+        metrics.RESPONSES_CREATED.inc()
+    elif response.status in TERMINAL_STATUSES:
+        metrics.RESPONSES_ENDED.labels(response.status.value).inc()

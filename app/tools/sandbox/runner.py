@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from app.telemetry import metrics, tracing
 from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
@@ -172,14 +173,16 @@ class Sandbox:
     def run(self, request: SandboxRequest) -> SandboxOutcome:
         """Run one program; failures are in the outcome, never raised."""
         try:
-            with self.slots.take() as slot:
+            with self.slots.take() as slot, tracing.span("sandbox run"):
                 outcome = self._run_as(slot.uid, request)
+                tracing.annotate({"antwort.sandbox.exit_code": outcome.exit_code or 0})
                 # A run that ended by itself took its pid namespace, and all in it, along; only
                 # an abnormal end needs the sweep by uid.
                 slot.is_clean = outcome.error is None
-                return outcome
         except TimeoutError:
-            return SandboxOutcome(error="Every sandbox slot of this worker is busy; try again.")
+            outcome = SandboxOutcome(error="Every sandbox slot of this worker is busy; try again.")
+        _count(outcome)
+        return outcome
 
     def _run_as(self, uid: int | None, request: SandboxRequest) -> SandboxOutcome:
         payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
@@ -352,6 +355,18 @@ def _outcome(returncode: int, stdout: bytes, stderr: bytes, elapsed_ms: float) -
         truncated=bool(report.get("stdout_dropped") or report.get("stderr_dropped")),
         duration_ms=float(report.get("duration_ms", elapsed_ms)),
     )
+
+
+def _count(outcome: SandboxOutcome) -> None:
+    """A run's outcome in the metrics: ok, failed (the program), timed out, error (the sandbox)."""
+    if outcome.timed_out:
+        metrics.SANDBOX_KILLS.labels("timeout").inc()
+        label = "timed_out"
+    elif outcome.error is not None:
+        label = "error"
+    else:
+        label = "ok" if outcome.exit_code == 0 else "failed"
+    metrics.SANDBOX_RUNS.labels(label).inc()
 
 
 @cache

@@ -1,0 +1,169 @@
+"""The fleet's Prometheus metrics, recorded where the work happens.
+
+Labels stay bounded: queues, routes, statuses, tool kinds and names, model names; never a
+response id. Recording is in-process (a lock and an add, or an mmap write in the gateway's
+multiprocess mode): no metric costs a Redis round trip. What lives in Redis (queue depths, live
+workers) is read at scrape time by :class:`FleetCollector`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import redis
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SLOW = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+HTTP_REQUEST_SECONDS = Histogram(
+    "antwort_http_request_duration_seconds",
+    "HTTP requests by method, route and status: time to the response's headers.",
+    ["method", "route", "status"],
+    buckets=_FAST,
+)
+OPEN_STREAMS = Gauge(
+    "antwort_open_streams",
+    "Event streams the gateway holds open, by transport (sse, websocket).",
+    ["transport"],
+    multiprocess_mode="livesum",
+)
+RESPONSES_CREATED = Counter("antwort_responses_created", "Responses created.")
+RESPONSES_ENDED = Counter(
+    "antwort_responses_ended", "Responses that reached a final status, by status.", ["status"]
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "antwort_queue_wait_seconds",
+    "Time a task waited in its queue: sent until a worker started it.",
+    ["queue"],
+    buckets=_FAST,
+)
+TASK_SECONDS = Histogram(
+    "antwort_task_duration_seconds",
+    "Celery tasks by name and outcome (the task's result, or 'error').",
+    ["task", "outcome"],
+    buckets=_SLOW,
+)
+TURN_SECONDS = Histogram(
+    "antwort_turn_duration_seconds",
+    "Steps of the agentic loop that held a response's lease, by outcome.",
+    ["outcome"],
+    buckets=_SLOW,
+)
+MODEL_TTFT_SECONDS = Histogram(
+    "antwort_model_time_to_first_token_seconds",
+    "Time from the model call to its first streamed chunk, by model.",
+    ["model"],
+    buckets=_FAST,
+)
+MODEL_TOKENS_PER_SECOND = Histogram(
+    "antwort_model_output_tokens_per_second",
+    "Output tokens per second after the first token, by model.",
+    ["model"],
+    buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000),
+)
+MODEL_TOKENS = Counter(
+    "antwort_model_tokens", "Tokens by model and direction (input, output).", ["model", "direction"]
+)
+TOOL_CALLS = Counter(
+    "antwort_tool_calls",
+    "Tool calls run by kind, tool name and outcome.",
+    ["kind", "name", "outcome"],
+)
+TOOL_CALL_SECONDS = Histogram(
+    "antwort_tool_call_duration_seconds",
+    "Time tool calls ran, by kind, tool name and outcome.",
+    ["kind", "name", "outcome"],
+    buckets=_SLOW,
+)
+CANCELLATIONS = Counter("antwort_cancellations", "Background responses cancelled by a client.")
+CANCEL_LATENCY_SECONDS = Histogram(
+    "antwort_cancel_latency_seconds",
+    "Time from a client's cancel until a worker stopped the work, by what stopped (turn, tool).",
+    ["stage"],
+    buckets=_FAST,
+)
+LEASE_TAKEOVERS = Counter(
+    "antwort_lease_takeovers",
+    "Runs that took over a turn whose previous run died or stalled (its start count above one).",
+)
+LEASES_LOST = Counter(
+    "antwort_leases_lost", "Runs that stopped because another run took their lease over."
+)
+SWEEPER_RERUNS = Counter(
+    "antwort_sweeper_reruns",
+    "Turns the sweeper queued again, by the status the response had (queued, in_progress).",
+    ["status"],
+)
+TASK_REDELIVERIES = Counter(
+    "antwort_task_redeliveries",
+    "Tasks a worker received again (the broker redelivered them), by task name.",
+    ["task"],
+)
+SANDBOX_RUNS = Counter("antwort_sandbox_runs", "Sandbox runs by outcome.", ["outcome"])
+SANDBOX_KILLS = Counter(
+    "antwort_sandbox_kills", "Sandbox runs killed, by reason (timeout).", ["reason"]
+)
+
+
+class FleetCollector(Collector):
+    """What lives in Redis, read at scrape time: queue depths and live workers per queue."""
+
+    def __init__(
+        self,
+        *,
+        queue_depths: Callable[[], dict[str, int]],
+        live_workers: Callable[[], dict[str, int]],
+    ):
+        self._queue_depths = queue_depths
+        self._live_workers = live_workers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Read Redis; a failed read leaves the family out rather than failing the scrape."""
+        depth = GaugeMetricFamily(
+            "antwort_queue_depth", "Messages waiting in each queue.", labels=["queue"]
+        )
+        workers = GaugeMetricFamily(
+            "antwort_live_workers", "Workers with a recent heartbeat, by queue.", labels=["queue"]
+        )
+        for family, read in ((depth, self._queue_depths), (workers, self._live_workers)):
+            try:
+                values = read()
+            except redis.RedisError:  # Redis away: the rest of the scrape still answers
+                continue
+            for queue, value in values.items():
+                family.add_metric([queue], value)
+            yield family
+
+
+class ModelCallTimer:
+    """Times one streamed model call: time to first chunk, then output tokens per second."""
+
+    def __init__(self, model: str):
+        self._model = model
+        self._started = time.perf_counter()
+        self._first: float | None = None
+
+    def first_chunk(self) -> None:
+        """The first chunk arrived."""
+        self._first = time.perf_counter()
+        MODEL_TTFT_SECONDS.labels(self._model).observe(self._first - self._started)
+
+    def done(self, *, input_tokens: int, output_tokens: int) -> None:
+        """The call ended with this usage."""
+        MODEL_TOKENS.labels(self._model, "input").inc(input_tokens)
+        MODEL_TOKENS.labels(self._model, "output").inc(output_tokens)
+        if self._first is None:
+            return
+        streaming = time.perf_counter() - self._first
+        if output_tokens and streaming > 0:
+            MODEL_TOKENS_PER_SECOND.labels(self._model).observe(output_tokens / streaming)
+
+
+def observe_cancel(stage: str, since: float | None) -> None:
+    """Work (``stage``: turn, tool) stopped ``since`` seconds after a client's cancel."""
+    if since is not None:
+        CANCEL_LATENCY_SECONDS.labels(stage).observe(since)

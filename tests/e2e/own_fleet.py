@@ -1,0 +1,49 @@
+"""A fleet of its own for a test module: its own key prefix, port and settings.
+
+The session's fleet (``conftest.fleet``) is shared; tests that need processes started with
+other settings (JSON logs, tracing) or a fleet they may empty of workers start one of these.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+from programs.supervisor import free_port
+from tests.conftest import delete_prefix
+from tests.e2e.conftest import Fleet, wait_ready
+
+
+@contextmanager
+def own_fleet(
+    base_env: dict[str, str],
+    log_dir: Path,
+    *,
+    queues: tuple[str, ...] = ("inference", "tools.internal"),
+    loglevel: str = "WARNING",
+    **env: str,
+) -> Iterator[Fleet]:
+    """A gateway and one worker per queue, on ``base_env`` (the session fleet's) with ``env``."""
+    prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
+    port = free_port()
+    running = Fleet(
+        base_url=f"http://127.0.0.1:{port}",
+        env={**base_env, "ANTWORT_KEY_PREFIX": prefix, "ANTWORT_PORT": str(port), **env},
+        log_dir=log_dir,
+    )
+    try:
+        running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+        for queue in queues:
+            running.start_worker(queue, queue, f"--loglevel={loglevel}")
+        wait_ready(running.base_url)
+        yield running
+    finally:
+        running.stop_all()
+        client = redis.Redis.from_url(running.env["ANTWORT_REDIS_URL"])
+        delete_prefix(client, prefix)
+        client.close()

@@ -1,0 +1,132 @@
+"""A worker's observability: its metrics port, and one timed, logged record per task.
+
+Celery's task signals mark each task's start and end, so the tasks stay thin: the start
+observes the queue wait (from the ``antwort_sent_at`` header, :mod:`broker.telemetry`) and
+redeliveries and binds the task's ids to the log context; the end observes the task's
+duration by outcome and logs one line with both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from contextvars import Token
+from typing import Any
+
+from celery import Task, signals
+from prometheus_client import start_http_server
+
+from app.config import Settings
+from app.store import ResponseStore
+from app.telemetry import logs
+from app.telemetry import metrics as m
+from broker.routing import RUN_TOOL_CALL, RUN_TURN
+from broker.telemetry import SENT_AT
+
+logger = logging.getLogger("antwort.task")
+
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+class MetricsServer:
+    """One process's Prometheus endpoint; its URL registered in Redis for ``antwort status``."""
+
+    def __init__(self, settings: Settings, *, port: int):
+        self._server, self._thread = start_http_server(port, addr=settings.metrics_host)
+        host = settings.metrics_host
+        if host in _WILDCARD_HOSTS:
+            host = socket.gethostname()
+        self.url = f"http://{host}:{self._server.server_port}/metrics"
+
+    def register(self, store: ResponseStore, process: str) -> None:
+        """Say where this process's metrics are (``process``: hostname[/pid])."""
+        store.register_metrics_url(process, self.url)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def child_port(settings: Settings, index: int) -> int:
+    """The metrics port of a prefork pool's child ``index`` (0 based): base + 1 + index."""
+    return settings.metrics_port + 1 + index if settings.metrics_port else 0
+
+
+def _ids(task: Task, args: tuple[Any, ...]) -> dict[str, Any]:  # type: ignore[type-arg]
+    """The log context of a task: what it works on, from its arguments."""
+    if task.name == RUN_TURN and len(args) == 2:
+        return {"response_id": args[0], "turn": args[1]}
+    if task.name == RUN_TOOL_CALL and len(args) == 2:
+        return {"response_id": args[0], "call_id": args[1]}
+    return {}
+
+
+class TaskRecorder:
+    """Connects to Celery's task signals; one per worker process."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, tuple[float, Token[dict[str, Any] | None]]] = {}
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Start recording tasks in this process."""
+        signals.task_prerun.connect(self.started, weak=False, dispatch_uid="antwort.prerun")
+        signals.task_postrun.connect(self.ended, weak=False, dispatch_uid="antwort.postrun")
+
+    def started(
+        self,
+        task_id: str = "",
+        task: Task | None = None,  # type: ignore[type-arg]
+        args: Any = (),
+        **_: Any,
+    ) -> None:
+        """A task starts: its queue wait, a redelivery, its log context."""
+        if task is None:
+            return
+        request = task.request
+        delivery = request.delivery_info or {}
+        sent_at = request.get(SENT_AT)
+        if isinstance(sent_at, int | float):
+            queue = str(delivery.get("routing_key") or "unknown")
+            m.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, time.time() - sent_at))
+        if delivery.get("redelivered"):
+            m.TASK_REDELIVERIES.labels(task.name).inc()
+        token = logs.push({"task": task.name, **_ids(task, tuple(args or ()))})
+        with self._lock:
+            self._running[task_id] = (time.perf_counter(), token)
+
+    def ended(
+        self,
+        task_id: str = "",
+        task: Task | None = None,  # type: ignore[type-arg]
+        retval: Any = None,
+        state: str | None = None,
+        **_: Any,
+    ) -> None:
+        """A task ended: its duration by outcome, and its one log line."""
+        with self._lock:
+            running = self._running.pop(task_id, None)
+        if task is None or running is None:
+            return
+        started, token = running
+        seconds = time.perf_counter() - started
+        outcome = retval if isinstance(retval, str) else str(state or "unknown").lower()
+        m.TASK_SECONDS.labels(task.name, outcome).observe(seconds)
+        logger.info(
+            "task %s %s in %.1f ms",
+            task.name,
+            outcome,
+            seconds * 1000,
+            extra={"outcome": outcome, "duration_ms": round(seconds * 1000, 1)},
+        )
+        logs.pop(token)
+
+
+def process_name(hostname: str) -> str:
+    """How a pool child names itself among its worker's processes."""
+    return f"{hostname}/{os.getpid()}"
