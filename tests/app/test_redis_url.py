@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pydantic
 import pytest
 from kombu import Connection
@@ -17,6 +19,8 @@ from app.redis_url import (
     parse_redis_url,
 )
 from broker.celery_app import make_celery
+from programs.supervisor import free_port
+from tests.support.sentinel import SentinelSet
 
 
 def test_parse_redis_url_keeps_a_plain_url_as_it_is() -> None:
@@ -112,3 +116,37 @@ def test_make_redis_finds_a_sentinel_master_through_a_blocking_pool() -> None:
     assert pool.service_name == "mymaster"
     assert pool.max_connections == 7
     assert pool.connection_kwargs["db"] == 3
+
+
+@pytest.fixture(scope="module")
+def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    redis_set = SentinelSet(tmp_path_factory.mktemp("sentinel"))
+    try:
+        redis_set.start()
+        yield redis_set
+    finally:
+        redis_set.stop()
+
+
+def test_a_sentinel_client_reads_and_writes_on_the_master(sentinels: SentinelSet) -> None:
+    client = make_redis(Settings(redis_url=sentinels.url))
+    client.set("antwort-test:sentinel", "1")
+    assert client.get("antwort-test:sentinel") == b"1"
+    assert client.info("replication")["role"] == "master"
+    client.close()
+
+
+def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
+    sentinels: SentinelSet,
+) -> None:
+    # A connection that last talked to a master which is gone now (redis/redis-py#3874): the
+    # command's retry reconnects to the master the sentinels name, not to the old address.
+    client = make_redis(Settings(redis_url=sentinels.url))
+    connection = client.connection_pool.get_connection()
+    connection.disconnect()
+    connection.host, connection.port = "127.0.0.1", free_port()  # nobody listens there
+    connection.send_command("PING")
+    assert connection.read_response() == b"PONG"
+    assert connection.port == sentinels.master_address()[1]
+    client.connection_pool.release(connection)
+    client.close()
