@@ -80,6 +80,7 @@ def _report(outcomes: list[Outcome]) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(240)  # five Redis processes and a fleet to start on a busy machine
 def test_the_fleet_rides_out_a_sentinel_failover_while_responses_stream(
     sentinels: SentinelSet, sentinel_fleet: ChaosFleet
 ) -> None:
