@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.redis_url import RedisTarget, parse_redis_url
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
 HostedToolPolicy = Literal["drop", "reject"]
@@ -70,6 +72,13 @@ class Settings(BaseSettings):
     """How long a ``queued`` response may wait for its first turn to start before the sweeper
     queues that turn again (its message may have been lost with a worker or a connection); then
     again after each doubling of the wait, up to ``max_task_deliveries`` times."""
+    redis_sentinel_master: str | None = None
+    """The master's name when ``redis_url`` (or ``broker_url``) is in kombu's
+    ``sentinel://host:port;sentinel://host:port`` form; ``redis+sentinel://`` URLs name it in
+    their path (:mod:`app.redis_url`)."""
+    broker_url: str | None = None
+    """Redis (plain or Sentinel) of the Celery broker and result backend; unset: ``redis_url``.
+    Lets the store live elsewhere than the queues."""
     key_prefix: str = "antwort:"
     """Prefix of every Redis key the fleet writes."""
     response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
@@ -188,6 +197,28 @@ class Settings(BaseSettings):
     """Comma-separated hosts (``*.example.com`` for subdomains) the ``http_fetch`` tool may read."""
     fetch_max_bytes: int = Field(default=256 * 1024, ge=1024)
     """Largest body ``http_fetch`` reads."""
+
+    @model_validator(mode="after")
+    def _check_redis_urls(self) -> Settings:
+        for url in (self.redis_url, self.broker_url):
+            if url:
+                parse_redis_url(url, sentinel_master=self.redis_sentinel_master)
+        return self
+
+    @property
+    def store_redis(self) -> RedisTarget | None:
+        """Where the store lives (``redis_url``); ``None``: not configured."""
+        if not self.redis_url:
+            return None
+        return parse_redis_url(self.redis_url, sentinel_master=self.redis_sentinel_master)
+
+    @property
+    def broker_redis(self) -> RedisTarget | None:
+        """Where the Celery broker and result backend live (``broker_url``, else ``redis_url``)."""
+        url = self.broker_url or self.redis_url
+        if not url:
+            return None
+        return parse_redis_url(url, sentinel_master=self.redis_sentinel_master)
 
     @property
     def internal_tool_module_list(self) -> list[str]:

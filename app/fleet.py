@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import httpx
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.keys import Keys
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
+from app.redis_url import RedisTarget, SentinelTarget
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -31,6 +34,14 @@ def require_redis_url(settings: Settings) -> str:
     if not settings.redis_url:
         raise SystemExit("ANTWORT_REDIS_URL is not set (antwort up starts an embedded Redis).")
     return settings.redis_url
+
+
+def require_redis(settings: Settings, *, broker: bool = False) -> RedisTarget:
+    """Where the store (or with ``broker``, the Celery broker) lives; one must be configured."""
+    require_redis_url(settings)
+    target = settings.broker_redis if broker else settings.store_redis
+    assert target is not None  # a Redis URL is set
+    return target
 
 
 OUTAGE_BACKOFF_CAP = 1.0
@@ -54,8 +65,12 @@ def outage_retry(outage_seconds: float) -> Retry:
     )
 
 
-def make_redis(settings: Settings, *, rides_out_outages: bool = True) -> redis.Redis:
-    """A pooled Redis client; its commands ride out an outage of ``redis_outage_seconds``.
+def make_redis(
+    settings: Settings, *, rides_out_outages: bool = True, broker: bool = False
+) -> redis.Redis:
+    """A pooled client of the store's Redis (``broker``: the broker's).
+
+    Its commands ride out an outage (or a Sentinel failover) of ``redis_outage_seconds``.
 
     ``rides_out_outages=False``: a command fails as soon as Redis is gone (the gateway's pub/sub
     hub, which reconnects on its own and then tells its listeners to catch up).
@@ -65,17 +80,72 @@ def make_redis(settings: Settings, *, rides_out_outages: bool = True) -> redis.R
         if rides_out_outages
         else Retry(ExponentialBackoff(), 0)
     )
+    options: dict[str, Any] = {
+        "max_connections": settings.redis_max_connections,
+        "timeout": 30,
+        "health_check_interval": 30,
+        "socket_keepalive": True,
+        "retry": retry,
+    }
+    target = require_redis(settings, broker=broker)
+    if isinstance(target, SentinelTarget):
+        return _sentinel_master(target, options)
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
-    pool = redis.BlockingConnectionPool.from_url(
-        require_redis_url(settings),
-        max_connections=settings.redis_max_connections,
-        timeout=30,
-        health_check_interval=30,
-        socket_keepalive=True,
-        retry=retry,
-    )
+    pool = redis.BlockingConnectionPool.from_url(target, **options)
     return redis.Redis(connection_pool=pool)
+
+
+class SentinelBlockingConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """redis-py's Sentinel pool, blocking as the fleet's pools do when they are all in use.
+
+    Each new connection asks the sentinels for the master's address, so a client finds the new
+    master after a failover by itself; a connection to a demoted master is dropped on its first
+    READONLY reply (``SentinelManagedConnection``), and the command tried again.
+    """
+
+
+class FailoverConnection(SentinelManagedConnection):
+    """A connection to a Sentinel master that asks where the master is on every reconnect.
+
+    redis-py 8.1 asks only when the pool hands out a connection: a command's retry reconnects
+    to the address it had, so a command in flight when the master died kept knocking on the
+    dead master until the outage retry gave up (redis/redis-py#3874, open; measured here: two
+    turns of four failed after ``redis_outage_seconds``). Drop this once redis-py fixes it.
+    """
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Connect (to the master the sentinels name now, when this is a reconnect)."""
+        # connect_to (the pool's own path) passes retry_socket_connect=False after its lookup
+        if retry_socket_connect and self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health, retry_socket_connect)
+
+
+SENTINEL_TIMEOUT_SECONDS = 1.0
+"""Connect and read timeout of a query to one sentinel (the next one is asked after it)."""
+
+
+def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.Redis:
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs={
+            "socket_connect_timeout": SENTINEL_TIMEOUT_SECONDS,
+            "socket_timeout": SENTINEL_TIMEOUT_SECONDS,
+        },
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.master_name,
+        connection_pool_class=SentinelBlockingConnectionPool,
+        connection_class=FailoverConnection,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return client
 
 
 def make_store(settings: Settings, client: redis.Redis | None = None) -> ResponseStore:

@@ -9,8 +9,9 @@ from celery import Celery
 from kombu import Queue
 
 from app.config import Settings
-from app.fleet import QUEUES, require_redis_url
+from app.fleet import QUEUES, require_redis
 from app.keys import Keys
+from app.redis_url import celery_transport_options, celery_url
 from broker import telemetry
 from broker.routing import INFERENCE_QUEUE, TASK_ROUTES
 
@@ -21,10 +22,12 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     ``include``: modules whose tasks the app runs (a worker's); a sender needs none, since it
     sends tasks by name.
     """
-    url = require_redis_url(settings)
+    target = require_redis(settings, broker=True)  # ANTWORT_BROKER_URL, else the store's
+    url = celery_url(target)
     transport = {
         "visibility_timeout": settings.task_visibility_timeout_seconds,
         "global_keyprefix": Keys(settings.key_prefix).celery_prefix,
+        **celery_transport_options(target),  # a Sentinel master's name
     }
     # No ack emulation: with it, a worker whose broker connection drops while it holds an
     # acks-late task re-pushes that message through a client the drop already cleared, and the

@@ -123,7 +123,12 @@ class TaskPublisher:
         self._celery = celery
         options = celery.conf.broker_transport_options or {}
         self._prefix = str(options.get("global_keyprefix", ""))
-        self.redis = client or make_redis(Settings(redis_url=str(celery.conf.broker_url)))
+        self.redis = client or make_redis(
+            Settings(
+                redis_url=str(celery.conf.broker_url),
+                redis_sentinel_master=options.get("master_name"),
+            )
+        )
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"  # as Celery names a sender
         self._reply_to = str(celery.thread_oid)
 

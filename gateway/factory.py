@@ -44,8 +44,9 @@ def create_app(
     client = redis_client or make_redis(settings)
     if dispatcher is None or compaction_queue is None:
         celery = make_celery(settings)
-        # the dispatcher's sends share the gateway's Redis pool
-        dispatcher = dispatcher or make_dispatcher(celery, settings, client)
+        # the dispatcher's sends share the gateway's Redis pool, unless the broker has its own
+        sends = None if settings.broker_url else client
+        dispatcher = dispatcher or make_dispatcher(celery, settings, sends)
         compaction_queue = compaction_queue or CeleryCompactionQueue(celery)
     app = Flask("antwort-gateway")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes

@@ -1,0 +1,143 @@
+"""Where a Redis lives: one server by URL, or a master that Redis Sentinel names.
+
+``ANTWORT_REDIS_URL`` (and ``ANTWORT_BROKER_URL``) take either form:
+
+* ``redis://[[user]:password@]host:port[/db]`` (or ``rediss://``, ``unix://``): one server;
+* ``redis+sentinel://[[user]:password@]host:port[,host:port…]/master_name[/db]``: the master
+  the sentinels at those addresses name, found again after every failover. The user and
+  password are the master's (and its replicas'); sentinels are asked without them.
+
+Kombu's own form, ``sentinel://host:port[/db];sentinel://host:port…`` with the master's name in
+``ANTWORT_REDIS_SENTINEL_MASTER``, is taken too. Each consumer gets the target in the form its
+library's public API takes: redis-py's ``Sentinel(...).master_for(...)`` (:mod:`app.fleet`),
+and Celery's ``sentinel://`` broker and result backend URLs with ``master_name`` in their
+transport options (:func:`celery_url`, :func:`celery_transport_options`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit
+
+SENTINEL_SCHEME = "redis+sentinel"
+KOMBU_SENTINEL_SCHEME = "sentinel"
+DEFAULT_SENTINEL_PORT = 26379
+
+
+class RedisUrlError(ValueError):
+    """A Redis URL the fleet cannot use (the message says what is wrong)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentinelTarget:
+    """A master found through Redis Sentinel."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    """The sentinels' addresses (any one that answers will do)."""
+    master_name: str
+    """The name the sentinels monitor the master under."""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+RedisTarget = str | SentinelTarget
+"""A plain Redis URL (for redis-py's ``from_url`` and Celery as is), or a Sentinel master."""
+
+
+def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTarget:
+    """The target ``url`` names.
+
+    Raises:
+        RedisUrlError: a Sentinel URL without addresses or a master's name, or a bad db.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme == SENTINEL_SCHEME:
+        return _parse_sentinel(url)
+    if scheme == KOMBU_SENTINEL_SCHEME:
+        return _parse_kombu_sentinel(url, sentinel_master)
+    return url
+
+
+def _parse_sentinel(url: str) -> SentinelTarget:
+    parts = urlsplit(url)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = credentials.partition(":")
+    path = [segment for segment in parts.path.split("/") if segment]
+    if not path:
+        raise RedisUrlError(
+            f"{_redacted(url)}: name the master, {SENTINEL_SCHEME}://host:port/name"
+        )
+    if len(path) > 2:
+        raise RedisUrlError(f"{_redacted(url)}: expected /master_name[/db] after the addresses")
+    return SentinelTarget(
+        sentinels=tuple(_address(host) for host in hosts.split(",")),
+        master_name=unquote(path[0]),
+        db=_db(path[1] if len(path) > 1 else "0", url),
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+    )
+
+
+def _parse_kombu_sentinel(url: str, master_name: str | None) -> SentinelTarget:
+    if not master_name:
+        raise RedisUrlError(
+            f"{_redacted(url)}: kombu's sentinel:// form needs ANTWORT_REDIS_SENTINEL_MASTER "
+            f"(or use {SENTINEL_SCHEME}://host:port,host:port/master_name/db)"
+        )
+    chunks = [urlsplit(chunk.strip()) for chunk in url.split(";") if chunk.strip()]
+    first = chunks[0]
+    return SentinelTarget(
+        sentinels=tuple(_address(chunk.netloc.rpartition("@")[2]) for chunk in chunks),
+        master_name=master_name,
+        db=_db(first.path.strip("/") or "0", url),
+        username=unquote(first.username) if first.username else None,
+        password=unquote(first.password) if first.password else None,
+    )
+
+
+def _address(host: str) -> tuple[str, int]:
+    name, _, port = host.strip().rpartition(":")
+    if not name:
+        name, port = port, str(DEFAULT_SENTINEL_PORT)
+    if not name or not port.isdigit():
+        raise RedisUrlError(f"{host!r} is not a sentinel address (host:port)")
+    return name.strip("[]"), int(port)
+
+
+def _db(value: str, url: str) -> int:
+    if not value.isdigit():
+        raise RedisUrlError(f"{_redacted(url)}: the database must be a number, not {value!r}")
+    return int(value)
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, for messages."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, hosts = rest.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}://{credentials.partition(':')[0]}:***@{hosts}"
+
+
+def celery_url(target: RedisTarget) -> str:
+    """``target`` as Celery's broker and result backend take it.
+
+    A Sentinel master becomes kombu's list of ``sentinel://`` URLs, one per sentinel, each with
+    the master's credentials and database; its name goes in :func:`celery_transport_options`.
+    """
+    if isinstance(target, str):
+        return target
+    credentials = ""
+    if target.username or target.password:
+        user = quote(target.username or "", safe="")
+        credentials = f"{user}:{quote(target.password or '', safe='')}@"
+    return ";".join(
+        f"{KOMBU_SENTINEL_SCHEME}://{credentials}{host}:{port}/{target.db}"
+        for host, port in target.sentinels
+    )
+
+
+def celery_transport_options(target: RedisTarget) -> dict[str, str]:
+    """What Celery's broker and result backend need besides :func:`celery_url`."""
+    return {} if isinstance(target, str) else {"master_name": target.master_name}

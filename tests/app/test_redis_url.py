@@ -1,0 +1,152 @@
+"""Redis URLs: one server, a Sentinel master, and what Celery is given for each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pydantic
+import pytest
+from kombu import Connection
+from redis.sentinel import SentinelConnectionPool
+
+from app.config import Settings
+from app.fleet import make_redis
+from app.redis_url import (
+    RedisUrlError,
+    SentinelTarget,
+    celery_transport_options,
+    celery_url,
+    parse_redis_url,
+)
+from broker.celery_app import make_celery
+from programs.supervisor import free_port
+from tests.support.sentinel import SentinelSet
+
+
+def test_parse_redis_url_keeps_a_plain_url_as_it_is() -> None:
+    assert parse_redis_url("redis://127.0.0.1:6379/3") == "redis://127.0.0.1:6379/3"
+
+
+def test_parse_redis_url_reads_the_sentinels_the_master_and_the_db() -> None:
+    target = parse_redis_url("redis+sentinel://:s3cret@h1:26379,h2:26380,[::1]:5/mymaster/2")
+    assert target == SentinelTarget(
+        sentinels=(("h1", 26379), ("h2", 26380), ("::1", 5)),
+        master_name="mymaster",
+        db=2,
+        password="s3cret",
+    )
+
+
+def test_parse_redis_url_defaults_the_sentinel_port_and_the_db() -> None:
+    target = parse_redis_url("redis+sentinel://h1/mymaster")
+    assert target == SentinelTarget(sentinels=(("h1", 26379),), master_name="mymaster")
+
+
+def test_parse_redis_url_takes_kombus_form_with_the_masters_name() -> None:
+    url = "sentinel://u:pw@h1:26379/1;sentinel://u:pw@h2:26379/1"
+    assert parse_redis_url(url, sentinel_master="m") == SentinelTarget(
+        sentinels=(("h1", 26379), ("h2", 26379)),
+        master_name="m",
+        db=1,
+        username="u",
+        password="pw",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("redis+sentinel://h1:26379", "name the master"),
+        ("redis+sentinel://h1:26379/m/x", "must be a number"),
+        ("redis+sentinel://h1:26379/m/0/9", "expected /master_name"),
+        ("redis+sentinel://h1:port/m", "not a sentinel address"),
+        ("sentinel://h1:26379", "ANTWORT_REDIS_SENTINEL_MASTER"),
+    ],
+)
+def test_parse_redis_url_says_what_is_wrong(url: str, complaint: str) -> None:
+    with pytest.raises(RedisUrlError, match=complaint):
+        parse_redis_url(url)
+
+
+def test_parse_redis_url_hides_the_password_in_its_messages() -> None:
+    with pytest.raises(RedisUrlError) as caught:
+        parse_redis_url("redis+sentinel://user:s3cret@h1:26379")
+    assert "s3cret" not in str(caught.value)
+
+
+def test_settings_refuse_a_bad_redis_url_at_start() -> None:
+    with pytest.raises(pydantic.ValidationError, match="name the master"):
+        Settings(redis_url="redis+sentinel://h1:26379")
+
+
+def test_celery_gets_kombus_sentinel_urls_and_the_masters_name() -> None:
+    target = parse_redis_url("redis+sentinel://:p%40ss@h1:1,h2:2/mymaster/4")
+    assert celery_url(target) == "sentinel://:p%40ss@h1:1/4;sentinel://:p%40ss@h2:2/4"
+    assert celery_transport_options(target) == {"master_name": "mymaster"}
+    assert celery_url("redis://h:1/0") == "redis://h:1/0"
+    assert celery_transport_options("redis://h:1/0") == {}
+
+
+def test_make_celery_points_broker_and_backend_at_the_sentinels() -> None:
+    settings = Settings(redis_url="redis+sentinel://h1:1,h2:2/mymaster/0")
+    celery = make_celery(settings)
+    assert celery.conf.broker_transport_options["master_name"] == "mymaster"
+    assert celery.conf.result_backend_transport_options["master_name"] == "mymaster"
+    assert celery.conf.result_backend == "sentinel://h1:1/0;sentinel://h2:2/0"
+    connection = Connection(celery.conf.broker_url)
+    assert connection.transport_cls == "sentinel"
+    assert [alt.partition("/0")[0] for alt in connection.alt] == [
+        "sentinel://h1:1",
+        "sentinel://h2:2",
+    ]
+
+
+def test_the_broker_url_takes_the_broker_elsewhere_than_the_store() -> None:
+    settings = Settings(redis_url="redis://store:1/0", broker_url="redis://queues:2/0")
+    assert make_celery(settings).conf.broker_url == "redis://queues:2/0"
+    store = make_redis(settings).connection_pool.connection_kwargs["host"]
+    broker = make_redis(settings, broker=True).connection_pool.connection_kwargs["host"]
+    assert (store, broker) == ("store", "queues")
+
+
+def test_make_redis_finds_a_sentinel_master_through_a_blocking_pool() -> None:
+    settings = Settings(redis_url="redis+sentinel://h1:1/mymaster/3", redis_max_connections=7)
+    pool = make_redis(settings).connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.service_name == "mymaster"
+    assert pool.max_connections == 7
+    assert pool.connection_kwargs["db"] == 3
+
+
+@pytest.fixture(scope="module")
+def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    redis_set = SentinelSet(tmp_path_factory.mktemp("sentinel"))
+    try:
+        redis_set.start()
+        yield redis_set
+    finally:
+        redis_set.stop()
+
+
+def test_a_sentinel_client_reads_and_writes_on_the_master(sentinels: SentinelSet) -> None:
+    client = make_redis(Settings(redis_url=sentinels.url))
+    client.set("antwort-test:sentinel", "1")
+    assert client.get("antwort-test:sentinel") == b"1"
+    assert client.info("replication")["role"] == "master"
+    client.close()
+
+
+def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
+    sentinels: SentinelSet,
+) -> None:
+    # A connection that last talked to a master which is gone now (redis/redis-py#3874): the
+    # command's retry reconnects to the master the sentinels name, not to the old address.
+    client = make_redis(Settings(redis_url=sentinels.url))
+    connection = client.connection_pool.get_connection()
+    connection.disconnect()
+    connection.host, connection.port = "127.0.0.1", free_port()  # nobody listens there
+    connection.send_command("PING")
+    assert connection.read_response() == b"PONG"
+    assert connection.port == sentinels.master_address()[1]
+    client.connection_pool.release(connection)
+    client.close()

@@ -1,0 +1,78 @@
+"""``ANTWORT_BROKER_URL``: Celery's broker and result backend on a Redis of their own.
+
+The store stays on ``ANTWORT_REDIS_URL`` (the tests' Redis); the queues, and the chord of a turn
+that calls two tools at once, go through a private ``redis-server`` on a free port.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from programs.supervisor import free_port
+from tests.conftest import delete_prefix
+from tests.e2e.conftest import Fleet, wait_ready
+from tests.support.chaos import PrivateRedis
+
+
+@pytest.fixture
+def split_fleet(
+    redis_url: str, sim_url: str, tmp_path: Path, process_environ: dict[str, str]
+) -> Iterator[tuple[Fleet, PrivateRedis]]:
+    broker = PrivateRedis(tmp_path)
+    broker.start()
+    port = free_port()
+    env = {
+        **process_environ,
+        "ANTWORT_REDIS_URL": redis_url,
+        "ANTWORT_BROKER_URL": broker.url,
+        "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
+        "ANTWORT_LLM_BASE_URL": sim_url,
+        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
+        "ANTWORT_PORT": str(port),
+        "ANTWORT_INFERENCE_CONCURRENCY": "4",
+        "ANTWORT_LOG_LEVEL": "warning",
+    }
+    fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
+    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    fleet.start_worker("worker-0")
+    fleet.start_worker("tools-0", "tools.internal")
+    try:
+        wait_ready(fleet.base_url)
+        yield fleet, broker
+    finally:
+        fleet.stop_all()
+        broker.stop()
+        store = redis.Redis.from_url(redis_url)
+        delete_prefix(store, env["ANTWORT_KEY_PREFIX"])
+        store.close()
+
+
+@pytest.mark.e2e
+def test_the_broker_url_keeps_the_queues_off_the_store(
+    split_fleet: tuple[Fleet, PrivateRedis], redis_url: str
+) -> None:
+    fleet, broker = split_fleet
+    body = {
+        "input": "use calculator expression=6*7 and unit_convert",
+        "tools": [
+            {"type": "internal", "name": "calculator"},
+            {"type": "internal", "name": "unit_convert"},
+        ],
+    }
+    response = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60).json()
+    assert response["status"] == "completed", response
+    outputs = [item for item in response["output"] if item["type"] == "function_call_output"]
+    assert len(outputs) == 2  # the two calls ran as a chord, through the broker's Redis
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
+    with redis.Redis.from_url(broker.url) as queues, redis.Redis.from_url(redis_url) as store:
+        assert queues.keys(f"{prefix}celery:*")
+        assert not queues.keys(f"{prefix}r:*")
+        assert store.exists(f"{prefix}r:{response['id']}")
+        assert not store.keys(f"{prefix}celery:*")
