@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
-from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted
+from app.ids import check_response_id
 from app.protocol import events as ev
 from app.protocol.request import CreateResponseRequest, FunctionChoice
 from app.protocol.response import (
@@ -65,18 +66,19 @@ def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
         for previous, part in zip((None, *error["loc"]), error["loc"], strict=False)
         if not _is_union_tag(part, previous)
     ]
-    param = ".".join(location) or None
+    # a location holds the client's own keys (an unknown field, a metadata key): cut short
+    param = ".".join(location)[:256] or None
     if error["type"] == "extra_forbidden":
-        message = f"Unknown parameter: '{param}'."
+        message = f"Unknown parameter: {quoted(param)}."
         return InvalidRequestError(message, param=param, code="unknown_parameter")
     if error["type"] == "missing":
         return InvalidRequestError(
-            f"Missing required parameter: '{param}'.",
+            f"Missing required parameter: {quoted(param)}.",
             param=param,
             code="missing_required_parameter",
         )
     return InvalidRequestError(
-        f"Invalid value for '{param}': {error['msg']}.", param=param, code="invalid_value"
+        f"Invalid value for {quoted(param)}: {error['msg']}.", param=param, code="invalid_value"
     )
 
 
@@ -176,10 +178,10 @@ def _extra(request: CreateResponseRequest) -> dict[str, Any]:
 
 def _check_tool_choice(request: CreateResponseRequest) -> None:
     choice = request.tool_choice
-    names = {getattr(tool, "name", None) for tool in request.tools}
+    names = _tool_names(request)
     if isinstance(choice, FunctionChoice) and choice.name not in names:
         raise InvalidRequestError(
-            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
+            f"Tool choice {quoted(choice.name)} not found in 'tools' parameter.",
             param="tool_choice",
             code="invalid_value",
         )
@@ -189,6 +191,22 @@ def _check_tool_choice(request: CreateResponseRequest) -> None:
             param="tool_choice",
             code="invalid_value",
         )
+
+
+def _tool_names(request: CreateResponseRequest) -> set[str]:
+    """The names of the request's tools; a name declared twice is a 400."""
+    names: set[str] = set()
+    for index, tool in enumerate(request.tools):
+        name = getattr(tool, "name", None)
+        if name in names:
+            raise InvalidRequestError(
+                f"Tool names must be unique: {quoted(name)} is declared twice.",
+                param=f"tools.{index}.name",
+                code="duplicate_tool_name",
+            )
+        if name is not None:
+            names.add(name)
+    return names
 
 
 def _new_response(
@@ -277,6 +295,7 @@ def cancel_response(
     store: ResponseStore, dispatcher: Dispatcher, response_id: str
 ) -> ResponseObject:
     """Cancel a background response; a finished one comes back unchanged."""
+    check_response_id(response_id)
     for _ in range(10):
         stored = store.get(response_id)
         response = stored.response
@@ -299,6 +318,7 @@ def cancel_response(
 
 def retrieve_response(store: ResponseStore, response_id: str) -> ResponseObject:
     """The stored response; a finished ``store: false`` response is gone for HTTP clients."""
+    check_response_id(response_id)
     response = store.get(response_id).response
     if not response.store and response.status not in ACTIVE_STATUSES:
         raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
@@ -307,6 +327,7 @@ def retrieve_response(store: ResponseStore, response_id: str) -> ResponseObject:
 
 def delete_response(store: ResponseStore, response_id: str) -> dict[str, Any]:
     """Delete a response with its input items and events."""
+    check_response_id(response_id)
     if not store.delete(response_id):
         raise NotFoundError(f"No response found with id '{response_id}'.", param="response_id")
     return {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -324,7 +345,7 @@ def list_input_items(
         ids = [item.get("id") for item in items]
         if after not in ids:
             raise InvalidRequestError(
-                f"No input item with id '{after}'.", param="after", code="invalid_value"
+                f"No input item with id {quoted(after)}.", param="after", code="invalid_value"
             )
         items = items[ids.index(after) + 1 :]
     page = items[:limit]

@@ -26,8 +26,9 @@ from typing import Any, Protocol
 from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
-from app.errors import AppError, InvalidRequestError, NotFoundError
+from app.errors import AppError, InvalidRequestError, NotFoundError, quoted
 from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.protocol.json_text import load_json
 from app.relay import EventHub, Keepalive, follow_events
 from app.responses import create_response
 from app.store import ResponseStore
@@ -85,15 +86,12 @@ def parse_create_message(message: str | bytes) -> dict[str, Any]:
     Raises:
         InvalidRequestError: not JSON, not a ``response.create``, or an HTTP-only field.
     """
-    try:
-        event = json.loads(message)
-    except ValueError:
-        raise InvalidRequestError("The message is not valid JSON.", code="invalid_json") from None
+    event = load_json(message)
     if not isinstance(event, dict):
         raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
     if event.get("type") != CREATE_EVENT:
         raise InvalidRequestError(
-            f"Unsupported event type {event.get('type')!r}; send '{CREATE_EVENT}'.",
+            f"Unsupported event type {quoted(event.get('type'))}; send '{CREATE_EVENT}'.",
             param="type",
             code="invalid_event_type",
         )

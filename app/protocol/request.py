@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from app.protocol.items import InputItem
 
@@ -27,6 +27,15 @@ Includable = Literal[
     "antwort:progress",
 ]
 """What ``include`` may name; anything else is a 400 naming the entry."""
+
+MAX_TOKENS = 2**31 - 1
+"""Bound of token counts a client may ask for (what servers parse ``max_tokens`` into)."""
+
+Metadata = dict[
+    Annotated[str, StringConstraints(max_length=64)],
+    Annotated[str, StringConstraints(max_length=512)],
+]
+"""OpenAI's ``metadata``: at most 16 pairs, keys up to 64 characters, values up to 512."""
 
 
 class _Strict(BaseModel):
@@ -208,8 +217,8 @@ class CreateResponseRequest(_Strict):
     tools: list[Tool] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    max_tool_calls: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tool_calls: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -218,7 +227,7 @@ class CreateResponseRequest(_Strict):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     truncation: Literal["auto", "disabled"] | None = None
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    metadata: Metadata | None = Field(default=None, max_length=16)
     user: str | None = None
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = None

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.errors import InvalidRequestError
 from app.relay import EventHub
 from app.run import RunDeps, advance_response
 from app.socket_session import SocketSession, parse_create_message
@@ -171,12 +172,15 @@ def test_session_ends_with_connection_limit_reached(
         ("1", "invalid_event"),
         ('{"input": "x"}', "invalid_event_type"),
         ('{"type": "response.create", "stream_options": {}}', "unsupported_parameter"),
+        ('{"type": "response.create", "input": ' + "[" * 9_999 + "]" * 9_999 + "}", "invalid_json"),
+        ('{"type": "response.create", "input": "\\udc00"}', "invalid_value"),
+        ('{"type": "response.create", "metadata": ' + "[" * 100 + "]" * 100 + "}", "invalid_value"),
     ],
 )
 def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: str) -> None:
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(InvalidRequestError) as raised:
         parse_create_message(message)
-    assert getattr(raised.value, "code", None) == code
+    assert raised.value.code == code
 
 
 def test_parse_create_message_returns_the_create_body() -> None:
