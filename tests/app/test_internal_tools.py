@@ -1,11 +1,13 @@
 """The internal tool registry: initialize on worker start, shut down on worker stop."""
 
+import time
 from pathlib import Path
 
 import pytest
 
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.internal import Registry, load_registry
+from app.tools.internal.builtins import evaluate
 
 
 def test_registry_leaves_out_a_tool_whose_initialize_raises(
@@ -57,3 +59,22 @@ def test_registry_shutdown_goes_on_after_a_failing_tool() -> None:
     registry.shutdown_all()
 
     assert calls == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "expression", ["(9**9999)**2999", "9**9999*9**9999*9**9999*9**9999*9**9999", "(2**10000)**100"]
+)
+def test_calculator_refuses_a_huge_integer_result_before_computing_it(expression: str) -> None:
+    started = time.monotonic()
+
+    with pytest.raises(ValueError, match="too large"):
+        evaluate(expression)
+
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"), [("2**100", 2**100), ("9**9999 % 7", 9**9999 % 7), ("-3**3", -27)]
+)
+def test_calculator_still_computes_big_integers_in_bounds(expression: str, value: int) -> None:
+    assert evaluate(expression) == value
