@@ -15,6 +15,7 @@ from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
 from gateway import auth, compact, errors, health, metrics, models, responses, ws
+from gateway.body_deadline import bound_body_reads
 from gateway.context import Gateway
 
 
@@ -56,4 +57,5 @@ def create_app(
         app.register_blueprint(blueprint)
     compact.register(app, compaction_queue)
     ws.register(app, settings)
+    app.wsgi_app = bound_body_reads(app.wsgi_app, settings.body_timeout_seconds)  # type: ignore[method-assign,assignment]
     return app
