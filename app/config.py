@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     """Interval of SSE ``: keepalive`` comments."""
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest accepted request body."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Time a client has to send a request's body, from the first read of it (a 408 after)."""
     sync_timeout_seconds: float = Field(default=600.0, gt=0)
     """How long a non-streaming, non-background request waits for its answer."""
     llm_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -98,6 +100,9 @@ class Settings(BaseSettings):
     """Tool calls of one turn running at once."""
     tool_runner_pool: bool = True
     """Run tool calls on reused runner threads (``app.tool_calls``); off: a new thread each."""
+    internal_tool_isolation: Literal["process", "thread"] = "process"
+    """``process``: each internal tool call runs in a child the worker kills at the deadline,
+    so a tool that holds the GIL cannot stall the worker; ``thread``: in the worker itself."""
     internal_tool_modules: str | None = None
     """Comma-separated modules whose ``register(registry)`` adds internal tools."""
     sim_port: int = 8090
