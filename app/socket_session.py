@@ -17,6 +17,7 @@ Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -26,12 +27,14 @@ from typing import Any, Protocol
 from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
-from app.errors import AppError, InvalidRequestError, NotFoundError, quoted
+from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError, quoted
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
 from app.relay import EventHub, Keepalive, follow_events
 from app.responses import create_response
 from app.store import ResponseStore
+
+logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
 _TRANSPORT_FIELDS = ("stream", "stream_options", "background")
@@ -105,6 +108,10 @@ def parse_create_message(message: str | bytes) -> dict[str, Any]:
     return {name: value for name, value in event.items() if name != "type"}
 
 
+def _unexpected() -> ServerError:
+    return ServerError("The server had an error while processing your request.")
+
+
 class SocketSession:
     """Serves one WebSocket connection; keeps its most recent response."""
 
@@ -146,6 +153,10 @@ class SocketSession:
             self.forget(body.get("previous_response_id"))
             transport.send(error_message(error))
             return not isinstance(error, ConnectionLimitError)
+        except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
+            logger.exception("unexpected error in a WebSocket session")
+            self.forget(body.get("previous_response_id"))
+            transport.send(error_message(_unexpected()))
         return True
 
     def run(self, transport: Transport, body: dict[str, Any]) -> None:

@@ -185,3 +185,25 @@ def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: s
 
 def test_parse_create_message_returns_the_create_body() -> None:
     assert parse_create_message(create(input="x", store=False)) == {"input": "x", "store": False}
+
+
+def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = make_session(FakeModel([]))
+    calls: list[str] = []
+
+    def run(transport: object, body: dict[str, Any]) -> None:
+        calls.append(body["input"])
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(session, "run", run)
+    transport = ScriptedTransport(create(input="one"), create(input="two"))
+
+    serve(session, transport)
+
+    assert calls == ["one", "two"]
+    assert [event["type"] for event in transport.sent] == ["error", "error"]
+    error = transport.sent[0]
+    assert (error["status"], error["error"]["type"]) == (500, "server_error")
+    assert "secret" not in error["error"]["message"]
