@@ -86,26 +86,8 @@ class Counted:
         return ToolResult(call_id=call.id, output=f"{self.name} done")
 
 
-@dataclass
-class GilHolder:
+class GilHolder(Sleeper):
     """Adds up a long range in one C call: it never releases the GIL while it runs."""
-
-    name: str = "gil_holder"
-    timeout: float = 1.0
-
-    def definition(self) -> ToolDefinition:
-        return ToolDefinition(
-            name=self.name,
-            kind=ToolKind.INTERNAL,
-            description="holds the GIL for minutes",
-            timeout_seconds=self.timeout,
-        )
-
-    def initialize(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
 
     def execute(self, call: ToolCall) -> ToolResult:
         return ToolResult(call_id=call.id, output=str(sum(range(10**12))))
@@ -119,4 +101,4 @@ def register(registry: Registry) -> None:
     registry.register(Sleeper("big_output", 0.0, output="x" * 5000))
     registry.register(Sleeper("long_tool", 5.0))
     registry.register(Counted("counted_slow", 3.0))  # the default deadline (a minute)
-    registry.register(GilHolder())
+    registry.register(GilHolder("gil_holder", 0.0, timeout=1.0))
