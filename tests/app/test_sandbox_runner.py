@@ -143,6 +143,24 @@ def test_abuse_writing_outside_the_work_directory_fails(sandbox: Sandbox) -> Non
     assert not outcome.is_ok and "Error" in outcome.stderr
 
 
+def test_abuse_filling_dev_shm_stops_at_the_work_dir_cap(sandbox: Sandbox) -> None:
+    code = (  # files under RLIMIT_FSIZE (8 MB), together past the 32 MB tmpfs
+        "for n in range(8):\n"
+        "    with open(f'/dev/shm/part{n}', 'wb') as f:\n"
+        "        f.write(b'0' * 7 * 2**20)"
+    )
+    outcome = run(sandbox, code)
+    assert not outcome.is_ok
+    assert "No space left on device" in outcome.stderr
+
+
+def test_abuse_writing_into_dev_is_read_only(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "open('/dev/evil', 'wb').write(b'0' * 2**20)")
+    assert not outcome.is_ok and "Read-only file system" in outcome.stderr
+    outcome = run(sandbox, "open('/dev/null', 'w').write('fine')\nprint('ok')")
+    assert outcome.stdout == "ok\n"
+
+
 def test_abuse_killing_the_parent_is_reported(sandbox: Sandbox) -> None:
     outcome = run(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     assert not outcome.is_ok and outcome.error is not None

@@ -254,6 +254,16 @@ class Sandbox:
             "/proc",
             "--dev",
             "/dev",
+            # bwrap's /dev is a tmpfs of half the host's RAM, unbounded by --size: its shared
+            # memory gets a capped tmpfs of its own, and the rest of /dev is made read-only.
+            "--perms",
+            "1777",
+            "--size",
+            size,
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
             "--size",
             size,
             "--tmpfs",
