@@ -14,7 +14,7 @@ from app.relay import EventHub
 from broker.celery_app import make_celery
 from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
-from gateway import auth, compact, errors, health, metrics, models, responses, ws
+from gateway import auth, compact, errors, health, metrics, models, openapi, responses, ws
 from gateway.body_deadline import bound_body_reads
 from gateway.context import Gateway
 
@@ -53,8 +53,9 @@ def create_app(
     errors.register(app)
     auth.register(app, settings.api_key_set)
     metrics.register(app)
-    for blueprint in (responses.blueprint, models.blueprint, health.blueprint, metrics.blueprint):
-        app.register_blueprint(blueprint)
+    blueprints = (responses, models, health, metrics, openapi)
+    for module in blueprints:
+        app.register_blueprint(module.blueprint)
     compact.register(app, compaction_queue)
     ws.register(app, settings)
     app.wsgi_app = bound_body_reads(app.wsgi_app, settings.body_timeout_seconds)  # type: ignore[method-assign,assignment]
