@@ -111,8 +111,8 @@ class Settings(BaseSettings):
     """JSON file of configured MCP servers (label → URL or stdio command, headers, timeout,
     default approval); requests name them by ``server_label`` alone."""
     mcp_secret_key: str | None = None
-    """Key that seals per-request MCP ``headers``/``authorization`` in the store; unset: a key
-    the fleet generates once and keeps in Redis."""
+    """Key that seals per-request MCP ``headers``/``authorization`` in the store; unset: one
+    derived from the key in ``secrets_file`` (never a key kept in Redis)."""
     mcp_timeout_seconds: float = Field(default=30.0, gt=0)
     """Deadline of one MCP call or listing (a configured server may set its own)."""
     mcp_connect_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -191,5 +191,9 @@ class Settings(BaseSettings):
     websocket_max_seconds: float = Field(default=3600.0, gt=0)
     """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
     compaction_key: str | None = None
-    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: a
-    key generated once and kept in Redis, shared by every replica."""
+    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: one
+    derived from the key in ``secrets_file``."""
+    secrets_file: str | None = None
+    """File of the fleet's generated key (made, mode 0600, by the first process that needs it)
+    for the secrets above left unset; ``antwort up`` puts it in its state directory. Unset too:
+    what needs a secret is refused, for a key kept in Redis would open to a reader of Redis."""

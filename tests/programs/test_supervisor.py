@@ -27,3 +27,15 @@ def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missin
             for child in plan(settings.model_copy(update={"sandbox_bwrap": None}), {}, "/tmp")
         ]
         assert "worker[tools.sandbox]" in names
+
+
+def test_antwort_up_keeps_the_generated_key_in_its_state_directory_not_in_redis() -> None:
+    settings = Settings(redis_url="redis://127.0.0.1:1/0", llm_base_url="http://127.0.0.1:1/v1")
+    env: dict[str, str] = {}
+
+    plan(settings, env, "/state")
+
+    assert env["ANTWORT_SECRETS_FILE"] == "/state/secrets.key"
+    configured: dict[str, str] = {}
+    plan(settings.model_copy(update={"secrets_file": "/elsewhere.key"}), configured, "/state")
+    assert "ANTWORT_SECRETS_FILE" not in configured  # the operator's own stays

@@ -21,13 +21,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.aead import generated_key
+from app.aead import fleet_secret
 from app.config import Settings
 from app.errors import ServerError, UpstreamError
-from app.keys import Keys
 from app.tools.base import McpToolRef
 from app.tools.mcp.security import Sealer
 from app.tools.mcp.target import ServerTarget
@@ -77,11 +75,15 @@ def load_configured(path: str | None) -> dict[str, ConfiguredServer]:
     return parsed.servers
 
 
-def seal_key(settings: Settings, client: redis.Redis) -> bytes:
-    """The sealing key: configured, or generated once for the fleet and kept in Redis."""
+def seal_key(settings: Settings) -> bytes:
+    """The sealing key: configured, or derived from the fleet's key in ``secrets_file``.
+
+    Raises:
+        MissingSecretError: neither is configured.
+    """
     if settings.mcp_secret_key:
         return settings.mcp_secret_key.encode()
-    return generated_key(client, Keys(settings.key_prefix).mcp_seal_key).encode()
+    return fleet_secret(settings.secrets_file, "mcp", setting="ANTWORT_MCP_SECRET_KEY")
 
 
 def transport_of(url: str) -> Literal["streamable_http", "sse"]:
