@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from app.tools.sandbox.seccomp import deny_program
 from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ class Sandbox:
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
+        self.seccomp = deny_program()
+        """The seccomp filter every run gets (None on an architecture without a table)."""
         self.slots = UidSlots(
             uid_base=uid_base,
             uid_count=uid_count,
@@ -187,18 +190,23 @@ class Sandbox:
             {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         )
         started = time.monotonic()
+        seccomp_fd = _program_fd(self.seccomp)
         try:
             proc = subprocess.Popen(
-                self.command(),
+                self.command(seccomp_fd=seccomp_fd),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
                 **credentials,
             )
         except OSError as exc:
             return SandboxOutcome(error=f"The sandbox could not start: {exc}")
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         stdout, stderr, overran = _exchange(
             proc,
             payload,
@@ -233,9 +241,14 @@ class Sandbox:
             },
         }
 
-    def command(self) -> list[str]:
-        """The bwrap command line (the runner's source is passed with ``-c``)."""
+    def command(self, *, seccomp_fd: int | None = None) -> list[str]:
+        """The bwrap command line (the runner's source is passed with ``-c``).
+
+        ``seccomp_fd``: a descriptor bwrap reads the seccomp filter from (``app.tools.sandbox
+        .seccomp``); None: no filter.
+        """
         size = str(self.limits.work_dir_bytes)
+        seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
         return [
             self.bwrap,
             "--unshare-all",
@@ -283,6 +296,7 @@ class Sandbox:
             "--setenv",
             "HOME",
             "/work",
+            *seccomp,
             "--",
             SANDBOX_PYTHON,
             "-I",
@@ -290,6 +304,18 @@ class Sandbox:
             "-c",
             _runner_source(),
         ]
+
+
+def _program_fd(program: bytes | None) -> int | None:
+    """A pipe's read end holding ``program`` whole (a filter is far below a pipe's buffer)."""
+    if program is None:
+        return None
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 def _exchange(
