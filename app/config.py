@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     """Largest accepted request body."""
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time a client has to send a request's body, from the first read of it (a 408 after)."""
+    header_timeout_seconds: float = Field(default=15.0, gt=0)
+    """Time a client has to send a request's line and headers, in all; also the longest idle
+    keep-alive (the gateway's worker class, ``gateway.worker``)."""
+    max_connections_per_client: int = Field(default=256, ge=0)
+    """Connections of one client address the gateway serves at once (0: no cap); one more is
+    answered 429 and closed."""
     sync_timeout_seconds: float = Field(default=600.0, gt=0)
     """How long a non-streaming, non-background request waits for its answer."""
     llm_timeout_seconds: float = Field(default=300.0, gt=0)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import os
 import socket
 import threading
 from collections import Counter
@@ -24,6 +23,8 @@ from typing import Any
 
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
+
+from app.config import Settings
 
 _ERROR_CODES = {
     400: ("invalid_request_error", "invalid_request"),
@@ -77,8 +78,9 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.header_timeout = float(os.environ.get("ANTWORT_HEADER_TIMEOUT_SECONDS", "15"))
-        self.per_client = int(os.environ.get("ANTWORT_MAX_CONNECTIONS_PER_CLIENT", "256"))
+        settings = Settings()
+        self.header_timeout = settings.header_timeout_seconds
+        self.per_client = settings.max_connections_per_client
         self._open: Counter[str] = Counter()
         self._lock = threading.Lock()
 
