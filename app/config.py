@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     """First of the unprivileged uids a root worker runs sandboxes as (one per running sandbox)."""
     sandbox_uid_count: int = Field(default=64, ge=1)
     """Sandboxes one host may run at once (uids from ``sandbox_uid_base``)."""
+    sandbox_cgroup: str | None = None
+    """A cgroup v2 directory delegated to the sandbox worker: each run gets a child cgroup capping
+    all its processes together (``sandbox_memory_mb``, ``sandbox_max_processes``, one CPU).
+    Unset: per-process limits only (``app.tools.sandbox.cgroup``)."""
     sandbox_tools_file: str | None = None
     """JSON file of operator-declared sandboxed function tools (see ``app.tools.sandbox.tools``)."""
     fetch_allowed_hosts: str | None = None

@@ -21,9 +21,11 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import dataclasses
 import logging
 import marshal
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -37,7 +39,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from app.tools.sandbox.seccomp import deny_program
+from app.tools.sandbox.cgroup import GATE, CgroupLimits, RunCgroup, RunCgroups
+from app.tools.sandbox.seccomp import deny_program, program_fd
 from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
@@ -160,11 +163,17 @@ class Sandbox:
         uid_base: int = 61000,
         uid_count: int = 64,
         lock_dir: str | None = None,
+        cgroup: str | None = None,
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
         self.seccomp = deny_program()
         """The seccomp filter every run gets (None on an architecture without a table)."""
+        self.cgroups = None if cgroup is None else RunCgroups(cgroup)
+        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``); None: no cgroup."""
+        self._cgroup_limits = CgroupLimits(
+            memory_bytes=limits.memory_bytes, processes=limits.processes
+        )
         self.slots = UidSlots(
             uid_base=uid_base,
             uid_count=uid_count,
@@ -186,14 +195,21 @@ class Sandbox:
 
     def _run_as(self, uid: int | None, request: SandboxRequest) -> SandboxOutcome:
         payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
+        if self.cgroups is None:
+            return self._launch(uid, payload, None)
+        with self.cgroups.run(f"run-{secrets.token_hex(6)}", self._cgroup_limits) as group:
+            return self._launch(uid, payload, group)
+
+    def _launch(self, uid: int | None, payload: bytes, group: RunCgroup | None) -> SandboxOutcome:
         credentials: dict[str, Any] = (
             {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         )
         started = time.monotonic()
-        seccomp_fd = _program_fd(self.seccomp)
+        seccomp_fd = program_fd(self.seccomp)
+        command = self.command(seccomp_fd=seccomp_fd)
         try:
             proc = subprocess.Popen(
-                self.command(seccomp_fd=seccomp_fd),
+                command if group is None else [*GATE, *command],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -207,6 +223,14 @@ class Sandbox:
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
+        if group is not None:
+            try:
+                group.add(proc.pid)  # behind the gate: nothing of the run has started yet
+            except OSError as exc:
+                proc.kill()
+                proc.communicate()
+                return SandboxOutcome(error=f"The sandbox could not enter its cgroup: {exc}")
+            payload = b"\n" + payload  # opens the gate
         stdout, stderr, overran = _exchange(
             proc,
             payload,
@@ -218,7 +242,12 @@ class Sandbox:
             return SandboxOutcome(
                 timed_out=True, error="The sandbox overran its deadline and was killed."
             )
-        return _outcome(proc.returncode, stdout, stderr, elapsed)
+        outcome = _outcome(proc.returncode, stdout, stderr, elapsed)
+        if group is not None and group.oom_kills():
+            memory_mb = self.limits.memory_bytes // 2**20
+            error = f"Killed by the memory limit ({memory_mb} MB for all the run's processes)."
+            return dataclasses.replace(outcome, error=error)
+        return outcome
 
     def _payload(self, request: SandboxRequest) -> dict[str, Any]:
         limits = self.limits
@@ -304,18 +333,6 @@ class Sandbox:
             "-c",
             _runner_source(),
         ]
-
-
-def _program_fd(program: bytes | None) -> int | None:
-    """A pipe's read end holding ``program`` whole (a filter is far below a pipe's buffer)."""
-    if program is None:
-        return None
-    read_end, write_end = os.pipe()
-    try:
-        os.write(write_end, program)
-    finally:
-        os.close(write_end)
-    return read_end
 
 
 def _exchange(

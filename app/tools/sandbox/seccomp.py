@@ -18,6 +18,7 @@ can read (``clone3`` keeps them in memory it cannot). A call from another ABI (x
 from __future__ import annotations
 
 import errno
+import os
 import platform
 import struct
 
@@ -94,3 +95,15 @@ def deny_program(machine: str | None = None) -> bytes | None:
         program += [_op(_JEQ_K, number, jf=1), errno_eperm]
     program.append(_op(_RET_K, _RET_ALLOW))
     return b"".join(program)
+
+
+def program_fd(program: bytes | None) -> int | None:
+    """A pipe's read end holding ``program`` whole (a filter is far below a pipe's buffer)."""
+    if program is None:
+        return None
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)
+    finally:
+        os.close(write_end)
+    return read_end
