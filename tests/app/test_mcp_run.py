@@ -312,3 +312,14 @@ def test_configured_servers_file(tmp_path: Any, make_settings: Callable[..., Set
         load_configured(str(bad))
     with pytest.raises(ServerError, match="is invalid"):
         load_configured(str(tmp_path / "missing.json"))
+
+
+def test_mcp_executor_starts_without_a_key_and_refuses_only_when_opening(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(secrets_file=None)
+
+    executor = make_mcp_executor(KindContext(settings=settings, redis=store.redis, keys=store.keys))
+
+    with pytest.raises(MissingSecretError):
+        executor.servers.target_of("s", "https://example.com/mcp", "v1.sealed")

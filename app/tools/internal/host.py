@@ -27,6 +27,10 @@ from dataclasses import asdict
 from app.tools.base import ToolCall, ToolDefinition, ToolResult
 from app.tools.internal import InternalExecutor, Registry, load_registry
 
+_READY = b"ready\n"
+_START_SECONDS = 60.0
+"""How long a host may take to start before it is given up (a call then gets an error)."""
+
 
 class ToolHost:
     """One child process that runs internal tool calls, one at a time, over its pipes."""
@@ -38,6 +42,7 @@ class ToolHost:
             stdout=subprocess.PIPE,
             bufsize=0,
         )
+        self._is_ready = False
 
     def call(self, call: ToolCall, name: str, *, timeout: float) -> ToolResult | None:
         """Run the call; None when it did not answer within ``timeout`` (the host is killed).
@@ -47,12 +52,22 @@ class ToolHost:
         """
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None
+        self._wait_until_ready(stdout.fileno())
         stdin.write(json.dumps({"name": name, "call": asdict(call)}).encode() + b"\n")
         line = _read_line(stdout.fileno(), deadline=time.monotonic() + timeout)
         if line is None:
             self.kill()
             return None
         return ToolResult.from_json(line)
+
+    def _wait_until_ready(self, fd: int) -> None:
+        """Wait out the host's start (imports, the tools' ``initialize``): not the call's time."""
+        if self._is_ready:
+            return
+        if _read_line(fd, deadline=time.monotonic() + _START_SECONDS) != _READY:
+            self.kill()
+            raise OSError("the tool host did not start")
+        self._is_ready = True
 
     def kill(self) -> None:
         """Stop the host at once, whatever it runs."""
@@ -139,10 +154,12 @@ class HostedExecutor(InternalExecutor):
             host.close()
 
     def _take(self) -> ToolHost:
+        """An idle host, leaving a spare starting for the next call if it was the last one."""
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return ToolHost(self._modules)
+            host = self._idle.pop() if self._idle else ToolHost(self._modules)
+            if not self._idle:  # the spare starts meanwhile: a later call need not wait for it
+                self._idle.append(ToolHost(self._modules))
+        return host
 
 
 def _die_with_parent(parent: int) -> None:
@@ -169,6 +186,8 @@ def serve(modules: list[str], *, parent: int) -> None:
     registry = load_registry(modules)
     registry.initialize_all()
     executor = InternalExecutor(registry)
+    out.write(_READY)
+    out.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
         call = ToolCall(**request["call"])

@@ -76,7 +76,7 @@ def make_mcp_executor(context: KindContext) -> McpExecutor:
         connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
         address_policy=policy,
     )
-    servers = McpServers(settings, sealer=Sealer(seal_key(settings)))
+    servers = McpServers(settings, sealer=lambda: Sealer(seal_key(settings)))
     return McpExecutor(servers, client)
 
 

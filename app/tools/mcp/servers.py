@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,10 +94,15 @@ def transport_of(url: str) -> Literal["streamable_http", "sse"]:
 class McpServers:
     """Resolves tool references to connection targets for this process."""
 
-    def __init__(self, settings: Settings, *, sealer: Sealer):
+    def __init__(self, settings: Settings, *, sealer: Sealer | Callable[[], Sealer]):
         self.settings = settings
-        self.sealer = sealer
+        self._sealer = sealer
         self.configured = load_configured(settings.mcp_servers_file)
+
+    @functools.cached_property
+    def sealer(self) -> Sealer:
+        """Opens per-request headers; made on first use, so a worker without a key still starts."""
+        return self._sealer if isinstance(self._sealer, Sealer) else self._sealer()
 
     def target(self, ref: McpToolRef) -> ServerTarget:
         """Where ``ref``'s server is, with its headers opened.
