@@ -18,7 +18,8 @@ COPY . .
 RUN pip install -c requirements.lock . flower
 
 # Non-root: also what makes RLIMIT_NPROC bind inside the sandbox (DESIGN.md, pitfalls).
-RUN useradd --create-home --uid 10001 --user-group antwort
+RUN useradd --create-home --uid 10001 --user-group antwort \
+    && mkdir -p /var/lib/antwort && chown antwort:antwort /var/lib/antwort  # ANTWORT_SECRETS_FILE
 USER antwort
 
 ENV ANTWORT_HOST=0.0.0.0 \

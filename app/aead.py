@@ -1,4 +1,4 @@
-"""Authenticated encryption for what the fleet seals, and the fleet's generated keys.
+"""Authenticated encryption for what the fleet seals, and the fleet's generated key.
 
 One construction for every sealed value (compaction items, per-request MCP headers):
 AES-256-GCM with a fresh 96-bit nonce per message, laid out as ``nonce ‖ ciphertext+tag``.
@@ -7,9 +7,13 @@ Callers pick the associated data (what a token is bound to) and the text encodin
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
+import time
+from pathlib import Path
 
-import redis
+from app.errors import ServerError
 
 _NONCE_BYTES = 12
 
@@ -42,13 +46,41 @@ class Aead:
             raise ValueError("the sealed value cannot be opened with this key") from None
 
 
-def generated_key(client: redis.Redis, key: str) -> str:
-    """A random 256-bit key (hex) made once for the whole fleet and kept in Redis at ``key``.
+class MissingSecretError(ServerError):
+    """No key is configured to seal with, and no ``secrets_file`` to keep a generated one in."""
 
-    The first process to need it stores it with ``SET NX``; every replica then reads the same.
+    default_code = "secret_key_missing"
+
+
+def fleet_secret(secrets_file: str | None, purpose: str, *, setting: str) -> bytes:
+    """A 256-bit key for ``purpose``, derived from the fleet's generated key in ``secrets_file``.
+
+    The first process to need the file makes it (mode 0600, exclusively); every other reads it.
+    It is never kept in Redis: a reader of Redis alone must not open what is sealed.
+
+    Raises:
+        MissingSecretError: ``secrets_file`` is unset (say which ``setting`` to configure).
     """
-    client.set(key, secrets.token_hex(32), nx=True)
-    stored = client.get(key)
-    if stored is None:  # pragma: no cover - deleted between SET NX and GET
-        raise RuntimeError(f"the generated key {key} vanished from Redis")
-    return stored.decode() if isinstance(stored, bytes) else str(stored)
+    if not secrets_file:
+        raise MissingSecretError(
+            f"The fleet has no key to seal with: set {setting} (or ANTWORT_SECRETS_FILE)."
+        )
+    path = Path(secrets_file)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+    master = _read_key(path)
+    return hashlib.sha256(master + b"\0" + purpose.encode()).digest()
+
+
+def _read_key(path: Path) -> bytes:
+    for _ in range(50):  # another process made the file an instant ago and is writing it
+        text = path.read_text().strip()
+        if len(text) == 64:
+            return bytes.fromhex(text)
+        time.sleep(0.01)
+    raise MissingSecretError(f"ANTWORT_SECRETS_FILE {str(path)!r} does not hold a key.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.errors import InvalidRequestError
+from app.errors import InvalidRequestError, quoted
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.request import CreateResponseRequest, CustomChoice, FunctionChoice, HostedChoice
 from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
@@ -24,10 +24,10 @@ def check_tool_choice(request: CreateResponseRequest) -> None:
         InvalidRequestError: what is wrong with it (``param``: ``tool_choice``).
     """
     choice = request.tool_choice
-    names = {getattr(tool, "name", None) for tool in request.tools}
+    names = _tool_names(request)
     if isinstance(choice, FunctionChoice | CustomChoice) and choice.name not in names:
         raise InvalidRequestError(
-            f"Tool choice '{choice.name}' not found in 'tools' parameter.",
+            f"Tool choice {quoted(choice.name)} not found in 'tools' parameter.",
             param="tool_choice",
             code="invalid_value",
         )
@@ -39,6 +39,22 @@ def check_tool_choice(request: CreateResponseRequest) -> None:
             param="tool_choice",
             code="invalid_value",
         )
+
+
+def _tool_names(request: CreateResponseRequest) -> set[str]:
+    """The names of the request's tools; a name declared twice is a 400."""
+    names: set[str] = set()
+    for index, tool in enumerate(request.tools):
+        name = getattr(tool, "name", None)
+        if name in names:
+            raise InvalidRequestError(
+                f"Tool names must be unique: {quoted(name)} is declared twice.",
+                param=f"tools.{index}.name",
+                code="duplicate_tool_name",
+            )
+        if name is not None:
+            names.add(name)
+    return names
 
 
 def _check_forced_type(forced: str, declared: set[str]) -> None:

@@ -96,6 +96,14 @@ class Settings(BaseSettings):
     """Interval of SSE ``: keepalive`` comments."""
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest accepted request body."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Time a client has to send a request's body, from the first read of it (a 408 after)."""
+    header_timeout_seconds: float = Field(default=15.0, gt=0)
+    """Time a client has to send a request's line and headers, in all; also the longest idle
+    keep-alive (the gateway's worker class, ``gateway.worker``)."""
+    max_connections_per_client: int = Field(default=256, ge=0)
+    """Connections of one client address the gateway serves at once (0: no cap); one more is
+    answered 429 and closed."""
     sync_timeout_seconds: float = Field(default=600.0, gt=0)
     """How long a non-streaming, non-background request waits for its answer."""
     llm_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -139,6 +147,9 @@ class Settings(BaseSettings):
     """Tool calls of one turn running at once."""
     tool_runner_pool: bool = True
     """Run tool calls on reused runner threads (``app.tool_calls``); off: a new thread each."""
+    internal_tool_isolation: Literal["process", "thread"] = "process"
+    """``process``: each internal tool call runs in a child the worker kills at the deadline,
+    so a tool that holds the GIL cannot stall the worker; ``thread``: in the worker itself."""
     internal_tool_modules: str | None = None
     """Comma-separated modules whose ``register(registry)`` adds internal tools."""
     metrics_port: int = Field(default=0, ge=0, le=65535)
@@ -157,8 +168,8 @@ class Settings(BaseSettings):
     """JSON file of configured MCP servers (label → URL or stdio command, headers, timeout,
     default approval); requests name them by ``server_label`` alone."""
     mcp_secret_key: str | None = None
-    """Key that seals per-request MCP ``headers``/``authorization`` in the store; unset: a key
-    the fleet generates once and keeps in Redis."""
+    """Key that seals per-request MCP ``headers``/``authorization`` in the store; unset: one
+    derived from the key in ``secrets_file`` (never a key kept in Redis)."""
     mcp_timeout_seconds: float = Field(default=30.0, gt=0)
     """Deadline of one MCP call or listing (a configured server may set its own)."""
     mcp_connect_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -191,6 +202,10 @@ class Settings(BaseSettings):
     """First of the unprivileged uids a root worker runs sandboxes as (one per running sandbox)."""
     sandbox_uid_count: int = Field(default=64, ge=1)
     """Sandboxes one host may run at once (uids from ``sandbox_uid_base``)."""
+    sandbox_cgroup: str | None = None
+    """A cgroup v2 directory delegated to the sandbox worker: each run gets a child cgroup capping
+    all its processes together (``sandbox_memory_mb``, ``sandbox_max_processes``, one CPU).
+    Unset: per-process limits only (``app.tools.sandbox.cgroup``)."""
     sandbox_tools_file: str | None = None
     """JSON file of operator-declared sandboxed function tools (see ``app.tools.sandbox.tools``)."""
     fetch_allowed_hosts: str | None = None
@@ -261,5 +276,9 @@ class Settings(BaseSettings):
     websocket_max_seconds: float = Field(default=3600.0, gt=0)
     """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
     compaction_key: str | None = None
-    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: a
-    key generated once and kept in Redis, shared by every replica."""
+    """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: one
+    derived from the key in ``secrets_file``."""
+    secrets_file: str | None = None
+    """File of the fleet's generated key (made, mode 0600, by the first process that needs it)
+    for the secrets above left unset; ``antwort up`` puts it in its state directory. Unset too:
+    what needs a secret is refused, for a key kept in Redis would open to a reader of Redis."""

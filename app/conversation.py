@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.errors import NotFoundError, PreviousResponseNotFoundError
+from app.errors import NotFoundError, PreviousResponseNotFoundError, quoted
+from app.ids import is_response_id
 from app.store import ResponseStore, StoredResponse
 
 MAX_CHAIN_LENGTH = 1000
@@ -26,15 +27,17 @@ def load_history(
 
     Raises:
         PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or
-            was created with ``store: false``, or another tenant's (the same answer).
+            was created with ``store: false``, another tenant's (the same answer), or the id is
+            not of the fleet's format (it is never made into a key).
     """
     segments: list[list[dict[str, Any]]] = []
     current = previous_response_id
     while current is not None and len(segments) < MAX_CHAIN_LENGTH:
-        stored = store.load(current)
+        stored = store.load(current) if is_response_id(current) else None
         if stored is None or not stored.response.store or not _is_owner(stored, owner):
             raise PreviousResponseNotFoundError(
-                f"Previous response with id '{current}' not found.", param="previous_response_id"
+                f"Previous response with id {quoted(current)} not found.",
+                param="previous_response_id",
             )
         segments.append(store.inputs(current) + stored.response.output)
         if "context" in stored.extra:

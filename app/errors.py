@@ -138,3 +138,15 @@ class ServerError(AppError):
     status = 500
     type = "server_error"
     default_code = "server_error"
+
+
+def quoted(value: object, *, limit: int = 64) -> str:
+    """``value`` as an error message may echo it: quoted, and cut short past ``limit`` chars.
+
+    A client's own value comes back in the message that refuses it, but never whole: an 8 MB id
+    would otherwise make an 8 MB error.
+    """
+    text = str(value)
+    if len(text) > limit:
+        text = f"{text[:limit]}…"
+    return f"'{text}'"

@@ -123,16 +123,6 @@ class Keys:
         """Hash: call id → the stored result of that tool call (idempotent tool tasks)."""
         return f"{self.prefix}r:{response_id}:results"
 
-    @property
-    def mcp_seal_key(self) -> str:
-        """The fleet's generated key that seals MCP headers when none is configured."""
-        return f"{self.prefix}mcp:seal-key"
-
-    @property
-    def compaction_key(self) -> str:
-        """String: the generated key that seals ``compaction`` items (no ``compaction_key`` set)."""
-        return f"{self.prefix}compaction:key"
-
     def compaction_job(self, compaction_id: str) -> str:
         """String with TTL: what a compaction task summarises (JSON)."""
         return f"{self.prefix}compaction:{compaction_id}"

@@ -12,8 +12,9 @@ from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import load_conversation, load_history
 from app.dispatch import Dispatcher
-from app.errors import InvalidRequestError, NotFoundError, ServerError
+from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted
 from app.fairness import FairShare
+from app.ids import check_response_id
 from app.limits import Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
@@ -85,18 +86,19 @@ def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
         for previous, part in zip((None, *error["loc"]), error["loc"], strict=False)
         if not _is_union_tag(part, previous)
     ]
-    param = ".".join(location) or None
+    # a location holds the client's own keys (an unknown field, a metadata key): cut short
+    param = ".".join(location)[:256] or None
     if error["type"] == "extra_forbidden":
-        message = f"Unknown parameter: '{param}'."
+        message = f"Unknown parameter: {quoted(param)}."
         return InvalidRequestError(message, param=param, code="unknown_parameter")
     if error["type"] == "missing":
         return InvalidRequestError(
-            f"Missing required parameter: '{param}'.",
+            f"Missing required parameter: {quoted(param)}.",
             param=param,
             code="missing_required_parameter",
         )
     return InvalidRequestError(
-        f"Invalid value for '{param}': {error['msg']}.", param=param, code="invalid_value"
+        f"Invalid value for {quoted(param)}: {error['msg']}.", param=param, code="invalid_value"
     )
 
 
@@ -365,6 +367,7 @@ def owned_response(store: ResponseStore, response_id: str, tenant: str) -> Store
     Raises:
         NotFoundError: no such response, or another tenant's (the same answer).
     """
+    check_response_id(response_id)  # before any key is made of it
     return require_owned(store.load(response_id), tenant, missing=_not_found(response_id))
 
 
@@ -450,7 +453,7 @@ def list_input_items(
         ids = [item.get("id") for item in items]
         if after not in ids:
             raise InvalidRequestError(
-                f"No input item with id '{after}'.", param="after", code="invalid_value"
+                f"No input item with id {quoted(after)}.", param="after", code="invalid_value"
             )
         items = items[ids.index(after) + 1 :]
     page = items[:limit]

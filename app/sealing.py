@@ -3,9 +3,8 @@
 A compaction item's ``encrypted_content`` is ``ac1.`` + base64url(nonce ‖ AES-256-GCM
 ciphertext) of a small JSON record (the model's summary, the model, the time). GCM
 authenticates it, so a client can neither read nor forge nor alter one: any change is a 400.
-The key is the ``compaction_key`` setting (hashed to 256 bits) or, when unset, a random key
-that the first process to need one stores in Redis (``SET NX``), so every replica of gateway
-and workers seals and opens with the same key.
+The key is the ``compaction_key`` setting (hashed to 256 bits) or, when unset, one derived from
+the fleet's generated key in ``secrets_file`` (``app.aead.fleet_secret``); never a key in Redis.
 
 Before a model call, :func:`model_items` replaces each compaction item by what it stands for:
 an assistant message carrying the summary.
@@ -26,12 +25,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis
-
-from app.aead import Aead, generated_key
+from app.aead import Aead, fleet_secret
 from app.config import Settings
 from app.errors import InvalidRequestError
-from app.keys import Keys
 from app.store import ResponseStore
 
 _VERSION = "ac1."
@@ -137,16 +133,20 @@ class Sealer:
         return self._aead.open(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)), aad)
 
 
-def load_sealer(client: redis.Redis, keys: Keys, configured: str | None) -> Sealer:
-    """The fleet's sealer: the configured secret's, else the key kept in Redis (made once)."""
+def load_sealer(configured: str | None, secrets_file: str | None) -> Sealer:
+    """The fleet's sealer: the configured secret's, else one from the key in ``secrets_file``.
+
+    Raises:
+        MissingSecretError: neither is configured.
+    """
     if configured:
         return Sealer(hashlib.sha256(configured.encode()).digest())
-    return Sealer(bytes.fromhex(generated_key(client, keys.compaction_key)))
+    return Sealer(fleet_secret(secrets_file, "compaction", setting="ANTWORT_COMPACTION_KEY"))
 
 
 def fleet_sealer(store: ResponseStore, settings: Settings) -> Sealer:
-    """:func:`load_sealer` for the store's Redis and keyspace."""
-    return load_sealer(store.redis, store.keys, settings.compaction_key)
+    """:func:`load_sealer` of the settings."""
+    return load_sealer(settings.compaction_key, settings.secrets_file)
 
 
 def _is_sealed(item: dict[str, Any]) -> bool:

@@ -19,6 +19,7 @@ Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -28,13 +29,16 @@ from typing import Any, Protocol
 from app.config import Settings
 from app.conversation import load_history
 from app.dispatch import Dispatcher
-from app.errors import AppError, InvalidRequestError, NotFoundError
+from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError, quoted
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.protocol.json_text import load_json
 from app.relay import EventHub, Keepalive, follow_events
 from app.responses import create_response
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT, Tenant
+
+logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
 _TRANSPORT_FIELDS = ("stream", "stream_options", "background")
@@ -89,15 +93,12 @@ def parse_create_message(message: str | bytes) -> dict[str, Any]:
     Raises:
         InvalidRequestError: not JSON, not a ``response.create``, or an HTTP-only field.
     """
-    try:
-        event = json.loads(message)
-    except ValueError:
-        raise InvalidRequestError("The message is not valid JSON.", code="invalid_json") from None
+    event = load_json(message)
     if not isinstance(event, dict):
         raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
     if event.get("type") != CREATE_EVENT:
         raise InvalidRequestError(
-            f"Unsupported event type {event.get('type')!r}; send '{CREATE_EVENT}'.",
+            f"Unsupported event type {quoted(event.get('type'))}; send '{CREATE_EVENT}'.",
             param="type",
             code="invalid_event_type",
         )
@@ -109,6 +110,10 @@ def parse_create_message(message: str | bytes) -> dict[str, Any]:
                 code="unsupported_parameter",
             )
     return {name: value for name, value in event.items() if name != "type"}
+
+
+def _unexpected() -> ServerError:
+    return ServerError("The server had an error while processing your request.")
 
 
 class SocketSession:
@@ -156,6 +161,10 @@ class SocketSession:
             self.forget(body.get("previous_response_id"))
             transport.send(error_message(error))
             return not isinstance(error, ConnectionLimitError)
+        except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
+            logger.exception("unexpected error in a WebSocket session")
+            self.forget(body.get("previous_response_id"))
+            transport.send(error_message(_unexpected()))
         return True
 
     def run(self, transport: Transport, body: dict[str, Any]) -> None:

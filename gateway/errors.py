@@ -16,6 +16,7 @@ _HTTP_TYPES = {
     401: ("authentication_error", "invalid_api_key"),
     404: ("not_found", "not_found"),
     405: ("invalid_request_error", "method_not_allowed"),
+    408: ("invalid_request_error", "request_timeout"),
     413: ("invalid_request_error", "payload_too_large"),
     415: ("invalid_request_error", "unsupported_media_type"),
 }

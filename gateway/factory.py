@@ -25,10 +25,12 @@ from gateway import (
     health,
     metrics,
     models,
+    openapi,
     responses,
     tracing,
     ws,
 )
+from gateway.body_deadline import bound_body_reads
 from gateway.context import Gateway
 
 
@@ -87,9 +89,11 @@ def create_app(
         models.blueprint,
         health.blueprint,
         metrics.blueprint,
+        openapi.blueprint,
     )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)
     compact.register(app, compaction_queue)
     ws.register(app, settings)
+    app.wsgi_app = bound_body_reads(app.wsgi_app, settings.body_timeout_seconds)  # type: ignore[method-assign,assignment]
     return app

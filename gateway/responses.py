@@ -12,11 +12,13 @@ from flask import Blueprint, Response, jsonify, request
 from app import responses as core
 from app.errors import (
     InvalidRequestError,
+    PayloadTooLargeError,
     ServerError,
     UnsupportedMediaTypeError,
 )
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
+from app.protocol.json_text import load_json
 from app.relay import Keepalive, follow_events
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
@@ -34,18 +36,24 @@ def json_body() -> object:
 
     Raises:
         UnsupportedMediaTypeError: not ``application/json``.
-        InvalidRequestError: not JSON.
+        RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
+        PayloadTooLargeError: a body without a Content-Length that reaches the limit.
+        InvalidRequestError: not JSON, or JSON the fleet refuses (``app.protocol.json_text``).
     """
     if not request.is_json:
         raise UnsupportedMediaTypeError(
             "Content-Type must be application/json.", param=None, code="unsupported_media_type"
         )
-    body = request.get_json(silent=True)
-    if body is None:
-        raise InvalidRequestError(
-            "We could not parse the JSON body of your request.", code="invalid_json"
+    # get_data, not get_json(silent=True): that swallows a body over the size limit (413).
+    data = request.get_data(cache=True)
+    limit = request.max_content_length
+    if request.content_length is None and limit is not None and len(data) >= limit:
+        # Without a Content-Length (chunked), werkzeug stops reading at the limit and hands
+        # over what it read, cut short: at the limit, the body is taken to go on past it.
+        raise PayloadTooLargeError(
+            "The request body is too large.", param=None, code="payload_too_large"
         )
-    return body
+    return load_json(data)
 
 
 @blueprint.post("/v1/responses")
@@ -109,6 +117,10 @@ def retrieve(response_id: str) -> Response:
     )
 
 
+_MAX_SEQUENCE_NUMBER = 2**53
+"""Above any sequence number a stream reaches; Redis stream ids stop at 2^64 - 1."""
+
+
 def _starting_after(raw: str | None) -> int:
     if raw is None:
         return -1
@@ -116,7 +128,7 @@ def _starting_after(raw: str | None) -> int:
         value = int(raw)
     except ValueError:
         value = -2
-    if value < -1:
+    if not -1 <= value <= _MAX_SEQUENCE_NUMBER:
         raise InvalidRequestError(
             "'starting_after' must be a sequence number (an integer ≥ 0).",
             param="starting_after",

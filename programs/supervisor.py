@@ -61,6 +61,9 @@ def plan(settings: Settings, env: dict[str, str], state_dir: str) -> list[Child]
     """The children to start, and the environment they share (``env`` is updated)."""
     python = sys.executable
     children: list[Child] = []
+    if not settings.secrets_file:
+        # One machine: the fleet's generated key lives in the state directory, not in Redis.
+        env["ANTWORT_SECRETS_FILE"] = os.path.join(state_dir, "secrets.key")
     if not settings.redis_url:
         port = free_port()
         env["ANTWORT_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"

@@ -123,7 +123,9 @@ def sim_recorder(simulator: RecordingSimulator) -> Recorder:
 
 
 @pytest.fixture
-def make_settings(redis_url: str, key_prefix: str, sim_url: str) -> Callable[..., Settings]:
+def make_settings(
+    redis_url: str, key_prefix: str, sim_url: str, tmp_path: Path
+) -> Callable[..., Settings]:
     """Settings for this test: its Redis prefix, the simulator, overrides as keywords."""
 
     def make(**overrides: Any) -> Settings:
@@ -133,6 +135,7 @@ def make_settings(redis_url: str, key_prefix: str, sim_url: str) -> Callable[...
             "llm_base_url": sim_url,
             "default_model": "antwort-sim",
             "llm_max_retries": 0,
+            "secrets_file": str(tmp_path / "secrets.key"),
         }
         values.update(overrides)
         return Settings(**values)

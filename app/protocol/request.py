@@ -10,6 +10,7 @@ from pydantic import (
     Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     Tag,
     field_validator,
     model_serializer,
@@ -57,6 +58,15 @@ Includable = Literal[
     "antwort:progress",
 ]
 """What ``include`` may name; anything else is a 400 naming the entry."""
+
+MAX_TOKENS = 2**31 - 1
+"""Bound of token counts a client may ask for (what servers parse ``max_tokens`` into)."""
+
+Metadata = dict[
+    Annotated[str, StringConstraints(max_length=64)],
+    Annotated[str, StringConstraints(max_length=512)],
+]
+"""OpenAI's ``metadata``: at most 16 pairs, keys up to 64 characters, values up to 512."""
 
 
 class _Strict(BaseModel):
@@ -286,8 +296,8 @@ class CreateResponseRequest(_Strict):
     tools: list[Tool] = Field(default_factory=list)
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    max_tool_calls: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tool_calls: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -296,7 +306,7 @@ class CreateResponseRequest(_Strict):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     truncation: Literal["auto", "disabled"] | None = None
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    metadata: Metadata | None = Field(default=None, max_length=16)
     user: str | None = None
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = None

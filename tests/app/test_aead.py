@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 import pytest
-import redis
 
-from app.aead import Aead, generated_key
+from app.aead import Aead, MissingSecretError, fleet_secret
 
 
 def test_aead_opens_what_it_sealed_and_nothing_else() -> None:
@@ -24,10 +24,17 @@ def test_aead_opens_what_it_sealed_and_nothing_else() -> None:
         Aead(secrets.token_bytes(32)).open(sealed, b"label-a")  # another key
 
 
-def test_generated_key_is_made_once_for_the_fleet(
-    redis_client: redis.Redis, key_prefix: str
-) -> None:
-    first = generated_key(redis_client, f"{key_prefix}seal")
-    assert len(bytes.fromhex(first)) == 32
-    assert generated_key(redis_client, f"{key_prefix}seal") == first  # every replica: the same
-    assert generated_key(redis_client, f"{key_prefix}other") != first
+def test_fleet_secret_is_made_once_per_file_and_differs_by_purpose(tmp_path: Path) -> None:
+    path = str(tmp_path / "secrets.key")
+
+    first = fleet_secret(path, "seal", setting="X")
+
+    assert len(first) == 32
+    assert fleet_secret(path, "seal", setting="X") == first  # every process: the same
+    assert fleet_secret(path, "other", setting="X") != first
+    assert fleet_secret(str(tmp_path / "another.key"), "seal", setting="X") != first
+
+
+def test_fleet_secret_without_a_file_is_refused_naming_the_setting() -> None:
+    with pytest.raises(MissingSecretError, match="ANTWORT_SOME_KEY"):
+        fleet_secret(None, "seal", setting="ANTWORT_SOME_KEY")

@@ -1,11 +1,13 @@
 import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import openresponses_types
 import pytest
-import redis
 
+from app.aead import MissingSecretError
 from app.compaction import (
     DEFAULT_INSTRUCTIONS,
     SUMMARY_REQUEST,
@@ -15,7 +17,6 @@ from app.compaction import (
 )
 from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
-from app.keys import Keys
 from app.limits import Caller
 from app.responses import create_response
 from app.run import RunDeps, advance_response
@@ -88,17 +89,18 @@ def test_sealer_refuses_altered_or_foreign_content(mangle: Callable[[str], str])
     assert raised.value.param == "input.0.encrypted_content"
 
 
-def test_load_sealer_shares_one_generated_key_through_redis(
-    redis_client: redis.Redis, key_prefix: str
-) -> None:
-    keys = Keys(key_prefix)
-    token = load_sealer(redis_client, keys, None).seal(STATE)
+def test_load_sealer_shares_one_generated_key_through_the_secrets_file(tmp_path: Path) -> None:
+    secrets_file = str(tmp_path / "secrets.key")
+    token = load_sealer(None, secrets_file).seal(STATE)
 
-    assert load_sealer(redis_client, keys, None).open(token) == STATE
+    assert load_sealer(None, secrets_file).open(token) == STATE
+    assert oct(os.stat(secrets_file).st_mode & 0o777) == "0o600"
     with pytest.raises(InvalidCompactionError):
-        load_sealer(redis_client, keys, "a configured secret").open(token)
-    configured = load_sealer(redis_client, keys, "a configured secret").seal(STATE)
-    assert load_sealer(redis_client, keys, "a configured secret").open(configured) == STATE
+        load_sealer("a configured secret", secrets_file).open(token)
+    configured = load_sealer("a configured secret", None).seal(STATE)
+    assert load_sealer("a configured secret", None).open(configured) == STATE
+    with pytest.raises(MissingSecretError, match="ANTWORT_COMPACTION_KEY"):
+        load_sealer(None, None)
 
 
 def test_compaction_summarises_on_the_worker_and_seals_the_summary(
@@ -117,7 +119,7 @@ def test_compaction_summarises_on_the_worker_and_seals_the_summary(
         [{"type": "input_text", "text": "When do we launch?"}]
     ]
     assert set(item) == {"id", "type", "encrypted_content"}
-    sealed = load_sealer(store.redis, store.keys, None).open(item["encrypted_content"])
+    sealed = load_sealer(None, settings.secrets_file).open(item["encrypted_content"])
     assert sealed.summary == "We launch on Tuesday."
     assert result["usage"]["total_tokens"] == 14
     [request] = model.requests

@@ -1,11 +1,15 @@
 """The internal tool registry: initialize on worker start, shut down on worker stop."""
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.internal import Registry, load_registry
+from app.tools.internal.builtins import evaluate
+from app.tools.internal.host import HostedExecutor
 
 
 def test_registry_leaves_out_a_tool_whose_initialize_raises(
@@ -57,3 +61,84 @@ def test_registry_shutdown_goes_on_after_a_failing_tool() -> None:
     registry.shutdown_all()
 
     assert calls == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "expression", ["(9**9999)**2999", "9**9999*9**9999*9**9999*9**9999*9**9999", "(2**10000)**100"]
+)
+def test_calculator_refuses_a_huge_integer_result_before_computing_it(expression: str) -> None:
+    started = time.monotonic()
+
+    with pytest.raises(ValueError, match="too large"):
+        evaluate(expression)
+
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"), [("2**100", 2**100), ("9**9999 % 7", 9**9999 % 7), ("-3**3", -27)]
+)
+def test_calculator_still_computes_big_integers_in_bounds(expression: str, value: int) -> None:
+    assert evaluate(expression) == value
+
+
+def hosted_executor(**overrides: object) -> HostedExecutor:
+    registry = load_registry(["tests.support.tools"])
+    return HostedExecutor(registry, modules=["tests.support.tools"], default_timeout=5.0)
+
+
+def test_hosted_call_that_holds_the_gil_is_killed_at_its_deadline_and_the_worker_runs_on() -> None:
+    executor = hosted_executor()
+    tool = executor.registry.get("gil_holder")
+    assert tool is not None
+    ticks: list[float] = []
+    done = threading.Event()
+
+    def tick() -> None:  # another thread of the worker: it must not starve meanwhile
+        while not done.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.05)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    started = time.monotonic()
+    try:
+        result = executor.submit(
+            ToolCall(id="c1", name="gil_holder", arguments="{}"), tool.definition()
+        ).result(timeout=30)
+    finally:
+        done.set()
+        ticker.join()
+    elapsed = time.monotonic() - started
+
+    assert (result.is_error, result.output) == (
+        True,
+        "Error: tool 'gil_holder' timed out after 1 s.",
+    )
+    assert elapsed < 10
+    assert max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 0.5
+    executor.close()
+
+
+def test_hosted_calls_reuse_a_host_across_threads_and_a_new_one_follows_a_kill() -> None:
+    executor = hosted_executor()
+    fast = executor.registry.get("fast_echo")
+    failing = executor.registry.get("failing_tool")
+    holder = executor.registry.get("gil_holder")
+    assert fast is not None and failing is not None and holder is not None
+
+    # started from a call thread that ends at once: the host outlives it, for the next call
+    first = executor.submit(
+        ToolCall(id="a", name="fast_echo", arguments="{}"), fast.definition()
+    ).result(timeout=30)
+    time.sleep(0.5)
+    failed = executor.execute(
+        ToolCall(id="b", name="failing_tool", arguments="{}"), failing.definition()
+    )
+    executor.execute(ToolCall(id="c", name="gil_holder", arguments="{}"), holder.definition())
+    after = executor.execute(ToolCall(id="d", name="fast_echo", arguments="{}"), fast.definition())
+
+    assert (first.output, first.is_error) == ("fast_echo done", False)
+    assert (failed.output, failed.is_error) == ("Error: failing_tool exploded", True)
+    assert (after.call_id, after.output) == ("d", "fast_echo done")
+    executor.close()

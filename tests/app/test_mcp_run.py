@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.aead import MissingSecretError
 from app.config import Settings
 from app.errors import InvalidRequestError, ServerError
 from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta
@@ -245,13 +246,19 @@ def test_requests_are_checked_at_the_gateway(
     assert duplicate.value.param == "tools.1.server_label"
 
 
-def test_seal_key_falls_back_to_one_kept_in_redis(
+def test_seal_key_falls_back_to_the_secrets_file_never_to_redis(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
     settings = make_settings()
-    first = seal_key(settings, store.redis)
-    assert len(first) == 64 and seal_key(settings, store.redis) == first
-    assert seal_key(make_settings(mcp_secret_key="set"), store.redis) == b"set"
+    keys_before = set(store.redis.keys(f"{store.keys.prefix}*"))
+
+    first = seal_key(settings)
+
+    assert len(first) == 32 and seal_key(settings) == first  # every process: the same
+    assert set(store.redis.keys(f"{store.keys.prefix}*")) == keys_before  # nothing in Redis
+    assert seal_key(make_settings(mcp_secret_key="set")) == b"set"
+    with pytest.raises(MissingSecretError, match="ANTWORT_MCP_SECRET_KEY"):
+        seal_key(make_settings(secrets_file=None))
 
 
 def test_image_results_stay_in_the_item_and_errors_reach_the_model(
@@ -305,3 +312,14 @@ def test_configured_servers_file(tmp_path: Any, make_settings: Callable[..., Set
         load_configured(str(bad))
     with pytest.raises(ServerError, match="is invalid"):
         load_configured(str(tmp_path / "missing.json"))
+
+
+def test_mcp_executor_starts_without_a_key_and_refuses_only_when_opening(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(secrets_file=None)
+
+    executor = make_mcp_executor(KindContext(settings=settings, redis=store.redis, keys=store.keys))
+
+    with pytest.raises(MissingSecretError):
+        executor.servers.target_of("s", "https://example.com/mcp", "v1.sealed")

@@ -50,6 +50,37 @@ def test_private_loopback_and_link_local_are_refused_after_resolution(url: str) 
         check(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of 169.254.169.254
+        "http://[64:ff9b::7f00:1]/",  # NAT64 of 127.0.0.1
+        "http://[64:ff9b:1::a00:7]/",  # local-use NAT64 (RFC 8215) of 10.0.0.7
+        "http://[2002:a9fe:a9fe::1]/",  # 6to4 of 169.254.169.254
+        "http://[2002:c0a8:101::]/",  # 6to4 of 192.168.1.1
+        "http://[::a9fe:a9fe]/",  # IPv4-compatible 169.254.169.254
+        "http://[::127.0.0.1]/",  # IPv4-compatible loopback
+        "http://[::ffff:a9fe:a9fe]/",  # IPv4-mapped
+        "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",  # Teredo, client 127.0.0.1
+        "http://[2001:0:a9fe:a9fe::1]/",  # Teredo, server 169.254.169.254
+    ],
+)
+def test_ipv6_embedding_a_private_ipv4_is_judged_by_the_embedded_address(url: str) -> None:
+    with pytest.raises(ServerUrlRefusedError, match="private, loopback or link-local"):
+        check(url)
+
+
+def test_ipv6_embedding_a_public_ipv4_is_public() -> None:
+    check("http://[64:ff9b::5db8:d822]/")  # NAT64 of 93.184.216.34
+    check("http://[2002:5db8:d822::1]/")  # 6to4 of 93.184.216.34
+
+
+@pytest.mark.parametrize("url", ["http://[::1/", "http://[64:ff9b::zz]/", "http://[::1]x/"])
+def test_malformed_urls_are_refused_not_raised(url: str) -> None:
+    with pytest.raises(ServerUrlRefusedError):
+        check(url)
+
+
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://public.example/", "http:///nohost"])
 def test_non_http_urls_are_refused(url: str) -> None:
     with pytest.raises(ServerUrlRefusedError, match="http"):

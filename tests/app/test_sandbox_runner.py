@@ -143,6 +143,24 @@ def test_abuse_writing_outside_the_work_directory_fails(sandbox: Sandbox) -> Non
     assert not outcome.is_ok and "Error" in outcome.stderr
 
 
+def test_abuse_filling_dev_shm_stops_at_the_work_dir_cap(sandbox: Sandbox) -> None:
+    code = (  # files under RLIMIT_FSIZE (8 MB), together past the 32 MB tmpfs
+        "for n in range(8):\n"
+        "    with open(f'/dev/shm/part{n}', 'wb') as f:\n"
+        "        f.write(b'0' * 7 * 2**20)"
+    )
+    outcome = run(sandbox, code)
+    assert not outcome.is_ok
+    assert "No space left on device" in outcome.stderr
+
+
+def test_abuse_writing_into_dev_is_read_only(sandbox: Sandbox) -> None:
+    outcome = run(sandbox, "open('/dev/evil', 'wb').write(b'0' * 2**20)")
+    assert not outcome.is_ok and "Read-only file system" in outcome.stderr
+    outcome = run(sandbox, "open('/dev/null', 'w').write('fine')\nprint('ok')")
+    assert outcome.stdout == "ok\n"
+
+
 def test_abuse_killing_the_parent_is_reported(sandbox: Sandbox) -> None:
     outcome = run(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     assert not outcome.is_ok and outcome.error is not None
@@ -170,3 +188,48 @@ def test_find_bubblewrap_says_how_to_install_it() -> None:
     with pytest.raises(SandboxUnavailableError) as caught:
         find_bubblewrap("/nonexistent/bwrap")
     assert str(caught.value) == INSTALL_HINT and "apt-get install bubblewrap" in INSTALL_HINT
+
+
+SYSCALL = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def call(name, *args):\n"
+    "    result = getattr(libc, name)(*args)\n"
+    "    print(name, result, os.strerror(ctypes.get_errno()) if result == -1 else 'ok')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        ("call('unshare', 0x10000000)", "unshare"),  # CLONE_NEWUSER
+        ("call('unshare', 0x00020000)", "unshare"),  # CLONE_NEWNS
+        ("call('mount', b'none', b'/work', b'tmpfs', 0, None)", "mount"),
+        ("call('ptrace', 0, 0, None, None)", "ptrace"),  # PTRACE_TRACEME
+        ("call('syscall', 250, 0, 0, 0, 0)", "syscall"),  # keyctl
+        ("call('syscall', 321, 0, 0, 0)", "syscall"),  # bpf
+        ("call('syscall', 56, 0x10000000 | 17, 0, 0, 0, 0)", "syscall"),  # clone(NEWUSER|SIGCHLD)
+    ],
+)
+def test_abuse_seccomp_refuses_namespaces_mount_ptrace_keyring_bpf(
+    sandbox: Sandbox, call: str, name: str
+) -> None:
+    outcome = run(sandbox, SYSCALL + call)
+    assert outcome.stdout == f"{name} -1 Operation not permitted\n", report(outcome)
+
+
+def test_abuse_seccomp_refuses_unshare_from_bash(sandbox: Sandbox) -> None:
+    script = "unshare -U true; echo rc=$?"
+    outcome = sandbox.run(SandboxRequest(argv=("/bin/bash", "-c", script)))
+    assert "Operation not permitted" in outcome.stderr, report(outcome)
+    assert outcome.stdout == "rc=1\n"
+
+
+def test_seccomp_leaves_threads_and_child_processes_working(sandbox: Sandbox) -> None:
+    code = (
+        "import subprocess, threading\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout, end='')"
+    )
+    outcome = run(sandbox, code)
+    assert outcome.stdout == "thread\nchild\n", report(outcome)

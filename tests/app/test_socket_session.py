@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.errors import InvalidRequestError
 from app.limits import Caller
 from app.relay import EventHub
 from app.run import RunDeps, advance_response
@@ -173,12 +174,15 @@ def test_session_ends_with_connection_limit_reached(
         ("1", "invalid_event"),
         ('{"input": "x"}', "invalid_event_type"),
         ('{"type": "response.create", "stream_options": {}}', "unsupported_parameter"),
+        ('{"type": "response.create", "input": ' + "[" * 9_999 + "]" * 9_999 + "}", "invalid_json"),
+        ('{"type": "response.create", "input": "\\udc00"}', "invalid_value"),
+        ('{"type": "response.create", "metadata": ' + "[" * 100 + "]" * 100 + "}", "invalid_value"),
     ],
 )
 def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: str) -> None:
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(InvalidRequestError) as raised:
         parse_create_message(message)
-    assert getattr(raised.value, "code", None) == code
+    assert raised.value.code == code
 
 
 def test_parse_create_message_returns_the_create_body() -> None:
@@ -216,3 +220,25 @@ def test_session_continues_only_its_own_tenants_responses(
     assert theirs.finals() == []
     [second] = mine.finals()
     assert second["previous_response_id"] == first["id"]
+
+
+def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = make_session(FakeModel([]))
+    calls: list[str] = []
+
+    def run(transport: object, body: dict[str, Any]) -> None:
+        calls.append(body["input"])
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(session, "run", run)
+    transport = ScriptedTransport(create(input="one"), create(input="two"))
+
+    serve(session, transport)
+
+    assert calls == ["one", "two"]
+    assert [event["type"] for event in transport.sent] == ["error", "error"]
+    error = transport.sent[0]
+    assert (error["status"], error["error"]["type"]) == (500, "server_error")
+    assert "secret" not in error["error"]["message"]

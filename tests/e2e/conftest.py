@@ -173,6 +173,7 @@ def fleet(
         ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1,localhost",
         ANTWORT_MCP_SERVERS_FILE=str(mcp_servers),
         ANTWORT_MCP_SECRET_KEY="e2e-seal-key",
+        ANTWORT_SECRETS_FILE=str(tmp_path_factory.mktemp("secrets") / "secrets.key"),
         ANTWORT_MCP_TIMEOUT_SECONDS="5",
     )
     # -------------------------------------------------------------------------------------------

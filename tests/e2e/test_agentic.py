@@ -331,3 +331,26 @@ def test_next_turn_after_a_fast_tool_runs_once_at_once(
     assert [event.type for event in events].count("response.completed") == 1
     record = Keys(fleet.env["ANTWORT_KEY_PREFIX"]).record(response.id)
     assert redis_client.hexists(record, "turn1_seq")  # turn 1 started once, as a first run
+
+
+def test_tool_holding_the_gil_times_out_and_the_worker_serves_others_meanwhile(
+    client: openai.OpenAI,
+) -> None:
+    started = time.monotonic()
+    response = client.responses.create(
+        model="antwort-sim",
+        input="gil_holder and fast_echo",
+        tools=internal("gil_holder", "fast_echo"),  # type: ignore[arg-type]
+    )
+    assert response.status == "completed"
+    holder, fast = [i.output for i in response.output if i.type == "function_call_output"]  # type: ignore[union-attr]
+    assert holder == "Error: tool 'gil_holder' timed out after 1 s."
+    assert fast == "fast_echo done"
+    assert time.monotonic() - started < 30  # in the worker itself: minutes
+    again = client.responses.create(
+        model="antwort-sim",
+        input="fast_echo",
+        tools=internal("fast_echo"),  # type: ignore[arg-type]
+    )  # a new tool host follows the killed one
+    outputs = [i.output for i in again.output if i.type == "function_call_output"]  # type: ignore[union-attr]
+    assert outputs == ["fast_echo done"]

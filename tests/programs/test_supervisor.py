@@ -43,3 +43,15 @@ def test_antwort_up_says_when_auth_is_off(redis_url: str, key_prefix: str) -> No
     KeyStore(client, Keys(key_prefix)).create("c")
     assert "auth on — 1 tenant(s)" in auth_notice(settings, redis_url)
     client.close()
+
+
+def test_antwort_up_keeps_the_generated_key_in_its_state_directory_not_in_redis() -> None:
+    settings = Settings(redis_url="redis://127.0.0.1:1/0", llm_base_url="http://127.0.0.1:1/v1")
+    env: dict[str, str] = {}
+
+    plan(settings, env, "/state")
+
+    assert env["ANTWORT_SECRETS_FILE"] == "/state/secrets.key"
+    configured: dict[str, str] = {}
+    plan(settings.model_copy(update={"secrets_file": "/elsewhere.key"}), configured, "/state")
+    assert "ANTWORT_SECRETS_FILE" not in configured  # the operator's own stays

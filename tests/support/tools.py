@@ -108,6 +108,13 @@ class Shout:
         return ToolResult(call_id=call.id, output=str(call.parsed_arguments().get("text")).upper())
 
 
+class GilHolder(Sleeper):
+    """Adds up a long range in one C call: it never releases the GIL while it runs."""
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        return ToolResult(call_id=call.id, output=str(sum(range(10**12))))
+
+
 def register(registry: Registry) -> None:
     registry.register(Shout())
     registry.register(Sleeper("slow_echo", 0.8))
@@ -117,3 +124,4 @@ def register(registry: Registry) -> None:
     registry.register(Sleeper("big_output", 0.0, output="x" * 5000))
     registry.register(Sleeper("long_tool", 5.0))
     registry.register(Counted("counted_slow", 3.0))  # the default deadline (a minute)
+    registry.register(GilHolder("gil_holder", 0.0, timeout=1.0))

@@ -41,6 +41,9 @@ _FUNCTIONS: dict[str, Callable[..., float]] = {
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 _MAX_EXPONENT = 10_000
 _MAX_LENGTH = 500
+_MAX_RESULT_BITS = 1 << 17
+"""Largest integer result (about 39,000 digits): big-integer work holds the GIL while it runs,
+so its size is estimated before it is done, never bounded by a timeout afterwards."""
 
 
 def evaluate(expression: str) -> float | int:
@@ -62,8 +65,7 @@ def _eval(node: ast.AST) -> Any:
         return _CONSTANTS[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            raise ValueError("exponent too large")
+        _check_result_size(node.op, left, right)
         return _BINARY[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
@@ -75,6 +77,22 @@ def _eval(node: ast.AST) -> Any:
     ):
         return _FUNCTIONS[node.func.id](*(_eval(arg) for arg in node.args))
     raise ValueError(f"unsupported expression element: {ast.dump(node)[:60]}")
+
+
+def _check_result_size(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse a power or product whose integer result would be too large to compute at once."""
+    if isinstance(op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+        raise ValueError("exponent too large")
+    if not (isinstance(left, int) and isinstance(right, int)):
+        return  # floats overflow to an OverflowError by themselves, at no cost
+    if isinstance(op, ast.Pow) and right > 0:
+        bits = left.bit_length() * right
+    elif isinstance(op, ast.Mult):
+        bits = left.bit_length() + right.bit_length()
+    else:
+        return
+    if bits > _MAX_RESULT_BITS:
+        raise ValueError(f"the result would have about {bits * 0.30103:.0f} digits; too large")
 
 
 class Calculator:

@@ -9,6 +9,7 @@ from app.errors import InvalidRequestError
 from app.protocol.client_tools import EXTENSION_TYPE
 from app.tools.base import ToolKind
 from app.tools.internal import InternalExecutor, Registry, load_registry
+from app.tools.internal.host import HostedExecutor
 from app.tools.kinds import (
     KindContext,
     PreparedTools,
@@ -79,9 +80,19 @@ def _echo(tool: Item, index: int, registry: Registry) -> Item:
 
 
 def make_internal_executor(context: KindContext) -> InternalExecutor:
-    """The worker's plugins, each initialized now (one that raises is logged and left out)."""
-    registry = load_registry(context.settings.internal_tool_module_list)
+    """The worker's plugins, each initialized now (one that raises is logged and left out).
+
+    Under ``process`` isolation their calls run in tool hosts (:mod:`app.tools.internal.host`).
+    """
+    settings = context.settings
+    registry = load_registry(settings.internal_tool_module_list)
     registry.initialize_all()
+    if settings.internal_tool_isolation == "process":
+        return HostedExecutor(
+            registry,
+            modules=settings.internal_tool_module_list,
+            default_timeout=settings.tool_timeout_seconds,
+        )
     return InternalExecutor(registry)
 
 

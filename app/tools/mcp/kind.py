@@ -60,9 +60,7 @@ def check_approvals(context: RequestContext) -> None:
 def prepare_servers(context: RequestContext, declared: list[Item]) -> PreparedTools:
     """Servers checked and their headers sealed into the response's extra, blanked in the echo."""
     settings = context.settings
-    tools, sealed = prepare_mcp_tools(
-        settings, declared, sealer=lambda: Sealer(seal_key(settings, context.redis))
-    )
+    tools, sealed = prepare_mcp_tools(settings, declared, sealer=lambda: Sealer(seal_key(settings)))
     return PreparedTools(tools=tools, extra={SEALED_EXTRA: sealed} if sealed else {})
 
 
@@ -78,7 +76,7 @@ def make_mcp_executor(context: KindContext) -> McpExecutor:
         connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
         address_policy=policy,
     )
-    servers = McpServers(settings, sealer=Sealer(seal_key(settings, context.redis)))
+    servers = McpServers(settings, sealer=lambda: Sealer(seal_key(settings)))
     return McpExecutor(servers, client)
 
 

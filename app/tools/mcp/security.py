@@ -45,9 +45,13 @@ def check_server_url(
         ServerUrlRefusedError: a bad scheme, an unresolvable host, a host off the allowlist,
             or a private, loopback or link-local address.
     """
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        port = parts.port  # validated here: a bad one raises now, not in the MCP client
+    except ValueError:  # e.g. an unclosed IPv6 bracket, a bad IPv6 literal or port
+        raise ServerUrlRefusedError("server_url is not a valid URL.") from None
+    if parts.scheme not in ("http", "https") or not host or port == 0:
         raise ServerUrlRefusedError("server_url must be an http(s) URL with a host.")
     if parts.username is not None or parts.password is not None:
         # The URL is echoed in the response object; credentials belong in headers.
@@ -114,10 +118,40 @@ def _contains(entry: str, addresses: list[IpAddress]) -> bool:
     return bool(addresses) and all(address in network for address in addresses)
 
 
+_NAT64_PREFIXES = (
+    ipaddress.IPv6Network("64:ff9b::/96"),  # RFC 6052, the well-known prefix
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # RFC 8215, local-use translators
+)
+
+
 def _is_public(address: IpAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+    """Whether ``address`` and every IPv4 address it embeds are public unicast addresses."""
+    return all(
+        each.is_global and not each.is_multicast for each in (address, *_embedded_ipv4(address))
+    )
+
+
+def _embedded_ipv4(address: IpAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries: a translator or tunnel would reach these.
+
+    IPv4-mapped and IPv4-compatible (``::a.b.c.d``) addresses, NAT64 (the low 32 bits), 6to4
+    (``2002:a.b.c.d::``) and Teredo (its server and its client).
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    found: list[ipaddress.IPv4Address] = []
+    if address.ipv4_mapped is not None:
+        found.append(address.ipv4_mapped)
+    if int(address) >> 32 == 0:  # IPv4-compatible (deprecated, still routed by some stacks)
+        found.append(low32)
+    if any(address in prefix for prefix in _NAT64_PREFIXES):
+        found.append(low32)
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    return found
 
 
 class Sealer:

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.aead import generated_key
+from app.aead import fleet_secret
 from app.config import Settings
 from app.errors import ServerError, UpstreamError
-from app.keys import Keys
 from app.tools.base import McpToolRef
 from app.tools.mcp.security import Sealer
 from app.tools.mcp.target import ServerTarget
@@ -77,11 +75,15 @@ def load_configured(path: str | None) -> dict[str, ConfiguredServer]:
     return parsed.servers
 
 
-def seal_key(settings: Settings, client: redis.Redis) -> bytes:
-    """The sealing key: configured, or generated once for the fleet and kept in Redis."""
+def seal_key(settings: Settings) -> bytes:
+    """The sealing key: configured, or derived from the fleet's key in ``secrets_file``.
+
+    Raises:
+        MissingSecretError: neither is configured.
+    """
     if settings.mcp_secret_key:
         return settings.mcp_secret_key.encode()
-    return generated_key(client, Keys(settings.key_prefix).mcp_seal_key).encode()
+    return fleet_secret(settings.secrets_file, "mcp", setting="ANTWORT_MCP_SECRET_KEY")
 
 
 def transport_of(url: str) -> Literal["streamable_http", "sse"]:
@@ -92,10 +94,15 @@ def transport_of(url: str) -> Literal["streamable_http", "sse"]:
 class McpServers:
     """Resolves tool references to connection targets for this process."""
 
-    def __init__(self, settings: Settings, *, sealer: Sealer):
+    def __init__(self, settings: Settings, *, sealer: Sealer | Callable[[], Sealer]):
         self.settings = settings
-        self.sealer = sealer
+        self._sealer = sealer
         self.configured = load_configured(settings.mcp_servers_file)
+
+    @functools.cached_property
+    def sealer(self) -> Sealer:
+        """Opens per-request headers; made on first use, so a worker without a key still starts."""
+        return self._sealer if isinstance(self._sealer, Sealer) else self._sealer()
 
     def target(self, ref: McpToolRef) -> ServerTarget:
         """Where ``ref``'s server is, with its headers opened.

@@ -20,6 +20,7 @@ import redis
 from app.config import Settings
 from app.keys import Keys
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.sandbox.cgroup import CgroupUnavailableError
 from app.tools.sandbox.presenter import code_of
 from app.tools.sandbox.runner import (
     Sandbox,
@@ -104,6 +105,7 @@ def make_sandbox(settings: Settings) -> Sandbox:
         bwrap=settings.sandbox_bwrap,
         uid_base=settings.sandbox_uid_base,
         uid_count=settings.sandbox_uid_count,
+        cgroup=settings.sandbox_cgroup,
     )
 
 
@@ -235,7 +237,9 @@ def check_sandbox(settings: Settings) -> None:
     try:
         sandbox = make_sandbox(settings)
         load_sandbox_tools(settings.sandbox_tools_file)
-    except SandboxUnavailableError as exc:
+        if sandbox.cgroups is not None:
+            sandbox.cgroups.check()
+    except (SandboxUnavailableError, CgroupUnavailableError) as exc:
         raise SystemExit(f"antwort worker: {exc}") from None
     except (OSError, ValueError, TypeError) as exc:
         raise SystemExit(f"antwort worker: ANTWORT_SANDBOX_TOOLS_FILE: {exc}") from None

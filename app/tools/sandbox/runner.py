@@ -21,9 +21,11 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import dataclasses
 import logging
 import marshal
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from app.telemetry import metrics, tracing
+from app.tools.sandbox.cgroup import GATE, CgroupLimits, RunCgroup, RunCgroups
+from app.tools.sandbox.seccomp import deny_program, program_fd
 from app.tools.sandbox.slots import UidSlots
 
 logger = logging.getLogger(__name__)
@@ -160,9 +164,17 @@ class Sandbox:
         uid_base: int = 61000,
         uid_count: int = 64,
         lock_dir: str | None = None,
+        cgroup: str | None = None,
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
+        self.seccomp = deny_program()
+        """The seccomp filter every run gets (None on an architecture without a table)."""
+        self.cgroups = None if cgroup is None else RunCgroups(cgroup)
+        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``); None: no cgroup."""
+        self._cgroup_limits = CgroupLimits(
+            memory_bytes=limits.memory_bytes, processes=limits.processes
+        )
         self.slots = UidSlots(
             uid_base=uid_base,
             uid_count=uid_count,
@@ -186,22 +198,42 @@ class Sandbox:
 
     def _run_as(self, uid: int | None, request: SandboxRequest) -> SandboxOutcome:
         payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
+        if self.cgroups is None:
+            return self._launch(uid, payload, None)
+        with self.cgroups.run(f"run-{secrets.token_hex(6)}", self._cgroup_limits) as group:
+            return self._launch(uid, payload, group)
+
+    def _launch(self, uid: int | None, payload: bytes, group: RunCgroup | None) -> SandboxOutcome:
         credentials: dict[str, Any] = (
             {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         )
         started = time.monotonic()
+        seccomp_fd = program_fd(self.seccomp)
+        command = self.command(seccomp_fd=seccomp_fd)
         try:
             proc = subprocess.Popen(
-                self.command(),
+                command if group is None else [*GATE, *command],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
                 **credentials,
             )
         except OSError as exc:
             return SandboxOutcome(error=f"The sandbox could not start: {exc}")
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        if group is not None:
+            try:
+                group.add(proc.pid)  # behind the gate: nothing of the run has started yet
+            except OSError as exc:
+                proc.kill()
+                proc.communicate()
+                return SandboxOutcome(error=f"The sandbox could not enter its cgroup: {exc}")
+            payload = b"\n" + payload  # opens the gate
         stdout, stderr, overran = _exchange(
             proc,
             payload,
@@ -213,7 +245,12 @@ class Sandbox:
             return SandboxOutcome(
                 timed_out=True, error="The sandbox overran its deadline and was killed."
             )
-        return _outcome(proc.returncode, stdout, stderr, elapsed)
+        outcome = _outcome(proc.returncode, stdout, stderr, elapsed)
+        if group is not None and group.oom_kills():
+            memory_mb = self.limits.memory_bytes // 2**20
+            error = f"Killed by the memory limit ({memory_mb} MB for all the run's processes)."
+            return dataclasses.replace(outcome, error=error)
+        return outcome
 
     def _payload(self, request: SandboxRequest) -> dict[str, Any]:
         limits = self.limits
@@ -236,9 +273,14 @@ class Sandbox:
             },
         }
 
-    def command(self) -> list[str]:
-        """The bwrap command line (the runner's source is passed with ``-c``)."""
+    def command(self, *, seccomp_fd: int | None = None) -> list[str]:
+        """The bwrap command line (the runner's source is passed with ``-c``).
+
+        ``seccomp_fd``: a descriptor bwrap reads the seccomp filter from (``app.tools.sandbox
+        .seccomp``); None: no filter.
+        """
         size = str(self.limits.work_dir_bytes)
+        seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
         return [
             self.bwrap,
             "--unshare-all",
@@ -256,6 +298,16 @@ class Sandbox:
             "--proc",
             "/proc",
             "--dev",
+            "/dev",
+            # bwrap's /dev is a tmpfs of half the host's RAM, unbounded by --size: its shared
+            # memory gets a capped tmpfs of its own, and the rest of /dev is made read-only.
+            "--perms",
+            "1777",
+            "--size",
+            size,
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
             "/dev",
             "--size",
             size,
@@ -276,6 +328,7 @@ class Sandbox:
             "--setenv",
             "HOME",
             "/work",
+            *seccomp,
             "--",
             SANDBOX_PYTHON,
             "-I",

@@ -1,0 +1,158 @@
+"""``GET /openapi.json``: the gateway's routes, their bodies described by the models it validates.
+
+The request schemas are the pydantic models the views validate with (``CreateResponseRequest``
+for create and compact, ``ResponseObject`` for what comes back), so the document cannot drift
+from what the gateway accepts. Every error is OpenAI's ``{"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+from pydantic import BaseModel
+
+from app.protocol.request import CreateResponseRequest
+from app.protocol.response import ResponseObject
+
+blueprint = Blueprint("openapi", __name__)
+
+_REF = "#/components/schemas/{model}"
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "additionalProperties": False,
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _answers(ok: dict[str, Any]) -> dict[str, Any]:
+    return {"200": ok, "default": _json(_ref("Error"), "An error, in OpenAI's shape")}
+
+
+_RESPONSE_ID = {
+    "name": "response_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^resp_[A-Za-z0-9]{1,64}$"},
+}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def _create_body() -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": _ref("CreateResponse")}}}
+
+
+def _paths() -> dict[str, Any]:
+    response = _json(_ref("Response"))
+    status = _json({"type": "object", "properties": {"status": {"type": "string"}}})
+    return {
+        "/v1/responses": {
+            "post": {
+                "operationId": "createResponse",
+                "requestBody": _create_body(),
+                "responses": _answers(response),
+            }
+        },
+        "/v1/responses/{response_id}": {
+            "parameters": [_RESPONSE_ID],
+            "get": {
+                "operationId": "getResponse",
+                "parameters": [
+                    _query("stream", {"type": "boolean"}),
+                    _query("starting_after", {"type": "integer", "minimum": -1}),
+                ],
+                "responses": _answers(response),
+            },
+            "delete": {
+                "operationId": "deleteResponse",
+                "responses": _answers(_json({"type": "object"})),
+            },
+        },
+        "/v1/responses/{response_id}/cancel": {
+            "parameters": [_RESPONSE_ID],
+            "post": {"operationId": "cancelResponse", "responses": _answers(response)},
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "parameters": [_RESPONSE_ID],
+            "get": {
+                "operationId": "listInputItems",
+                "parameters": [
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+                    _query("order", {"type": "string", "enum": ["asc", "desc"]}),
+                    _query("after", {"type": "string"}),
+                ],
+                "responses": _answers(_json({"type": "object"})),
+            },
+        },
+        "/v1/responses/compact": {
+            "post": {
+                "operationId": "compactResponse",
+                "requestBody": _create_body(),
+                "responses": _answers(_json({"type": "object"})),
+            }
+        },
+        "/v1/models": {"get": {"operationId": "listModels", "responses": _answers(status)}},
+        "/healthz": {"get": {"operationId": "healthz", "responses": _answers(status)}},
+        "/readyz": {"get": {"operationId": "readyz", "responses": _answers(status)}},
+    }
+
+
+def _schemas(models: dict[str, type[BaseModel]]) -> dict[str, Any]:
+    schemas: dict[str, Any] = {"Error": _ERROR}
+    for name, model in models.items():
+        schema = model.model_json_schema(ref_template=_REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[name] = schema
+    return schemas
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "CreateResponse": CreateResponseRequest,
+    "Response": ResponseObject,
+}
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the gateway."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Antwort Fleet", "version": "1"},
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(
+                {"CreateResponse": CreateResponseRequest, "Response": ResponseObject}
+            )
+        },
+    }
+
+
+@blueprint.get("/openapi.json")
+def openapi() -> Response:
+    """The document (behind the bearer key when keys are configured, like every route)."""
+    return jsonify(document())

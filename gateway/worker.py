@@ -1,0 +1,139 @@
+"""The gateway's gunicorn worker: gevent's, with the edge bounded (``gateway.gunicorn_conf``).
+
+* **Headers in time.** gunicorn's gevent worker reads a request's line and headers under
+  :meth:`timeout_ctx`; here that is ``ANTWORT_HEADER_TIMEOUT_SECONDS`` (default 15) in all, not
+  per line, so a client sending one header line every few seconds (slowloris) is dropped. The
+  same bound ends an idle keep-alive connection. The body's bound is ``gateway.edge``'s.
+* **Connections per client address.** At most ``ANTWORT_MAX_CONNECTIONS_PER_CLIENT`` (default
+  256; 0: no cap) connections of one address are served at once; one more is answered ``429``
+  and closed, so one client cannot take the whole pool (``worker_connections``) from the rest.
+* **JSON errors.** What gunicorn refuses before the app sees it (a 414 request line, a 400 bad
+  header, a 431) is answered in OpenAI's error shape, not gunicorn's HTML page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import socket
+import threading
+from collections import Counter
+from typing import Any
+
+import gevent
+from gunicorn.workers.ggevent import GeventWorker
+
+from app.config import Settings
+
+_ERROR_CODES = {
+    400: ("invalid_request_error", "invalid_request"),
+    403: ("invalid_request_error", "forbidden"),
+    414: ("invalid_request_error", "request_line_too_long"),
+    417: ("invalid_request_error", "expectation_failed"),
+    429: ("rate_limit_exceeded", "too_many_connections"),
+    431: ("invalid_request_error", "request_header_fields_too_large"),
+    501: ("invalid_request_error", "not_implemented"),
+}
+
+
+def error_bytes(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response carrying OpenAI's error body; the connection then closes."""
+    error_type, code = _ERROR_CODES.get(status, ("server_error", "server_error"))
+    body = json.dumps(
+        {"error": {"message": message[:200], "type": error_type, "param": None, "code": code}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class _ErrorPage:
+    """Stands in for the client's socket while gunicorn writes its error page, to read it."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def gettimeout(self) -> float | None:
+        return None
+
+    def setblocking(self, flag: bool) -> None:
+        """Nothing to set: nothing blocks here."""
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def as_json(self) -> bytes:
+        """The page as :func:`error_bytes` (status, reason and message kept)."""
+        text = self.data.decode("latin-1")
+        _, status, reason = text.split("\r\n", 1)[0].split(" ", 2)
+        message = text.rpartition("</h1>")[2].rpartition("</body>")[0].strip() or reason
+        return error_bytes(int(status), reason, html.unescape(message))
+
+
+class EdgeWorker(GeventWorker):  # type: ignore[misc]
+    """gunicorn's gevent worker with a header deadline, a per-address cap and JSON errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = Settings()
+        self.header_timeout = settings.header_timeout_seconds
+        self.per_client = settings.max_connections_per_client
+        self._open: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def timeout_ctx(self) -> gevent.Timeout:
+        """The bound on reading one request's line and headers (gunicorn's hook)."""
+        return gevent.Timeout(self.header_timeout, False)
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        """Serve a connection unless its address holds its share of the pool already."""
+        address = str(addr[0]) if isinstance(addr, tuple) else ""
+        if not self._admit(address):
+            with contextlib.suppress(OSError):
+                client.sendall(error_bytes(429, "Too Many Requests", _TOO_MANY))
+                _drain(client)
+            client.close()
+            return
+        try:
+            super().handle(listener, client, addr)
+        finally:
+            with self._lock:
+                self._open[address] -= 1
+                if self._open[address] <= 0:
+                    del self._open[address]
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """The error as gunicorn judges and logs it, answered as JSON."""
+        page = _ErrorPage()
+        super().handle_error(req, page, addr, exc)
+        try:
+            client.sendall(page.as_json())
+            _drain(client)
+        except (OSError, ValueError):
+            self.log.debug("Failed to send error message.")
+
+    def _admit(self, address: str) -> bool:
+        with self._lock:
+            if self.per_client and self._open[address] >= self.per_client:
+                return False
+            self._open[address] += 1
+            return True
+
+
+def _drain(client: socket.socket) -> None:
+    """Read what the client sent already, so closing does not reset the connection.
+
+    A socket closed with unread data answers with a reset, and the client may then lose the
+    error written just before it.
+    """
+    client.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        for _ in range(64):
+            if not client.recv(1 << 16):
+                break
+
+
+_TOO_MANY = "Too many open connections from your address; close some and retry."

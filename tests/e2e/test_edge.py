@@ -1,0 +1,196 @@
+"""The gateway's edge under gunicorn (issue 18 §3): slow clients, one address's share, JSON errors.
+
+A gateway of its own with a small pool, so an attack that would fill it is a few dozen sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import httpx
+import pytest
+from openai.types import ErrorObject
+
+from programs.supervisor import free_port
+from tests.e2e.conftest import Fleet
+
+POOL = 30
+"""The gateway's gevent pool (``ANTWORT_GATEWAY_CONNECTIONS``)."""
+PER_CLIENT = 20
+"""Its cap per client address (``ANTWORT_MAX_CONNECTIONS_PER_CLIENT``): below the pool."""
+HEADER_SECONDS = 2.0
+BODY_SECONDS = 2.0
+OTHER_ADDRESS = "127.0.0.2"
+"""A second loopback address: another client, as far as the gateway can tell."""
+
+
+@pytest.fixture(scope="module")
+def edge(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory, process_environ: dict[str, str]
+) -> Iterator[str]:
+    port = free_port()
+    env = {
+        **process_environ,
+        "ANTWORT_REDIS_URL": redis_url,
+        "ANTWORT_KEY_PREFIX": "antwort-edge-test:",
+        "ANTWORT_HOST": "127.0.0.1",
+        "ANTWORT_PORT": str(port),
+        "ANTWORT_GATEWAY_CONNECTIONS": str(POOL),
+        "ANTWORT_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
+        "ANTWORT_HEADER_TIMEOUT_SECONDS": str(HEADER_SECONDS),
+        "ANTWORT_BODY_TIMEOUT_SECONDS": str(BODY_SECONDS),
+        "ANTWORT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+        "ANTWORT_DEFAULT_MODEL": "m",
+        "ANTWORT_LOG_LEVEL": "warning",
+    }
+    fleet = Fleet(
+        base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("edge")
+    )
+    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    try:
+        _wait_for_health(fleet.base_url)
+        yield fleet.base_url
+    finally:
+        fleet.stop_all()
+
+
+def _wait_for_health(base_url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("the gateway did not start")
+
+
+def _port(base_url: str) -> int:
+    return int(base_url.rsplit(":", 1)[1])
+
+
+def _connect(base_url: str, source: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection(
+        ("127.0.0.1", _port(base_url)), timeout=10, source_address=(source, 0)
+    )
+    return sock
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
+    """The status and JSON body of the HTTP/1.1 answer on ``sock`` (read to its close)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower(), data
+    return status, json.loads(body)
+
+
+def _openai_error(body: dict[str, object]) -> ErrorObject:
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert isinstance(error, dict) and set(error) == {"message", "type", "param", "code"}
+    return ErrorObject.model_validate(error)
+
+
+def test_edge_slowloris_is_bounded_in_count_and_time_while_healthz_answers(edge: str) -> None:
+    with ExitStack() as stack:
+        attackers = [stack.enter_context(_connect(edge)) for _ in range(POOL + 10)]
+        for sock in attackers:
+            sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+
+        # Another client is served at once, though the attack asked for more than the pool.
+        other = httpx.Client(transport=httpx.HTTPTransport(local_address=OTHER_ADDRESS))
+        stack.enter_context(other)
+        for _ in range(5):
+            before = time.monotonic()
+            answer = other.get(f"{edge}/healthz", timeout=5, headers={"Connection": "close"})
+            assert answer.status_code == 200
+            assert time.monotonic() - before < 1.0
+
+        # The address's share was served; the rest were refused at once, in OpenAI's shape.
+        refused = 0
+        for sock in attackers:
+            sock.settimeout(HEADER_SECONDS + 10)
+            try:
+                status, body = _answer(sock)
+            except (ConnectionResetError, IndexError):
+                continue  # dropped at the header deadline without a word
+            if status == 429:
+                refused += 1
+                assert _openai_error(body).code == "too_many_connections"
+        assert refused == POOL + 10 - PER_CLIENT
+        # Every connection ended by the header deadline (one line every second would not help).
+        assert time.monotonic() - started < HEADER_SECONDS + 5
+
+
+def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str) -> None:
+    with _connect(edge) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < HEADER_SECONDS + 5:
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")
+                sock.settimeout(0.5)
+                if sock.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed
+        assert HEADER_SECONDS - 0.5 < time.monotonic() - started < HEADER_SECONDS + 3
+
+
+def test_edge_body_sent_byte_by_byte_is_408_at_the_body_deadline(edge: str) -> None:
+    with _connect(edge) as sock:
+        sock.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )
+        started = time.monotonic()
+        sock.settimeout(0.3)
+        data = b""
+        while time.monotonic() - started < BODY_SECONDS + 5:
+            try:
+                sock.sendall(b" ")
+                data = sock.recv(65536)
+                break
+            except TimeoutError:
+                continue
+        assert data.startswith(b"HTTP/1.1 408"), data
+        body = json.loads(data.partition(b"\r\n\r\n")[2])
+        assert _openai_error(body).type == "invalid_request_error"
+        assert time.monotonic() - started < BODY_SECONDS + 3
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /v1/responses/" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", 431),
+        (b"\x16\x03\x01 not http\r\n\r\n", 400),
+    ],
+)
+def test_edge_gunicorn_refusals_are_openai_json(
+    edge: str, request_bytes: bytes, status: int
+) -> None:
+    with _connect(edge) as sock:
+        sock.sendall(request_bytes)
+        got, body = _answer(sock)
+
+    assert got == status
+    error = _openai_error(body)
+    assert error.type == "invalid_request_error"
+    assert len(error.message) <= 200

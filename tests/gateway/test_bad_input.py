@@ -1,0 +1,178 @@
+"""Client mistakes an outside security run found answered with 500s (issue 18 §3): each a 4xx."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.store import ResponseStore
+from tests.gateway.conftest import error_of
+from tests.gateway.test_responses import create_in_background
+from tests.support.dispatch import RecordingDispatcher
+
+JSON = {"Content-Type": "application/json"}
+
+
+def nested(depth: int) -> str:
+    return '{"model": "m", "input": "hi", "metadata": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact"])
+@pytest.mark.parametrize("depth", [100, 10_000, 100_000])
+def test_bad_input_json_nested_deeply_is_400(web: FlaskClient, path: str, depth: int) -> None:
+    error = error_of(web.post(path, data=nested(depth), headers=JSON), 400)
+    assert error.type == "invalid_request_error"
+    assert error.code in ("invalid_json", "invalid_value")
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact"])
+@pytest.mark.parametrize("text", ['"\\ud800"', '"a\\udfff b"', '"\\udc00\\ud800"'])
+def test_bad_input_lone_surrogates_are_400(web: FlaskClient, path: str, text: str) -> None:
+    body = '{"model": "m", "input": [{"role": "user", "content": ' + text + "}]}"
+
+    error = error_of(web.post(path, data=body, headers=JSON), 400)
+
+    assert (error.type, error.code) == ("invalid_request_error", "invalid_value")
+    assert "surrogate" in error.message
+
+
+def test_bad_input_a_paired_surrogate_is_text(
+    web: FlaskClient, dispatcher: RecordingDispatcher
+) -> None:
+    body = '{"model": "m", "input": "\\ud83d\\ude00", "background": true}'
+    assert web.post("/v1/responses", data=body, headers=JSON).status_code == 200
+
+
+@pytest.mark.parametrize("suffix", [":ev", ":in", ":seq", ":lease", ":results", ":t0:starts"])
+@pytest.mark.parametrize(
+    ("method", "template"),
+    [
+        ("GET", "/v1/responses/{id}"),
+        ("GET", "/v1/responses/{id}?stream=true"),
+        ("DELETE", "/v1/responses/{id}"),
+        ("POST", "/v1/responses/{id}/cancel"),
+        ("GET", "/v1/responses/{id}/input_items"),
+    ],
+)
+def test_bad_input_id_with_a_suffix_of_another_id_is_400_and_touches_nothing(
+    web: FlaskClient, store: ResponseStore, method: str, template: str, suffix: str
+) -> None:
+    created = create_in_background(web)
+    keys_before = sorted(store.redis.keys(f"{store.keys.prefix}*"))
+
+    answer = web.open(template.format(id=created.id + suffix), method=method)
+
+    error = error_of(answer, 400)
+    assert (error.param, error.code) == ("response_id", "invalid_value")
+    assert sorted(store.redis.keys(f"{store.keys.prefix}*")) == keys_before
+    assert len(store.inputs(created.id)) == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact"])
+def test_bad_input_previous_response_id_of_a_foreign_format_is_400(
+    web: FlaskClient, path: str
+) -> None:
+    created = create_in_background(web)
+    body = {"model": "m", "input": "hi", "previous_response_id": created.id + ":in"}
+
+    error = error_of(web.post(path, json=body), 400)
+
+    assert (error.param, error.code) == ("previous_response_id", "previous_response_not_found")
+
+
+def test_bad_input_huge_id_is_not_echoed_whole(web: FlaskClient) -> None:
+    answer = web.get("/v1/responses/resp_" + "a" * 1_000_000)
+
+    error = error_of(answer, 400)
+    assert len(answer.get_data()) < 1000
+    assert "aaaa…" in error.message
+
+
+def test_bad_input_huge_unknown_field_is_not_echoed_whole(web: FlaskClient) -> None:
+    answer = web.post("/v1/responses", json={"model": "m", "input": "hi", "x" * 100_000: 1})
+
+    error_of(answer, 400)
+    assert len(answer.get_data()) < 1000
+
+
+@pytest.mark.parametrize("after", [str(2**63), str(2**64), "9" * 40, "-5"])
+def test_bad_input_starting_after_out_of_range_is_400(web: FlaskClient, after: str) -> None:
+    created = create_in_background(web)
+
+    answer = web.get(f"/v1/responses/{created.id}?stream=true&starting_after={after}")
+
+    error = error_of(answer, 400)
+    assert (error.param, error.code) == ("starting_after", "invalid_value")
+
+
+@pytest.mark.parametrize("url", ["http://[::1/", "http://[::1]:99999/", "http://[64:ff9b::zz]/"])
+def test_bad_input_malformed_mcp_server_url_is_400(web: FlaskClient, url: str) -> None:
+    body = {"model": "m", "input": "hi", "tools": [mcp_tool(url)]}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert error.type == "invalid_request_error"
+
+
+def test_bad_input_mcp_server_url_embedding_a_link_local_ipv4_is_400(web: FlaskClient) -> None:
+    body = {"model": "m", "input": "hi", "tools": [mcp_tool("http://[64:ff9b::a9fe:a9fe]/")]}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert "private, loopback or link-local" in error.message
+
+
+def mcp_tool(url: str) -> dict[str, str]:
+    return {"type": "mcp", "server_label": "s", "server_url": url}
+
+
+def test_bad_input_chunked_body_over_the_limit_is_413(make_app: Callable[..., Flask]) -> None:
+    web = make_app(max_body_bytes=4096).test_client()
+    body = b'{"model": "m", "input": "' + b"x" * 20_000 + b'"}'
+
+    answer = web.post(
+        "/v1/responses",
+        input_stream=io.BytesIO(body),
+        headers={**JSON, "Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input_terminated": True},  # what gunicorn sets for chunked
+    )
+
+    assert error_of(answer, 413).code == "payload_too_large"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_output_tokens", 2**63),
+        ("max_output_tokens", 10**30),
+        ("max_tool_calls", 2**64),
+        ("metadata", {f"k{i}": "v" for i in range(17)}),
+        ("metadata", {"k" * 65: "v"}),
+        ("metadata", {"k": "v" * 513}),
+    ],
+)
+def test_bad_input_out_of_bounds_is_400(web: FlaskClient, field: str, value: object) -> None:
+    body = {"model": "m", "input": "hi", field: value}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert error.param is not None and error.param.startswith(field)
+
+
+def test_bad_input_metadata_at_openai_bounds_is_accepted(web: FlaskClient) -> None:
+    metadata = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    created = create_in_background(web, metadata=metadata)
+    assert created.metadata == metadata
+
+
+def test_bad_input_duplicate_tool_names_are_400(web: FlaskClient) -> None:
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    body = {"model": "m", "input": "hi", "tools": [tool, {**tool, "description": "again"}]}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == ("tools.1.name", "duplicate_tool_name")
