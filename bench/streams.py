@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.config import Settings
 from bench.clients import Connection, StreamResult, _Check, address
 from bench.fleet import Fleet, RssSampler, raise_nofile
 from bench.run import RESULTS, machine
@@ -46,6 +47,11 @@ class ScaleFleet(Fleet):
     def env(self) -> dict[str, str]:
         env = super().env()
         env["ANTWORT_GATEWAY_CONNECTIONS"] = str(self.connections)
+        # A per-client-address connection cap, where the edge has one: every client here is
+        # 127.0.0.1, so the cap is set as high as the gateway's connections.
+        for name in Settings.model_fields:
+            if "per_client" in name or "per_address" in name:
+                env[f"ANTWORT_{name.upper()}"] = str(self.connections)
         return env
 
 
@@ -256,7 +262,7 @@ def driver(args: argparse.Namespace) -> None:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
-        "gateway_env": {"ANTWORT_GATEWAY_CONNECTIONS": str(fleet.connections)},
+        "gateway_env": {k: v for k, v in fleet.env().items() if Fleet.env(fleet).get(k) != v},
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
