@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)
     """gunicorn worker processes of ``antwort gateway``."""
+    gateway_connections: int = Field(default=4000, ge=1)
+    """Connections (SSE streams, WebSockets, requests) one gateway process holds at once
+    (gunicorn's ``worker_connections``); ``antwort gateway`` raises the open-files limit to
+    match."""
     tool_timeout_seconds: float = Field(default=60.0, gt=0)
     """Deadline of one tool call (a tool's own definition may override it)."""
     tool_output_max_chars: int = Field(default=100_000, ge=100)

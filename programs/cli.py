@@ -21,6 +21,10 @@ def _exec(argv: list[str]) -> None:
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    from programs.limits import files_needed, raise_open_files
+
+    logging.basicConfig(level=logging.INFO, format="antwort gateway: %(message)s")
+    raise_open_files(files_needed(settings))
     os.environ.setdefault("ANTWORT_GATEWAY_WORKERS", str(args.workers or settings.gateway_workers))
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # gunicorn's processes share their metrics through it (gateway/gunicorn_conf.py, which

@@ -1,0 +1,216 @@
+"""Cost by conversation depth: ``.venv/bin/python -m bench.chains``.
+
+Its own fleet (see ``bench.fleet``: the machine's Redis db 14, the simulator at zero delay, one
+gateway, one inference worker, one ``tools.internal`` worker) and chains of ``--depth`` responses
+linked by ``previous_response_id``, one after another:
+
+- ``plain``: each response one turn, a 50-word ask answered in 50 words;
+- ``tool``: each response two turns, the model calls the built-in ``calculator`` and then
+  answers with its result;
+
+each created sync (``stream: false``) and streamed (``stream: true``, the body read to
+``data: [DONE]``). The fleet's added time of a response = its time through the fleet minus the
+model's own time for the same calls: the same Chat Completions requests (the chain so far, as
+the worker builds them) sent to the simulator directly, just before the response, so both see the
+same moment of the shared machine. Reported per depth band (0-9 … 190-199) as p50 over
+``--chains`` chains; the target: the band 190-199 costs at most 1.5 x the band 0-9. Writes
+``bench/results/chains.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.client
+import json
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.providers.translate import ModelRequest, build_chat_body
+from bench.fleet import Fleet
+from bench.run import RESULTS, machine
+
+WORDS = " ".join(f"w{i}" for i in range(44))
+BAND = 10
+TARGET_RATIO = 1.5
+CALCULATOR = {
+    "type": "function",
+    "name": "calculator",
+    "parameters": {
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+}
+
+
+class Http:
+    """One keep-alive connection, read to the end of each body (the standard library's client)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+        self.path = parts.path.rstrip("/")
+
+    def post(self, path: str, body: dict[str, Any]) -> bytes:
+        payload = json.dumps(body)
+        self.connection.request(
+            "POST", self.path + path, payload, {"Content-Type": "application/json"}
+        )
+        answer = self.connection.getresponse()
+        data = answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"HTTP {answer.status}: {data[:300]!r}")
+        return data
+
+
+def ask(kind: str, index: int) -> str:
+    """A 50-word ask; a ``tool`` ask names the calculator and its expression."""
+    if kind == "tool":
+        return f"Step {index}: calculator expression={index}*7 {WORDS}"
+    return f"Step {index}: {WORDS} [tokens=50]"
+
+
+@dataclass
+class Chain:
+    """One chain's state: what the model sees so far, the last response."""
+
+    kind: str
+    stream: bool
+    items: list[dict[str, Any]] = field(default_factory=list)
+    previous: str | None = None
+    added_ms: list[float] = field(default_factory=list)
+
+    def model_calls(
+        self, user: dict[str, Any], output: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The Chat Completions bodies the worker sends for this response's turns."""
+        tools = [CALCULATOR] if self.kind == "tool" else []
+        first = [*self.items, user]
+        bodies = [build_chat_body(_model_request(first, tools))]
+        if self.kind == "tool":
+            calls = [i for i in output if i["type"] in ("function_call", "function_call_output")]
+            bodies.append(build_chat_body(_model_request([*first, *calls], tools)))
+        return bodies
+
+
+def _model_request(items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelRequest:
+    return ModelRequest(model="antwort-sim", instructions=None, items=items, tools=tools)
+
+
+def final_response(raw: bytes, stream: bool) -> dict[str, Any]:
+    """The response object of a sync answer, or of a stream's terminal event."""
+    if not stream:
+        body: dict[str, Any] = json.loads(raw)
+        return body
+    for line in reversed(raw.split(b"\n")):
+        if line.startswith(b"data: {") and b'"response.completed"' in line:
+            final: dict[str, Any] = json.loads(line[6:])["response"]
+            return final
+    raise RuntimeError(f"no response.completed in the stream: {raw[-300:]!r}")
+
+
+def step(chain: Chain, index: int, fleet: Http, model: Http) -> None:
+    """One response of the chain, paired with the model's own calls for it."""
+    user = {"type": "message", "role": "user", "content": ask(chain.kind, index)}
+    body: dict[str, Any] = {"model": "antwort-sim", "input": [user], "stream": chain.stream}
+    if chain.kind == "tool":
+        body["tools"] = [{"type": "internal", "name": "calculator"}]
+    if chain.previous is not None:
+        body["previous_response_id"] = chain.previous
+    start = time.perf_counter()
+    response = final_response(fleet.post("/v1/responses", body), chain.stream)
+    total = time.perf_counter() - start
+    if response["status"] != "completed":
+        raise RuntimeError(f"{chain.kind} step {index}: {response['status']}")
+    calls = chain.model_calls(user, response["output"])
+    start = time.perf_counter()
+    for call in calls:
+        model.post("/chat/completions", call)
+    own = time.perf_counter() - start
+    chain.added_ms.append((total - own) * 1000)
+    chain.items += [user, *response["output"]]
+    chain.previous = response["id"]
+
+
+def bands(samples: list[list[float]], depth: int) -> list[dict[str, Any]]:
+    """p50 of the added time per band of depths, over all chains of one kind and mode."""
+    rows = []
+    for low in range(0, depth, BAND):
+        values = [chain[d] for chain in samples for d in range(low, min(low + BAND, depth))]
+        rows.append({"band": f"{low}-{low + BAND - 1}", "added_p50_ms": _p50(values)})
+    return rows
+
+
+def _p50(values: list[float]) -> float:
+    return round(statistics.median(values), 2)
+
+
+def run(fleet_url: str, model_url: str, depth: int, chains: int) -> dict[str, Any]:
+    fleet, model = Http(fleet_url), Http(model_url)
+    added: dict[str, list[list[float]]] = {}
+    for _ in range(chains):
+        for kind in ("plain", "tool"):
+            for stream in (False, True):
+                chain = Chain(kind=kind, stream=stream)
+                for index in range(depth):
+                    step(chain, index, fleet, model)
+                added.setdefault(f"{kind} {'streamed' if stream else 'sync'}", []).append(
+                    chain.added_ms
+                )
+    results: dict[str, Any] = {}
+    for name, samples in added.items():
+        rows = bands(samples, depth)
+        ratio = round(rows[-1]["added_p50_ms"] / rows[0]["added_p50_ms"], 2)
+        results[name] = {"bands": rows, "ratio_last_to_first": ratio, "meets": ratio <= 1.5}
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    names = list(results)
+    lines = ["| depth | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for i, row in enumerate(next(iter(results.values()))["bands"]):
+        cells = [f"{results[n]['bands'][i]['added_p50_ms']:.2f}" for n in names]
+        lines.append(f"| {row['band']} | " + " | ".join(cells) + " |")
+    lines.append("| last / first | " + " | ".join(
+        f"{results[n]['ratio_last_to_first']}" for n in names) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.chains")
+    parser.add_argument("--depth", type=int, default=200)
+    parser.add_argument("--chains", type=int, default=2)
+    args = parser.parse_args(argv)
+    fleet = Fleet(inference_workers=1, worker_threads=8, tool_workers=1, tool_threads=4)
+    fleet.start()
+    warm: Callable[[], dict[str, Any]] = lambda: run(  # noqa: E731
+        fleet.gateway_url, f"{fleet.sim_url}/v1", 3, 1
+    )
+    try:
+        warm()
+        results = run(fleet.gateway_url, f"{fleet.sim_url}/v1", args.depth, args.chains)
+    finally:
+        fleet.stop()
+    record = {
+        "command": shlex.join([".venv/bin/python", "-m", "bench.chains", *sys.argv[1:]]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        "measure": "fleet time minus the same model calls made directly, p50 ms per depth band",
+        "target": f"band {args.depth - BAND}-{args.depth - 1} <= {TARGET_RATIO} x band 0-9",
+        "results": results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "chains.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

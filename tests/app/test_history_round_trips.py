@@ -1,0 +1,130 @@
+"""A response's history costs the same Redis round trips at depth 5 and at depth 200.
+
+Counted where they happen: every request redis-py sends (a command, a pipeline, a script) is one
+``send_packed_command`` on a connection. The measured steps are the gateway's create, the turn
+task's turns and the tool worker's call of a response that continues a chain (or a
+conversation), run on real Redis with a scripted model, as ``tests/app/test_loop.py`` drives them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from redis.connection import AbstractConnection
+
+from app.config import Settings
+from app.conversations import add_items, create_conversation
+from app.run import RunDeps, advance_response
+from app.store import ResponseStore
+from app.tool_calls import ToolDeps, run_tool_call
+from app.tools.base import ExecutorRegistry
+from app.tools.internal import InternalExecutor, load_registry
+from tests.app.test_loop import Loop, internal
+from tests.support.model import ScriptedModel, calls, text
+
+FIFTY_WORDS = " ".join(f"word{i}" for i in range(50))
+
+
+class RoundTrips:
+    """Counts the requests sent to Redis, by step."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        send = AbstractConnection.send_packed_command
+
+        def counting(connection: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+            self.count += 1
+            send(connection, *args, **kwargs)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+
+    @contextlib.contextmanager
+    def step(self, steps: dict[str, int], name: str) -> Iterator[None]:
+        before = self.count
+        yield
+        steps[name] = self.count - before
+
+
+def build_chain(loop: Loop, depth: int) -> str:
+    """A chain of ``depth`` answered responses linked by ``previous_response_id``."""
+    previous: str | None = None
+    for index in range(depth):
+        body: dict[str, Any] = {"input": f"turn {index}: {FIFTY_WORDS}"}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        previous = loop.create(**body)
+        assert loop.drive(previous) == "completed"
+    assert previous is not None
+    return previous
+
+
+def tool_response_steps(
+    store: ResponseStore, settings: Settings, trips: RoundTrips, **link: str
+) -> dict[str, int]:
+    """Round trips of each step of a 2-turn response (a calculator call) that continues ``link``."""
+    model = ScriptedModel(calls(("call_1", "calculator", '{"expression": "6*7"}')), text("42"))
+    loop = Loop(store=store, settings=settings, model=model)
+    deps = RunDeps(store=store, provider=model, settings=settings, dispatcher=loop.dispatcher)
+    registry = load_registry(settings.internal_tool_module_list)
+    registry.initialize_all()
+    tools = ToolDeps(
+        store=store, executors=ExecutorRegistry([InternalExecutor(registry)]), settings=settings
+    )
+    steps: dict[str, int] = {}
+    with trips.step(steps, "create"):
+        rid = loop.create(input="what is 6*7?", tools=internal("calculator"), **link)
+    with trips.step(steps, "turn 0"):
+        assert advance_response(deps, rid, 0) == "waiting"
+    [chord] = loop.dispatcher.chords
+    with trips.step(steps, "tool call"):
+        assert run_tool_call(tools, rid, chord.calls[0][0]) == "ok"
+    with trips.step(steps, "turn 1"):
+        assert advance_response(deps, rid, chord.then_turn) == "completed"
+    steps["items the model saw"] = len(model.requests[-1].items)
+    return steps
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()  # the calculator is a built-in
+
+
+def test_a_chain_of_200_costs_the_round_trips_of_a_chain_of_5(
+    store: ResponseStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chain = Loop(store=store, settings=settings, model=ScriptedModel(text(FIFTY_WORDS)))
+    short, long = build_chain(chain, 5), build_chain(chain, 200)
+    trips = RoundTrips(monkeypatch)
+    tool_response_steps(store, settings, trips, previous_response_id=short)  # scripts loaded
+    at_5 = tool_response_steps(store, settings, trips, previous_response_id=short)
+    at_200 = tool_response_steps(store, settings, trips, previous_response_id=long)
+    # Each response of a chain adds its input and its answer; the measured one shows 3 more
+    # (input, call, output).
+    assert at_5.pop("items the model saw") == 2 * 5 + 3
+    assert at_200.pop("items the model saw") == 2 * 200 + 3
+    assert at_200 == at_5, (at_5, at_200)
+
+
+def test_a_conversation_of_200_items_costs_the_round_trips_of_one_of_5(
+    store: ResponseStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def conversation(items: int) -> str:
+        message = {"type": "message", "role": "user", "content": FIFTY_WORDS}
+        conversation_id = str(create_conversation(store, {})["id"])
+        for start in range(0, items, 20):
+            add_items(store, conversation_id, {"items": [message] * min(20, items - start)})
+        return conversation_id
+
+    short, long = conversation(5), conversation(200)
+    trips = RoundTrips(monkeypatch)
+    tool_response_steps(store, settings, trips, conversation=short)
+    at_5 = tool_response_steps(store, settings, trips, conversation=short)
+    at_200 = tool_response_steps(store, settings, trips, conversation=long)
+    # The warm-up response joined the short conversation with 4 items (input, call, output,
+    # answer); the measured one shows the model 3 of its own.
+    assert at_5.pop("items the model saw") == 5 + 4 + 3
+    assert at_200.pop("items the model saw") == 200 + 3
+    assert at_200 == at_5, (at_5, at_200)
