@@ -20,6 +20,7 @@ from broker.dispatch import make_dispatcher
 from gateway import (
     auth,
     compact,
+    console,
     conversations,
     errors,
     health,
@@ -87,6 +88,7 @@ def create_app(
         models.blueprint,
         health.blueprint,
         metrics.blueprint,
+        console.blueprint,
     )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)
