@@ -9,7 +9,7 @@ records.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from flask import Flask
@@ -17,8 +17,8 @@ from flask.testing import FlaskClient
 
 from app.fleet import QUEUES
 from app.store import ResponseStore
-from app.telemetry import stamps
 from tests.gateway.conftest import error_of
+from tests.support.stamps import as_task
 
 A = {"Authorization": "Bearer ka"}
 B = {"Authorization": "Bearer kb"}
@@ -40,22 +40,12 @@ def store(app: Flask) -> ResponseStore:
     return store
 
 
-def _stamped(worker: str, queue: str, sent_at: float) -> Iterator[None]:
-    token = stamps.push(
-        stamps.TaskStamp(worker=worker, queue=queue, sent_at=sent_at, started_at=time.time())
-    )
-    try:
-        yield
-    finally:
-        stamps.pop(token)
-
-
 def _run_one_turn_and_call(store: ResponseStore, rid: str) -> None:
     """What a turn task and a tool task record on their first and last writes."""
     sent = time.time()
-    for _ in _stamped("infer@host", "inference", sent):
+    with as_task("infer@host", "inference", sent_at=sent):
         store.open_turn(rid, 0)
-    for _ in _stamped("tools@host", "tools.internal", time.time()):
+    with as_task("tools@host", "tools.internal", sent_at=time.time()):
         opened = store.open_tool_call(rid, "call_1", token="tok", claim_seconds=5)
         assert opened.claim == "claimed"
         assert store.finish_tool_call(rid, "call_1", '{"output": "ok"}', token="tok")
