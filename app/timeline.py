@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from app.protocol.events import TERMINAL_EVENT_TYPES
-from app.responses import owned_response
+from app.responses import retrieve_response
 from app.store import ResponseStore, StoredEvent, TimelineFacts
 
 BarType = Literal["turn", "model", "tool"]
@@ -54,12 +54,12 @@ class _Stamp:
 
 
 def response_timeline(store: ResponseStore, response_id: str, *, tenant: str) -> dict[str, Any]:
-    """The console's timeline of a response ``tenant`` owns.
+    """The console's timeline of a response ``tenant`` owns (and may retrieve).
 
     Raises:
-        NotFoundError: no such response, or another tenant's.
+        NotFoundError: no such response, another tenant's, or a finished ``store: false`` one.
     """
-    response = owned_response(store, response_id, tenant).response
+    response = retrieve_response(store, response_id, tenant=tenant)
     facts = store.timeline_facts(response_id)
     bars = build_bars(facts, response.wire()["output"])
     started = next((e.at for e in facts.events if e.at is not None), float(response.created_at))

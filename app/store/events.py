@@ -255,5 +255,5 @@ def stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
         sequence_number=_sequence_of(entry_id),
         type=fields[b"t"].decode(),
         data=fields[b"d"].decode(),
-        at=int(fields[b"at"]) / 1000 if b"at" in fields else None,
+        at=float(fields[b"at"]) if b"at" in fields else None,
     )

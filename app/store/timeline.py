@@ -36,7 +36,7 @@ def call_run_field(call_id: str) -> str:
 
 
 def call_end_field(call_id: str) -> str:
-    """The record's field holding when the tool call's result was stored (epoch ms)."""
+    """The record's field holding when the tool call's result was stored (epoch seconds)."""
     return f"{_CALL_PREFIX}{call_id}:end"
 
 
@@ -77,7 +77,7 @@ def _sort_field(facts: TimelineFacts, name: str, value: str) -> None:
         if what == "run":
             facts.call_runs[call_id] = value
         elif what == "end":
-            facts.call_ends[call_id] = int(value) / 1000
+            facts.call_ends[call_id] = float(value)
     elif name.startswith("turn") and name[4:].partition("_")[0].isdigit():
         number, _, suffix = name[4:].partition("_")
         _sort_turn_field(facts, int(number), "_" + suffix, value)

@@ -24,10 +24,10 @@ if status ~= '' and has_status(active_statuses, status) then
   -- (app/store/once.py); the claim it held is gone with its first run.
   if stored == 0 and redis.call('HGET', results, call_id) == result_json then stored = 1 end
   redis.call('EXPIRE', results, ttl)
-  -- When the call ended, by Redis's clock in milliseconds (the console's timeline).
+  -- When the call ended, by Redis's clock in epoch seconds (the console's timeline).
   if stored == 1 then
     local now = redis.call('TIME')
-    redis.call('HSETNX', record, end_field, now[1] .. string.format('%03d', math.floor(now[2] / 1000)))
+    redis.call('HSETNX', record, end_field, now[1] .. '.' .. string.format('%06d', now[2]))
   end
 end
 if redis.call('GET', claim) == token then

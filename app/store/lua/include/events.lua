@@ -4,13 +4,13 @@
 
 -- Assigns the next sequence number, completes the event's JSON with it (the JSON prefix ends
 -- right before the sequence number's value), adds the event to the stream (entry id
--- 1-<sequence_number>, with `at`: Redis's clock in milliseconds, for the console's timeline)
+-- 1-<sequence_number>, with `at`: Redis's clock in epoch seconds, for the console's timeline)
 -- and its line to `lines`. Returns the sequence number.
 local function append(sequence, stream, maxlen, event_type, json_prefix, lines)
   local seq = redis.call('INCR', sequence) - 1
   local json = json_prefix .. seq .. '}'
   local now = redis.call('TIME')
-  local at = now[1] .. string.format('%03d', math.floor(now[2] / 1000))
+  local at = now[1] .. '.' .. string.format('%06d', now[2])
   redis.call(
     'XADD', stream, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', json, 'at', at
   )
