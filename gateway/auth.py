@@ -1,8 +1,9 @@
 """Bearer keys → tenants (``app.tenancy``), and each tenant's request limit.
 
-Every path but the probes wants a key once any key is configured (``ANTWORT_API_KEYS`` or a key
-stored by ``antwort keys``); ``/metrics`` wants ``ANTWORT_METRICS_KEY`` when that is set, and is
-open otherwise. The tenant of the request is :func:`current_tenant` for the views.
+Every path but the probes and the console's static page wants a key once any key is configured
+(``ANTWORT_API_KEYS`` or a key stored by ``antwort keys``); ``/metrics`` wants
+``ANTWORT_METRICS_KEY`` when that is set, and is open otherwise. The tenant of the request is
+:func:`current_tenant` for the views.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.tenancy import OPEN_TENANT, Tenant, TenantDirectory, key_digest
 
 _PROBES = frozenset({"/healthz", "/readyz"})
 _METRICS = "/metrics"
+CONSOLE_PAGE = "/console"
 
 
 def register(
@@ -26,7 +28,7 @@ def register(
 
     @app.before_request
     def _check_key() -> None:
-        if request.path in _PROBES:
+        if request.path in _PROBES or _is_console_page(request.path):
             return
         if request.path == _METRICS:
             _check_metrics_key(metrics_key)
@@ -39,6 +41,11 @@ def register(
     def _rate_headers(response: Response) -> Response:
         response.headers.update(g.get("antwort_rate_headers", {}))
         return response
+
+
+def _is_console_page(path: str) -> bool:
+    """The console's page and its files: static, no data (its JSON wants a key)."""
+    return path == CONSOLE_PAGE or path.startswith(f"{CONSOLE_PAGE}/static/")
 
 
 def _check_metrics_key(metrics_key: str | None) -> None:

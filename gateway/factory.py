@@ -20,6 +20,7 @@ from broker.dispatch import make_dispatcher
 from gateway import (
     auth,
     compact,
+    console,
     conversations,
     errors,
     health,
@@ -90,6 +91,7 @@ def create_app(
         health.blueprint,
         metrics.blueprint,
         openapi.blueprint,
+        console.blueprint,
     )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)

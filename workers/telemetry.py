@@ -21,12 +21,14 @@ from prometheus_client import start_http_server
 
 from app.config import Settings
 from app.store import ResponseStore
-from app.telemetry import logs
+from app.telemetry import logs, stamps
 from app.telemetry import metrics as m
 from broker.routing import RUN_TOOL_CALL, RUN_TURN
 from broker.telemetry import SENT_AT
 
 logger = logging.getLogger("antwort.task")
+
+_StampToken = Token[stamps.TaskStamp | None]
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
@@ -70,7 +72,7 @@ class TaskRecorder:
     """Connects to Celery's task signals; one per worker process."""
 
     def __init__(self) -> None:
-        self._running: dict[str, tuple[float, Token[dict[str, Any] | None]]] = {}
+        self._running: dict[str, tuple[float, Token[dict[str, Any] | None], _StampToken]] = {}
         self._lock = threading.Lock()
 
     def install(self) -> None:
@@ -91,14 +93,23 @@ class TaskRecorder:
         request = task.request
         delivery = request.delivery_info or {}
         sent_at = request.get(SENT_AT)
+        queue = str(delivery.get("routing_key") or "unknown")
+        now = time.time()
         if isinstance(sent_at, int | float):
-            queue = str(delivery.get("routing_key") or "unknown")
-            m.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, time.time() - sent_at))
+            m.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, now - sent_at))
         if delivery.get("redelivered"):
             m.TASK_REDELIVERIES.labels(task.name).inc()
         token = logs.push({"task": task.name, **_ids(task, tuple(args or ()))})
+        stamp = stamps.push(
+            stamps.TaskStamp(
+                worker=str(request.hostname or socket.gethostname()),
+                queue=queue,
+                sent_at=float(sent_at) if isinstance(sent_at, int | float) else None,
+                started_at=now,
+            )
+        )
         with self._lock:
-            self._running[task_id] = (time.perf_counter(), token)
+            self._running[task_id] = (time.perf_counter(), token, stamp)
 
     def ended(
         self,
@@ -113,7 +124,7 @@ class TaskRecorder:
             running = self._running.pop(task_id, None)
         if task is None or running is None:
             return
-        started, token = running
+        started, token, stamp = running
         seconds = time.perf_counter() - started
         outcome = retval if isinstance(retval, str) else str(state or "unknown").lower()
         m.TASK_SECONDS.labels(task.name, outcome).observe(seconds)
@@ -124,6 +135,7 @@ class TaskRecorder:
             seconds * 1000,
             extra={"outcome": outcome, "duration_ms": round(seconds * 1000, 1)},
         )
+        stamps.pop(stamp)
         logs.pop(token)
 
 

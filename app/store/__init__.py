@@ -16,7 +16,8 @@ hold every invariant that spans keys. The parts, by responsibility:
 * :mod:`~app.store.tool_calls` — tool results and the claims on calls;
 * :mod:`~app.store.fleet` — delivery counts and worker heartbeats;
 * :mod:`~app.store.conversations` — conversations and their items (a response that belongs to
-  one adds its items with its final write).
+  one adds its items with its final write);
+* :mod:`~app.store.timeline` — the stamps and event times the console's timeline reads.
 
 :class:`ResponseStore` is all of them over one client. The keyspace is :mod:`app.keys`.
 """
@@ -28,6 +29,7 @@ from app.store.events import EmitResult, EventLog, ExpiredCursorError, StoredEve
 from app.store.fence import NO_FENCE, Fence
 from app.store.fleet import Fleet, RedeliveredTooOftenError
 from app.store.records import Records, StoredResponse, WriteResult
+from app.store.timeline import TimelineFacts, Timelines
 from app.store.tool_calls import ClaimOutcome, OpenedCall, ToolCalls
 from app.store.turns import LeaseRequest, LoadedTurn, OpenedTurn, Turns
 
@@ -47,9 +49,10 @@ __all__ = [
     "ResponseStore",
     "StoredEvent",
     "StoredResponse",
+    "TimelineFacts",
     "WriteResult",
 ]
 
 
-class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet, Conversations):
+class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet, Conversations, Timelines):
     """Responses, their input items, their event logs and conversations, in one Redis database."""

@@ -60,6 +60,8 @@ class StoredEvent:
     type: str
     data: str
     """The event as one line of JSON, ``sequence_number`` included."""
+    at: float | None = None
+    """Epoch seconds it was appended, by Redis's clock (None: logged by an older fleet)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,7 +230,7 @@ class EventLog(StoreBase):
             first: list[Any] = entries[:1] or self.redis.xrange(key, count=1) or []
             if first and _sequence_of(first[0][0]) > after + 1:
                 raise ExpiredCursorError(_expired_message(response_id, after))
-        return [_stored_event(entry_id, fields) for entry_id, fields in entries]
+        return [stored_event(entry_id, fields) for entry_id, fields in entries]
 
     def last_sequence_number(self, response_id: str) -> int:
         """The highest sequence number assigned so far (-1: none)."""
@@ -247,9 +249,11 @@ def _sequence_of(entry_id: bytes | str) -> int:
     return int(text(entry_id).split("-")[1])
 
 
-def _stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
+def stored_event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
+    """A stream entry as an event."""
     return StoredEvent(
         sequence_number=_sequence_of(entry_id),
         type=fields[b"t"].decode(),
         data=fields[b"d"].decode(),
+        at=float(fields[b"at"]) if b"at" in fields else None,
     )

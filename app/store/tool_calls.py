@@ -18,7 +18,9 @@ from app.store.base import StoreBase, text
 from app.store.records import StoredResponse, stored_response
 from app.store.scripts import LuaScript, key
 from app.store.status import ACTIVE_STATUSES, packed
+from app.store.timeline import call_end_field, call_run_field
 from app.store.turns import RENEW_LEASE, RenewLeaseCall
+from app.telemetry import stamps
 
 ClaimOutcome = Literal["held", "claimed", "stored", "inactive"]
 _CLAIM_OUTCOMES: tuple[ClaimOutcome, ...] = ("held", "claimed", "stored", "inactive")
@@ -55,6 +57,10 @@ class OpenCallCall:
     active_statuses: str
     call_id: str
     member: str
+    run_field: str
+    """The record's field that keeps the call's task stamp (:mod:`app.store.timeline`)."""
+    run_stamp: str
+    """The call's task stamp (:func:`app.telemetry.stamps.current_json`; "": none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +77,8 @@ class FinishCallCall:
     active_statuses: str
     call_id: str
     member: str
+    end_field: str
+    """The record's field that keeps when the call ended (:mod:`app.store.timeline`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +144,8 @@ class ToolCalls(StoreBase):
                 active_statuses=_ACTIVE,
                 call_id=call_id,
                 member=self.keys.running_call(response_id, call_id),
+                run_field=call_run_field(call_id),
+                run_stamp=stamps.current_json(),
             )
         )
         return OpenedCall(
@@ -194,6 +204,7 @@ class ToolCalls(StoreBase):
                 active_statuses=_ACTIVE,
                 call_id=call_id,
                 member=self.keys.running_call(response_id, call_id),
+                end_field=call_end_field(call_id),
             )
         )
         return bool(stored)

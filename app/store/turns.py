@@ -16,6 +16,8 @@ from app.store.fence import NO_FENCE, Fence
 from app.store.records import StoredResponse, stored_response
 from app.store.scripts import LuaScript, key
 from app.store.status import START, packed
+from app.store.timeline import turn_mark_field, turn_run_field
+from app.telemetry import stamps
 
 [_START_STATUS] = START.target
 _START_EVENT = "response.in_progress"
@@ -88,6 +90,10 @@ class LoadTurnCall:
     lease_deadline: float | None
     response_id: str
     counts_start: bool
+    run_field: str
+    """The record's field that keeps the run's task stamp (:mod:`app.store.timeline`)."""
+    run_stamp: str
+    """The run's task stamp (:func:`app.telemetry.stamps.current_json`; "": none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,7 +154,7 @@ class Turns(StoreBase):
                 lease=self.keys.lease(response_id),
                 active=self.keys.active,
                 starts=self.keys.turn_starts(response_id, turn),
-                turn_field=f"turn{turn}_seq",
+                turn_field=turn_mark_field(turn),
                 channel=self.keys.channel(response_id),
                 maxlen=self.stream_maxlen,
                 ttl=self.ttl_seconds,
@@ -160,6 +166,8 @@ class Turns(StoreBase):
                 lease_deadline=None if lease is None else lease.deadline,
                 response_id=response_id,
                 counts_start=counts_start,
+                run_field=turn_run_field(turn),
+                run_stamp=stamps.current_json(),
             )
         )
         taken, starts = bool(raw[0]), int(raw[1])

@@ -14,6 +14,7 @@ local token = ARGV[3]
 local active_statuses = ARGV[4]
 local call_id = ARGV[5]
 local member = ARGV[6]
+local end_field = ARGV[7]
 
 local status = redis.call('HGET', record, 'status') or ''
 local stored = 0
@@ -23,6 +24,11 @@ if status ~= '' and has_status(active_statuses, status) then
   -- (app/store/once.py); the claim it held is gone with its first run.
   if stored == 0 and redis.call('HGET', results, call_id) == result_json then stored = 1 end
   redis.call('EXPIRE', results, ttl)
+  -- When the call ended, by Redis's clock in epoch seconds (the console's timeline).
+  if stored == 1 then
+    local now = redis.call('TIME')
+    redis.call('HSETNX', record, end_field, now[1] .. '.' .. string.format('%06d', now[2]))
+  end
 end
 if redis.call('GET', claim) == token then
   redis.call('DEL', claim)

@@ -11,7 +11,8 @@
 -- mark is only set on a record that exists: a deleted one is not brought back as a stub. A
 -- record in a status the start moves from is started on the way: the object its creator stored
 -- for that moment (`started`) becomes the object, with the start event after the mark.
--- Taking the lease records its token as the record's `holder` (app/store/fence.py).
+-- Taking the lease records its token as the record's `holder` (app/store/fence.py), and the
+-- run's task stamp (`run_stamp`, app/telemetry/stamps.py) goes to `run_field`.
 --
 -- Returns {1 when the lease was taken (or none was asked for), the start count (0: none
 -- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run}}.
@@ -36,6 +37,8 @@ local lease_ms = ARGV[9]
 local lease_deadline = ARGV[10]
 local response_id = ARGV[11]
 local counts_start = ARGV[12]
+local run_field = ARGV[13]
+local run_stamp = ARGV[14]
 
 local function start(fields)
   local started = fields[6]
@@ -55,6 +58,8 @@ local function load_turn()
   local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started')
   local inputs = redis.call('LRANGE', inputs_key, 0, -1)
   if not fields[1] then return {{fields[1], fields[2], fields[3], fields[4]}, inputs, -1, 0} end
+  -- Which worker runs the turn, and when its message was sent and taken (the last run's).
+  if run_stamp ~= '' then redis.call('HSET', record, run_field, run_stamp) end
   -- The run's writes are fenced with its token; `holder` tells them whether another run took
   -- the lease since (fence.lua).
   if lease_token ~= '' then redis.call('HSET', record, 'holder', lease_token) end

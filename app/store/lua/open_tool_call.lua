@@ -20,6 +20,8 @@ local counts_start = ARGV[5]
 local active_statuses = ARGV[6]
 local call_id = ARGV[7]
 local member = ARGV[8]
+local run_field = ARGV[9]
+local run_stamp = ARGV[10]
 
 local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status')
 if redis.call('HEXISTS', results, call_id) == 1 then return {0, 2, fields} end
@@ -33,6 +35,8 @@ if not redis.call('SET', claim, token, 'NX', 'PX', claim_ms) then
   is_replay = true
 end
 redis.call('ZADD', running, deadline, member)
+-- Which worker runs the call, and when its message was sent and taken (the console's timeline).
+if run_stamp ~= '' then redis.call('HSET', record, run_field, run_stamp) end
 local start_count = 0
 if counts_start == '1' and is_replay then
   start_count = tonumber(redis.call('GET', starts) or '0')

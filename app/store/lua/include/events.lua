@@ -4,11 +4,16 @@
 
 -- Assigns the next sequence number, completes the event's JSON with it (the JSON prefix ends
 -- right before the sequence number's value), adds the event to the stream (entry id
--- 1-<sequence_number>) and its line to `lines`. Returns the sequence number.
+-- 1-<sequence_number>, with `at`: Redis's clock in epoch seconds, for the console's timeline)
+-- and its line to `lines`. Returns the sequence number.
 local function append(sequence, stream, maxlen, event_type, json_prefix, lines)
   local seq = redis.call('INCR', sequence) - 1
   local json = json_prefix .. seq .. '}'
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', json)
+  local now = redis.call('TIME')
+  local at = now[1] .. '.' .. string.format('%06d', now[2])
+  redis.call(
+    'XADD', stream, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', json, 'at', at
+  )
   lines[#lines + 1] = seq .. ' ' .. event_type .. ' ' .. json
   return seq
 end
