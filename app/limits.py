@@ -19,6 +19,7 @@ from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
 from app.store.admission import ADMIT, AdmitCall
+from app.telemetry import metrics
 from app.tenancy import Tenant
 
 WINDOW_MS = 60_000
@@ -134,6 +135,7 @@ def _refusal(
             f"{_reset(reset_ms)}."
         )
         retry_after, kind = math.ceil(reset_ms / 1000), limit
+    metrics.RATE_LIMITED.labels(metrics.tenant_label(tenant.name), limit).inc()
     error = RateLimitError(message)
     error.type = kind
     error.headers = {**headers, "Retry-After": str(retry_after)}

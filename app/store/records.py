@@ -304,7 +304,7 @@ class Records(StoreBase):
             )
         )
         if code > 0:
-            _count(response, is_create=checks is None)
+            _count(response, is_create=checks is None, owner=new.owner)
         return WriteResult(
             ok=code > 0,
             status=text(now_status),
@@ -382,9 +382,9 @@ def _started(response: ResponseObject) -> str:
     return response.model_copy(update={"status": status}).model_dump_json()
 
 
-def _count(response: ResponseObject, *, is_create: bool) -> None:
-    """A write that happened: a response created, or one that reached its final status."""
+def _count(response: ResponseObject, *, is_create: bool, owner: str) -> None:
+    """A write that happened: a response created (by its tenant), or one that ended."""
     if is_create:
-        metrics.RESPONSES_CREATED.inc()
+        metrics.RESPONSES_CREATED.labels(metrics.tenant_label(owner)).inc()
     elif response.status in TERMINAL_STATUSES:
         metrics.RESPONSES_ENDED.labels(response.status.value).inc()

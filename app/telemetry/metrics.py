@@ -1,9 +1,9 @@
 """The fleet's Prometheus metrics, recorded where the work happens.
 
-Labels stay bounded: queues, routes, statuses, tool kinds and names, model names; never a
-response id. Recording is in-process (a lock and an add, or an mmap write in the gateway's
-multiprocess mode): no metric costs a Redis round trip. What lives in Redis (queue depths, live
-workers) is read at scrape time by :class:`FleetCollector`.
+Labels stay bounded: queues, routes, statuses, tool kinds and names, model names, tenants (the
+operator's own list); never a response id. Recording is in-process (a lock and an add, or an
+mmap write in the gateway's multiprocess mode): no metric costs a Redis round trip. What lives
+in Redis (queue depths, live workers) is read at scrape time by :class:`FleetCollector`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ from prometheus_client.registry import Collector
 _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
+def tenant_label(tenant: str) -> str:
+    """A tenant's label value: its name, or ``open`` for the one tenant of a fleet without keys."""
+    return tenant or "open"
+
+
 HTTP_REQUEST_SECONDS = Histogram(
     "antwort_http_request_duration_seconds",
     "HTTP requests by method, route and status: time to the response's headers.",
@@ -31,7 +36,14 @@ OPEN_STREAMS = Gauge(
     ["transport"],
     multiprocess_mode="livesum",
 )
-RESPONSES_CREATED = Counter("antwort_responses_created", "Responses created.")
+RESPONSES_CREATED = Counter(
+    "antwort_responses_created", "Responses created, by tenant ('open': auth off).", ["tenant"]
+)
+RATE_LIMITED = Counter(
+    "antwort_rate_limited",
+    "Requests refused with 429 by a tenant's limit (requests, tokens, in_flight).",
+    ["tenant", "limit"],
+)
 RESPONSES_ENDED = Counter(
     "antwort_responses_ended", "Responses that reached a final status, by status.", ["status"]
 )

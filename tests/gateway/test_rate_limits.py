@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from prometheus_client import REGISTRY
 from werkzeug.test import TestResponse
 
 from app.keys import Keys
@@ -125,3 +126,21 @@ def test_rate_limit_none_by_default_and_no_headers(web: FlaskClient) -> None:
 
     assert answer.status_code == 200
     assert not [name for name, _ in answer.headers.items() if name.startswith("x-ratelimit")]
+
+
+def test_metrics_count_creates_and_refusals_per_tenant(make_app: Callable[..., Flask]) -> None:
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    app = make_app(api_keys="team-m:km", rate_limit_requests_per_minute=1)
+    web = app.test_client()
+    created = sample("antwort_responses_created_total", tenant="team-m")
+    refused = sample("antwort_rate_limited_total", tenant="team-m", limit="requests")
+    body = {"model": "m", "input": "hi", "background": True}
+
+    first = web.post("/v1/responses", headers={"Authorization": "Bearer km"}, json=body)
+    second = web.post("/v1/responses", headers={"Authorization": "Bearer km"}, json=body)
+
+    assert (first.status_code, second.status_code) == (200, 429)
+    assert sample("antwort_responses_created_total", tenant="team-m") == created + 1
+    assert sample("antwort_rate_limited_total", tenant="team-m", limit="requests") == refused + 1
