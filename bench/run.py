@@ -337,12 +337,12 @@ def run_core(
     tp_workers, tp_threads = (1, 64) if quick else (os.cpu_count() or 2, 64)
     st_workers, st_threads = (1, 64) if quick else (5, 200)
 
-    def make_fleet(workers: int, threads: int) -> Fleet:
+    def make_fleet(workers: int, threads: int, **settings: str) -> Fleet:
         return Fleet(
             inference_workers=workers,
             worker_threads=threads,
             redis_pool_fix=args.redis_pool_fix,
-            settings=args.settings,
+            settings={**settings, **args.settings},
         )
 
     def described(fleet: Fleet, workers: int, threads: int) -> dict[str, Any]:
@@ -355,7 +355,8 @@ def run_core(
 
     started = dt.datetime.now(dt.UTC)
     fleet = make_fleet(tp_workers, tp_threads)
-    streams_fleet = make_fleet(st_workers, st_threads)
+    # (c)'s streams all come from one address: the edge's per-address cap (256) is lifted
+    streams_fleet = make_fleet(st_workers, st_threads, ANTWORT_MAX_CONNECTIONS_PER_CLIENT="0")
     meta: dict[str, Any] = {
         "command": command,
         "date": started.isoformat(timespec="seconds"),
