@@ -63,7 +63,8 @@ class V1RunCgroups:
         Raises:
             CgroupUnavailableError: a parent lacks its controller's files or is not writable.
         """
-        for parent, probe in zip(self.parents, ("memory.limit_in_bytes", "pids.max", "cpu.shares")):
+        probes = ("memory.limit_in_bytes", "pids.max", "cpu.shares")
+        for parent, probe in zip(self.parents, probes[: len(self.parents)], strict=True):
             if not (parent / probe).exists() or not os.access(parent, os.W_OK):
                 raise CgroupUnavailableError(f"{parent} is not a writable cgroup v1 directory")
 

@@ -107,7 +107,7 @@ def make_sandbox(settings: Settings) -> Sandbox:
         bwrap=settings.sandbox_bwrap,
         uid_base=settings.sandbox_uid_base,
         uid_count=settings.sandbox_uid_count,
-        cgroups=run_cgroups(settings),
+        cgroup=run_cgroups(settings),
     )
 
 

@@ -164,16 +164,15 @@ class Sandbox:
         uid_base: int = 61000,
         uid_count: int = 64,
         lock_dir: str | None = None,
-        cgroup: str | None = None,
-        cgroups: Cgroups | None = None,
+        cgroup: str | Cgroups | None = None,
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
         self.seccomp = deny_program()
         """The seccomp filter every run gets (None on an architecture without a table)."""
-        self.cgroups = cgroups if cgroup is None else RunCgroups(cgroup)
-        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``, a v2 directory ``cgroup``
-        or any ``cgroups``); None: no cgroup."""
+        self.cgroups = RunCgroups(cgroup) if isinstance(cgroup, str) else cgroup
+        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``: a cgroup v2 directory,
+        or what ``cgroup_host`` found); None: no cgroup."""
         self._cgroup_limits = CgroupLimits(
             memory_bytes=limits.memory_bytes, processes=limits.processes
         )
