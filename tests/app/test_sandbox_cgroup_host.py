@@ -180,7 +180,7 @@ def test_worker_with_a_cgroup_starts_silently_and_reaps_a_dead_workers_runs(
 ) -> None:
     limits = CgroupLimits(memory_bytes=MB, processes=4)
     leftover = cgroups.run(f"run-{_dead_pid()}-leftover", limits)
-    with leftover, caplog.at_level(logging.INFO, logger="app.tools.sandbox.executor"):
+    with leftover, caplog.at_level(logging.INFO):
         check_sandbox(_settings())
 
     assert not any("NO total cap" in r.getMessage() for r in caplog.records)

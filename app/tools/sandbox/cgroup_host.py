@@ -35,10 +35,15 @@ def run_cgroups(settings: Settings, *, root: Path = CGROUP_ROOT) -> Cgroups | No
     if not settings.sandbox_cgroup_auto:
         return None
     try:
-        return find_cgroups(root)
+        found = find_cgroups(root)
     except CgroupUnavailableError as exc:
         logger.debug("no cgroup for sandbox runs: %s", exc)
         return None
+    # Each new process (the worker, a prefork pool child replacing a killed one) reaps.
+    reaped = found.reap()
+    if reaped:
+        logger.info("removed the cgroups of %d sandbox runs of dead workers", reaped)
+    return found
 
 
 def find_cgroups(root: Path = CGROUP_ROOT, *, own: Path = Path("/proc/self/cgroup")) -> Cgroups:

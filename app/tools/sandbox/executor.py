@@ -227,7 +227,7 @@ def optional_sandbox_executor(
 
 
 def _check_cgroups(settings: Settings, sandbox: Sandbox) -> None:
-    """Check the runs' cgroups, reap a dead worker's, remove the parent at exit; or say why none."""
+    """Check the runs' cgroups, reap dead workers', remove the parent at exit; or say why none."""
     if sandbox.cgroups is None:
         why = "ANTWORT_SANDBOX_CGROUP_AUTO is off"
         if settings.sandbox_cgroup_auto:
@@ -242,9 +242,7 @@ def _check_cgroups(settings: Settings, sandbox: Sandbox) -> None:
         )
         return
     sandbox.cgroups.check()
-    reaped = sandbox.cgroups.reap()
-    if reaped:
-        logger.info("removed the cgroups of %d sandbox runs of a dead worker", reaped)
+    sandbox.cgroups.reap()  # an explicit directory's (found ones were reaped when found)
     atexit.register(sandbox.cgroups.close)
 
 
