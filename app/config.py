@@ -209,7 +209,10 @@ class Settings(BaseSettings):
     sandbox_cgroup: str | None = None
     """A cgroup v2 directory delegated to the sandbox worker: each run gets a child cgroup capping
     all its processes together (``sandbox_memory_mb``, ``sandbox_max_processes``, one CPU).
-    Unset: per-process limits only (``app.tools.sandbox.cgroup``)."""
+    Unset: the worker finds a hierarchy itself (``sandbox_cgroup_auto``)."""
+    sandbox_cgroup_auto: bool = True
+    """With ``sandbox_cgroup`` unset, give each run a cgroup in the host's cgroup v2 or v1
+    hierarchy when the worker can write it (``app.tools.sandbox.cgroup_host``); off: none."""
     sandbox_tools_file: str | None = None
     """JSON file of operator-declared sandboxed function tools (see ``app.tools.sandbox.tools``)."""
     fetch_allowed_hosts: str | None = None

@@ -6,9 +6,12 @@ times over. With ``ANTWORT_SANDBOX_CGROUP`` naming a cgroup v2 directory delegat
 with ``Delegate=yes``), each run gets a child cgroup ``run-<slot>`` with ``memory.max`` (and no
 swap), ``pids.max`` and ``cpu.max`` set before any of its code runs: the run is started behind a
 gate (``sh`` waiting for a line on its stdin), moved into the cgroup, then let through. A run the
-kernel killed for memory is reported as such. Unset (the default): no cgroup, per-process limits
-only. Set but unusable (cgroup v1, a controller missing, not writable): the sandbox worker
-refuses to start, saying which.
+kernel killed for memory is reported as such. Set but unusable (cgroup v1, a controller missing,
+not writable): the sandbox worker refuses to start, saying which. Unset (the default): the worker
+finds a hierarchy of its own (:mod:`.cgroup_host`; cgroup v1 in :mod:`.cgroup_v1`).
+
+Runs are named ``run-<worker pid>-<random>``, so a worker starting up can tell the leftovers of
+a dead worker (``reap``) from the runs of live ones sharing the parent.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +33,52 @@ GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "sh"]
 
 
 class CgroupUnavailableError(RuntimeError):
-    """``ANTWORT_SANDBOX_CGROUP`` names no usable cgroup v2 directory."""
+    """No usable cgroup for the runs: the message says why."""
+
+
+class RunGroup(Protocol):
+    """The cgroup (or cgroups, one per v1 hierarchy) of one run."""
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (and so what it starts afterwards) into the cgroup."""
+
+    def oom_kills(self) -> int:
+        """How many processes of the run the kernel killed for its memory limit."""
+
+
+class Cgroups(Protocol):
+    """Where runs get their cgroups: a cgroup v2 directory or cgroup v1 hierarchies."""
+
+    def check(self) -> None:
+        """Raise ``CgroupUnavailableError`` when runs cannot get their caps here."""
+
+    def run(self, name: str, limits: CgroupLimits) -> contextlib.AbstractContextManager[RunGroup]:
+        """A fresh cgroup with ``limits`` for one run; its processes are killed at the end."""
+
+    def reap(self) -> int:
+        """Remove the run cgroups of dead workers (killing what is left in them); how many."""
+
+    def close(self) -> None:
+        """Remove the parent the worker created, if no run of another worker is in it."""
+
+
+def run_name(token: str) -> str:
+    """The cgroup name of a run of this process."""
+    return f"run-{os.getpid()}-{token}"
+
+
+def is_orphan(name: str) -> bool:
+    """A run cgroup whose worker process is gone."""
+    parts = name.split("-")
+    if len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +115,10 @@ class RunCgroup:
 class RunCgroups:
     """Per-run cgroups under a delegated cgroup v2 directory."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, *, owns_base: bool = False):
         self.base = Path(base)
+        self.owns_base = owns_base
+        """The worker created ``base`` (found by itself) and removes it at exit."""
 
     def check(self) -> None:
         """Refuse a directory runs cannot get their caps in.
@@ -110,6 +161,19 @@ class RunCgroups:
             yield group
         finally:
             _remove(group.path)
+
+    def reap(self) -> int:
+        """Remove the run cgroups of dead workers; how many."""
+        orphans = [path for path in self.base.glob("run-*") if is_orphan(path.name)]
+        for path in orphans:
+            _remove(path)
+        return len(orphans)
+
+    def close(self) -> None:
+        """Remove ``base`` if the worker created it and no run is left in it."""
+        if self.owns_base:
+            with contextlib.suppress(OSError):
+                self.base.rmdir()
 
 
 def _remove(path: Path) -> None:

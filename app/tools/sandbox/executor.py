@@ -8,6 +8,7 @@ Redis lock), so parallel calls of one response never overwrite each other's file
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import signal
@@ -21,6 +22,7 @@ from app.config import Settings
 from app.keys import Keys
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.sandbox.cgroup import CgroupUnavailableError
+from app.tools.sandbox.cgroup_host import find_cgroups, run_cgroups
 from app.tools.sandbox.presenter import code_of
 from app.tools.sandbox.runner import (
     Sandbox,
@@ -105,7 +107,7 @@ def make_sandbox(settings: Settings) -> Sandbox:
         bwrap=settings.sandbox_bwrap,
         uid_base=settings.sandbox_uid_base,
         uid_count=settings.sandbox_uid_count,
-        cgroup=settings.sandbox_cgroup,
+        cgroup=run_cgroups(settings),
     )
 
 
@@ -224,6 +226,26 @@ def optional_sandbox_executor(
         return None
 
 
+def _check_cgroups(settings: Settings, sandbox: Sandbox) -> None:
+    """Check the runs' cgroups, reap dead workers', remove the parent at exit; or say why none."""
+    if sandbox.cgroups is None:
+        why = "ANTWORT_SANDBOX_CGROUP_AUTO is off"
+        if settings.sandbox_cgroup_auto:
+            try:
+                find_cgroups()
+            except CgroupUnavailableError as exc:
+                why = str(exc)
+        logger.warning(
+            "sandbox runs have NO total cap (%s): each process is limited (memory, CPU time), "
+            "but all of a run's processes together are not; see README, Security model",
+            why,
+        )
+        return
+    sandbox.cgroups.check()
+    sandbox.cgroups.reap()  # an explicit directory's (found ones were reaped when found)
+    atexit.register(sandbox.cgroups.close)
+
+
 def check_sandbox(settings: Settings) -> None:
     """Refuse to run a ``tools.sandbox`` worker that cannot sandbox anything.
 
@@ -237,8 +259,7 @@ def check_sandbox(settings: Settings) -> None:
     try:
         sandbox = make_sandbox(settings)
         load_sandbox_tools(settings.sandbox_tools_file)
-        if sandbox.cgroups is not None:
-            sandbox.cgroups.check()
+        _check_cgroups(settings, sandbox)
     except (SandboxUnavailableError, CgroupUnavailableError) as exc:
         raise SystemExit(f"antwort worker: {exc}") from None
     except (OSError, ValueError, TypeError) as exc:

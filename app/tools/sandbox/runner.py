@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from app.telemetry import metrics, tracing
-from app.tools.sandbox.cgroup import GATE, CgroupLimits, RunCgroup, RunCgroups
+from app.tools.sandbox.cgroup import GATE, CgroupLimits, Cgroups, RunCgroups, RunGroup, run_name
 from app.tools.sandbox.seccomp import deny_program, program_fd
 from app.tools.sandbox.slots import UidSlots
 
@@ -164,14 +164,15 @@ class Sandbox:
         uid_base: int = 61000,
         uid_count: int = 64,
         lock_dir: str | None = None,
-        cgroup: str | None = None,
+        cgroup: str | Cgroups | None = None,
     ):
         self.limits = limits
         self.bwrap = find_bubblewrap(bwrap)
         self.seccomp = deny_program()
         """The seccomp filter every run gets (None on an architecture without a table)."""
-        self.cgroups = None if cgroup is None else RunCgroups(cgroup)
-        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``); None: no cgroup."""
+        self.cgroups = RunCgroups(cgroup) if isinstance(cgroup, str) else cgroup
+        """Where each run gets its cgroup (``app.tools.sandbox.cgroup``: a cgroup v2 directory,
+        or what ``cgroup_host`` found); None: no cgroup."""
         self._cgroup_limits = CgroupLimits(
             memory_bytes=limits.memory_bytes, processes=limits.processes
         )
@@ -200,10 +201,10 @@ class Sandbox:
         payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
         if self.cgroups is None:
             return self._launch(uid, payload, None)
-        with self.cgroups.run(f"run-{secrets.token_hex(6)}", self._cgroup_limits) as group:
+        with self.cgroups.run(run_name(secrets.token_hex(6)), self._cgroup_limits) as group:
             return self._launch(uid, payload, group)
 
-    def _launch(self, uid: int | None, payload: bytes, group: RunCgroup | None) -> SandboxOutcome:
+    def _launch(self, uid: int | None, payload: bytes, group: RunGroup | None) -> SandboxOutcome:
         credentials: dict[str, Any] = (
             {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         )

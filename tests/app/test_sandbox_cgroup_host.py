@@ -1,0 +1,187 @@
+"""Per-run cgroups found by the worker itself, with the kernel enforcing them (cgroup v1 here).
+
+Skipped, saying why, where this process can write no cgroup hierarchy (not root, a read-only
+cgroupfs): there the worker's runs have per-process limits only.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.tools.sandbox.cgroup import GATE, CgroupLimits, Cgroups, CgroupUnavailableError
+from app.tools.sandbox.cgroup_host import find_cgroups, run_cgroups
+from app.tools.sandbox.cgroup_v1 import V1RunCgroups
+from app.tools.sandbox.executor import check_sandbox, make_sandbox
+from app.tools.sandbox.runner import SandboxRequest
+from tests.app.test_sandbox_runner import UID_BASE, UID_COUNT
+
+MB = 2**20
+
+
+def _host_cgroups() -> Cgroups | str:
+    try:
+        return find_cgroups()
+    except CgroupUnavailableError as exc:
+        return str(exc)
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Cgroups]:
+    found = _host_cgroups()
+    if isinstance(found, str):
+        pytest.skip(f"no writable cgroup hierarchy here: {found}")
+    yield found
+    found.close()
+
+
+def _run_dirs(cgroups: Cgroups) -> list[Path]:
+    parents = cgroups.parents if isinstance(cgroups, V1RunCgroups) else (Path(cgroups.base),)  # type: ignore[attr-defined]
+    return [path for parent in parents for path in parent.glob("run-*")]
+
+
+def _settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "redis_url": "redis://x",
+        "sandbox_uid_base": UID_BASE,
+        "sandbox_uid_count": UID_COUNT,
+        "sandbox_timeout_seconds": 20,
+    }
+    return Settings.model_validate(values | overrides)
+
+
+CHILDREN_ALLOCATE = """
+import os, time
+children = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(100 * 2**20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1  # touch every page: resident, charged to the cgroup
+        time.sleep(2)
+        os._exit(0)
+    children.append(pid)
+print([os.waitpid(pid, 0)[1] for pid in children])
+"""
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_default_settings_kill_a_run_whose_children_together_pass_the_memory_cap(
+    cgroups: Cgroups,
+) -> None:
+    sandbox = make_sandbox(_settings(sandbox_memory_mb=256))
+    assert sandbox.cgroups is not None  # found with the defaults
+
+    # Each child stays under the per-process cap (256 MB of address space); together 600 MB.
+    outcome = sandbox.run(SandboxRequest(code=CHILDREN_ALLOCATE))
+
+    assert outcome.error == "Killed by the memory limit (256 MB for all the run's processes)."
+    assert _run_dirs(cgroups) == []  # the run's cgroup is gone
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_default_settings_run_a_fork_bomb_to_its_end_and_remove_its_cgroup(
+    cgroups: Cgroups,
+) -> None:
+    sandbox = make_sandbox(_settings(sandbox_timeout_seconds=3))
+    bomb = "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived"
+
+    outcome = sandbox.run(SandboxRequest(argv=("/bin/bash", "-c", bomb)))
+
+    assert outcome.error is None and "survived" in outcome.stdout
+    assert _run_dirs(cgroups) == []
+
+
+def test_pids_max_stops_a_fork_bomb_of_root_and_the_end_kills_the_stragglers(
+    cgroups: Cgroups,
+) -> None:
+    # Root is bound by no RLIMIT_NPROC: only the cgroup's pids.max stops this one.
+    limits = CgroupLimits(memory_bytes=256 * MB, processes=10)
+    script = (
+        "import os, time\n"
+        "for _ in range(40):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60); os._exit(0)\n"
+        "    except BlockingIOError:\n"  # EAGAIN: pids.max reached
+        "        pass\n"
+        "print('started', flush=True); time.sleep(60)\n"
+    )
+    with cgroups.run("run-0-pids", limits) as group:  # pid 0: never reaped as an orphan
+        proc = subprocess.Popen(
+            [*GATE, "/usr/bin/python3", "-c", script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        group.add(proc.pid)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.close()
+        assert proc.stdout.readline() == b"started\n"
+        [pids] = [path for path in _run_dirs(cgroups) if (path / "pids.max").exists()]
+        assert len((pids / "cgroup.procs").read_text().split()) == 10
+        assert (pids / "pids.events").read_text().split() != ["max", "0"]
+
+    assert proc.wait(timeout=10) < 0  # killed with its children when the run ended
+    proc.stdout.close()
+    assert _run_dirs(cgroups) == []
+
+
+def test_leftovers_of_a_dead_worker_are_reaped_at_the_next_start(cgroups: Cgroups) -> None:
+    orphan = f"run-{_dead_pid()}-leftover"
+    limits = CgroupLimits(memory_bytes=64 * MB, processes=4)
+    manager = cgroups.run(orphan, limits)
+    manager.__enter__()  # a worker that died mid-run never leaves the block
+
+    assert cgroups.reap() == 1
+    assert _run_dirs(cgroups) == []
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_auto_off_or_an_explicit_directory_wins(tmp_path: Path) -> None:
+    assert run_cgroups(_settings(sandbox_cgroup_auto=False)) is None
+    explicit = run_cgroups(_settings(sandbox_cgroup=str(tmp_path)))
+    assert explicit is not None and Path(explicit.base) == tmp_path  # type: ignore[attr-defined]
+
+
+def test_no_hierarchy_means_no_cgroup(tmp_path: Path) -> None:
+    assert run_cgroups(_settings(), root=tmp_path) is None
+    with pytest.raises(CgroupUnavailableError, match="no cgroup v2 nor cgroup v1"):
+        find_cgroups(tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_worker_without_a_cgroup_says_once_that_runs_have_no_total_cap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="app.tools.sandbox.executor"):
+        check_sandbox(_settings(sandbox_cgroup_auto=False))
+
+    [record] = [r for r in caplog.records if "NO total cap" in r.getMessage()]
+    assert "ANTWORT_SANDBOX_CGROUP_AUTO is off" in record.getMessage()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_worker_with_a_cgroup_starts_silently_and_reaps_a_dead_workers_runs(
+    cgroups: Cgroups, caplog: pytest.LogCaptureFixture
+) -> None:
+    limits = CgroupLimits(memory_bytes=MB, processes=4)
+    leftover = cgroups.run(f"run-{_dead_pid()}-leftover", limits)
+    with leftover, caplog.at_level(logging.INFO):
+        check_sandbox(_settings())
+
+    assert not any("NO total cap" in r.getMessage() for r in caplog.records)
+    assert any("dead worker" in r.getMessage() for r in caplog.records)
