@@ -92,8 +92,13 @@ class Browser:
         )
 
     def navigate(self, url: str) -> None:
-        """Open ``url`` in the page."""
+        """Open ``url`` in the page and wait until its document has loaded.
+
+        ``Page.navigate`` answers once the navigation has started: an expression evaluated
+        right after it may still run in the page before, or in the new one half parsed.
+        """
         self.command("Page.navigate", session=True, url=url)
+        self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page."""
