@@ -7,9 +7,10 @@ cgroupfs): there the worker's runs have per-process limits only.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,17 +34,23 @@ def _host_cgroups() -> Cgroups | str:
 
 
 @pytest.fixture
-def cgroups() -> Iterator[Cgroups]:
+def cgroups() -> Cgroups:
     found = _host_cgroups()
     if isinstance(found, str):
         pytest.skip(f"no writable cgroup hierarchy here: {found}")
-    yield found
-    found.close()
+    return found
 
 
-def _run_dirs(cgroups: Cgroups) -> list[Path]:
-    parents = cgroups.parents if isinstance(cgroups, V1RunCgroups) else (Path(cgroups.base),)  # type: ignore[attr-defined]
-    return [path for parent in parents for path in parent.glob("run-*")]
+def _parents(cgroups: Cgroups) -> tuple[Path, ...]:
+    if isinstance(cgroups, V1RunCgroups):
+        return cgroups.parents
+    return (Path(cgroups.base),)  # type: ignore[attr-defined]
+
+
+def _run_dirs(cgroups: Cgroups, pattern: str = "") -> list[Path]:
+    """This process's run cgroups (the parent is shared with the host's other workers)."""
+    pattern = pattern or f"run-{os.getpid()}-*"
+    return [path for parent in _parents(cgroups) for path in parent.glob(pattern)]
 
 
 def _settings(**overrides: object) -> Settings:
@@ -90,7 +97,9 @@ def test_default_settings_kill_a_run_whose_children_together_pass_the_memory_cap
 def test_default_settings_run_a_fork_bomb_to_its_end_and_remove_its_cgroup(
     cgroups: Cgroups,
 ) -> None:
-    sandbox = make_sandbox(_settings(sandbox_timeout_seconds=3))
+    # The run's time is generous: on a loaded machine bash's fork retries (1 + 2 + 4 + 8 s)
+    # keep pids.max full for longer before the bomb dies out and `sleep` can start.
+    sandbox = make_sandbox(_settings(sandbox_timeout_seconds=40))
     bomb = "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived"
 
     outcome = sandbox.run(SandboxRequest(argv=("/bin/bash", "-c", bomb)))
@@ -114,7 +123,7 @@ def test_pids_max_stops_a_fork_bomb_of_root_and_the_end_kills_the_stragglers(
         "        pass\n"
         "print('started', flush=True); time.sleep(60)\n"
     )
-    with cgroups.run("run-0-pids", limits) as group:  # pid 0: never reaped as an orphan
+    with cgroups.run(f"run-{os.getpid()}-pids", limits) as group:  # ours: never reaped as orphan
         proc = subprocess.Popen(
             [*GATE, "/usr/bin/python3", "-c", script],
             stdin=subprocess.PIPE,
@@ -141,7 +150,25 @@ def test_leftovers_of_a_dead_worker_are_reaped_at_the_next_start(cgroups: Cgroup
     manager = cgroups.run(orphan, limits)
     manager.__enter__()  # a worker that died mid-run never leaves the block
 
-    assert cgroups.reap() == 1
+    assert cgroups.reap() >= 1  # this one, and any other dead worker's
+    assert _run_dirs(cgroups, orphan) == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_a_worker_that_exits_leaves_the_shared_parent_to_the_hosts_other_workers(
+    cgroups: Cgroups,
+) -> None:
+    # Another sandbox worker of this host starts, finds the same parent, and exits.
+    other_worker = (
+        "from tests.app.test_sandbox_cgroup_host import _settings\n"
+        "from app.tools.sandbox.executor import check_sandbox\n"
+        "check_sandbox(_settings())\n"
+    )
+    subprocess.run([sys.executable, "-c", other_worker], check=True, timeout=60)
+
+    assert all(parent.is_dir() for parent in _parents(cgroups))
+    with cgroups.run(f"run-{os.getpid()}-after", CgroupLimits(memory_bytes=64 * MB, processes=4)):
+        assert len(_run_dirs(cgroups)) == len(_parents(cgroups))
     assert _run_dirs(cgroups) == []
 
 

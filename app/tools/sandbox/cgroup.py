@@ -58,9 +58,6 @@ class Cgroups(Protocol):
     def reap(self) -> int:
         """Remove the run cgroups of dead workers (killing what is left in them); how many."""
 
-    def close(self) -> None:
-        """Remove the parent the worker created, if no run of another worker is in it."""
-
 
 def run_name(token: str) -> str:
     """The cgroup name of a run of this process."""
@@ -115,10 +112,8 @@ class RunCgroup:
 class RunCgroups:
     """Per-run cgroups under a delegated cgroup v2 directory."""
 
-    def __init__(self, base: str, *, owns_base: bool = False):
+    def __init__(self, base: str):
         self.base = Path(base)
-        self.owns_base = owns_base
-        """The worker created ``base`` (found by itself) and removes it at exit."""
 
     def check(self) -> None:
         """Refuse a directory runs cannot get their caps in.
@@ -168,12 +163,6 @@ class RunCgroups:
         for path in orphans:
             _remove(path)
         return len(orphans)
-
-    def close(self) -> None:
-        """Remove ``base`` if the worker created it and no run is left in it."""
-        if self.owns_base:
-            with contextlib.suppress(OSError):
-                self.base.rmdir()
 
 
 def _remove(path: Path) -> None:

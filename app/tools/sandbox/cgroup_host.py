@@ -11,6 +11,8 @@ when ``ANTWORT_SANDBOX_CGROUP_AUTO`` is off; else the host's own hierarchy:
 
 Creating the parent is the test of being allowed to: a worker that is not root, or a read-only
 cgroupfs, finds none, and its runs have per-process limits only (the worker says so at start).
+The parent is shared by every worker of the host and stays when one of them exits: removing it
+then would pull it from under another worker's next run.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _find_v2(root: Path) -> Cgroups:
         (parent / "cgroup.subtree_control").write_text(enable)
     except OSError as exc:
         raise CgroupUnavailableError(f"cannot create {parent} with {CONTROLLERS}: {exc}") from exc
-    cgroups = RunCgroups(str(parent), owns_base=True)
+    cgroups = RunCgroups(str(parent))
     cgroups.check()
     return cgroups
 

@@ -74,7 +74,7 @@ class V1RunCgroups:
         group = V1RunGroup(tuple(parent / name for parent in self.parents))
         try:
             for path in group.paths:
-                path.mkdir(exist_ok=True)
+                path.mkdir(parents=True, exist_ok=True)  # the parent too, if it was removed
             _write_limits(group, limits, has_cpu=self.has_cpu)
             yield group
         finally:
@@ -87,12 +87,6 @@ class V1RunCgroups:
         for name in orphans:
             _remove(tuple(parent / name for parent in self.parents))
         return len(orphans)
-
-    def close(self) -> None:
-        """Remove the parents if no run of another worker is in them."""
-        for parent in self.parents:
-            with contextlib.suppress(OSError):
-                parent.rmdir()
 
 
 def _write_limits(group: V1RunGroup, limits: CgroupLimits, *, has_cpu: bool) -> None:

@@ -8,7 +8,6 @@ Redis lock), so parallel calls of one response never overwrite each other's file
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import signal
@@ -227,7 +226,7 @@ def optional_sandbox_executor(
 
 
 def _check_cgroups(settings: Settings, sandbox: Sandbox) -> None:
-    """Check the runs' cgroups, reap dead workers', remove the parent at exit; or say why none."""
+    """Check the runs' cgroups and reap dead workers'; or say why there are none."""
     if sandbox.cgroups is None:
         why = "ANTWORT_SANDBOX_CGROUP_AUTO is off"
         if settings.sandbox_cgroup_auto:
@@ -243,7 +242,6 @@ def _check_cgroups(settings: Settings, sandbox: Sandbox) -> None:
         return
     sandbox.cgroups.check()
     sandbox.cgroups.reap()  # an explicit directory's (found ones were reaped when found)
-    atexit.register(sandbox.cgroups.close)
 
 
 def check_sandbox(settings: Settings) -> None:
