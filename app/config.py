@@ -50,10 +50,13 @@ class Settings(BaseSettings):
     rate_limit_tokens_per_minute: int = Field(default=0, ge=0)
     """Default tokens per minute of a tenant (estimated at create: input characters / 4 plus
     ``max_output_tokens``; 0: unlimited)."""
-    tenant_max_running: int = Field(default=0, ge=0)
+    tenant_max_running: int | None = Field(default=None, ge=0)
     """Fair share: responses of one tenant on the fleet at once (queued on it or running); the
     tenant's further responses wait parked in Redis, in order, and start as its running ones
-    end, so one tenant's flood cannot starve another (0: off, every response queued at once)."""
+    end, so one tenant's flood cannot starve another. Unset: automatic, off while the fleet has
+    one tenant (auth off, or every key one tenant's), else half the live inference threads (at
+    least 1); 0: off, every response queued at once. The gateways decide; the workers start
+    parked responses with the cap the gateways last used (``app.fairness``)."""
     rate_limit_max_in_flight: int = Field(default=0, ge=0)
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
     unavailable_hosted_tools: HostedToolPolicy = "drop"

@@ -176,7 +176,9 @@ class SocketSession:
         """
         previous = body.get("previous_response_id")
         context = self.cached.context if self.is_cached(previous) and self.cached else None
-        caller = Caller(self.caller.tenant, self.caller.limiter)  # this create's headers
+        caller = Caller(  # this create's headers
+            self.caller.tenant, self.caller.limiter, tenants=self.caller.tenants
+        )
         if caller.limiter is not None:
             caller.limiter.admit_request(caller.tenant)
         response, request = create_response(

@@ -40,7 +40,7 @@ def responses_socket(ws: Server) -> None:
         hub=gw.hub,
         dispatcher=gw.dispatcher,
         settings=gw.settings,
-        caller=Caller(current_tenant(), gw.limiter),
+        caller=Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count),
     )
     with OPEN_STREAMS.labels("websocket").track_inprogress():
         session.serve(ws)
