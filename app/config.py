@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     one tenant (auth off, or every key one tenant's), else half the live inference threads (at
     least 1); 0: off, every response queued at once. The gateways decide; the workers start
     parked responses with the cap the gateways last used (``app.fairness``)."""
+
+    @field_validator("tenant_max_running", mode="before")
+    @classmethod
+    def _auto_is_unset(cls, value: object) -> object:
+        """``auto`` or an empty value (compose passes one through) mean unset."""
+        if isinstance(value, str) and value.strip().lower() in ("", "auto"):
+            return None
+        return value
+
     rate_limit_max_in_flight: int = Field(default=0, ge=0)
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
     unavailable_hosted_tools: HostedToolPolicy = "drop"

@@ -127,7 +127,11 @@ def test_fairness_auto_cap_is_half_the_live_threads_at_least_one() -> None:
 
 def test_fairness_unset_setting_is_automatic(make_settings: Callable[..., Settings]) -> None:
     assert make_settings().tenant_max_running is None
-    assert make_settings(tenant_max_running=0).tenant_max_running == 0
+    assert make_settings(tenant_max_running="auto").tenant_max_running is None
+    assert make_settings(tenant_max_running="").tenant_max_running is None  # compose's empty
+    assert make_settings(tenant_max_running="0").tenant_max_running == 0
+    with pytest.raises(ValueError, match="tenant_max_running"):
+        make_settings(tenant_max_running="half")
 
 
 def test_fairness_by_default_two_tenants_share_the_live_threads(
