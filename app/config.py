@@ -294,6 +294,10 @@ class Settings(BaseSettings):
     # -- WebSocket mode and compaction (issue 8) ----------------------------------------------
     websocket_max_seconds: float = Field(default=3600.0, gt=0)
     """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
+    websocket_idle_seconds: float = Field(default=300.0, gt=0)
+    """How long a WebSocket connection may wait for the client's next message (none of its
+    responses running); then ``websocket_idle_timeout`` and a close frame. An idle socket holds
+    one of the gateway's connections (``ANTWORT_GATEWAY_CONNECTIONS``) like a busy one."""
     compaction_key: str | None = None
     """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: one
     derived from the key in ``secrets_file``."""
