@@ -10,8 +10,8 @@ The cap (``ANTWORT_TENANT_MAX_RUNNING``): a number, 0 for off, or unset for auto
 the fleet has a single tenant (auth off, or all keys one tenant's: nobody to starve, nothing to
 cap), else half the threads of the live inference workers (their heartbeats say how many), at
 least 1. The cap holds even while a tenant is alone on the fleet: a turn queued on Celery cannot
-be overtaken, so a cap applied only once another tenant shows up would come too late for that
-tenant's first response (it would wait behind the whole backlog already queued).
+be overtaken, so a cap applied only once another tenant shows up would come too late for the
+newcomer's first response (it would wait behind the whole backlog already queued).
 
 The gateways decide, at each create: they know the keys. Each call keeps the gateway's mode
 (``auto`` or its number) in Redis, and whoever starts parked responses later uses it, with the
