@@ -50,10 +50,22 @@ class Settings(BaseSettings):
     rate_limit_tokens_per_minute: int = Field(default=0, ge=0)
     """Default tokens per minute of a tenant (estimated at create: input characters / 4 plus
     ``max_output_tokens``; 0: unlimited)."""
-    tenant_max_running: int = Field(default=0, ge=0)
+    tenant_max_running: int | None = Field(default=None, ge=0)
     """Fair share: responses of one tenant on the fleet at once (queued on it or running); the
     tenant's further responses wait parked in Redis, in order, and start as its running ones
-    end, so one tenant's flood cannot starve another (0: off, every response queued at once)."""
+    end, so one tenant's flood cannot starve another. Unset: automatic, off while the fleet has
+    one tenant (auth off, or every key one tenant's), else half the live inference threads (at
+    least 1); 0: off, every response queued at once. The gateways decide; the workers start
+    parked responses with the cap the gateways last used (``app.fairness``)."""
+
+    @field_validator("tenant_max_running", mode="before")
+    @classmethod
+    def _auto_is_unset(cls, value: object) -> object:
+        """``auto`` or an empty value (compose passes one through) mean unset."""
+        if isinstance(value, str) and value.strip().lower() in ("", "auto"):
+            return None
+        return value
+
     rate_limit_max_in_flight: int = Field(default=0, ge=0)
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
     unavailable_hosted_tools: HostedToolPolicy = "drop"
@@ -282,6 +294,10 @@ class Settings(BaseSettings):
     # -- WebSocket mode and compaction (issue 8) ----------------------------------------------
     websocket_max_seconds: float = Field(default=3600.0, gt=0)
     """Lifetime of one WebSocket connection; then ``websocket_connection_limit_reached``."""
+    websocket_idle_seconds: float = Field(default=300.0, gt=0)
+    """How long a WebSocket connection may wait for the client's next message (none of its
+    responses running); then ``websocket_idle_timeout`` and a close frame. An idle socket holds
+    one of the gateway's connections (``ANTWORT_GATEWAY_CONNECTIONS``) like a busy one."""
     compaction_key: str | None = None
     """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: one
     derived from the key in ``secrets_file``."""

@@ -1,10 +1,21 @@
 """Fair dispatch: one tenant's flood waits in Redis, not in the shared ``inference`` queue.
 
-With ``ANTWORT_TENANT_MAX_RUNNING`` = N (> 0), at most N responses of one tenant are on the
-fleet at once (queued on Celery or running). A tenant's further responses are stored
-``queued`` as always, but parked in a per-tenant sorted set in arrival order; each starts when
-one of that tenant's responses ends. Another tenant's response therefore waits behind at most
-N of the flooding tenant's turns per worker slot, never behind its whole backlog.
+With a cap of N, at most N responses of one tenant are on the fleet at once (queued on Celery or
+running). A tenant's further responses are stored ``queued`` as always, but parked in a
+per-tenant sorted set in arrival order; each starts when one of that tenant's responses ends.
+Another tenant's response therefore waits behind at most N of the flooding tenant's turns per
+worker slot, never behind its whole backlog.
+
+The cap (``ANTWORT_TENANT_MAX_RUNNING``): a number, 0 for off, or unset for automatic: off while
+the fleet has a single tenant (auth off, or all keys one tenant's: nobody to starve, nothing to
+cap), else half the threads of the live inference workers (their heartbeats say how many), at
+least 1. The cap holds even while a tenant is alone on the fleet: a turn queued on Celery cannot
+be overtaken, so a cap applied only once another tenant shows up would come too late for the
+newcomer's first response (it would wait behind the whole backlog already queued).
+
+The gateways decide, at each create: they know the keys. Each call keeps the gateway's mode
+(``auto`` or its number) in Redis, and whoever starts parked responses later uses it, with the
+live threads read then: :func:`cap_of`, the same computation on every process.
 
 What starts parked responses: the worker that ends a response (its turn task), a cancel at the
 gateway, and every sweep (each inference worker's sweeper, once a second by default), which
@@ -22,19 +33,40 @@ from app.store import ResponseStore
 from app.store.base import text
 from app.store.fair_share import FAIR_SHARE, FairShareCall
 
+AUTO = "auto"
+"""The mode of an unset ``ANTWORT_TENANT_MAX_RUNNING`` on a fleet of several tenants."""
+INFERENCE = "inference"
+
+
+def mode_of(setting: int | None, tenants: int) -> str | None:
+    """What a gateway applies to a new response: a number, :data:`AUTO`, or None (off).
+
+    ``setting``: ``ANTWORT_TENANT_MAX_RUNNING`` (None: unset); ``tenants``: how many the fleet
+    has (auth off: one, the open tenant).
+    """
+    if setting is None:
+        return AUTO if tenants > 1 else None
+    return str(setting) if setting > 0 else None
+
+
+def cap_of(mode: str, live_threads: int) -> int:
+    """The cap a mode means: its number, or half the live inference threads (at least 1)."""
+    return max(1, live_threads // 2) if mode == AUTO else int(mode)
+
 
 class FairShare:
-    """Per-tenant caps on the responses the fleet runs at once (0: off)."""
+    """Per-tenant caps on the responses the fleet runs at once."""
 
-    def __init__(self, store: ResponseStore, settings: Settings):
+    def __init__(self, store: ResponseStore, settings: Settings, *, tenants: int = 1):
+        """``tenants``: how many the fleet has (a gateway's create; the rest need not say)."""
         self.store = store
-        self.cap = settings.tenant_max_running
+        self.mode = mode_of(settings.tenant_max_running, tenants)
         self.grace_seconds = settings.queued_grace_seconds
 
     @property
     def is_on(self) -> bool:
-        """Whether responses are capped per tenant."""
-        return self.cap > 0
+        """Whether a new response is capped per tenant (a create's question)."""
+        return self.mode is not None
 
     def submit(self, dispatcher: Dispatcher, tenant: str, response_id: str) -> bool:
         """Queue a new (stored, ``queued``) response, or park it; whether it was queued now.
@@ -42,38 +74,47 @@ class FairShare:
         With the cap off, the response is queued as it always was (its create put it under the
         sweeper's watch).
         """
-        if not self.is_on:
+        if self.mode is None:
             dispatcher.enqueue_turn(response_id, 0)
             return True
-        started = self._take_places(tenant, response_id)
+        started = self._take_places(tenant, response_id, self.mode)
         self._enqueue(dispatcher, tenant, [id_ for id_ in started if id_ != response_id])
         if response_id in started:
             dispatcher.enqueue_turn(response_id, 0)
         return response_id in started
 
     def release(self, dispatcher: Dispatcher, tenant: str) -> list[str]:
-        """Start the tenant's parked responses that fit now; their ids."""
-        if not self.is_on:
+        """Start the tenant's parked responses that fit now; their ids.
+
+        With the cap the gateways last applied (kept in Redis; none kept, yet responses parked:
+        automatic), whatever this process's own setting.
+        """
+        keys = self.store.keys
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.sismember(keys.parked_tenants, tenant)
+        pipe.get(keys.fair_share_cap)
+        has_parked, kept = pipe.execute()
+        if not has_parked:
             return []
-        started = self._take_places(tenant, "")
+        started = self._take_places(tenant, "", AUTO if kept is None else text(kept))
         return self._enqueue(dispatcher, tenant, started)
 
     def release_owner_of(self, dispatcher: Dispatcher, response_id: str) -> list[str]:
         """:meth:`release` for the tenant of a response that just ended."""
-        if not self.is_on:
-            return []
+        if not self.store.redis.scard(self.store.keys.parked_tenants):
+            return []  # nobody waits (a fleet without the fair share: this one call)
         stored = self.store.load(response_id)
         return [] if stored is None else self.release(dispatcher, stored.owner)
 
     def release_all(self, dispatcher: Dispatcher) -> list[str]:
         """:meth:`release` for every tenant with parked responses (the sweeper's round)."""
-        if not self.is_on:
-            return []
         tenants = sorted(map(text, self.store.redis.smembers(self.store.keys.parked_tenants)))
         return [rid for tenant in tenants for rid in self.release(dispatcher, tenant)]
 
-    def _take_places(self, tenant: str, response_id: str) -> list[str]:
+    def _take_places(self, tenant: str, response_id: str, mode: str) -> list[str]:
+        """Run the script with the cap ``mode`` means now (a create's keeps its mode)."""
         keys = self.store.keys
+        live_threads = self.store.live_threads(INFERENCE) if mode == AUTO else 0
         now = time.time()
         started = self.store.script(FAIR_SHARE)(
             FairShareCall(
@@ -82,11 +123,13 @@ class FairShare:
                 parked=keys.tenant_parked(tenant),
                 parked_tenants=keys.parked_tenants,
                 arrivals=keys.tenant_arrivals(tenant),
-                cap=self.cap,
+                cap_key=keys.fair_share_cap,
+                cap=cap_of(mode, live_threads),
                 now_ms=int(now * 1000),
                 watch_until=now + self.grace_seconds,
                 response_id=response_id,
                 tenant=tenant,
+                mode=mode if response_id else "",
             )
         )
         return [text(raw) for raw in started]

@@ -69,6 +69,10 @@ class Keys:
         """Sorted set: live worker hostnames on a queue, by last heartbeat."""
         return f"{self.prefix}workers:{queue}"
 
+    def worker_threads(self, queue: str) -> str:
+        """Hash: worker hostname on a queue → its threads (live ones: :meth:`workers`)."""
+        return f"{self.prefix}workers:{queue}:threads"
+
     @property
     def worker_metrics(self) -> str:
         """Hash: worker process (hostname, or hostname/child pid) → its metrics URL."""
@@ -197,3 +201,8 @@ class Keys:
     def parked_tenants(self) -> str:
         """Set: tenants with parked responses (the sweeper starts what it can of them)."""
         return f"{self.prefix}tenants:parked"
+
+    @property
+    def fair_share_cap(self) -> str:
+        """String with TTL: the fair share the gateways last applied, ``auto`` or a number."""
+        return f"{self.prefix}tenants:cap"

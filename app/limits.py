@@ -146,12 +146,21 @@ class Caller:
     """Who creates a response: the tenant that will own it, admitted against its limits.
 
     Admitted before the response is stored, confirmed after; keeps the admission's headers for
-    the answer (``x-ratelimit-*``). ``limiter`` None: no limits apply.
+    the answer (``x-ratelimit-*``). ``limiter`` None: no limits apply. ``tenants`` says how many
+    tenants the fleet has now (the fair share's automatic cap, ``app.fairness``); none given:
+    one.
     """
 
-    def __init__(self, tenant: Tenant, limiter: RateLimiter | None = None):
+    def __init__(
+        self,
+        tenant: Tenant,
+        limiter: RateLimiter | None = None,
+        *,
+        tenants: Callable[[], int] | None = None,
+    ):
         self.tenant = tenant
         self.limiter = limiter
+        self.tenants = tenants or _one
         self.headers: dict[str, str] = {}
 
     def admit(self, response_id: str, request: CreateResponseRequest) -> None:
@@ -168,3 +177,7 @@ class Caller:
         """The response is stored (and watched by the sweeper): it counts while it runs."""
         if self.limiter is not None:
             self.limiter.confirm(self.tenant, response_id)
+
+
+def _one() -> int:
+    return 1

@@ -178,7 +178,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
         extra["trace"] = trace_headers
     extra.update(_kept_by_protocol(store, settings, response))
-    fair = FairShare(store, settings)
+    fair = FairShare(store, settings, tenants=caller.tenants())
     # in case its message is lost (a parked response is watched when the fair share starts it)
     watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
     store.create(

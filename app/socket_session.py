@@ -13,7 +13,9 @@ nothing of it (``previous_response_not_found``), and a continuation that fails f
 The connection belongs to the tenant of its handshake's key: it continues only that tenant's
 stored responses, and its creates count against that tenant's limits.
 Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}``; after
-``websocket_max_seconds`` the connection ends with ``websocket_connection_limit_reached``.
+``websocket_max_seconds`` the connection ends with ``websocket_connection_limit_reached``, and
+after ``websocket_idle_seconds`` without a message from the client (while none of its responses
+runs) with ``websocket_idle_timeout``: an idle socket holds a gateway connection all the same.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ class ConnectionLimitError(AppError):
     status = 400
     type = "invalid_request_error"
     default_code = "websocket_connection_limit_reached"
+
+
+class IdleTimeoutError(AppError):
+    """The client sent nothing for ``websocket_idle_seconds``."""
+
+    status = 400
+    type = "invalid_request_error"
+    default_code = "websocket_idle_timeout"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,16 +150,27 @@ class SocketSession:
         self.deadline = clock() + settings.websocket_max_seconds
         self.cached: CachedResponse | None = None
 
-    def serve(self, transport: Transport) -> None:
-        """Answer messages until the client leaves or the connection's time is up."""
+    def serve(self, transport: Transport) -> str:
+        """Answer messages until the client leaves, the connection's time is up, or it idles.
+
+        Returns why the connection ends (the code of the error event it was sent last), for the
+        close frame.
+        """
+        idle_until = self.clock() + self.settings.websocket_idle_seconds
         while True:
-            remaining = self.deadline - self.clock()
-            if remaining <= 0:
+            now = self.clock()
+            if now >= self.deadline:
                 transport.send(error_message(_limit_reached()))
-                return
-            message = transport.receive(timeout=remaining)
-            if message is not None and not self.handle(transport, message):
-                return
+                return ConnectionLimitError.default_code
+            if now >= idle_until:
+                transport.send(error_message(_idle()))
+                return IdleTimeoutError.default_code
+            message = transport.receive(timeout=min(self.deadline, idle_until) - now)
+            if message is None:
+                continue
+            if not self.handle(transport, message):
+                return ConnectionLimitError.default_code
+            idle_until = self.clock() + self.settings.websocket_idle_seconds
 
     def handle(self, transport: Transport, message: str | bytes) -> bool:
         """Answer one message; False when the connection must end."""
@@ -176,7 +197,9 @@ class SocketSession:
         """
         previous = body.get("previous_response_id")
         context = self.cached.context if self.is_cached(previous) and self.cached else None
-        caller = Caller(self.caller.tenant, self.caller.limiter)  # this create's headers
+        caller = Caller(  # this create's headers
+            self.caller.tenant, self.caller.limiter, tenants=self.caller.tenants
+        )
         if caller.limiter is not None:
             caller.limiter.admit_request(caller.tenant)
         response, request = create_response(
@@ -228,4 +251,10 @@ class SocketSession:
 def _limit_reached() -> ConnectionLimitError:
     return ConnectionLimitError(
         "The WebSocket connection reached its time limit; open a new connection to continue."
+    )
+
+
+def _idle() -> IdleTimeoutError:
+    return IdleTimeoutError(
+        "The WebSocket connection was idle too long; open a new connection to continue."
     )

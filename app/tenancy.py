@@ -142,6 +142,10 @@ class KeyStore:
         found = [StoredKey(**json.loads(raw)) for raw in self.redis.hvals(self.keys.api_keys)]
         return sorted(found, key=lambda key: (key.created_at, key.id))
 
+    def tenants(self) -> set[str]:
+        """The tenants with a stored key."""
+        return {key.tenant for key in self.all()}
+
     def is_auth_on(self) -> bool:
         """Whether a key was ever stored: auth stays on, even once every key is revoked."""
         return bool(self.redis.exists(self.keys.auth_on))
@@ -218,6 +222,20 @@ class TenantDirectory:
     def is_open(self) -> bool:
         """Whether no key is configured: auth is off (env keys are fixed; stored ones cached)."""
         return not self.env_keys and bool(self._cached("open", "", self._nothing_stored))
+
+    def count(self) -> int:
+        """How many tenants the fleet has: 1 while auth is off (the open tenant).
+
+        Else those with a key, environment and stored ones (read at most once per
+        ``cache_seconds``).
+        """
+        if self.is_open():
+            return 1
+        stored: set[str] = self._cached("tenants", "", self._stored_tenants)
+        return len({*self.env_keys.values(), *stored})
+
+    def _stored_tenants(self, _: str) -> set[str]:
+        return self.store.tenants()
 
     def _nothing_stored(self, _: str) -> bool:
         return not self.store.is_auth_on()

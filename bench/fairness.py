@@ -7,8 +7,9 @@ its own), one every ``--spacing`` s, each timed to its first event from the flee
 gateway before the turn is queued, so it says nothing of the queue), and to its first text
 delta. First on the idle fleet; then tenant A
 posts ``--flood`` background responses (each waits ``--flood-ttft-ms`` for its model) and B
-probes again while A's backlog is still there. Run once with the fair share on
-(``ANTWORT_TENANT_MAX_RUNNING``) and once with it off, to show what it prevents.
+probes again while A's backlog is still there. Run once with the fair share as ``--cap`` says
+(``auto``, the default: ``ANTWORT_TENANT_MAX_RUNNING`` unset, as a fleet has it out of the box;
+or a number) and once with it off (``0``), to show what it prevents.
 
     .venv/bin/python -m bench.fairness            # writes bench/results/fairness.json
 """
@@ -40,17 +41,18 @@ B = {"Authorization": "Bearer kb"}
 
 @dataclass
 class TenantFleet(Fleet):
-    """The benchmark fleet with two tenants and a fair share of ``cap`` (0: off)."""
+    """The benchmark fleet with two tenants and a fair share of ``cap`` (0: off; None: unset)."""
 
-    cap: int = 8
+    cap: int | None = None
 
     def env(self) -> dict[str, str]:
-        env = super().env()
+        env = super().env()  # no ANTWORT_* of the caller's: unset is unset
         env.update(
             ANTWORT_API_KEYS="team-a:ka,team-b:kb",
-            ANTWORT_TENANT_MAX_RUNNING=str(self.cap),
             ANTWORT_QUEUED_GRACE_SECONDS="600",  # a long backlog is the point, not a lost turn
         )
+        if self.cap is not None:
+            env["ANTWORT_TENANT_MAX_RUNNING"] = str(self.cap)
         return env
 
 
@@ -110,7 +112,7 @@ def waiting_of_a(fleet: Fleet) -> dict[str, int]:
         client.close()
 
 
-def run_one(cap: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(cap: int | None, args: argparse.Namespace) -> dict[str, Any]:
     fleet = TenantFleet(inference_workers=1, worker_threads=16, cap=cap)
     fleet.start()
     clients = [httpx.Client(timeout=120.0) for _ in range(args.probes)]
@@ -130,7 +132,7 @@ def run_one(cap: int, args: argparse.Namespace) -> dict[str, Any]:
     idle_started = percentiles([s for s, _ in idle])
     loaded_started = percentiles([s for s, _ in loaded])
     return {
-        "tenant_max_running": cap,
+        "tenant_max_running": "unset (auto)" if cap is None else cap,
         "idle_first_event_ms": idle_started,
         "idle_first_delta_ms": percentiles([d for _, d in idle]),
         "flood_first_event_ms": loaded_started,
@@ -149,10 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood-ttft-ms", type=int, default=400)
     parser.add_argument("--probes", type=int, default=20)
     parser.add_argument("--spacing", type=float, default=0.25)
-    parser.add_argument("--cap", type=int, default=8)
+    parser.add_argument(
+        "--cap", default="auto", help="ANTWORT_TENANT_MAX_RUNNING; auto (default): unset"
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the run with it off")
     args = parser.parse_args(argv)
-    runs = [run_one(args.cap, args)]
+    runs = [run_one(None if args.cap == "auto" else int(args.cap), args)]
     if not args.no_baseline:
         runs.append(run_one(0, args))
     result = {

@@ -47,6 +47,8 @@ class ScaleFleet(Fleet):
     def env(self) -> dict[str, str]:
         env = super().env()
         env["ANTWORT_GATEWAY_CONNECTIONS"] = str(self.connections)
+        # idle WebSockets held on purpose, up to --max-seconds: not closed as idle before that
+        env["ANTWORT_WEBSOCKET_IDLE_SECONDS"] = "3600"
         # A per-client-address connection cap, where the edge has one: every client here is
         # 127.0.0.1, so the cap is set as high as the gateway's connections.
         for name in Settings.model_fields:

@@ -10,8 +10,10 @@ import time
 from collections import Counter
 from typing import Any
 
+from app.fairness import INFERENCE, cap_of
 from app.fleet import QUEUES
 from app.store import ResponseStore
+from app.store.base import text
 from broker.telemetry import read_message
 
 
@@ -23,7 +25,29 @@ def fleet_status(store: ResponseStore) -> dict[str, Any]:
     return {
         "queues": [_queue(store, queue, depths[queue], urls, now) for queue in QUEUES],
         "responses_in_flight": store.in_flight(),
+        "fair_share": _fair_share(store),
         "recent_failures": _failures(store.recent_failures(), now),
+    }
+
+
+def _fair_share(store: ResponseStore) -> dict[str, Any]:
+    """The cap the gateways last applied (``app.fairness``) and how many responses wait parked.
+
+    ``mode`` None: no gateway capped a response in the last day (one tenant, or set off).
+    """
+    keys = store.keys
+    raw = store.redis.get(keys.fair_share_cap)
+    mode = None if raw is None else text(raw)
+    threads = store.live_threads(INFERENCE)
+    tenants = [text(name) for name in store.redis.smembers(keys.parked_tenants)]
+    pipe = store.redis.pipeline(transaction=False)
+    for tenant in tenants:
+        pipe.zcard(keys.tenant_parked(tenant))
+    return {
+        "mode": mode,
+        "cap": None if mode is None else cap_of(mode, threads),
+        "live_inference_threads": threads,
+        "parked": sum(int(count) for count in pipe.execute()) if tenants else 0,
     }
 
 

@@ -13,6 +13,7 @@ from app.limits import RateLimiter
 from app.model_list import ModelLister
 from app.relay import EventHub
 from app.store import ResponseStore
+from app.tenancy import TenantDirectory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +23,7 @@ class Gateway:
     settings: Settings
     store: ResponseStore
     limiter: RateLimiter
+    tenants: TenantDirectory
     hub: EventHub
     dispatcher: Dispatcher
     models: ModelLister

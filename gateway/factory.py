@@ -71,6 +71,7 @@ def create_app(
         settings=settings,
         store=store,
         limiter=limiter,
+        tenants=tenants,
         # the hub's own client fails fast when Redis goes: the hub reconnects by itself and
         # then has its followers catch up (app.relay)
         hub=EventHub(

@@ -60,7 +60,7 @@ def json_body() -> object:
 def create() -> Response:
     """Create a response: SSE when ``stream``, at once when ``background``, else when done."""
     gw = _gw()
-    caller = Caller(current_tenant(), gw.limiter)
+    caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     response, parsed = core.create_response(
         gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller
     )

@@ -4,10 +4,11 @@ The handshake is an ordinary request, so bearer auth applies to it; the connecti
 served by ``app.socket_session``. Under gunicorn's gevent worker simple-websocket's reader thread
 is a greenlet, like the SSE relay's waits.
 
-When the connection's time is up the gateway runs the closing handshake to its end: it sends a
-close frame, then waits for the client's before gunicorn closes the socket. Closing at once would
-leave the client's close frame unread, and the kernel answers unread data with a reset, which the
-client sees instead of a clean close.
+When the connection's time is up, or the client sent nothing for ``websocket_idle_seconds``, the
+gateway runs the closing handshake to its end: it sends a close frame (its reason the code of the
+error event sent just before), then waits for the client's before gunicorn closes the socket.
+Closing at once would leave the client's close frame unread, and the kernel answers unread data
+with a reset, which the client sees instead of a clean close.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def responses_socket(ws: Server) -> None:
         hub=gw.hub,
         dispatcher=gw.dispatcher,
         settings=gw.settings,
-        caller=Caller(current_tenant(), gw.limiter),
+        caller=Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count),
     )
     with OPEN_STREAMS.labels("websocket").track_inprogress():
-        session.serve(ws)
-        close(ws, reason="websocket_connection_limit_reached")
+        reason = session.serve(ws)  # time up or idle (a client that left ends it by raising)
+        close(ws, reason=reason)
 
 
 def close(ws: Server, *, reason: str) -> None:

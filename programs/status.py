@@ -2,7 +2,8 @@
 
 Everything comes from Redis in a few round trips: the queues and their depth, the oldest
 message in each and its age, the workers alive on each queue with their metrics URLs (a scrape
-config can be generated from them), the responses in flight, and the recent failures by kind.
+config can be generated from them), the responses in flight, the fair share (its cap and the
+responses parked), and the recent failures by kind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from broker.fleet_status import fleet_status
 
 def render(status: dict[str, Any]) -> str:
     """The status as text for a terminal."""
-    lines = [f"responses in flight: {status['responses_in_flight']}", "", "queues:"]
+    lines = [
+        f"responses in flight: {status['responses_in_flight']}",
+        _fair_share_line(status["fair_share"]),
+        "",
+        "queues:",
+    ]
     for queue in status["queues"]:
         oldest = queue["oldest"]
         waited = ""
@@ -37,6 +43,14 @@ def render(status: dict[str, Any]) -> str:
             f"  last {failure['last_seconds_ago']:g} s ago"
         )
     return "\n".join(lines)
+
+
+def _fair_share_line(fair: dict[str, Any]) -> str:
+    threads = f"{fair['live_inference_threads']} live inference threads"
+    if fair["mode"] is None:
+        return f"fair share: not applied ({threads})"
+    how = "auto, " if fair["mode"] == "auto" else ""
+    return f"fair share: {how}{fair['cap']} responses a tenant ({threads}); {fair['parked']} parked"
 
 
 def print_status(store: ResponseStore, *, as_json: bool) -> None:

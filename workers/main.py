@@ -55,18 +55,19 @@ _FORGET_EVERY = 30
 """Heartbeats between two clean-ups of the metrics URLs of workers that are gone."""
 
 
-def _heartbeat(queues: list[str], hostname: str, metrics_url: str) -> None:
+def _heartbeat(queues: list[str], hostname: str, metrics_url: str, threads: int) -> None:
     store = make_store(settings)
     beats = 0
     while True:
         try:
-            for queue in queues:
-                store.heartbeat_worker(queue, hostname)
+            for queue in queues:  # the threads: the fair share's size (app.fairness)
+                store.heartbeat_worker(queue, hostname, threads=threads)
             # again each beat: a Redis that restarted empty learns it back
             store.register_metrics_url(hostname, metrics_url)
             beats += 1
             if beats % _FORGET_EVERY == 0:
                 store.forget_metrics_urls(QUEUES)
+                store.forget_worker_threads(QUEUES)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)
@@ -169,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     metrics = MetricsServer(settings, port=settings.metrics_port)
     install_telemetry(pool, hostname)
     install_tracing(f"antwort-{'+'.join(queues)}")
-    threading.Thread(target=_heartbeat, args=(queues, hostname, metrics.url), daemon=True).start()
+    threading.Thread(
+        target=_heartbeat, args=(queues, hostname, metrics.url, concurrency), daemon=True
+    ).start()
     if "inference" in queues:
         from workers.tasks import start_sweeper
 

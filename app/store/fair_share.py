@@ -17,6 +17,8 @@ class FairShareCall:
     parked_tenants: str = key()
     arrivals: str = key()
     """Counter: the order of the tenant's parked responses."""
+    cap_key: str = key()
+    """String with TTL: the mode the gateways last applied (``app.fairness``)."""
     cap: int
     now_ms: int
     watch_until: float
@@ -24,6 +26,8 @@ class FairShareCall:
     response_id: str
     """A new response ("": only start parked ones)."""
     tenant: str
+    mode: str = ""
+    """A gateway's: ``auto`` or its configured number, kept in ``cap_key`` ("": leave it)."""
 
 
 FAIR_SHARE = LuaScript("fair_share", FairShareCall)

@@ -53,9 +53,22 @@ class Fleet(StoreBase):
         count, _ = pipe.execute()
         return int(count)
 
-    def heartbeat_worker(self, queue: str, hostname: str) -> None:
-        """Mark a worker on ``queue`` alive now."""
-        self.redis.zadd(self.keys.workers(queue), {hostname: time.time()})
+    def heartbeat_worker(self, queue: str, hostname: str, *, threads: int = 0) -> None:
+        """Mark a worker on ``queue`` alive now, with its ``threads`` (0: not said)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.keys.workers(queue), {hostname: time.time()})
+        if threads:
+            pipe.hset(self.keys.worker_threads(queue), hostname, threads)
+        pipe.execute()
+
+    def live_threads(self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS) -> int:
+        """The threads of ``queue``'s live workers, together (one that said none counts 1)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(self.keys.workers(queue), time.time() - within_seconds, "+inf")
+        pipe.hgetall(self.keys.worker_threads(queue))
+        alive, threads = pipe.execute()
+        counts = {text(name): int(count) for name, count in threads.items()}
+        return sum(counts.get(text(name), 1) for name in alive)
 
     def live_workers(self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS) -> int:
         """How many workers on ``queue`` sent a heartbeat recently."""
@@ -74,6 +87,17 @@ class Fleet(StoreBase):
         if stale:
             self.redis.hdel(self.keys.worker_metrics, *stale)
         return len(stale)
+
+    def forget_worker_threads(self, queues: Sequence[str]) -> int:
+        """Drop the thread counts of workers that are gone; how many were dropped."""
+        dropped = 0
+        for queue in queues:
+            alive = self.workers_alive(queue)
+            known = map(text, self.redis.hkeys(self.keys.worker_threads(queue)))
+            stale = [name for name in known if name not in alive]
+            if stale:
+                dropped += int(self.redis.hdel(self.keys.worker_threads(queue), *stale))
+        return dropped
 
     def metrics_urls(self) -> dict[str, str]:
         """Every registered worker process's metrics URL (stale ones too: filter by liveness)."""

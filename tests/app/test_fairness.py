@@ -8,7 +8,7 @@ import pytest
 
 from app.config import Settings
 from app.errors import RateLimitError
-from app.fairness import FairShare
+from app.fairness import AUTO, FairShare, cap_of, mode_of
 from app.lease import Sweeper
 from app.limits import Caller, RateLimiter
 from app.protocol import events as ev
@@ -21,9 +21,14 @@ from tests.support.dispatch import RecordingDispatcher
 
 
 def submit(
-    store: ResponseStore, dispatcher: RecordingDispatcher, settings: Settings, tenant: Tenant
+    store: ResponseStore,
+    dispatcher: RecordingDispatcher,
+    settings: Settings,
+    tenant: Tenant,
+    *,
+    tenants: int = 1,
 ) -> str:
-    caller = Caller(tenant, RateLimiter(store))
+    caller = Caller(tenant, RateLimiter(store), tenants=lambda: tenants)
     body = {"model": "m", "input": "hi", "background": True}
     response, _ = create_response(store, dispatcher, settings, body, caller=caller)
     return response.id
@@ -98,3 +103,80 @@ def test_fairness_parked_responses_count_in_flight(
     with pytest.raises(RateLimitError):
         submit(store, dispatcher, settings, limited)
     assert len(queued(dispatcher)) == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "tenants", "mode"),
+    [
+        (None, 1, None),  # unset, one tenant (auth off, or every key one tenant's): off
+        (None, 2, AUTO),  # unset, several tenants: on, sized by the fleet
+        (0, 5, None),  # 0: off, however many tenants
+        (3, 1, "3"),  # a number: that cap, even for one tenant
+    ],
+)
+def test_fairness_default_is_on_only_with_several_tenants(
+    setting: int | None, tenants: int, mode: str | None
+) -> None:
+    assert mode_of(setting, tenants) == mode
+
+
+def test_fairness_auto_cap_is_half_the_live_threads_at_least_one() -> None:
+    assert [cap_of(AUTO, threads) for threads in (0, 1, 2, 3, 16, 64)] == [1, 1, 1, 1, 8, 32]
+    assert cap_of("3", 64) == 3
+
+
+def test_fairness_unset_setting_is_automatic(make_settings: Callable[..., Settings]) -> None:
+    assert make_settings().tenant_max_running is None
+    assert make_settings(tenant_max_running="auto").tenant_max_running is None
+    assert make_settings(tenant_max_running="").tenant_max_running is None  # compose's empty
+    assert make_settings(tenant_max_running="0").tenant_max_running == 0
+    with pytest.raises(ValueError, match="tenant_max_running"):
+        make_settings(tenant_max_running="half")
+
+
+def test_fairness_by_default_two_tenants_share_the_live_threads(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()  # ANTWORT_TENANT_MAX_RUNNING unset
+    store.heartbeat_worker("inference", "inference@one", threads=4)  # auto: 2 per tenant
+    dispatcher = RecordingDispatcher()
+    flood = [submit(store, dispatcher, settings, A, tenants=2) for _ in range(5)]
+    theirs = submit(store, dispatcher, settings, B, tenants=2)
+
+    assert queued(dispatcher) == [*flood[:2], theirs]
+    parked = store.redis.zrange(store.keys.tenant_parked("team-a"), 0, -1)
+    assert [raw.decode() for raw in parked] == flood[2:]
+
+    # a worker knows no keys and may have any setting: it starts them with the gateways' cap
+    end(store, flood[0])
+    worker = FairShare(store, make_settings(tenant_max_running=0))
+    assert worker.release_owner_of(dispatcher, flood[0]) == [flood[2]]
+    assert worker.release_owner_of(dispatcher, flood[1]) == []  # flood[1] still runs
+
+
+def test_fairness_by_default_one_tenant_is_never_capped(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    store.heartbeat_worker("inference", "inference@one", threads=2)
+    dispatcher = RecordingDispatcher()
+    ids = [submit(store, dispatcher, make_settings(), A, tenants=1) for _ in range(6)]
+
+    assert queued(dispatcher) == ids
+    assert not store.redis.exists(store.keys.fair_share_cap)
+    assert FairShare(store, make_settings()).release_owner_of(dispatcher, ids[0]) == []
+
+
+def test_fairness_the_cap_follows_the_live_threads(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    dispatcher = RecordingDispatcher()
+    # no worker yet: one each
+    first, second = (submit(store, dispatcher, settings, A, tenants=2) for _ in range(2))
+    assert queued(dispatcher) == [first]
+
+    store.heartbeat_worker("inference", "inference@one", threads=8)  # a worker came: 4 each
+    sweeper = Sweeper(store, dispatcher, lease_seconds=3.0, fair=FairShare(store, settings))
+    sweeper.tick()
+
+    assert queued(dispatcher) == [first, second]

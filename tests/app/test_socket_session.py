@@ -160,11 +160,40 @@ def test_session_ends_with_connection_limit_reached(
         return None
 
     transport.receive = receive  # type: ignore[method-assign]
-    session.serve(transport)
+
+    assert session.serve(transport) == "websocket_connection_limit_reached"
 
     [error] = transport.sent
     assert error["error"]["code"] == "websocket_connection_limit_reached"
     assert error["status"] == 400
+
+
+def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSession]) -> None:
+    now = [0.0]
+    session = make_session(answer("x"), websocket_idle_seconds=30)
+    session.clock = lambda: now[0]
+    waits: list[float] = []
+    # (seconds until receive returns, what it returns): a spurious wake-up after 10 s, a create
+    # 5 s later, then nothing until the wait runs out
+    steps: list[tuple[float | None, str | None]] = [(10, None), (5, create(input="hi"))]
+
+    def receive(timeout: float | None = None) -> str | None:
+        assert timeout is not None
+        waits.append(timeout)
+        after, message = steps.pop(0) if steps else (None, None)
+        now[0] += timeout if after is None else after
+        return message
+
+    transport = ScriptedTransport()
+    transport.receive = receive  # type: ignore[method-assign]
+
+    assert session.serve(transport) == "websocket_idle_timeout"
+
+    assert waits == [30, 20, 30]  # the create came within the 30 s; after it, 30 s again
+    assert now[0] == 15 + 30
+    assert transport.finals()[0]["status"] == "completed"
+    [error] = transport.errors()
+    assert (error["status"], error["error"]["code"]) == (400, "websocket_idle_timeout")
 
 
 @pytest.mark.parametrize(

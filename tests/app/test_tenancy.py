@@ -98,6 +98,22 @@ def test_tenancy_open_only_while_no_key_is_configured(keystore: KeyStore) -> Non
         directory(keystore, clock, env="k").resolve(None)
 
 
+def test_tenancy_counts_the_fleets_tenants_for_the_fair_share(keystore: KeyStore) -> None:
+    clock = Clock()
+
+    assert directory(keystore, clock).count() == 1  # auth off: the open tenant alone
+    assert directory(keystore, clock, env="team-a:k1,team-a:k2").count() == 1
+    assert directory(keystore, clock, env="k1,k2").count() == 2  # a tenant each
+    keystore.create("team-b")
+    keystore.create("team-b")
+    tenants = directory(keystore, clock, env="team-a:k1", cache_seconds=5.0)
+    assert tenants.count() == 2
+    keystore.create("team-c")
+    assert tenants.count() == 2  # read again once the cache runs out
+    clock.now += 5.1
+    assert tenants.count() == 3
+
+
 def test_tenancy_a_revoked_key_works_until_the_cache_runs_out(keystore: KeyStore) -> None:
     clock = Clock()
     token, stored = keystore.create("team-a")

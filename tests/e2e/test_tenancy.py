@@ -8,6 +8,8 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import openai
@@ -171,17 +173,18 @@ def test_tenancy_e2e_rate_limit_holds_across_two_gateway_processes(
     assert refused.headers["x-ratelimit-limit-requests"] == "3"
 
 
-@pytest.fixture
-def fair_fleet(
+@contextmanager
+def fleet_of_two_tenants(
     redis_url: str,
     sim_url: str,
     process_environ: dict[str, str],
-    tmp_path_factory: pytest.TempPathFactory,
+    log_dir: Path,
+    **settings: str,
 ) -> Iterator[str]:
-    """A gateway and an inference worker of their own, one response per tenant at a time."""
+    """A gateway and an inference worker of their own, keys for two tenants, ``settings``."""
     prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
     port = free_port()
-    env = dict(process_environ)
+    env = {k: v for k, v in process_environ.items() if k != "ANTWORT_TENANT_MAX_RUNNING"}
     env.update(
         ANTWORT_REDIS_URL=redis_url,
         ANTWORT_KEY_PREFIX=prefix,
@@ -190,12 +193,9 @@ def fair_fleet(
         ANTWORT_HOST="127.0.0.1",
         ANTWORT_PORT=str(port),
         ANTWORT_API_KEYS="team-a:ka,team-b:kb",
-        ANTWORT_TENANT_MAX_RUNNING="1",
-        ANTWORT_INFERENCE_CONCURRENCY="4",
+        **settings,
     )
-    fleet = Fleet(
-        base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("f")
-    )
+    fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=log_dir)
     fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
     fleet.start_worker("worker")
     try:
@@ -206,6 +206,43 @@ def fair_fleet(
         client = redis.Redis.from_url(redis_url)
         delete_prefix(client, prefix)
         client.close()
+
+
+@pytest.fixture
+def fair_fleet(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """One response per tenant at a time (``ANTWORT_TENANT_MAX_RUNNING=1``), 4 threads."""
+    with fleet_of_two_tenants(
+        redis_url,
+        sim_url,
+        process_environ,
+        tmp_path_factory.mktemp("f"),
+        ANTWORT_TENANT_MAX_RUNNING="1",
+        ANTWORT_INFERENCE_CONCURRENCY="4",
+    ) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def default_fair_fleet(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The fair share as it is by default (unset), on a worker of 2 threads: 1 per tenant."""
+    with fleet_of_two_tenants(
+        redis_url,
+        sim_url,
+        process_environ,
+        tmp_path_factory.mktemp("f"),
+        ANTWORT_INFERENCE_CONCURRENCY="2",
+    ) as base_url:
+        yield base_url
 
 
 def test_tenancy_e2e_a_flood_waits_its_turn_and_another_tenant_goes_first(fair_fleet: str) -> None:
@@ -220,5 +257,25 @@ def test_tenancy_e2e_a_flood_waits_its_turn_and_another_tenant_goes_first(fair_f
     assert theirs.status == "completed"
     # A's third can start only once its first two have ended (≥ 0.8 s): it still waits
     assert a.responses.retrieve(flood[2]).status == "queued"
+    for rid in flood:  # each started by the end of the one before it, on the worker
+        assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"
+
+
+def test_tenancy_e2e_by_default_another_tenant_starts_while_a_flood_is_parked(
+    default_fair_fleet: str,
+) -> None:
+    a, b = sdk(default_fair_fleet, "ka"), sdk(default_fair_fleet, "kb")
+    flood = [
+        a.responses.create(model="antwort-sim", input="slow [ttft_ms=2000]", background=True).id
+        for _ in range(3)
+    ]
+
+    theirs = b.responses.create(model="antwort-sim", input="quick")
+
+    assert theirs.status == "completed"
+    # without the fair share A's first two took both threads, and B waited behind its third
+    first = a.responses.retrieve(flood[0])
+    assert first.status == "in_progress"  # B went on the thread A's flood left free
+    assert [a.responses.retrieve(rid).status for rid in flood[1:]] == ["queued", "queued"]
     for rid in flood:  # each started by the end of the one before it, on the worker
         assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"

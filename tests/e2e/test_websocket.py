@@ -332,3 +332,31 @@ def test_websocket_connection_limit_reached_ends_the_connection(guarded_gateway:
         "websocket_connection_limit_reached",
     )
     assert closed.value.__cause__ is None
+
+
+@pytest.fixture(scope="module")
+def idle_gateway(fleet: Fleet) -> Iterator[str]:
+    """A second gateway of the fleet that closes a socket idle for 1 s."""
+    port = free_port()
+    fleet.spawn(
+        "gateway-idle",
+        [sys.executable, "-m", "programs.cli", "gateway"],
+        ANTWORT_PORT=str(port),
+        ANTWORT_WEBSOCKET_IDLE_SECONDS="1",
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url)
+        yield base_url
+    finally:
+        fleet.stop("gateway-idle")
+
+
+def test_websocket_idle_connection_is_closed(idle_gateway: str) -> None:
+    with open_socket(idle_gateway) as ws:  # connected, and then nothing is said
+        error = socket_error([receive(ws)])
+        assert (error["status"], error["code"]) == (400, "websocket_idle_timeout")
+        with pytest.raises(ConnectionClosedOK) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1000, "websocket_idle_timeout")

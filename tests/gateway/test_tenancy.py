@@ -265,3 +265,21 @@ def test_tenancy_another_tenants_conversation_is_unknown_on_every_path(
         [{"type": "input_text", "text": "mine"}]
     ]
     assert "owner" not in web.get(f"/v1/conversations/{cid}", headers=A).json  # type: ignore[operator]
+
+
+def test_tenancy_by_default_a_flood_is_parked_and_another_tenant_goes_first(
+    app: Flask, dispatcher: RecordingDispatcher
+) -> None:
+    store = app.extensions["antwort"].store
+    store.heartbeat_worker("inference", "inference@host", threads=2)  # half of it: 1 a tenant
+    web = app.test_client()
+    flood = [create(web, A)["id"] for _ in range(3)]
+
+    theirs = create(web, B)["id"]
+
+    assert [rid for rid, _ in dispatcher.turns] == [flood[0], theirs]
+    parked = store.redis.zrange(store.keys.tenant_parked("team-a"), 0, -1)
+    assert [raw.decode() for raw in parked] == flood[1:]
+    assert {web.get(f"/v1/responses/{rid}", headers=A).json["status"] for rid in flood} == {
+        "queued"
+    }

@@ -6,18 +6,25 @@
 -- tenant's responses waits before it, else parked. Then parked responses take the free places.
 -- Each response dispatched here is put under the sweeper's watch (`active`, until
 -- `watch_until`), as a create does for a response it queues.
+-- A gateway's call keeps its `mode` (`auto` or the number it was configured with) in
+-- `cap_key` for a day, so the workers, which need not know the fleet's keys, start parked
+-- responses with the cap the gateways use ('': leave it).
 -- Returns the ids to queue on the fleet now, in order.
 local running = KEYS[1]
 local active = KEYS[2]
 local parked = KEYS[3]
 local parked_tenants = KEYS[4]
 local arrivals = KEYS[5]
+local cap_key = KEYS[6]
 local cap = ARGV[1]
 local now_ms = ARGV[2]
 local watch_until = ARGV[3]
 local response_id = ARGV[4]
 local tenant = ARGV[5]
+local mode = ARGV[6]
 cap = tonumber(cap)
+
+if mode ~= '' then redis.call('SET', cap_key, mode, 'EX', 86400) end
 
 for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
   if not redis.call('ZSCORE', active, member) then redis.call('ZREM', running, member) end

@@ -26,3 +26,18 @@ def test_store_live_workers_counts_recent_heartbeats_per_queue(
     assert store.live_workers("inference", within_seconds=300) == 3
     assert store.live_workers("tools.mcp") == 1
     assert store.live_workers("tools.sandbox") == 0
+
+
+def test_store_live_threads_adds_up_live_workers_threads(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    store.heartbeat_worker("inference", "worker-a", threads=16)
+    store.heartbeat_worker("inference", "worker-b", threads=8)
+    store.heartbeat_worker("inference", "worker-c")  # said none: counts one
+    store.heartbeat_worker("inference", "worker-gone", threads=32)
+    redis_client.zadd(store.keys.workers("inference"), {"worker-gone": time.time() - 120})
+
+    assert store.live_threads("inference") == 25
+    assert store.live_threads("tools.mcp") == 0
+    assert store.forget_worker_threads(["inference", "tools.mcp"]) == 1
+    assert store.live_threads("inference", within_seconds=300) == 25 + 1  # its count forgotten
