@@ -99,7 +99,7 @@ class FairShare:
                 dispatcher.enqueue_turn(response_id, 0)
                 queued.append(response_id)
             else:  # cancelled or deleted while parked: its place goes to the next
-                self.store.redis.zrem(self.store.keys.active, response_id)
+                self.store.redis.zrem(self.store.keys.active_of(response_id), response_id)
                 self.store.redis.zrem(self.store.keys.tenant_running(tenant), response_id)
         if len(queued) < len(started):
             queued += self.release(dispatcher, tenant)

@@ -17,6 +17,7 @@ from app.config import Settings
 from app.keys import Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
+from tests.support.cluster import LocalCluster
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
 
@@ -84,6 +85,17 @@ def delete_prefix(client: redis.Redis, prefix: str) -> None:
     while batch:
         client.delete(*batch[:500])
         batch = batch[500:]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A Redis Cluster of three local masters (started when a test first asks for it)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

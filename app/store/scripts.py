@@ -22,6 +22,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import redis
+from redis.cluster import ClusterPipeline
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -128,7 +129,7 @@ class LuaScript(Generic[CallT]):
 
     def bind(self, client: redis.Redis) -> BoundScript[CallT]:
         """The script ready to run on ``client``."""
-        return BoundScript(self, client.register_script(self.source))
+        return BoundScript(self, client.register_script(self.source), client)
 
     def operands(self, call: CallT) -> tuple[list[Any], list[Any]]:
         """``KEYS`` and ``ARGV`` for ``call``."""
@@ -144,17 +145,28 @@ class LuaScript(Generic[CallT]):
 class BoundScript(Generic[CallT]):
     """A :class:`LuaScript` registered with a client: call it with the script's call."""
 
-    def __init__(self, script: LuaScript[CallT], registered: Any):
+    def __init__(self, script: LuaScript[CallT], registered: Any, client: Any):
         self._script = script
         self._registered = registered
+        self._client = client
+        self._loaded_on_cluster = False
 
-    def __call__(self, call: CallT, *, client: redis.client.Pipeline | None = None) -> Any:
+    def __call__(self, call: CallT, *, client: Any = None) -> Any:
         """Run the script (``EVALSHA``, falling back to ``EVAL``); its raw reply.
 
         ``client``: a pipeline to queue the script on instead (its reply comes with the
-        pipeline's ``execute()``).
+        pipeline's ``execute()``). A cluster's pipeline takes no script object (redis-py blocks
+        ``evalsha`` on it): the script is loaded on every primary first, then queued as a plain
+        ``EVALSHA`` command, routed by its keys' slot.
         """
         keys, args = self._script.operands(call)
+        if isinstance(client, ClusterPipeline):
+            if not self._loaded_on_cluster:
+                self._client.script_load(self._script.source)  # every primary
+                self._loaded_on_cluster = True
+            return client.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self._registered.sha, len(keys), *keys, *args
+            )
         return self._registered(keys=keys, args=args, client=client)
 
 
