@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from app.config import Settings
 from app.dispatch import Dispatcher
-from app.keys import Keys
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
-from app.redis_url import RedisTarget, SentinelTarget
+from app.redis_url import ClusterTarget, RedisTarget, SentinelTarget
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -90,6 +90,8 @@ def make_redis(
     target = require_redis(settings, broker=broker)
     if isinstance(target, SentinelTarget):
         return _sentinel_master(target, options)
+    if isinstance(target, ClusterTarget):
+        return _cluster(target, options)
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
     pool = redis.BlockingConnectionPool.from_url(target, **options)
@@ -148,11 +150,33 @@ def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.R
     return client
 
 
+def _cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
+    """A Redis Cluster client: a blocking pool per node, commands routed by their keys' slot.
+
+    Typed as ``redis.Redis``, whose commands it takes (the store keeps to those a cluster
+    routes: one slot per script, transaction and multi-key command; :mod:`app.keys`).
+    """
+    (host, port), *_ = target.nodes
+    client = redis.RedisCluster(
+        # a URL makes redis-py build each node's pool with connection_pool_class
+        url=f"redis://{host}:{port}",
+        startup_nodes=[
+            ClusterNode(node_host, node_port)  # type: ignore[no-untyped-call]
+            for node_host, node_port in target.nodes
+        ],
+        username=target.username,
+        password=target.password,
+        connection_pool_class=redis.BlockingConnectionPool,
+        **options,
+    )
+    return cast(redis.Redis, client)
+
+
 def make_store(settings: Settings, client: redis.Redis | None = None) -> ResponseStore:
-    """The response store under the configured key prefix."""
+    """The response store under the configured key prefix (and shards, on a cluster)."""
     return ResponseStore(
         client or make_redis(settings),
-        keys=Keys(settings.key_prefix),
+        keys=settings.keys,
         ttl_seconds=settings.response_ttl_seconds,
         unstored_ttl_seconds=settings.unstored_ttl_seconds,
         stream_maxlen=settings.event_stream_maxlen,

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 
-from app.errors import RateLimitError
+from app.errors import RateLimitError, ServerError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
 from app.store.admission import ADMIT, AdmitCall
@@ -77,6 +77,14 @@ class RateLimiter:
         self, tenant: Tenant, *, requests: int, tokens: int, response_id: str
     ) -> dict[str, str]:
         keys, limits = self.store.keys, tenant.limits
+        # a cluster: the in-flight count (which reads the sweeper's sets, one per shard) is not
+        # there yet; the script's keys must all be the tenant's (one slot)
+        active = keys.in_flight(tenant.name) if keys.is_sharded else keys.active
+        if keys.is_sharded and limits.max_in_flight and response_id:
+            raise ServerError(
+                "The in-flight limit does not run on a Redis Cluster yet; clear this tenant's "
+                "max_in_flight (antwort keys limits)."
+            )
         now_ms = int(self.clock() * 1000)
         window = now_ms // WINDOW_MS
         code, used_requests, used_tokens, running = self.store.script(ADMIT)(
@@ -84,7 +92,7 @@ class RateLimiter:
                 requests_key=keys.rate_window(tenant.name, "requests", window),
                 tokens_key=keys.rate_window(tenant.name, "tokens", window),
                 in_flight=keys.in_flight(tenant.name),
-                active=keys.active,
+                active=active,
                 parked=keys.tenant_parked(tenant.name),
                 now_ms=now_ms,
                 window_ms=WINDOW_MS,

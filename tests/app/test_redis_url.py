@@ -6,12 +6,15 @@ from collections.abc import Iterator
 
 import pydantic
 import pytest
+import redis
 from kombu import Connection
 from redis.sentinel import SentinelConnectionPool
 
 from app.config import Settings
 from app.fleet import make_redis
+from app.keys import CLUSTER_SHARDS, Keys
 from app.redis_url import (
+    ClusterTarget,
     RedisUrlError,
     SentinelTarget,
     celery_transport_options,
@@ -20,6 +23,7 @@ from app.redis_url import (
 )
 from broker.celery_app import make_celery
 from programs.supervisor import free_port
+from tests.support.cluster import LocalCluster
 from tests.support.sentinel import SentinelSet
 
 
@@ -149,4 +153,39 @@ def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
     assert connection.read_response() == b"PONG"
     assert connection.port == sentinels.master_address()[1]
     client.connection_pool.release(connection)
+    client.close()
+
+
+def test_parse_redis_url_reads_a_clusters_nodes_and_credentials() -> None:
+    target = parse_redis_url("redis+cluster://me:s%40cret@10.0.0.1:7000,10.0.0.2")
+
+    assert target == ClusterTarget(
+        nodes=(("10.0.0.1", 7000), ("10.0.0.2", 6379)), username="me", password="s@cret"
+    )
+
+
+def test_settings_keep_the_broker_off_a_cluster_and_shard_the_stores_keys() -> None:
+    cluster = "redis+cluster://127.0.0.1:7000"
+    with pytest.raises(pydantic.ValidationError, match="broker cannot be a Redis Cluster"):
+        Settings(redis_url=cluster)
+
+    settings = Settings(redis_url=cluster, broker_url="redis://127.0.0.1:6379/0")
+
+    assert settings.keys == Keys("antwort:", CLUSTER_SHARDS)
+    assert Settings(redis_url="redis://127.0.0.1:6379/0").keys == Keys("antwort:")
+
+
+def test_make_redis_builds_a_cluster_client_that_reaches_every_master(
+    redis_cluster: LocalCluster,
+) -> None:
+    settings = Settings(redis_url=redis_cluster.url, broker_url="redis://127.0.0.1:6379/0")
+    client = make_redis(settings)
+
+    assert isinstance(client, redis.RedisCluster)
+    assert len(client.get_primaries()) == 3
+    keys = [f"antwort-test-url:{{{shard}}}k" for shard in range(8)]
+    for key in keys:
+        client.set(key, "1", ex=60)
+    assert all(client.get(key) == b"1" for key in keys)
+    client.delete(*keys)
     client.close()

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 import redis
 
-from app.keys import Keys
+from app.keys import CLUSTER_SHARDS, Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_LINE
+from app.store.events import END_LINE, publish
 from app.store.status import CANCEL, FINISH
+from tests.conftest import delete_prefix
 from tests.support.responses import stored_response
 
 WAIT = 10.0
@@ -28,18 +29,36 @@ class _MutedKeys(Keys):
         return self.prefix + "muted:" + response_id
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def store_redis(request: pytest.FixtureRequest) -> Iterator[tuple[redis.Redis, Keys]]:
+    """One Redis (the test's prefix), or a cluster of three masters (sharded pub/sub)."""
+    prefix = request.getfixturevalue("key_prefix")
+    if request.param == "redis":
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        yield client, Keys(prefix)
+    else:
+        client = request.getfixturevalue("redis_cluster").client()
+        yield client, Keys(prefix, CLUSTER_SHARDS)
+        delete_prefix(client, prefix)
+    client.close()
+
+
 @pytest.fixture
-def hub(redis_url: str, key_prefix: str) -> Iterator[EventHub]:
-    client = redis.Redis.from_url(redis_url)
-    event_hub = EventHub(client, Keys(key_prefix))
+def store(store_redis: tuple[redis.Redis, Keys]) -> ResponseStore:
+    client, keys = store_redis
+    return ResponseStore(client, keys=keys, ttl_seconds=3600, stream_maxlen=1000)
+
+
+@pytest.fixture
+def hub(store: ResponseStore) -> Iterator[EventHub]:
+    event_hub = EventHub(store.redis, store.keys)
     event_hub.start()
     yield event_hub
     event_hub.stop()
-    client.publish(Keys(key_prefix).channel("wake-up"), END_LINE)  # ends the hub's wait
+    publish(store.redis, store.keys.channel("wake-up"), END_LINE)  # ends the hub's wait
     thread = event_hub._thread
     if thread is not None:
-        thread.join(timeout=5)
-    client.close()
+        thread.join(timeout=10)
 
 
 def delta(n: int) -> Event:
@@ -161,10 +180,12 @@ def test_follow_events_starting_after_replays_only_later_events(
 
 
 def test_follow_events_fills_a_gap_in_live_messages_from_the_stream(
-    store: ResponseStore, hub: EventHub, redis_client: redis.Redis, key_prefix: str
+    store: ResponseStore, hub: EventHub
 ) -> None:
     response = new_response(store)
-    muted = ResponseStore(redis_client, keys=_MutedKeys(key_prefix), ttl_seconds=60)
+    muted = ResponseStore(
+        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
+    )
     store.emit(response.id, [delta(0)])
     # A long keepalive: the only way to learn of the muted events is the gap.
     follower = Follower(store, hub, response.id, keepalive_seconds=60)
