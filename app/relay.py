@@ -178,7 +178,8 @@ class EventHub:
         try:
             for name, channels in by_node.items():
                 pubsub = nodes[name].redis_connection.pubsub()
-                pubsub.ssubscribe(*channels)
+                for channel in channels:  # one command per channel: each is a slot of its own
+                    pubsub.ssubscribe(channel)
                 pubsubs.append(pubsub)
             if self._ready.is_set():
                 self._resync()

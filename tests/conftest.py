@@ -17,7 +17,7 @@ from app.config import Settings
 from app.keys import Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
 
@@ -90,6 +90,10 @@ def delete_prefix(client: redis.Redis, prefix: str) -> None:
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A Redis Cluster of three local masters (started when a test first asks for it)."""
+    try:
+        cluster_binaries()
+    except ClusterUnavailableError as exc:
+        pytest.skip(f"no Redis Cluster on this machine: {exc}")
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
     try:
         cluster.start()

@@ -117,6 +117,22 @@ class Follower:
         return self._thread.is_alive()
 
 
+def test_the_hub_hands_a_listener_each_published_event_live_without_a_resync(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    inbox = hub.listen(response.id)
+    try:
+        for i in range(3):
+            store.emit(response.id, [delta(i)])
+        got = [inbox.get(timeout=WAIT) for _ in range(3)]
+    finally:
+        hub.unlisten(response.id, inbox)
+
+    assert [line.sequence_number for line in got] == [0, 1, 2]  # no RESYNC (-1) among them
+    assert [json.loads(line.data)["delta"] for line in got] == ["0", "1", "2"]
+
+
 def test_follow_events_replays_then_follows_live(store: ResponseStore, hub: EventHub) -> None:
     response = new_response(store)
     store.emit(response.id, [delta(i) for i in range(3)])

