@@ -121,9 +121,14 @@ class Keys:
     def active(self) -> str:
         """Sorted set: active responses by the time their lease lapses (for the sweeper).
 
-        One Redis has one; a cluster one per shard (:meth:`active_of`).
+        One Redis has one; a cluster one per shard (:meth:`active_of`, :attr:`active_sets`).
         """
+        self._unsharded("active")
         return f"{self.prefix}active"
+
+    def _unsharded(self, name: str) -> None:
+        if self.shards > 1:
+            raise ValueError(f"a cluster has one {name} set per shard: ask for the response's")
 
     def active_of(self, response_id: str) -> str:
         """The :attr:`active` set the response belongs in (its shard's on a cluster)."""
@@ -177,8 +182,10 @@ class Keys:
     def running_calls(self) -> str:
         """Sorted set: running tool calls by when their claim lapses unless renewed.
 
-        Members are :meth:`running_call`; the sweeper reads it.
+        Members are :meth:`running_call`; the sweeper reads it. One Redis has one; a cluster
+        one per shard (:meth:`running_calls_of`, :attr:`running_call_sets`).
         """
+        self._unsharded("calls:running")
         return f"{self.prefix}calls:running"
 
     def running_calls_of(self, response_id: str) -> str:

@@ -168,6 +168,8 @@ class EventHub:
         followers catch up from the streams.
         """
         cluster: Any = self._client
+        if self._ready.is_set():  # subscribing again: where do the slots live now?
+            cluster.nodes_manager.initialize()
         by_node: dict[str, list[str]] = defaultdict(list)
         nodes: dict[str, Any] = {}
         for channel in self._keys.shard_channels:

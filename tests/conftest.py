@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from app.config import Settings
-from app.keys import Keys
+from app.keys import CLUSTER_SHARDS, Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
@@ -162,6 +162,26 @@ def make_settings(
 @pytest.fixture
 def store(redis_client: redis.Redis, key_prefix: str) -> ResponseStore:
     return ResponseStore(redis_client, keys=Keys(key_prefix), ttl_seconds=3600, stream_maxlen=1000)
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def store_on_both(request: pytest.FixtureRequest) -> Iterator[ResponseStore]:
+    """A store on one Redis (the test's prefix), then on a cluster of three masters.
+
+    On the cluster the keys carry hash tags (``Keys(prefix, CLUSTER_SHARDS)``), so a script or
+    transaction whose keys are not in one slot fails there with ``CROSSSLOT``.
+    """
+    prefix = request.getfixturevalue("key_prefix")
+    if request.param == "redis":
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        keys = Keys(prefix)
+    else:
+        client = request.getfixturevalue("redis_cluster").client()
+        keys = Keys(prefix, CLUSTER_SHARDS)
+    yield ResponseStore(client, keys=keys, ttl_seconds=3600, stream_maxlen=1000)
+    if request.param == "cluster":
+        delete_prefix(client, prefix)
+    client.close()
 
 
 @pytest.fixture(scope="session")

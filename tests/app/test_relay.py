@@ -5,16 +5,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
-from app.keys import CLUSTER_SHARDS, Keys
+from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
 from app.store import ResponseStore, StoredEvent
 from app.store.events import END_LINE, publish
 from app.store.status import CANCEL, FINISH
-from tests.conftest import delete_prefix
 from tests.support.responses import stored_response
 
 WAIT = 10.0
@@ -29,24 +27,10 @@ class _MutedKeys(Keys):
         return self.prefix + "muted:" + response_id
 
 
-@pytest.fixture(params=["redis", "cluster"])
-def store_redis(request: pytest.FixtureRequest) -> Iterator[tuple[redis.Redis, Keys]]:
-    """One Redis (the test's prefix), or a cluster of three masters (sharded pub/sub)."""
-    prefix = request.getfixturevalue("key_prefix")
-    if request.param == "redis":
-        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
-        yield client, Keys(prefix)
-    else:
-        client = request.getfixturevalue("redis_cluster").client()
-        yield client, Keys(prefix, CLUSTER_SHARDS)
-        delete_prefix(client, prefix)
-    client.close()
-
-
 @pytest.fixture
-def store(store_redis: tuple[redis.Redis, Keys]) -> ResponseStore:
-    client, keys = store_redis
-    return ResponseStore(client, keys=keys, ttl_seconds=3600, stream_maxlen=1000)
+def store(store_on_both: ResponseStore) -> ResponseStore:
+    """One Redis's, then a cluster's (sharded pub/sub)."""
+    return store_on_both
 
 
 @pytest.fixture
@@ -318,3 +302,24 @@ def test_follow_events_serves_concurrent_followers_every_event_once_in_order(
         assert follower.finish() == list(range(total + 1))
         assert follower.events[-1].type == "response.completed"
     assert resumed.finish() == list(range(100, total + 1))
+
+
+def test_the_hub_on_a_cluster_subscribes_again_when_its_nodes_drop_it(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    if not store.keys.is_sharded:
+        pytest.skip("a cluster's hub (one Redis's: tests/app/test_outage.py)")
+    response = new_response(store)
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    store.emit(response.id, [delta(0)])
+    follower.wait_for(0)
+
+    for node in store.redis.get_primaries():  # type: ignore[attr-defined]
+        node.redis_connection.client_kill_filter(_type="pubsub")
+    store.emit(response.id, [delta(1)])  # published while the hub is away: caught up
+    follower.wait_for(1)
+    store.emit(response.id, [delta(2)])  # live again
+    follower.wait_for(2)
+    complete(store, response)
+
+    assert follower.finish() == [0, 1, 2, 3]
