@@ -235,12 +235,6 @@ class Settings(BaseSettings):
                 "the Celery broker cannot be a Redis Cluster: set ANTWORT_BROKER_URL to a plain "
                 "or Sentinel Redis (the store stays on the cluster)"
             )
-        if isinstance(self.store_redis, ClusterTarget) and self.tenant_max_running:
-            raise ValueError(
-                "fair share (ANTWORT_TENANT_MAX_RUNNING) does not run on a Redis Cluster yet"
-            )
-        if isinstance(self.store_redis, ClusterTarget) and self.rate_limit_max_in_flight:
-            raise ValueError("ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT does not run on a Redis Cluster yet")
         return self
 
     @property

@@ -20,7 +20,7 @@ from app.dispatch import Dispatcher
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.base import text
-from app.store.fair_share import FAIR_SHARE, FairShareCall
+from app.store.fair_share import FAIR_SHARE, FairShareCall, ended_responses
 
 
 class FairShare:
@@ -69,27 +69,47 @@ class FairShare:
         """:meth:`release` for every tenant with parked responses (the sweeper's round)."""
         if not self.is_on:
             return []
-        tenants = sorted(map(text, self.store.redis.smembers(self.store.keys.parked_tenants)))
+        pipe = self.store.redis.pipeline(transaction=False)
+        for parked_tenants in self.store.keys.parked_tenant_sets:
+            pipe.smembers(parked_tenants)
+        tenants = sorted({text(tenant) for members in pipe.execute() for tenant in members})
         return [rid for tenant in tenants for rid in self.release(dispatcher, tenant)]
 
     def _take_places(self, tenant: str, response_id: str) -> list[str]:
-        keys = self.store.keys
+        keys, redis = self.store.keys, self.store.redis
         now = time.time()
+        running = keys.tenant_running(tenant)
+        ended: tuple[str, ...] = ()
+        if keys.is_sharded:  # the responses' `active` sets are in other slots: ask them first
+            members = [
+                text(member)
+                for member in redis.zrange(running, 0, -1)
+                if isinstance(member, bytes | str)
+            ]
+            ended = ended_responses(redis, keys, members)
         started = self.store.script(FAIR_SHARE)(
             FairShareCall(
-                running=keys.tenant_running(tenant),
-                active=keys.active,
+                running=running,
+                active=running if keys.is_sharded else keys.active,  # a cluster: unused
                 parked=keys.tenant_parked(tenant),
-                parked_tenants=keys.parked_tenants,
+                parked_tenants=keys.parked_tenants_of(tenant),
                 arrivals=keys.tenant_arrivals(tenant),
                 cap=self.cap,
                 now_ms=int(now * 1000),
                 watch_until=now + self.grace_seconds,
                 response_id=response_id,
                 tenant=tenant,
+                watches_active=not keys.is_sharded,
+                ended=ended,
             )
         )
-        return [text(raw) for raw in started]
+        ids = [text(raw) for raw in started]
+        if keys.is_sharded and ids:  # under the sweeper's watch, as the script does on one Redis
+            pipe = redis.pipeline(transaction=False)
+            for id_ in ids:
+                pipe.zadd(keys.active_of(id_), {id_: now + self.grace_seconds})
+            pipe.execute()
+        return ids
 
     def _enqueue(self, dispatcher: Dispatcher, tenant: str, started: list[str]) -> list[str]:
         """Queue the first turns of parked responses that got a place; those still queued."""

@@ -288,5 +288,22 @@ class Keys:
 
     @property
     def parked_tenants(self) -> str:
-        """Set: tenants with parked responses (the sweeper starts what it can of them)."""
+        """Set: tenants with parked responses (the sweeper starts what it can of them).
+
+        One Redis has one; a cluster one per shard (:meth:`parked_tenants_of`).
+        """
+        self._unsharded("tenants:parked")
         return f"{self.prefix}tenants:parked"
+
+    def parked_tenants_of(self, tenant: str) -> str:
+        """The :attr:`parked_tenants` set the tenant belongs in (its shard's on a cluster)."""
+        if self.shards > 1:
+            return f"{self.prefix}{self._tag(tenant)}tenants:parked"
+        return self.parked_tenants
+
+    @property
+    def parked_tenant_sets(self) -> list[str]:
+        """Every :attr:`parked_tenants` set (the sweeper reads them all)."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{shard}}}tenants:parked" for shard in range(self.shards)]
+        return [self.parked_tenants]

@@ -4,7 +4,8 @@
 --cluster-enabled yes`` three times, joined with ``redis-cli --cluster create``) holds the
 records, events and results; ``ANTWORT_BROKER_URL`` (the tests' Redis) the queues. A gateway,
 an inference worker and a tool worker serve streamed, tool-using, multi-turn responses, a chain
-by ``previous_response_id`` and a conversation through the official SDK.
+by ``previous_response_id`` and a conversation through the official SDK, with fair share and
+the in-flight limit on.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def cluster_fleet(
         "ANTWORT_PORT": str(port),
         "ANTWORT_INFERENCE_CONCURRENCY": "4",
         "ANTWORT_LOG_LEVEL": "warning",
+        # a tenant's keys in one slot, its responses in many
+        "ANTWORT_TENANT_MAX_RUNNING": "2",
+        "ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT": "4",
     }
     fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
     fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])

@@ -1,13 +1,21 @@
-"""Rate limits (``admit.lua``) on one Redis and on a cluster (a tenant's keys: one slot)."""
+"""Rate limits (``admit.lua``) on one Redis and on a cluster (a tenant's keys: one slot).
+
+On the cluster the in-flight count asks the responses' records (other slots) first.
+"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from app.errors import RateLimitError, ServerError
+from app.errors import RateLimitError
 from app.limits import RateLimiter
+from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
+from app.store.status import CANCEL
 from app.tenancy import Limits, Tenant
+from tests.support.responses import stored_response
 
 
 def test_requests_and_tokens_per_minute_are_counted_in_the_tenants_slot(
@@ -27,12 +35,19 @@ def test_requests_and_tokens_per_minute_are_counted_in_the_tenants_slot(
         limiter.admit_response(tenant, "resp_2", 60)
 
 
-def test_the_in_flight_limit_says_it_does_not_run_on_a_cluster(store: ResponseStore) -> None:
+def test_the_in_flight_limit_counts_until_a_response_ends(store: ResponseStore) -> None:
     limiter = RateLimiter(store)
-    tenant = Tenant(name="acme", limits=Limits(max_in_flight=1))
+    tenant = Tenant(name="acme", limits=Limits(max_in_flight=2))
+    first = stored_response(store, status=ResponseStatus.QUEUED)
+    second = stored_response(store, status=ResponseStatus.QUEUED)
+    for response in (first, second):
+        limiter.admit_response(tenant, response.id, 10)
+        limiter.confirm(tenant, response.id)
+        store.watch_queued(response.id, until=time.time() + 60)
 
-    if not store.keys.is_sharded:
-        limiter.admit_response(tenant, "resp_1", 10)
-        return
-    with pytest.raises(ServerError, match="Redis Cluster"):
-        limiter.admit_response(tenant, "resp_1", 10)
+    with pytest.raises(RateLimitError, match="2 responses queued or running"):
+        limiter.admit_response(tenant, "resp_third", 10)
+    done = first.model_copy(update={"status": ResponseStatus.CANCELLED})
+    assert store.write(done, transition=CANCEL, events=[]).ok
+
+    limiter.admit_response(tenant, "resp_third", 10)  # the cancelled one's place
