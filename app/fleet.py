@@ -180,6 +180,8 @@ def make_store(settings: Settings, client: redis.Redis | None = None) -> Respons
         ttl_seconds=settings.response_ttl_seconds,
         unstored_ttl_seconds=settings.unstored_ttl_seconds,
         stream_maxlen=settings.event_stream_maxlen,
+        # the queues' Redis, when the broker has one of its own (a pool connects when first used)
+        queues=make_redis(settings, broker=True) if settings.broker_url else None,
     )
 
 

@@ -91,14 +91,14 @@ class Fleet(StoreBase):
 
     def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
         """Messages waiting in each of ``queues`` (one round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.queues.pipeline(transaction=False)
         for queue in queues:
             pipe.llen(self.keys.queue(queue))
         return {queue: int(depth) for queue, depth in zip(queues, pipe.execute(), strict=True)}
 
     def oldest_queued(self, queue: str) -> str | None:
         """The raw message that waited longest in ``queue`` (workers take from the tail)."""
-        raw = self.redis.lindex(self.keys.queue(queue), -1)
+        raw = self.queues.lindex(self.keys.queue(queue), -1)
         return None if raw is None else text(raw)
 
     def in_flight(self) -> int:
