@@ -30,6 +30,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
@@ -133,7 +134,7 @@ class EventHub:
         while not self._stopped:
             try:
                 self._listen_forever()
-            except redis.RedisError as exc:
+            except (redis.RedisError, RedisClusterException) as exc:  # the latter: no node answers
                 logger.warning("event hub lost Redis (%s); reconnecting", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_BACKOFF_CAP)

@@ -129,7 +129,7 @@ class LuaScript(Generic[CallT]):
 
     def bind(self, client: redis.Redis) -> BoundScript[CallT]:
         """The script ready to run on ``client``."""
-        return BoundScript(self, client.register_script(self.source), client)
+        return BoundScript(self, client.register_script(self.source))
 
     def operands(self, call: CallT) -> tuple[list[Any], list[Any]]:
         """``KEYS`` and ``ARGV`` for ``call``."""
@@ -145,27 +145,23 @@ class LuaScript(Generic[CallT]):
 class BoundScript(Generic[CallT]):
     """A :class:`LuaScript` registered with a client: call it with the script's call."""
 
-    def __init__(self, script: LuaScript[CallT], registered: Any, client: Any):
+    def __init__(self, script: LuaScript[CallT], registered: Any):
         self._script = script
         self._registered = registered
-        self._client = client
-        self._loaded_on_cluster = False
 
     def __call__(self, call: CallT, *, client: Any = None) -> Any:
         """Run the script (``EVALSHA``, falling back to ``EVAL``); its raw reply.
 
         ``client``: a pipeline to queue the script on instead (its reply comes with the
         pipeline's ``execute()``). A cluster's pipeline takes no script object (redis-py blocks
-        ``evalsha`` on it): the script is loaded on every primary first, then queued as a plain
-        ``EVALSHA`` command, routed by its keys' slot.
+        ``evalsha`` on it): the script goes as a plain ``EVAL`` with its text, routed by its
+        keys' slot (no ``NOSCRIPT`` to recover from inside a pipeline when a node restarted or
+        a replica took over; the server caches the script by its digest all the same).
         """
         keys, args = self._script.operands(call)
         if isinstance(client, ClusterPipeline):
-            if not self._loaded_on_cluster:
-                self._client.script_load(self._script.source)  # every primary
-                self._loaded_on_cluster = True
             return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self._registered.sha, len(keys), *keys, *args
+                "EVAL", self._script.source, len(keys), *keys, *args
             )
         return self._registered(keys=keys, args=args, client=client)
 

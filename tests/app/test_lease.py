@@ -56,6 +56,24 @@ def test_acquire_on_a_deleted_response_reads_nothing(store: ResponseStore) -> No
     keeper.release(rid)
 
 
+def test_renew_on_a_cluster_survives_nodes_that_forgot_the_scripts(store: ResponseStore) -> None:
+    if not store.keys.is_sharded:
+        pytest.skip("a cluster's own (SCRIPT FLUSH is server-wide: not on the shared Redis)")
+    rid = stored_response(store).id
+    keeper = LeaseKeeper(store, lease_seconds=2)
+    assert keeper.acquire(rid, 0).taken
+    token = store.redis.get(store.keys.lease(rid)).decode()  # type: ignore[union-attr]
+    keeper.renew({rid: (token, 0)})
+    store.redis.pexpire(store.keys.lease(rid), 100)
+    for node in store.redis.get_primaries():  # type: ignore[attr-defined]  # as if restarted
+        node.redis_connection.script_flush()
+
+    keeper.renew({rid: (token, 0)})  # a cluster pipeline: its scripts go as EVAL
+
+    assert store.redis.pttl(store.keys.lease(rid)) > 1_000
+    keeper.release(rid)
+
+
 def test_renew_extends_every_held_lease_in_one_round_trip(store: ResponseStore) -> None:
     rids = [stored_response(store).id for _ in range(3)]
     keeper = LeaseKeeper(store, lease_seconds=2)
