@@ -55,10 +55,14 @@ _ITEM_PREFIX = {
 }
 
 
-def new_response_id(keys: Keys | None = None, conversation_id: str | None = None) -> str:
-    """A fresh ``resp_…`` id; with a conversation, one in its shard of ``keys`` (a cluster's)."""
-    if keys is not None and conversation_id is not None:
-        return keys.new_id_with_shard_of("resp_", conversation_id)
+def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> str:
+    """A fresh ``resp_…`` id; with ``shard_with``, one in that id's shard of ``keys``.
+
+    On a cluster a response is made in its conversation's shard, or in its previous
+    response's: a conversation, or a chain, keeps its keys in one slot (``app.keys``).
+    """
+    if keys is not None and shard_with:
+        return keys.new_id_with_shard_of("resp_", shard_with)
     return "resp_" + secrets.token_hex(24)
 
 
@@ -269,7 +273,7 @@ def _new_response(
     request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]], keys: Keys
 ) -> ResponseObject:
     return ResponseObject(
-        id=new_response_id(keys, request.conversation_id),
+        id=new_response_id(keys, request.conversation_id or request.previous_response_id),
         created_at=int(time.time()),
         status=ResponseStatus.QUEUED,
         model=model,

@@ -120,3 +120,4 @@ def test_a_fleet_on_a_cluster_streams_tool_using_chains_and_conversations(
     with redis_cluster.client() as store, redis.Redis.from_url(redis_url) as queues:
         assert store.exists(keys.record(first.id), keys.events(first.id)) == 2
         assert queues.keys(f"{prefix}celery*") and not queues.keys(f"{prefix}*r:*")
+    assert keys.shard_of(second.id) == keys.shard_of(first.id)  # a chain keeps to one slot

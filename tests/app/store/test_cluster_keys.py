@@ -5,6 +5,7 @@ from __future__ import annotations
 from redis.crc import key_slot
 
 from app.keys import CLUSTER_SHARDS, Keys
+from app.responses import new_response_id
 
 SHARDED = Keys("antwort:", CLUSTER_SHARDS)
 
@@ -54,3 +55,11 @@ def test_one_redis_keeps_its_keys_untagged() -> None:
     assert plain.active_sets == ["antwort:active"]
     assert plain.running_calls_of("resp_1") == "antwort:calls:running"
     assert plain.conversation("conv_1") == "antwort:conv:conv_1"
+
+
+def test_a_response_that_continues_a_chain_is_made_in_its_previous_ones_slot() -> None:
+    first = new_response_id(SHARDED)
+    second = new_response_id(SHARDED, first)
+
+    assert SHARDED.shard_of(second) == SHARDED.shard_of(first)
+    assert new_response_id(Keys("antwort:"), first) != first  # one Redis: any fresh id
