@@ -9,6 +9,7 @@ import httpx
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode
+from redis.exceptions import ClusterDownError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
@@ -150,6 +151,32 @@ def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.R
     return client
 
 
+class OutageRidingCluster(redis.RedisCluster):
+    """redis-py's cluster client, whose commands ride out an outage as the plain client's do.
+
+    redis-py 8.1 tries a cluster command again at once, without a wait, as often as its retry
+    allows (``_internal_execute_command``), so a master that restarts or fails over took every
+    command to its slots down within milliseconds. Here a command tried that way that still
+    finds no node (a refused connection, a timeout, ``CLUSTERDOWN`` while a master is failed) is
+    tried again after the outage retry's waits (:func:`outage_retry`).
+    """
+
+    def __init__(self, *args: Any, outage: Retry, **kwargs: Any):
+        self._outage = outage  # before: the constructor runs commands already
+        super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a command, waiting out an outage of the nodes that hold it."""
+        return self._outage.call_with_retry(
+            lambda: redis.RedisCluster.execute_command(self, *args, **kwargs),  # type: ignore[no-untyped-call]
+            lambda _error: None,
+        )
+
+
+CLUSTER_OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterDownError)
+"""What a cluster command meets while a master is away (``CLUSTERDOWN``: a slot unserved)."""
+
+
 def _cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
     """A Redis Cluster client: a blocking pool per node, commands routed by their keys' slot.
 
@@ -157,7 +184,12 @@ def _cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
     routes: one slot per script, transaction and multi-key command; :mod:`app.keys`).
     """
     (host, port), *_ = target.nodes
-    client = redis.RedisCluster(
+    outage: Retry = options.pop("retry")
+    outage.update_supported_errors(CLUSTER_OUTAGE_ERRORS)
+    client = OutageRidingCluster(
+        outage=outage,
+        # redis-py's own tries: at once, to follow the topology as it changes
+        retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 3),
         # a URL makes redis-py build each node's pool with connection_pool_class
         url=f"redis://{host}:{port}",
         startup_nodes=[

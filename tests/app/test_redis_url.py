@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pydantic
 import pytest
@@ -189,3 +193,30 @@ def test_make_redis_builds_a_cluster_client_that_reaches_every_master(
     assert all(client.get(key) == b"1" for key in keys)
     client.delete(*keys)
     client.close()
+
+
+def test_a_cluster_command_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        settings = Settings(
+            redis_url=cluster.url, broker_url="redis://127.0.0.1:6379/0", redis_outage_seconds=30
+        )
+        client = make_redis(settings)
+        key = "antwort-test-outage:{7}k"
+        client.set(key, "before")
+        port = client.get_node_from_key(key).port  # type: ignore[attr-defined]
+        cluster.kill(port)
+        done: list[Any] = []
+        writer = threading.Thread(target=lambda: done.append(client.set(key, "after")))
+        writer.start()
+        time.sleep(1.0)  # the write meets the dead master meanwhile, and waits
+        assert not done
+        cluster.restart(port)
+        writer.join(timeout=30)
+
+        assert done == [True]
+        assert client.get(key) == b"after"
+        client.close()
+    finally:
+        cluster.stop()

@@ -96,6 +96,21 @@ class LocalCluster:
                     return False
         return True
 
+    def kill(self, port: int) -> None:
+        """SIGKILL the master on ``port`` (its keys are gone: nothing is persisted)."""
+        proc = self.procs[self.ports.index(port)]
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart(self, port: int) -> None:
+        """Start the master on ``port`` again (its ``nodes.conf`` gives it back its slots)."""
+        index = self.ports.index(port)
+        log = open(self.directory / f"{port}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[index] = subprocess.Popen(
+            self.procs[index].args, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+
     def client(self) -> redis.RedisCluster:
         """A cluster client of the test's own."""
         return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
