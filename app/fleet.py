@@ -172,6 +172,59 @@ class OutageRidingCluster(redis.RedisCluster):
             lambda _error: None,
         )
 
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        """A pipeline whose ``execute()`` waits out an outage (:class:`RidingPipeline`)."""
+        return RidingPipeline(self, transaction=bool(transaction), outage=self._outage)
+
+
+class RidingPipeline:
+    """A cluster pipeline that sends its commands again, whole, after an outage's waits.
+
+    redis-py's cluster pipeline forgets its commands once ``execute()`` fails; this one records
+    them and replays them on a fresh pipeline for each try (as one Redis's pipeline retries
+    itself). Scripts are queued on it as ``EVAL`` (``app.store.scripts``).
+    """
+
+    is_cluster_pipeline = True
+    """What :class:`app.store.scripts.BoundScript` looks for."""
+
+    def __init__(self, cluster: redis.RedisCluster, *, transaction: bool, outage: Retry):
+        self._cluster = cluster
+        self._transaction = transaction
+        self._outage = outage
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def queue(*args: Any, **kwargs: Any) -> RidingPipeline:
+            self._calls.append((name, args, kwargs))
+            return self
+
+        return queue
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send every queued command (again, after a wait, while the cluster is away)."""
+
+        def once() -> list[Any]:
+            pipe = redis.RedisCluster.pipeline(self._cluster, transaction=self._transaction)  # type: ignore[no-untyped-call]
+            for name, args, kwargs in self._calls:
+                getattr(pipe, name)(*args, **kwargs)
+            results: list[Any] = pipe.execute(raise_on_error)
+            return results
+
+        try:
+            return self._outage.call_with_retry(once, lambda _error: None)
+        finally:
+            self._calls = []
+
+    def __enter__(self) -> RidingPipeline:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._calls = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
 
 CLUSTER_OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterDownError)
 """What a cluster command meets while a master is away (``CLUSTERDOWN``: a slot unserved)."""

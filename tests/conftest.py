@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from app.config import Settings
+from app.fleet import make_redis
 from app.keys import CLUSTER_SHARDS, Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
@@ -176,7 +177,10 @@ def store_on_both(request: pytest.FixtureRequest) -> Iterator[ResponseStore]:
         client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
         keys = Keys(prefix)
     else:
-        client = request.getfixturevalue("redis_cluster").client()
+        cluster_url = request.getfixturevalue("redis_cluster").url
+        broker_url = request.getfixturevalue("redis_url")
+        # the fleet's own client: outages waited out, pipelines replayed (app.fleet)
+        client = make_redis(Settings(redis_url=cluster_url, broker_url=broker_url))
         keys = Keys(prefix, CLUSTER_SHARDS)
     yield ResponseStore(client, keys=keys, ttl_seconds=3600, stream_maxlen=1000)
     if request.param == "cluster":

@@ -159,10 +159,8 @@ class BoundScript(Generic[CallT]):
         a replica took over; the server caches the script by its digest all the same).
         """
         keys, args = self._script.operands(call)
-        if isinstance(client, ClusterPipeline):
-            return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVAL", self._script.source, len(keys), *keys, *args
-            )
+        if isinstance(client, ClusterPipeline) or getattr(client, "is_cluster_pipeline", False):
+            return client.execute_command("EVAL", self._script.source, len(keys), *keys, *args)
         return self._registered(keys=keys, args=args, client=client)
 
 

@@ -220,3 +220,37 @@ def test_a_cluster_command_rides_out_a_master_that_restarts(tmp_path: Path) -> N
         client.close()
     finally:
         cluster.stop()
+
+
+def test_a_cluster_pipeline_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        settings = Settings(
+            redis_url=cluster.url, broker_url="redis://127.0.0.1:6379/0", redis_outage_seconds=30
+        )
+        client = make_redis(settings)
+        keys = [f"antwort-test-outage:{{{shard}}}k" for shard in range(6)]  # on every master
+        ports = {client.get_node_from_key(key).port for key in keys}  # type: ignore[attr-defined]
+        assert len(ports) == 3
+        cluster.kill(min(ports))
+
+        def write() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.set(key, "after")
+            return list(pipe.execute())
+
+        done: list[list[Any]] = []
+        writer = threading.Thread(target=lambda: done.append(write()))
+        writer.start()
+        time.sleep(1.0)  # the pipeline meets the dead master meanwhile, and waits
+        assert not done
+        cluster.restart(min(ports))
+        writer.join(timeout=30)
+
+        assert done == [[True] * len(keys)]
+        assert [client.get(key) for key in keys] == [b"after"] * len(keys)
+        client.close()
+    finally:
+        cluster.stop()
