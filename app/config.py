@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.redis_url import RedisTarget, parse_redis_url
+from app.keys import CLUSTER_SHARDS, Keys
+from app.redis_url import ClusterTarget, RedisTarget, parse_redis_url
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
 HostedToolPolicy = Literal["drop", "reject"]
@@ -90,7 +91,11 @@ class Settings(BaseSettings):
     their path (:mod:`app.redis_url`)."""
     broker_url: str | None = None
     """Redis (plain or Sentinel) of the Celery broker and result backend; unset: ``redis_url``.
-    Lets the store live elsewhere than the queues."""
+    Lets the store live elsewhere than the queues (needed when ``redis_url`` is a cluster)."""
+    redis_cluster_shards: int = Field(default=CLUSTER_SHARDS, ge=2, le=16384)
+    """Hash-tag shards of the keyspace when ``redis_url`` is a Redis Cluster
+    (``redis+cluster://``): each shard's keys live in one slot (:mod:`app.keys`). Every process
+    of a fleet must use the same number."""
     key_prefix: str = "antwort:"
     """Prefix of every Redis key the fleet writes."""
     response_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
@@ -237,7 +242,22 @@ class Settings(BaseSettings):
         for url in (self.redis_url, self.broker_url):
             if url:
                 parse_redis_url(url, sentinel_master=self.redis_sentinel_master)
+        if isinstance(self.broker_redis, ClusterTarget):
+            raise ValueError(
+                "the Celery broker cannot be a Redis Cluster: set ANTWORT_BROKER_URL to a plain "
+                "or Sentinel Redis (the store stays on the cluster)"
+            )
         return self
+
+    @property
+    def store_shards(self) -> int:
+        """Hash-tag shards of the store's keys: 1 on one Redis, more on a cluster."""
+        return self.redis_cluster_shards if isinstance(self.store_redis, ClusterTarget) else 1
+
+    @property
+    def keys(self) -> Keys:
+        """The store's keyspace (its prefix, and its shards on a cluster)."""
+        return Keys(self.key_prefix, self.store_shards)
 
     @property
     def store_redis(self) -> RedisTarget | None:

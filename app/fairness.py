@@ -31,7 +31,7 @@ from app.dispatch import Dispatcher
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.base import text
-from app.store.fair_share import FAIR_SHARE, FairShareCall
+from app.store.fair_share import FAIR_SHARE, FairShareCall, ended_responses
 
 AUTO = "auto"
 """The mode of an unset ``ANTWORT_TENANT_MAX_RUNNING`` on a fleet of several tenants."""
@@ -91,8 +91,8 @@ class FairShare:
         """
         keys = self.store.keys
         pipe = self.store.redis.pipeline(transaction=False)
-        pipe.sismember(keys.parked_tenants, tenant)
-        pipe.get(keys.fair_share_cap)
+        pipe.sismember(keys.parked_tenants_of(tenant), tenant)
+        pipe.get(keys.fair_share_cap_of(tenant))
         has_parked, kept = pipe.execute()
         if not has_parked:
             return []
@@ -101,38 +101,59 @@ class FairShare:
 
     def release_owner_of(self, dispatcher: Dispatcher, response_id: str) -> list[str]:
         """:meth:`release` for the tenant of a response that just ended."""
-        if not self.store.redis.scard(self.store.keys.parked_tenants):
+        keys = self.store.keys
+        if not keys.is_sharded and not self.store.redis.scard(keys.parked_tenants):
             return []  # nobody waits (a fleet without the fair share: this one call)
         stored = self.store.load(response_id)
         return [] if stored is None else self.release(dispatcher, stored.owner)
 
     def release_all(self, dispatcher: Dispatcher) -> list[str]:
         """:meth:`release` for every tenant with parked responses (the sweeper's round)."""
-        tenants = sorted(map(text, self.store.redis.smembers(self.store.keys.parked_tenants)))
+        pipe = self.store.redis.pipeline(transaction=False)
+        for parked_tenants in self.store.keys.parked_tenant_sets:
+            pipe.smembers(parked_tenants)
+        tenants = sorted({text(tenant) for members in pipe.execute() for tenant in members})
         return [rid for tenant in tenants for rid in self.release(dispatcher, tenant)]
 
     def _take_places(self, tenant: str, response_id: str, mode: str) -> list[str]:
         """Run the script with the cap ``mode`` means now (a create's keeps its mode)."""
-        keys = self.store.keys
+        keys, redis = self.store.keys, self.store.redis
         live_threads = self.store.live_threads(INFERENCE) if mode == AUTO else 0
         now = time.time()
+        running = keys.tenant_running(tenant)
+        ended: tuple[str, ...] = ()
+        if keys.is_sharded:  # the responses' `active` sets are in other slots: ask them first
+            members = [
+                text(member)
+                for member in redis.zrange(running, 0, -1)
+                if isinstance(member, bytes | str)
+            ]
+            ended = ended_responses(redis, keys, members)
         started = self.store.script(FAIR_SHARE)(
             FairShareCall(
-                running=keys.tenant_running(tenant),
-                active=keys.active,
+                running=running,
+                active=running if keys.is_sharded else keys.active,  # a cluster: unused
                 parked=keys.tenant_parked(tenant),
-                parked_tenants=keys.parked_tenants,
+                parked_tenants=keys.parked_tenants_of(tenant),
                 arrivals=keys.tenant_arrivals(tenant),
-                cap_key=keys.fair_share_cap,
+                cap_key=keys.fair_share_cap_of(tenant),
                 cap=cap_of(mode, live_threads),
                 now_ms=int(now * 1000),
                 watch_until=now + self.grace_seconds,
                 response_id=response_id,
                 tenant=tenant,
                 mode=mode if response_id else "",
+                watches_active=not keys.is_sharded,
+                ended=ended,
             )
         )
-        return [text(raw) for raw in started]
+        ids = [text(raw) for raw in started]
+        if keys.is_sharded and ids:  # under the sweeper's watch, as the script does on one Redis
+            pipe = redis.pipeline(transaction=False)
+            for id_ in ids:
+                pipe.zadd(keys.active_of(id_), {id_: now + self.grace_seconds})
+            pipe.execute()
+        return ids
 
     def _enqueue(self, dispatcher: Dispatcher, tenant: str, started: list[str]) -> list[str]:
         """Queue the first turns of parked responses that got a place; those still queued."""
@@ -142,7 +163,7 @@ class FairShare:
                 dispatcher.enqueue_turn(response_id, 0)
                 queued.append(response_id)
             else:  # cancelled or deleted while parked: its place goes to the next
-                self.store.redis.zrem(self.store.keys.active, response_id)
+                self.store.redis.zrem(self.store.keys.active_of(response_id), response_id)
                 self.store.redis.zrem(self.store.keys.tenant_running(tenant), response_id)
         if len(queued) < len(started):
             queued += self.release(dispatcher, tenant)

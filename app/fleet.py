@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode
+from redis.exceptions import ClusterDownError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from app.config import Settings
 from app.dispatch import Dispatcher
-from app.keys import Keys
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
-from app.redis_url import RedisTarget, SentinelTarget
+from app.redis_url import ClusterTarget, RedisTarget, SentinelTarget
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -90,6 +91,8 @@ def make_redis(
     target = require_redis(settings, broker=broker)
     if isinstance(target, SentinelTarget):
         return _sentinel_master(target, options)
+    if isinstance(target, ClusterTarget):
+        return _cluster(target, options)
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
     pool = redis.BlockingConnectionPool.from_url(target, **options)
@@ -148,14 +151,122 @@ def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.R
     return client
 
 
+class OutageRidingCluster(redis.RedisCluster):
+    """redis-py's cluster client, whose commands ride out an outage as the plain client's do.
+
+    redis-py 8.1 tries a cluster command again at once, without a wait, as often as its retry
+    allows (``_internal_execute_command``), so a master that restarts or fails over took every
+    command to its slots down within milliseconds. Here a command tried that way that still
+    finds no node (a refused connection, a timeout, ``CLUSTERDOWN`` while a master is failed) is
+    tried again after the outage retry's waits (:func:`outage_retry`).
+    """
+
+    def __init__(self, *args: Any, outage: Retry, **kwargs: Any):
+        self._outage = outage  # before: the constructor runs commands already
+        super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a command, waiting out an outage of the nodes that hold it."""
+        return self._outage.call_with_retry(
+            lambda: redis.RedisCluster.execute_command(self, *args, **kwargs),  # type: ignore[no-untyped-call]
+            lambda _error: None,
+        )
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        """A pipeline whose ``execute()`` waits out an outage (:class:`RidingPipeline`)."""
+        return RidingPipeline(self, transaction=bool(transaction), outage=self._outage)
+
+
+class RidingPipeline:
+    """A cluster pipeline that sends its commands again, whole, after an outage's waits.
+
+    redis-py's cluster pipeline forgets its commands once ``execute()`` fails; this one records
+    them and replays them on a fresh pipeline for each try (as one Redis's pipeline retries
+    itself). Scripts are queued on it as ``EVAL`` (``app.store.scripts``).
+    """
+
+    is_cluster_pipeline = True
+    """What :class:`app.store.scripts.BoundScript` looks for."""
+
+    def __init__(self, cluster: redis.RedisCluster, *, transaction: bool, outage: Retry):
+        self._cluster = cluster
+        self._transaction = transaction
+        self._outage = outage
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def queue(*args: Any, **kwargs: Any) -> RidingPipeline:
+            self._calls.append((name, args, kwargs))
+            return self
+
+        return queue
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send every queued command (again, after a wait, while the cluster is away)."""
+
+        def once() -> list[Any]:
+            pipe = redis.RedisCluster.pipeline(self._cluster, transaction=self._transaction)  # type: ignore[no-untyped-call]
+            for name, args, kwargs in self._calls:
+                getattr(pipe, name)(*args, **kwargs)
+            results: list[Any] = pipe.execute(raise_on_error)
+            return results
+
+        try:
+            return self._outage.call_with_retry(once, lambda _error: None)
+        finally:
+            self._calls = []
+
+    def __enter__(self) -> RidingPipeline:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._calls = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
+CLUSTER_OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, ClusterDownError)
+"""What a cluster command meets while a master is away (``CLUSTERDOWN``: a slot unserved)."""
+
+
+def _cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
+    """A Redis Cluster client: a blocking pool per node, commands routed by their keys' slot.
+
+    Typed as ``redis.Redis``, whose commands it takes (the store keeps to those a cluster
+    routes: one slot per script, transaction and multi-key command; :mod:`app.keys`).
+    """
+    (host, port), *_ = target.nodes
+    outage: Retry = options.pop("retry")
+    outage.update_supported_errors(CLUSTER_OUTAGE_ERRORS)
+    client = OutageRidingCluster(
+        outage=outage,
+        # redis-py's own tries: at once, to follow the topology as it changes
+        retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 3),
+        # a URL makes redis-py build each node's pool with connection_pool_class
+        url=f"redis://{host}:{port}",
+        startup_nodes=[
+            ClusterNode(node_host, node_port)  # type: ignore[no-untyped-call]
+            for node_host, node_port in target.nodes
+        ],
+        username=target.username,
+        password=target.password,
+        connection_pool_class=redis.BlockingConnectionPool,
+        **options,
+    )
+    return cast(redis.Redis, client)
+
+
 def make_store(settings: Settings, client: redis.Redis | None = None) -> ResponseStore:
-    """The response store under the configured key prefix."""
+    """The response store under the configured key prefix (and shards, on a cluster)."""
     return ResponseStore(
         client or make_redis(settings),
-        keys=Keys(settings.key_prefix),
+        keys=settings.keys,
         ttl_seconds=settings.response_ttl_seconds,
         unstored_ttl_seconds=settings.unstored_ttl_seconds,
         stream_maxlen=settings.event_stream_maxlen,
+        # the queues' Redis, when the broker has one of its own (a pool connects when first used)
+        queues=make_redis(settings, broker=True) if settings.broker_url else None,
     )
 
 

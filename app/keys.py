@@ -1,8 +1,23 @@
-"""The Redis keyspace: every key the fleet writes is built here, and only here."""
+"""The Redis keyspace: every key the fleet writes is built here, and only here.
+
+On a Redis Cluster (``shards`` > 1) the keys that one script or transaction touches share a
+hash tag, so they live in one slot: every key of a response carries ``{<shard>}``, the shard of
+its id (:meth:`Keys.shard_of`), and so do the fleet-wide sets the response's scripts update
+(the sweeper's ``active`` and ``calls:running``, one per shard) and its event channel (one
+sharded pub/sub channel per shard, ``SPUBLISH``). A conversation's keys carry its own id's
+shard; a response of a conversation gets an id of the same shard
+(:meth:`Keys.new_id_with_shard_of`), so its final write appends to the conversation in one
+step. On one Redis (``shards`` = 1) no key has a tag: the keyspace is the same as ever.
+"""
 
 from __future__ import annotations
 
+import binascii
+import secrets
 from dataclasses import dataclass
+
+CLUSTER_SHARDS = 64
+"""Default shards of the keyspace on a Redis Cluster (``ANTWORT_REDIS_CLUSTER_SHARDS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -10,26 +25,68 @@ class Keys:
     """Key builders under one prefix (``ANTWORT_KEY_PREFIX``; tests use their own)."""
 
     prefix: str
+    shards: int = 1
+    """Hash-tag shards (1: one Redis, no tags; a cluster: :data:`CLUSTER_SHARDS`)."""
+
+    @property
+    def is_sharded(self) -> bool:
+        """Whether keys carry hash tags (the store is a Redis Cluster)."""
+        return self.shards > 1
+
+    def shard_of(self, id_: str) -> int:
+        """The shard of a response's (conversation's, tenant's …) keys: CRC16 of the id."""
+        if self.shards == 1:
+            return 0
+        return binascii.crc_hqx(id_.encode(), 0) % self.shards
+
+    def _tag(self, id_: str) -> str:
+        return f"{{{self.shard_of(id_)}}}" if self.shards > 1 else ""
+
+    def new_id_with_shard_of(self, prefix: str, other_id: str) -> str:
+        """A fresh id (``prefix`` + 48 hex digits) in the same shard as ``other_id``."""
+        while True:
+            candidate = prefix + secrets.token_hex(24)
+            if self.shard_of(candidate) == self.shard_of(other_id):
+                return candidate
+
+    def _r(self, response_id: str) -> str:
+        return f"{self.prefix}{self._tag(response_id)}r:{response_id}"
 
     def record(self, response_id: str) -> str:
         """Hash: status, version, the response object (JSON), run bookkeeping."""
-        return f"{self.prefix}r:{response_id}"
+        return f"{self._r(response_id)}"
 
     def inputs(self, response_id: str) -> str:
         """List: the response's own input items (JSON), in order."""
-        return f"{self.prefix}r:{response_id}:in"
+        return f"{self._r(response_id)}:in"
 
     def events(self, response_id: str) -> str:
         """Stream: every event of the response, entry id ``1-<sequence_number>``."""
-        return f"{self.prefix}r:{response_id}:ev"
+        return f"{self._r(response_id)}:ev"
 
     def sequence(self, response_id: str) -> str:
         """Counter: the next ``sequence_number``."""
-        return f"{self.prefix}r:{response_id}:seq"
+        return f"{self._r(response_id)}:seq"
 
     def channel(self, response_id: str) -> str:
-        """Pub/sub channel of the response's live events."""
+        """Where the response's live events are published (``include/events.lua``).
+
+        One Redis: the response's channel (``PUBLISH``). A cluster: ``<shard channel>
+        <response id>``, published with ``SPUBLISH`` to the shard's channel with the response
+        id as the message's first line.
+        """
+        if self.shards > 1:
+            return f"{self.shard_channel(self.shard_of(response_id))} {response_id}"
         return f"{self.prefix}ev:{response_id}"
+
+    def shard_channel(self, shard: int) -> str:
+        """A shard's sharded pub/sub channel (a cluster's; every gateway subscribes to all)."""
+        return f"{self.prefix}{{{shard}}}ev"
+
+    @property
+    def shard_channels(self) -> list[str]:
+        """Every shard's channel."""
+        return [self.shard_channel(shard) for shard in range(self.shards)]
 
     @property
     def channel_pattern(self) -> str:
@@ -46,15 +103,15 @@ class Keys:
 
     def turn_starts(self, response_id: str, turn: int) -> str:
         """Counter: runs of the turn that took the lease and died (poison-turn guard)."""
-        return f"{self.prefix}r:{response_id}:t{turn}:starts"
+        return f"{self._r(response_id)}:t{turn}:starts"
 
     def queued_resends(self, response_id: str) -> str:
         """Counter: how often the sweeper queued turn 0 of a never-started response again."""
-        return f"{self.prefix}r:{response_id}:t0:resends"
+        return f"{self._r(response_id)}:t0:resends"
 
     def lease(self, response_id: str) -> str:
         """String with TTL: the worker currently running the response's turn."""
-        return f"{self.prefix}r:{response_id}:lease"
+        return f"{self._r(response_id)}:lease"
 
     def sweep_claim(self, response_id: str) -> str:
         """String with TTL: one sweeper is re-enqueuing the response's lapsed turn."""
@@ -62,8 +119,29 @@ class Keys:
 
     @property
     def active(self) -> str:
-        """Sorted set: active responses by the time their lease lapses (for the sweeper)."""
+        """Sorted set: active responses by the time their lease lapses (for the sweeper).
+
+        One Redis has one; a cluster one per shard (:meth:`active_of`, :attr:`active_sets`).
+        """
+        self._unsharded("active")
         return f"{self.prefix}active"
+
+    def _unsharded(self, name: str) -> None:
+        if self.shards > 1:
+            raise ValueError(f"a cluster has one {name} set per shard: ask for the response's")
+
+    def active_of(self, response_id: str) -> str:
+        """The :attr:`active` set the response belongs in (its shard's on a cluster)."""
+        if self.shards > 1:
+            return f"{self.prefix}{self._tag(response_id)}active"
+        return self.active
+
+    @property
+    def active_sets(self) -> list[str]:
+        """Every :attr:`active` set (the sweeper reads them all)."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{shard}}}active" for shard in range(self.shards)]
+        return [self.active]
 
     def workers(self, queue: str) -> str:
         """Sorted set: live worker hostnames on a queue, by last heartbeat."""
@@ -94,11 +172,11 @@ class Keys:
 
     def cancelled_at(self, response_id: str) -> str:
         """String with TTL: when a client cancelled the response (epoch seconds)."""
-        return f"{self.prefix}r:{response_id}:cancelled-at"
+        return f"{self._r(response_id)}:cancelled-at"
 
     def tool_claim(self, response_id: str, call_id: str) -> str:
         """String with TTL: a tool task is executing this call right now."""
-        return f"{self.prefix}r:{response_id}:tool:{call_id}:claim"
+        return f"{self._r(response_id)}:tool:{call_id}:claim"
 
     def call_starts(self, response_id: str, call_id: str) -> str:
         """Counter: how often a delivery took the call's claim and started it (poison guard)."""
@@ -108,9 +186,24 @@ class Keys:
     def running_calls(self) -> str:
         """Sorted set: running tool calls by when their claim lapses unless renewed.
 
-        Members are :meth:`running_call`; the sweeper reads it.
+        Members are :meth:`running_call`; the sweeper reads it. One Redis has one; a cluster
+        one per shard (:meth:`running_calls_of`, :attr:`running_call_sets`).
         """
+        self._unsharded("calls:running")
         return f"{self.prefix}calls:running"
+
+    def running_calls_of(self, response_id: str) -> str:
+        """The :attr:`running_calls` set of the response's calls (its shard's on a cluster)."""
+        if self.shards > 1:
+            return f"{self.prefix}{self._tag(response_id)}calls:running"
+        return self.running_calls
+
+    @property
+    def running_call_sets(self) -> list[str]:
+        """Every :attr:`running_calls` set (the sweeper reads them all)."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{shard}}}calls:running" for shard in range(self.shards)]
+        return [self.running_calls]
 
     @staticmethod
     def running_call(response_id: str, call_id: str) -> str:
@@ -125,40 +218,40 @@ class Keys:
 
     def tool_results(self, response_id: str) -> str:
         """Hash: call id → the stored result of that tool call (idempotent tool tasks)."""
-        return f"{self.prefix}r:{response_id}:results"
+        return f"{self._r(response_id)}:results"
 
     def compaction_job(self, compaction_id: str) -> str:
         """String with TTL: what a compaction task summarises (JSON)."""
-        return f"{self.prefix}compaction:{compaction_id}"
+        return f"{self.prefix}{self._tag(compaction_id)}compaction:{compaction_id}"
 
     def compaction_result(self, compaction_id: str) -> str:
         """List with TTL: the compaction task's answer, popped by the waiting gateway."""
-        return f"{self.prefix}compaction:{compaction_id}:result"
+        return f"{self.prefix}{self._tag(compaction_id)}compaction:{compaction_id}:result"
 
     def container_files(self, container_id: str) -> str:
         """String with TTL: a code interpreter container's work directory (``tar.gz``)."""
-        return f"{self.prefix}container:{container_id}:files"
+        return f"{self.prefix}{self._tag(container_id)}container:{container_id}:files"
 
     def container_lock(self, container_id: str) -> str:
         """String with TTL: a sandbox run holds the container (one run at a time)."""
-        return f"{self.prefix}container:{container_id}:lock"
+        return f"{self.prefix}{self._tag(container_id)}container:{container_id}:lock"
 
     def conversation(self, conversation_id: str) -> str:
         """Hash: the conversation object (JSON) and the position of its next item."""
-        return f"{self.prefix}conv:{conversation_id}"
+        return f"{self.prefix}{self._tag(conversation_id)}conv:{conversation_id}"
 
     def conversation_items(self, conversation_id: str) -> str:
         """Hash: item id → the conversation's item (JSON)."""
-        return f"{self.prefix}conv:{conversation_id}:items"
+        return f"{self.prefix}{self._tag(conversation_id)}conv:{conversation_id}:items"
 
     def conversation_order(self, conversation_id: str) -> str:
         """Sorted set: the conversation's item ids by position (the order they were added)."""
-        return f"{self.prefix}conv:{conversation_id}:order"
+        return f"{self.prefix}{self._tag(conversation_id)}conv:{conversation_id}:order"
 
     @property
     def api_keys(self) -> str:
         """Hash: SHA-256 of an API key (hex) → the key's record (JSON: id, tenant, hint, time)."""
-        return f"{self.prefix}apikeys"
+        return f"{self.prefix}{self._tag('auth')}apikeys"
 
     @property
     def auth_on(self) -> str:
@@ -167,42 +260,68 @@ class Keys:
         Auth stays on after the last key is revoked; deleting this by hand opens a fleet
         without env keys again.
         """
-        return f"{self.prefix}auth:on"
+        return f"{self.prefix}{self._tag('auth')}auth:on"
 
     def tenant_limits(self, tenant: str) -> str:
         """Hash: a tenant's own limits (``antwort keys limits``), over the fleet's defaults."""
-        return f"{self.prefix}tenant:{tenant}:limits"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:limits"
 
     def rate_window(self, tenant: str, unit: str, window: int) -> str:
         """Counter with TTL: a tenant's ``unit`` (requests, tokens) in one minute's window."""
-        return f"{self.prefix}tenant:{tenant}:rate:{unit}:{window}"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:rate:{unit}:{window}"
 
     def in_flight(self, tenant: str) -> str:
         """Sorted set: the tenant's responses that may still be running (rate limits)."""
-        return f"{self.prefix}tenant:{tenant}:inflight"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:inflight"
 
     def container_owner(self, container_id: str) -> str:
         """String with TTL: the tenant that owns a code interpreter container."""
-        return f"{self.prefix}container:{container_id}:owner"
+        return f"{self.prefix}{self._tag(container_id)}container:{container_id}:owner"
 
     def tenant_running(self, tenant: str) -> str:
         """Sorted set: the tenant's responses on the fleet now (fair share, ``app.fairness``)."""
-        return f"{self.prefix}tenant:{tenant}:running"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:running"
 
     def tenant_parked(self, tenant: str) -> str:
         """Sorted set: the tenant's responses waiting for a place, by arrival (fair share)."""
-        return f"{self.prefix}tenant:{tenant}:parked"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:parked"
 
     def tenant_arrivals(self, tenant: str) -> str:
         """Counter: the arrival order of the tenant's parked responses (fair share)."""
-        return f"{self.prefix}tenant:{tenant}:arrivals"
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:arrivals"
 
     @property
     def parked_tenants(self) -> str:
-        """Set: tenants with parked responses (the sweeper starts what it can of them)."""
+        """Set: tenants with parked responses (the sweeper starts what it can of them).
+
+        One Redis has one; a cluster one per shard (:meth:`parked_tenants_of`).
+        """
+        self._unsharded("tenants:parked")
         return f"{self.prefix}tenants:parked"
 
+    def parked_tenants_of(self, tenant: str) -> str:
+        """The :attr:`parked_tenants` set the tenant belongs in (its shard's on a cluster)."""
+        if self.shards > 1:
+            return f"{self.prefix}{self._tag(tenant)}tenants:parked"
+        return self.parked_tenants
+
     @property
-    def fair_share_cap(self) -> str:
-        """String with TTL: the fair share the gateways last applied, ``auto`` or a number."""
-        return f"{self.prefix}tenants:cap"
+    def parked_tenant_sets(self) -> list[str]:
+        """Every :attr:`parked_tenants` set (the sweeper reads them all)."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{shard}}}tenants:parked" for shard in range(self.shards)]
+        return [self.parked_tenants]
+
+    def fair_share_cap_of(self, tenant: str) -> str:
+        """String with TTL: the fair share the gateways last applied, ``auto`` or a number.
+
+        One Redis has one; a cluster one per shard, in the slot of the tenant's other keys.
+        """
+        return f"{self.prefix}{self._tag(tenant)}tenants:cap"
+
+    @property
+    def fair_share_caps(self) -> list[str]:
+        """Every :meth:`fair_share_cap_of` key (``antwort status`` reads them all)."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{shard}}}tenants:cap" for shard in range(self.shards)]
+        return [self.fair_share_cap_of("")]

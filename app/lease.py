@@ -111,7 +111,7 @@ class LeaseKeeper:
             self._release(
                 ReleaseLeaseCall(
                     lease=keys.lease(response_id),
-                    active=keys.active,
+                    active=keys.active_of(response_id),
                     starts=keys.turn_starts(response_id, turn),
                     token=token,
                     response_id=response_id,
@@ -158,7 +158,7 @@ class LeaseKeeper:
             self._renew(
                 RenewLeaseCall(
                     lease=keys.lease(response_id),
-                    watch=keys.active,
+                    watch=keys.active_of(response_id),
                     token=token,
                     lease_ms=int(self._lease_seconds * 1000),
                     deadline=now + self._lease_seconds,
@@ -201,16 +201,16 @@ def sweep(
     """
     keys = store.keys
     requeued: list[str] = []
-    for response_id in _lapsed(store, keys.active):
+    for response_id in _lapsed(store, keys.active_sets):
         if store.redis.exists(keys.lease(response_id)):
             continue  # renewed in the meantime
         if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds, queued=queued):
             requeued.append(response_id)
-    for member in _lapsed(store, keys.running_calls):
+    for member in _lapsed(store, keys.running_call_sets):
         response_id, call_id = keys.running_call_of(member)
         if store.is_tool_call_claimed(response_id, call_id):
             continue  # renewed in the meantime, or claimed by another delivery
-        store.redis.zrem(keys.running_calls, member)
+        store.redis.zrem(keys.running_calls_of(response_id), member)
         if store.has_tool_result(response_id, call_id) or store.redis.exists(
             keys.lease(response_id)
         ):
@@ -220,10 +220,15 @@ def sweep(
     return requeued
 
 
-def _lapsed(store: ResponseStore, watch: str) -> list[str]:
-    """Members of a sorted set of watches whose time has passed."""
-    raw = store.redis.zrangebyscore(watch, "-inf", time.time())
-    return [text(member) for member in raw if isinstance(member, bytes | str)]
+def _lapsed(store: ResponseStore, watches: list[str]) -> list[str]:
+    """Members of sorted sets of watches (one, or a cluster's one per shard) whose time passed."""
+    now = time.time()
+    pipe = store.redis.pipeline(transaction=False)
+    for watch in watches:
+        pipe.zrangebyscore(watch, "-inf", now)
+    return [
+        text(member) for raw in pipe.execute() for member in raw if isinstance(member, bytes | str)
+    ]
 
 
 def _requeue(
@@ -240,7 +245,7 @@ def _requeue(
         keys.sweep_claim(response_id), "1", nx=True, ex=max(1, int(lease_seconds))
     ):
         return False  # another sweeper has it
-    store.redis.zrem(keys.active, response_id)
+    store.redis.zrem(keys.active_of(response_id), response_id)
     stored = store.load(response_id)
     if stored is None or stored.response.status not in _SWEPT:
         return False

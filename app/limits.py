@@ -19,6 +19,8 @@ from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
 from app.store.admission import ADMIT, AdmitCall
+from app.store.base import text
+from app.store.fair_share import ended_responses
 from app.telemetry import metrics
 from app.tenancy import Tenant
 
@@ -77,6 +79,12 @@ class RateLimiter:
         self, tenant: Tenant, *, requests: int, tokens: int, response_id: str
     ) -> dict[str, str]:
         keys, limits = self.store.keys, tenant.limits
+        ended: tuple[str, ...] = ()
+        if keys.is_sharded and limits.max_in_flight and response_id:
+            # the responses' `active` sets are in other slots than the tenant's: ask them first
+            in_flight = self.store.redis.zrange(keys.in_flight(tenant.name), 0, -1)
+            members = [text(raw) for raw in in_flight if isinstance(raw, bytes | str)]
+            ended = ended_responses(self.store.redis, keys, members)
         now_ms = int(self.clock() * 1000)
         window = now_ms // WINDOW_MS
         code, used_requests, used_tokens, running = self.store.script(ADMIT)(
@@ -84,7 +92,7 @@ class RateLimiter:
                 requests_key=keys.rate_window(tenant.name, "requests", window),
                 tokens_key=keys.rate_window(tenant.name, "tokens", window),
                 in_flight=keys.in_flight(tenant.name),
-                active=keys.active,
+                active=keys.in_flight(tenant.name) if keys.is_sharded else keys.active,
                 parked=keys.tenant_parked(tenant.name),
                 now_ms=now_ms,
                 window_ms=WINDOW_MS,
@@ -95,6 +103,8 @@ class RateLimiter:
                 tokens=tokens,
                 response_id=response_id,
                 reserve_ms=RESERVE_MS,
+                watches_active=not keys.is_sharded,
+                ended=ended,
             )
         )
         reset_ms = (window + 1) * WINDOW_MS - now_ms

@@ -7,6 +7,10 @@
   the sentinels at those addresses name, found again after every failover. The user and
   password are the master's (and its replicas'); sentinels are asked without them.
 
+* ``redis+cluster://[[user]:password@]host:port[,host:port…]``: a Redis Cluster, found from
+  any of those nodes (redis-py's ``RedisCluster``). The store only: Celery's broker cannot be a
+  cluster, so ``ANTWORT_BROKER_URL`` must then name a plain or Sentinel Redis.
+
 Kombu's own form, ``sentinel://host:port[/db];sentinel://host:port…`` with the master's name in
 ``ANTWORT_REDIS_SENTINEL_MASTER``, is taken too. Each consumer gets the target in the form its
 library's public API takes: redis-py's ``Sentinel(...).master_for(...)`` (:mod:`app.fleet`),
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEME = "redis+cluster"
 KOMBU_SENTINEL_SCHEME = "sentinel"
 DEFAULT_SENTINEL_PORT = 26379
 
@@ -41,8 +46,19 @@ class SentinelTarget:
     password: str | None = None
 
 
-RedisTarget = str | SentinelTarget
-"""A plain Redis URL (for redis-py's ``from_url`` and Celery as is), or a Sentinel master."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterTarget:
+    """A Redis Cluster (the store's only; never the broker)."""
+
+    nodes: tuple[tuple[str, int], ...]
+    """Nodes to find the cluster from (any one that answers will do)."""
+    username: str | None = None
+    password: str | None = None
+
+
+RedisTarget = str | SentinelTarget | ClusterTarget
+"""A plain Redis URL (for redis-py's ``from_url`` and Celery as is), a Sentinel master, or a
+cluster."""
 
 
 def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTarget:
@@ -54,6 +70,8 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
     scheme = url.partition("://")[0].lower()
     if scheme == SENTINEL_SCHEME:
         return _parse_sentinel(url)
+    if scheme == CLUSTER_SCHEME:
+        return _parse_cluster(url)
     if scheme == KOMBU_SENTINEL_SCHEME:
         return _parse_kombu_sentinel(url, sentinel_master)
     return url
@@ -79,6 +97,21 @@ def _parse_sentinel(url: str) -> SentinelTarget:
     )
 
 
+def _parse_cluster(url: str) -> ClusterTarget:
+    parts = urlsplit(url)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = credentials.partition(":")
+    if parts.path.strip("/"):
+        raise RedisUrlError(f"{_redacted(url)}: a cluster has one database, name none")
+    return ClusterTarget(
+        nodes=tuple(
+            _address(host, default_port=6379, what="a cluster node's") for host in hosts.split(",")
+        ),
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+    )
+
+
 def _parse_kombu_sentinel(url: str, master_name: str | None) -> SentinelTarget:
     if not master_name:
         raise RedisUrlError(
@@ -96,12 +129,14 @@ def _parse_kombu_sentinel(url: str, master_name: str | None) -> SentinelTarget:
     )
 
 
-def _address(host: str) -> tuple[str, int]:
+def _address(
+    host: str, *, default_port: int = DEFAULT_SENTINEL_PORT, what: str = "a sentinel"
+) -> tuple[str, int]:
     name, _, port = host.strip().rpartition(":")
     if not name:
-        name, port = port, str(DEFAULT_SENTINEL_PORT)
+        name, port = port, str(default_port)
     if not name or not port.isdigit():
-        raise RedisUrlError(f"{host!r} is not a sentinel address (host:port)")
+        raise RedisUrlError(f"{host!r} is not {what} address (host:port)")
     return name.strip("[]"), int(port)
 
 
@@ -128,6 +163,8 @@ def celery_url(target: RedisTarget) -> str:
     """
     if isinstance(target, str):
         return target
+    if isinstance(target, ClusterTarget):
+        raise RedisUrlError("Celery's broker cannot be a Redis Cluster (ANTWORT_BROKER_URL)")
     credentials = ""
     if target.username or target.password:
         user = quote(target.username or "", safe="")
@@ -140,4 +177,4 @@ def celery_url(target: RedisTarget) -> str:
 
 def celery_transport_options(target: RedisTarget) -> dict[str, str]:
     """What Celery's broker and result backend need besides :func:`celery_url`."""
-    return {} if isinstance(target, str) else {"master_name": target.master_name}
+    return {"master_name": target.master_name} if isinstance(target, SentinelTarget) else {}

@@ -1,7 +1,9 @@
 """Relaying a response's events to clients: replay from the stream, then follow live.
 
 Each gateway process holds one pub/sub connection (:class:`EventHub`, a pattern subscription made
-once at start, so no subscription can race a replay) and fans events out to local listeners.
+once at start, so no subscription can race a replay) and fans events out to local listeners. On
+a Redis Cluster it holds one per node instead, subscribed once at start to every shard's sharded
+channel (``SSUBSCRIBE``; :mod:`app.keys`), each message naming its response on its first line.
 :func:`follow_events` replays the log after a cursor, then follows live; a gap in the live
 sequence is filled from the log, so every event reaches the client exactly once and in order,
 from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
@@ -20,18 +22,21 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import select
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Generator, Iterator
+from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published
+from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published, split_sharded
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,9 @@ KEEPALIVE = Keepalive()
 
 RESYNC = PublishedLine(sequence_number=-1, type="antwort.resync", data="")
 """Put in every inbox when the hub subscribed again: what was published meanwhile is lost."""
+
+SHARDED_WAIT_SECONDS = 5.0
+"""Longest wait of the hub on a cluster's connections before it looks whether it was stopped."""
 
 RECONNECT_BACKOFF_CAP = 1.0
 """Longest wait, in seconds, between two attempts of the hub to subscribe again."""
@@ -126,7 +134,7 @@ class EventHub:
         while not self._stopped:
             try:
                 self._listen_forever()
-            except redis.RedisError as exc:
+            except (redis.RedisError, RedisClusterException) as exc:  # the latter: no node answers
                 logger.warning("event hub lost Redis (%s); reconnecting", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_BACKOFF_CAP)
@@ -134,6 +142,9 @@ class EventHub:
                 backoff = 0.05
 
     def _listen_forever(self) -> None:
+        if self._keys.is_sharded:
+            self._listen_sharded()
+            return
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.psubscribe(self._keys.channel_pattern)
@@ -149,6 +160,54 @@ class EventHub:
         finally:
             pubsub.close()
 
+    def _listen_sharded(self) -> None:
+        """A cluster's events: every shard's channel, each on the node that holds its slot.
+
+        One pub/sub connection per node, all read by this thread (a ``select`` over their
+        sockets). A slot that moves to another node unsubscribes its channel there
+        (``sunsubscribe``): the hub then subscribes again where the slots are now, and its
+        followers catch up from the streams.
+        """
+        cluster: Any = self._client
+        if self._ready.is_set():  # subscribing again: where do the slots live now?
+            cluster.nodes_manager.initialize()
+        by_node: dict[str, list[str]] = defaultdict(list)
+        nodes: dict[str, Any] = {}
+        for channel in self._keys.shard_channels:
+            node = cluster.get_node_from_key(channel)
+            by_node[node.name].append(channel)
+            nodes[node.name] = node
+        pubsubs: list[Any] = []
+        try:
+            for name, channels in by_node.items():
+                pubsub = nodes[name].redis_connection.pubsub()
+                for channel in channels:  # one command per channel: each is a slot of its own
+                    pubsub.ssubscribe(channel)
+                pubsubs.append(pubsub)
+            if self._ready.is_set():
+                self._resync()
+            self._ready.set()
+            while not self._stopped:
+                for pubsub in pubsubs:
+                    while (message := pubsub.get_message(timeout=0.0)) is not None:
+                        self._take_sharded(message)
+                sockets = [pubsub.connection and pubsub.connection._sock for pubsub in pubsubs]
+                if not all(sockets):
+                    raise redis.ConnectionError("a node's pub/sub connection closed")
+                select.select(sockets, [], [], SHARDED_WAIT_SECONDS)
+        finally:
+            for pubsub in pubsubs:
+                pubsub.close()
+
+    def _take_sharded(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "smessage":
+            response_id, lines = split_sharded(message["data"].decode())
+            self._deliver(response_id, lines)
+        elif kind == "sunsubscribe":
+            raise redis.ConnectionError("a shard's slot moved; subscribing again")
+
     def _resync(self) -> None:
         with self._lock:
             inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
@@ -157,7 +216,9 @@ class EventHub:
             inbox.put([RESYNC])
 
     def _dispatch(self, channel: str, payload: str) -> None:
-        response_id = self._keys.response_id_of_channel(channel)
+        self._deliver(self._keys.response_id_of_channel(channel), payload)
+
+    def _deliver(self, response_id: str, payload: str) -> None:
         with self._lock:
             listeners = list(self._listeners.get(response_id, ()))
         if not listeners:

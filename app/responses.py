@@ -15,6 +15,7 @@ from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted
 from app.fairness import FairShare
 from app.ids import check_response_id
+from app.keys import Keys
 from app.limits import Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
@@ -54,8 +55,14 @@ _ITEM_PREFIX = {
 }
 
 
-def new_response_id() -> str:
-    """A fresh ``resp_…`` id."""
+def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> str:
+    """A fresh ``resp_…`` id; with ``shard_with``, one in that id's shard of ``keys``.
+
+    On a cluster a response is made in its conversation's shard, or in its previous
+    response's: a conversation, or a chain, keeps its keys in one slot (``app.keys``).
+    """
+    if keys is not None and shard_with:
+        return keys.new_id_with_shard_of("resp_", shard_with)
     return "resp_" + secrets.token_hex(24)
 
 
@@ -166,7 +173,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
         [tool.model_dump(mode="json") for tool in request.tools],
     )
     check_forced_tool_kept(request, tools.tools)
-    response = _new_response(request, model, tools=tools.tools)
+    response = _new_response(request, model, tools=tools.tools, keys=store.keys)
     caller.admit(response.id, request)
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
@@ -263,10 +270,10 @@ def _extra(request: CreateResponseRequest) -> dict[str, Any]:
 
 
 def _new_response(
-    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]]
+    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]], keys: Keys
 ) -> ResponseObject:
     return ResponseObject(
-        id=new_response_id(),
+        id=new_response_id(keys, request.conversation_id or request.previous_response_id),
         created_at=int(time.time()),
         status=ResponseStatus.QUEUED,
         model=model,

@@ -36,10 +36,17 @@ def _fair_share(store: ResponseStore) -> dict[str, Any]:
     ``mode`` None: no gateway capped a response in the last day (one tenant, or set off).
     """
     keys = store.keys
-    raw = store.redis.get(keys.fair_share_cap)
+    pipe = store.redis.pipeline(transaction=False)
+    for cap_key in keys.fair_share_caps:
+        pipe.get(cap_key)
+    for parked_tenants in keys.parked_tenant_sets:
+        pipe.smembers(parked_tenants)
+    answers = pipe.execute()
+    caps, parked_sets = answers[: len(keys.fair_share_caps)], answers[len(keys.fair_share_caps) :]
+    raw = next((cap for cap in caps if cap is not None), None)
     mode = None if raw is None else text(raw)
     threads = store.live_threads(INFERENCE)
-    tenants = [text(name) for name in store.redis.smembers(keys.parked_tenants)]
+    tenants = sorted({text(name) for members in parked_sets for name in members})
     pipe = store.redis.pipeline(transaction=False)
     for tenant in tenants:
         pipe.zcard(keys.tenant_parked(tenant))

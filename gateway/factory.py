@@ -9,7 +9,6 @@ from app.compaction import CompactionQueue
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
-from app.keys import Keys
 from app.limits import RateLimiter
 from app.model_list import ModelLister
 from app.relay import EventHub
@@ -74,9 +73,7 @@ def create_app(
         tenants=tenants,
         # the hub's own client fails fast when Redis goes: the hub reconnects by itself and
         # then has its followers catch up (app.relay)
-        hub=EventHub(
-            redis_client or make_redis(settings, rides_out_outages=False), Keys(settings.key_prefix)
-        ),
+        hub=EventHub(redis_client or make_redis(settings, rides_out_outages=False), settings.keys),
         dispatcher=dispatcher,
         models=ModelLister(make_provider(settings), default_model=settings.default_model),
         metrics=metrics.make_registry(store),

@@ -15,7 +15,6 @@ from typing import TextIO
 
 from app.config import Settings
 from app.fleet import make_redis
-from app.keys import Keys
 from app.tenancy import LIMIT_NAMES, KeyStore, check_tenant_name
 
 _NO_LIMIT = "none"
@@ -66,7 +65,7 @@ def run_keys(args: argparse.Namespace, settings: Settings, out: TextIO | None = 
     if not settings.redis_url:
         print("antwort keys: set ANTWORT_REDIS_URL to the fleet's Redis.", file=sys.stderr)
         return 2
-    store = KeyStore(make_redis(settings), Keys(settings.key_prefix))
+    store = KeyStore(make_redis(settings), settings.keys)
     command = _COMMANDS[args.keys_command]
     return command(store, args, out or sys.stdout)
 

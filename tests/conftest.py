@@ -14,9 +14,11 @@ import pytest
 import redis
 
 from app.config import Settings
-from app.keys import Keys
+from app.fleet import make_redis
+from app.keys import CLUSTER_SHARDS, Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
+from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
 
@@ -86,6 +88,21 @@ def delete_prefix(client: redis.Redis, prefix: str) -> None:
         batch = batch[500:]
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A Redis Cluster of three local masters (started when a test first asks for it)."""
+    try:
+        cluster_binaries()
+    except ClusterUnavailableError as exc:
+        pytest.skip(f"no Redis Cluster on this machine: {exc}")
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def key_prefix(redis_url: str) -> Iterator[str]:
     """A key prefix of this test's own, flushed afterwards."""
@@ -146,6 +163,29 @@ def make_settings(
 @pytest.fixture
 def store(redis_client: redis.Redis, key_prefix: str) -> ResponseStore:
     return ResponseStore(redis_client, keys=Keys(key_prefix), ttl_seconds=3600, stream_maxlen=1000)
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def store_on_both(request: pytest.FixtureRequest) -> Iterator[ResponseStore]:
+    """A store on one Redis (the test's prefix), then on a cluster of three masters.
+
+    On the cluster the keys carry hash tags (``Keys(prefix, CLUSTER_SHARDS)``), so a script or
+    transaction whose keys are not in one slot fails there with ``CROSSSLOT``.
+    """
+    prefix = request.getfixturevalue("key_prefix")
+    if request.param == "redis":
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        keys = Keys(prefix)
+    else:
+        cluster_url = request.getfixturevalue("redis_cluster").url
+        broker_url = request.getfixturevalue("redis_url")
+        # the fleet's own client: outages waited out, pipelines replayed (app.fleet)
+        client = make_redis(Settings(redis_url=cluster_url, broker_url=broker_url))
+        keys = Keys(prefix, CLUSTER_SHARDS)
+    yield ResponseStore(client, keys=keys, ttl_seconds=3600, stream_maxlen=1000)
+    if request.param == "cluster":
+        delete_prefix(client, prefix)
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.store.scripts import LuaScript, key
+from app.store.scripts import LuaScript, counted, key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,6 +25,10 @@ class AdmitCall:
     tokens: int
     response_id: str
     reserve_ms: int
+    watches_active: bool = True
+    """One Redis: the script reads ``active``; a cluster: the caller passes :attr:`ended`."""
+    ended: tuple[str, ...] = counted()
+    """A cluster: the tenant's in-flight responses no longer queued or running."""
 
 
 ADMIT = LuaScript("admit", AdmitCall)

@@ -24,8 +24,11 @@ class StoreBase:
         ttl_seconds: int,
         unstored_ttl_seconds: int = 300,
         stream_maxlen: int = 20_000,
+        queues: redis.Redis | None = None,
     ):
         self.redis = client
+        self.queues = client if queues is None else queues
+        """Where Celery's queues are (``ANTWORT_BROKER_URL``'s Redis; else the store's)."""
         self.keys = keys
         self.ttl_seconds = ttl_seconds
         self.unstored_ttl_seconds = unstored_ttl_seconds

@@ -43,6 +43,21 @@ class PublishedLine:
     data: str
 
 
+def publish(client: Any, target: str, payload: str) -> None:
+    """Publish ``payload`` as ``include/events.lua`` does (``target``: ``Keys.channel``)."""
+    shard_channel, _, response_id = target.partition(" ")
+    if response_id:
+        client.spublish(shard_channel, f"{response_id}{LINE_SEPARATOR}{payload}")
+    else:
+        client.publish(target, payload)
+
+
+def split_sharded(payload: str) -> tuple[str, str]:
+    """A sharded channel's message: the response id (its first line) and the lines after."""
+    response_id, _, lines = payload.partition(LINE_SEPARATOR)
+    return response_id, lines
+
+
 def parse_published(payload: str) -> list[PublishedLine]:
     """The lines of one published message, in order."""
     lines = []
@@ -178,7 +193,7 @@ class EventLog(StoreBase):
                 sequence=self.keys.sequence(response_id),
                 stream=self.keys.events(response_id),
                 lease=self.keys.lease(response_id),
-                active=self.keys.active,
+                active=self.keys.active_of(response_id),
                 channel=self.keys.channel(response_id),
                 maxlen=self.stream_maxlen,
                 ttl=self.ttl_seconds,

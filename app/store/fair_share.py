@@ -1,10 +1,19 @@
-"""A tenant's fair share of the fleet: the operands of ``fair_share.lua`` (``app.fairness``)."""
+"""A tenant's fair share of the fleet: the operands of ``fair_share.lua`` (``app.fairness``).
+
+On a cluster, :func:`ended_responses` is read first (and by ``app.limits`` too).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from app.store.scripts import LuaScript, key
+from app.store.base import text
+from app.store.scripts import LuaScript, counted, key
+from app.store.status import ACTIVE_STATUSES
+
+if TYPE_CHECKING:
+    from app.keys import Keys
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +37,29 @@ class FairShareCall:
     tenant: str
     mode: str = ""
     """A gateway's: ``auto`` or its configured number, kept in ``cap_key`` ("": leave it)."""
+    watches_active: bool = True
+    """One Redis: the script reads and watches ``active``; a cluster: the caller does."""
+    ended: tuple[str, ...] = counted()
+    """A cluster: the running responses the caller found ended."""
 
 
 FAIR_SHARE = LuaScript("fair_share", FairShareCall)
+
+
+def ended_responses(client: Any, keys: Keys, response_ids: list[str]) -> tuple[str, ...]:
+    """Those of ``response_ids`` no longer queued or running (or gone): one round trip.
+
+    What a cluster's fair share and in-flight count go by, where ``active`` is in other slots
+    than the tenant's keys (an ended response never runs again, so the answer cannot go stale).
+    """
+    if not response_ids:
+        return ()
+    pipe = client.pipeline(transaction=False)
+    for response_id in response_ids:
+        pipe.hget(keys.record(response_id), "status")
+    statuses = pipe.execute()
+    return tuple(
+        response_id
+        for response_id, status in zip(response_ids, statuses, strict=True)
+        if status is None or text(status) not in ACTIVE_STATUSES
+    )

@@ -39,7 +39,7 @@ class Fleet(StoreBase):
         message was lost), the sweeper queues the turn again (``app.lease.sweep``). A watch
         already there stays (a run that just started has put its lease's).
         """
-        self.redis.zadd(self.keys.active, {response_id: until}, nx=True)
+        self.redis.zadd(self.keys.active_of(response_id), {response_id: until}, nx=True)
 
     def count_queued_resend(self, response_id: str) -> int:
         """Count one more re-send of a never-started response's turn 0; the new count."""
@@ -115,19 +115,22 @@ class Fleet(StoreBase):
 
     def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
         """Messages waiting in each of ``queues`` (one round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.queues.pipeline(transaction=False)
         for queue in queues:
             pipe.llen(self.keys.queue(queue))
         return {queue: int(depth) for queue, depth in zip(queues, pipe.execute(), strict=True)}
 
     def oldest_queued(self, queue: str) -> str | None:
         """The raw message that waited longest in ``queue`` (workers take from the tail)."""
-        raw = self.redis.lindex(self.keys.queue(queue), -1)
+        raw = self.queues.lindex(self.keys.queue(queue), -1)
         return None if raw is None else text(raw)
 
     def in_flight(self) -> int:
         """Responses under the sweeper's watch: queued or running (their lease or a watch)."""
-        return int(self.redis.zcard(self.keys.active))
+        pipe = self.redis.pipeline(transaction=False)
+        for active in self.keys.active_sets:
+            pipe.zcard(active)
+        return sum(int(count) for count in pipe.execute())
 
     def record_failure(self, kind: str, code: str) -> None:
         """Remember a failure for ``antwort status`` (the newest :data:`FAILURES_KEPT`)."""

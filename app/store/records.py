@@ -22,7 +22,7 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.store.base import StoreBase, text
 from app.store.conversations import encode_items
-from app.store.events import END_LINE, encode_events
+from app.store.events import END_LINE, encode_events, publish
 from app.store.fence import NO_FENCE, Fence
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
@@ -262,6 +262,8 @@ class Records(StoreBase):
         encoded = encode_events(events)
         conversation_id = response.conversation.id if response.conversation else ""
         appends = bool(conversation_id) and response.status in APPENDING_STATUSES
+        # a response of no conversation names keys in its own slot (one slot per script call)
+        conversation_keys_id = conversation_id or rid
         call = this_thread().next_call()  # a replay after a lost reply writes nothing (once.py)
         code, now_status, _last = self.script(WRITE)(
             WriteCall(
@@ -270,10 +272,10 @@ class Records(StoreBase):
                 stream=self.keys.events(rid),
                 inputs_key=self.keys.inputs(rid),
                 lease=self.keys.lease(rid),
-                active=self.keys.active,
-                conversation=self.keys.conversation(conversation_id),
-                conversation_items_key=self.keys.conversation_items(conversation_id),
-                conversation_order=self.keys.conversation_order(conversation_id),
+                active=self.keys.active_of(rid),
+                conversation=self.keys.conversation(conversation_keys_id),
+                conversation_items_key=self.keys.conversation_items(conversation_keys_id),
+                conversation_order=self.keys.conversation_order(conversation_keys_id),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -323,7 +325,7 @@ class Records(StoreBase):
             SetExtraCall(
                 record=self.keys.record(response_id),
                 lease=self.keys.lease(response_id),
-                active=self.keys.active,
+                active=self.keys.active_of(response_id),
                 extra=json.dumps(extra),
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
@@ -344,9 +346,9 @@ class Records(StoreBase):
             self.keys.tool_results(response_id),
             self.keys.queued_resends(response_id),
         )
-        self.redis.zrem(self.keys.active, response_id)
+        self.redis.zrem(self.keys.active_of(response_id), response_id)
         if removed:
-            self.redis.publish(self.keys.channel(response_id), END_LINE)
+            publish(self.redis, self.keys.channel(response_id), END_LINE)
         return bool(removed)
 
     def load(self, response_id: str) -> StoredResponse | None:

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import redis
+from redis.cluster import ClusterPipeline
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -148,13 +149,18 @@ class BoundScript(Generic[CallT]):
         self._script = script
         self._registered = registered
 
-    def __call__(self, call: CallT, *, client: redis.client.Pipeline | None = None) -> Any:
+    def __call__(self, call: CallT, *, client: Any = None) -> Any:
         """Run the script (``EVALSHA``, falling back to ``EVAL``); its raw reply.
 
         ``client``: a pipeline to queue the script on instead (its reply comes with the
-        pipeline's ``execute()``).
+        pipeline's ``execute()``). A cluster's pipeline takes no script object (redis-py blocks
+        ``evalsha`` on it): the script goes as a plain ``EVAL`` with its text, routed by its
+        keys' slot (no ``NOSCRIPT`` to recover from inside a pipeline when a node restarted or
+        a replica took over; the server caches the script by its digest all the same).
         """
         keys, args = self._script.operands(call)
+        if isinstance(client, ClusterPipeline) or getattr(client, "is_cluster_pipeline", False):
+            return client.execute_command("EVAL", self._script.source, len(keys), *keys, *args)
         return self._registered(keys=keys, args=args, client=client)
 
 

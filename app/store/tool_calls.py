@@ -135,7 +135,7 @@ class ToolCalls(StoreBase):
                 results=self.keys.tool_results(response_id),
                 claim=self.keys.tool_claim(response_id, call_id),
                 starts=self.keys.call_starts(response_id, call_id),
-                running=self.keys.running_calls,
+                running=self.keys.running_calls_of(response_id),
                 token=token,
                 claim_ms=_milliseconds(claim_seconds),
                 deadline=time.time() + claim_seconds,
@@ -177,7 +177,7 @@ class ToolCalls(StoreBase):
     ) -> RenewLeaseCall:
         return RenewLeaseCall(
             lease=self.keys.tool_claim(response_id, call_id),
-            watch=self.keys.running_calls,
+            watch=self.keys.running_calls_of(response_id),
             token=token,
             lease_ms=_milliseconds(ttl_seconds),
             deadline=time.time() + ttl_seconds,
@@ -197,7 +197,7 @@ class ToolCalls(StoreBase):
                 record=self.keys.record(response_id),
                 results=self.keys.tool_results(response_id),
                 claim=self.keys.tool_claim(response_id, call_id),
-                running=self.keys.running_calls,
+                running=self.keys.running_calls_of(response_id),
                 result_json=result_json,
                 ttl=self.ttl_seconds,
                 token=token,
@@ -214,7 +214,7 @@ class ToolCalls(StoreBase):
         self.script(RELEASE_TOOL_CLAIM)(
             ReleaseClaimCall(
                 claim=self.keys.tool_claim(response_id, call_id),
-                running=self.keys.running_calls,
+                running=self.keys.running_calls_of(response_id),
                 token=token,
                 member=self.keys.running_call(response_id, call_id),
             )

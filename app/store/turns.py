@@ -152,7 +152,7 @@ class Turns(StoreBase):
                 sequence=self.keys.sequence(response_id),
                 stream=self.keys.events(response_id),
                 lease=self.keys.lease(response_id),
-                active=self.keys.active,
+                active=self.keys.active_of(response_id),
                 starts=self.keys.turn_starts(response_id, turn),
                 turn_field=turn_mark_field(turn),
                 channel=self.keys.channel(response_id),

@@ -47,6 +47,12 @@ def queued(dispatcher: RecordingDispatcher) -> list[str]:
 A, B = Tenant(name="team-a"), Tenant(name="team-b")
 
 
+@pytest.fixture
+def store(store_on_both: ResponseStore) -> ResponseStore:
+    """One Redis's, then a cluster's (the tenant's keys in one slot, its responses in many)."""
+    return store_on_both
+
+
 def test_fairness_a_flood_waits_parked_and_another_tenant_goes_first(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
@@ -88,7 +94,7 @@ def test_fairness_off_by_default_queues_everything(
     ids = [submit(store, dispatcher, make_settings(), A) for _ in range(3)]
 
     assert queued(dispatcher) == ids
-    assert store.redis.zscore(store.keys.active, ids[0]) is not None  # watched as before
+    assert store.redis.zscore(store.keys.active_of(ids[0]), ids[0]) is not None  # watched as before
 
 
 def test_fairness_parked_responses_count_in_flight(
@@ -162,7 +168,7 @@ def test_fairness_by_default_one_tenant_is_never_capped(
     ids = [submit(store, dispatcher, make_settings(), A, tenants=1) for _ in range(6)]
 
     assert queued(dispatcher) == ids
-    assert not store.redis.exists(store.keys.fair_share_cap)
+    assert not store.redis.exists(store.keys.fair_share_cap_of(""))
     assert FairShare(store, make_settings()).release_owner_of(dispatcher, ids[0]) == []
 
 

@@ -1,9 +1,17 @@
 import time
 
+import pytest
+
 from app.lease import LeaseKeeper, sweep, sweep_interval
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
+
+
+@pytest.fixture
+def store(store_on_both: ResponseStore) -> ResponseStore:
+    """One Redis's, then a cluster's (the sweeper reads every shard's sets)."""
+    return store_on_both
 
 
 def test_acquire_takes_the_lease_and_reads_the_turn_in_one_step(store: ResponseStore) -> None:
@@ -17,7 +25,7 @@ def test_acquire_takes_the_lease_and_reads_the_turn_in_one_step(store: ResponseS
     assert acquired.loaded.stored.response.id == rid
     assert (acquired.loaded.start_sequence_number, acquired.loaded.is_rerun) == (-1, False)
     assert store.redis.exists(store.keys.lease(rid))
-    assert store.redis.zscore(store.keys.active, rid) is not None
+    assert store.redis.zscore(store.keys.active_of(rid), rid) is not None
     keeper.release(rid)
 
 
@@ -48,6 +56,24 @@ def test_acquire_on_a_deleted_response_reads_nothing(store: ResponseStore) -> No
     keeper.release(rid)
 
 
+def test_renew_on_a_cluster_survives_nodes_that_forgot_the_scripts(store: ResponseStore) -> None:
+    if not store.keys.is_sharded:
+        pytest.skip("a cluster's own (SCRIPT FLUSH is server-wide: not on the shared Redis)")
+    rid = stored_response(store).id
+    keeper = LeaseKeeper(store, lease_seconds=2)
+    assert keeper.acquire(rid, 0).taken
+    token = store.redis.get(store.keys.lease(rid)).decode()  # type: ignore[union-attr]
+    keeper.renew({rid: (token, 0)})
+    store.redis.pexpire(store.keys.lease(rid), 100)
+    for node in store.redis.get_primaries():  # type: ignore[attr-defined]  # as if restarted
+        node.redis_connection.script_flush()
+
+    keeper.renew({rid: (token, 0)})  # a cluster pipeline: its scripts go as EVAL
+
+    assert store.redis.pttl(store.keys.lease(rid)) > 1_000
+    keeper.release(rid)
+
+
 def test_renew_extends_every_held_lease_in_one_round_trip(store: ResponseStore) -> None:
     rids = [stored_response(store).id for _ in range(3)]
     keeper = LeaseKeeper(store, lease_seconds=2)
@@ -60,7 +86,9 @@ def test_renew_extends_every_held_lease_in_one_round_trip(store: ResponseStore) 
     keeper.renew(held)
 
     assert store.redis.pttl(store.keys.lease(rids[0])) > 1_000
-    assert all(store.redis.zscore(store.keys.active, rid) > time.time() + 1 for rid in rids[:2])  # type: ignore[operator]
+    assert all(
+        store.redis.zscore(store.keys.active_of(rid), rid) > time.time() + 1 for rid in rids[:2]
+    )  # type: ignore[operator]
     for rid in rids:
         keeper.release(rid)
 
@@ -69,7 +97,7 @@ def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: Respons
     rid = stored_response(store).id
     dispatcher = RecordingDispatcher()
     # The turn handed the call on: the response's own watch waits for the tools' deadline.
-    store.redis.zadd(store.keys.active, {rid: time.time() + 60})
+    store.redis.zadd(store.keys.active_of(rid), {rid: time.time() + 60})
     opened = store.open_tool_call(rid, "c1", token="dead", claim_seconds=0.05)
     assert opened.claim == "claimed"
     assert sweep(store, dispatcher, lease_seconds=3) == []  # its claim has not lapsed yet
@@ -78,14 +106,16 @@ def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: Respons
 
     assert sweep(store, dispatcher, lease_seconds=3) == [rid]
     assert dispatcher.turns == [(rid, 0)]
-    watched = store.redis.zscore(store.keys.running_calls, store.keys.running_call(rid, "c1"))
+    watched = store.redis.zscore(
+        store.keys.running_calls_of(rid), store.keys.running_call(rid, "c1")
+    )
     assert watched is None  # swept once
     assert sweep(store, RecordingDispatcher(), lease_seconds=3) == []
 
 
 def test_sweep_leaves_running_queued_and_finished_calls_alone(store: ResponseStore) -> None:
     rid = stored_response(store).id
-    store.redis.zadd(store.keys.active, {rid: time.time() + 60})  # c3 waits in its queue
+    store.redis.zadd(store.keys.active_of(rid), {rid: time.time() + 60})  # c3 waits in its queue
     assert store.open_tool_call(rid, "c1", token="a", claim_seconds=0.05).claim == "claimed"
     assert store.open_tool_call(rid, "c2", token="b", claim_seconds=0.05).claim == "claimed"
     assert store.finish_tool_call(rid, "c2", '{"output": "x"}', token="b")

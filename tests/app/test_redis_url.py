@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pydantic
 import pytest
+import redis
 from kombu import Connection
 from redis.sentinel import SentinelConnectionPool
 
 from app.config import Settings
 from app.fleet import make_redis
+from app.keys import CLUSTER_SHARDS, Keys
 from app.redis_url import (
+    ClusterTarget,
     RedisUrlError,
     SentinelTarget,
     celery_transport_options,
@@ -20,6 +27,7 @@ from app.redis_url import (
 )
 from broker.celery_app import make_celery
 from programs.supervisor import free_port
+from tests.support.cluster import LocalCluster
 from tests.support.sentinel import SentinelSet
 
 
@@ -150,3 +158,99 @@ def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
     assert connection.port == sentinels.master_address()[1]
     client.connection_pool.release(connection)
     client.close()
+
+
+def test_parse_redis_url_reads_a_clusters_nodes_and_credentials() -> None:
+    target = parse_redis_url("redis+cluster://me:s%40cret@10.0.0.1:7000,10.0.0.2")
+
+    assert target == ClusterTarget(
+        nodes=(("10.0.0.1", 7000), ("10.0.0.2", 6379)), username="me", password="s@cret"
+    )
+
+
+def test_settings_keep_the_broker_off_a_cluster_and_shard_the_stores_keys() -> None:
+    cluster = "redis+cluster://127.0.0.1:7000"
+    with pytest.raises(pydantic.ValidationError, match="broker cannot be a Redis Cluster"):
+        Settings(redis_url=cluster)
+
+    settings = Settings(redis_url=cluster, broker_url="redis://127.0.0.1:6379/0")
+
+    assert settings.keys == Keys("antwort:", CLUSTER_SHARDS)
+    assert Settings(redis_url="redis://127.0.0.1:6379/0").keys == Keys("antwort:")
+
+
+def test_make_redis_builds_a_cluster_client_that_reaches_every_master(
+    redis_cluster: LocalCluster,
+) -> None:
+    settings = Settings(redis_url=redis_cluster.url, broker_url="redis://127.0.0.1:6379/0")
+    client = make_redis(settings)
+
+    assert isinstance(client, redis.RedisCluster)
+    assert len(client.get_primaries()) == 3
+    keys = [f"antwort-test-url:{{{shard}}}k" for shard in range(8)]
+    for key in keys:
+        client.set(key, "1", ex=60)
+    assert all(client.get(key) == b"1" for key in keys)
+    client.delete(*keys)
+    client.close()
+
+
+def test_a_cluster_command_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        settings = Settings(
+            redis_url=cluster.url, broker_url="redis://127.0.0.1:6379/0", redis_outage_seconds=30
+        )
+        client = make_redis(settings)
+        key = "antwort-test-outage:{7}k"
+        client.set(key, "before")
+        port = client.get_node_from_key(key).port  # type: ignore[attr-defined]
+        cluster.kill(port)
+        done: list[Any] = []
+        writer = threading.Thread(target=lambda: done.append(client.set(key, "after")))
+        writer.start()
+        time.sleep(1.0)  # the write meets the dead master meanwhile, and waits
+        assert not done
+        cluster.restart(port)
+        writer.join(timeout=30)
+
+        assert done == [True]
+        assert client.get(key) == b"after"
+        client.close()
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_pipeline_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        settings = Settings(
+            redis_url=cluster.url, broker_url="redis://127.0.0.1:6379/0", redis_outage_seconds=30
+        )
+        client = make_redis(settings)
+        keys = [f"antwort-test-outage:{{{shard}}}k" for shard in range(6)]  # on every master
+        ports = {client.get_node_from_key(key).port for key in keys}  # type: ignore[attr-defined]
+        assert len(ports) == 3
+        cluster.kill(min(ports))
+
+        def write() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.set(key, "after")
+            return list(pipe.execute())
+
+        done: list[list[Any]] = []
+        writer = threading.Thread(target=lambda: done.append(write()))
+        writer.start()
+        time.sleep(1.0)  # the pipeline meets the dead master meanwhile, and waits
+        assert not done
+        cluster.restart(min(ports))
+        writer.join(timeout=30)
+
+        assert done == [[True] * len(keys)]
+        assert [client.get(key) for key in keys] == [b"after"] * len(keys)
+        client.close()
+    finally:
+        cluster.stop()

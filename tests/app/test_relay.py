@@ -5,14 +5,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
 from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_LINE
+from app.store.events import END_LINE, publish
 from app.store.status import CANCEL, FINISH
 from tests.support.responses import stored_response
 
@@ -29,17 +28,21 @@ class _MutedKeys(Keys):
 
 
 @pytest.fixture
-def hub(redis_url: str, key_prefix: str) -> Iterator[EventHub]:
-    client = redis.Redis.from_url(redis_url)
-    event_hub = EventHub(client, Keys(key_prefix))
+def store(store_on_both: ResponseStore) -> ResponseStore:
+    """One Redis's, then a cluster's (sharded pub/sub)."""
+    return store_on_both
+
+
+@pytest.fixture
+def hub(store: ResponseStore) -> Iterator[EventHub]:
+    event_hub = EventHub(store.redis, store.keys)
     event_hub.start()
     yield event_hub
     event_hub.stop()
-    client.publish(Keys(key_prefix).channel("wake-up"), END_LINE)  # ends the hub's wait
+    publish(store.redis, store.keys.channel("wake-up"), END_LINE)  # ends the hub's wait
     thread = event_hub._thread
     if thread is not None:
-        thread.join(timeout=5)
-    client.close()
+        thread.join(timeout=10)
 
 
 def delta(n: int) -> Event:
@@ -96,6 +99,22 @@ class Follower:
     @property
     def is_running(self) -> bool:
         return self._thread.is_alive()
+
+
+def test_the_hub_hands_a_listener_each_published_event_live_without_a_resync(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    inbox = hub.listen(response.id)
+    try:
+        for i in range(3):
+            store.emit(response.id, [delta(i)])
+        got = [inbox.get(timeout=WAIT) for _ in range(3)]
+    finally:
+        hub.unlisten(response.id, inbox)
+
+    assert [line.sequence_number for line in got] == [0, 1, 2]  # no RESYNC (-1) among them
+    assert [json.loads(line.data)["delta"] for line in got] == ["0", "1", "2"]
 
 
 def test_follow_events_replays_then_follows_live(store: ResponseStore, hub: EventHub) -> None:
@@ -161,10 +180,12 @@ def test_follow_events_starting_after_replays_only_later_events(
 
 
 def test_follow_events_fills_a_gap_in_live_messages_from_the_stream(
-    store: ResponseStore, hub: EventHub, redis_client: redis.Redis, key_prefix: str
+    store: ResponseStore, hub: EventHub
 ) -> None:
     response = new_response(store)
-    muted = ResponseStore(redis_client, keys=_MutedKeys(key_prefix), ttl_seconds=60)
+    muted = ResponseStore(
+        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
+    )
     store.emit(response.id, [delta(0)])
     # A long keepalive: the only way to learn of the muted events is the gap.
     follower = Follower(store, hub, response.id, keepalive_seconds=60)
@@ -281,3 +302,24 @@ def test_follow_events_serves_concurrent_followers_every_event_once_in_order(
         assert follower.finish() == list(range(total + 1))
         assert follower.events[-1].type == "response.completed"
     assert resumed.finish() == list(range(100, total + 1))
+
+
+def test_the_hub_on_a_cluster_subscribes_again_when_its_nodes_drop_it(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    if not store.keys.is_sharded:
+        pytest.skip("a cluster's hub (one Redis's: tests/app/test_outage.py)")
+    response = new_response(store)
+    follower = Follower(store, hub, response.id, keepalive_seconds=30)
+    store.emit(response.id, [delta(0)])
+    follower.wait_for(0)
+
+    for node in store.redis.get_primaries():  # type: ignore[attr-defined]
+        node.redis_connection.client_kill_filter(_type="pubsub")
+    store.emit(response.id, [delta(1)])  # published while the hub is away: caught up
+    follower.wait_for(1)
+    store.emit(response.id, [delta(2)])  # live again
+    follower.wait_for(2)
+    complete(store, response)
+
+    assert follower.finish() == [0, 1, 2, 3]

@@ -5,9 +5,12 @@
 -- counts while it is in `active`, the sweeper's set of queued and running responses, or parked
 -- by the tenant's fair share, `parked`), else the
 -- time (ms) its admission reserved the place (it counts for `reserve_ms` while it is stored).
+-- On a Redis Cluster (`watches_active` 0) `active` is in other slots: the caller passes the
+-- members it found no longer queued or running (`ended`; app/store/fair_share.py).
 -- Nothing is counted when a limit refuses.
 -- Returns {0 (admitted) or 1 (requests), 2 (tokens), 3 (in flight), requests used,
 -- tokens used, responses in flight}.
+--- @include operands
 local requests_key = KEYS[1]
 local tokens_key = KEYS[2]
 local in_flight = KEYS[3]
@@ -22,6 +25,8 @@ local requests = ARGV[6]
 local tokens = ARGV[7]
 local response_id = ARGV[8]
 local reserve_ms = ARGV[9]
+local watches_active = ARGV[10]
+local ended = counted_list(11)
 now_ms, window_ms, reserve_ms = tonumber(now_ms), tonumber(window_ms), tonumber(reserve_ms)
 request_limit, token_limit = tonumber(request_limit), tonumber(token_limit)
 in_flight_limit, requests, tokens = tonumber(in_flight_limit), tonumber(requests), tonumber(tokens)
@@ -34,14 +39,20 @@ end
 if token_limit > 0 and tokens > 0 and used_tokens + tokens > token_limit then
   return {2, used_requests, used_tokens, -1}
 end
+local has_ended = {}
+for _, member in ipairs(ended) do has_ended[member] = true end
 local running = -1
 if response_id ~= '' and in_flight_limit > 0 then
   running = 0
   local members = redis.call('ZRANGE', in_flight, 0, -1, 'WITHSCORES')
   for i = 1, #members, 2 do
     local reserved = tonumber(members[i + 1])
-    local is_active = redis.call('ZSCORE', active, members[i])
-      or redis.call('ZSCORE', parked, members[i])
+    local is_active
+    if watches_active == '1' then
+      is_active = redis.call('ZSCORE', active, members[i]) or redis.call('ZSCORE', parked, members[i])
+    else
+      is_active = not has_ended[members[i]]
+    end
     if (reserved == 0 and is_active) or (reserved > 0 and now_ms - reserved < reserve_ms) then
       running = running + 1
     else

@@ -9,7 +9,11 @@
 -- A gateway's call keeps its `mode` (`auto` or the number it was configured with) in
 -- `cap_key` for a day, so the workers, which need not know the fleet's keys, start parked
 -- responses with the cap the gateways use ('': leave it).
+-- On a Redis Cluster (`watches_active` 0) `active` is in another slot: the caller passes the
+-- running responses it found ended (no longer queued or running: `ended`), and puts the ones
+-- dispatched here under the sweeper's watch itself (app/fairness.py).
 -- Returns the ids to queue on the fleet now, in order.
+--- @include operands
 local running = KEYS[1]
 local active = KEYS[2]
 local parked = KEYS[3]
@@ -22,18 +26,23 @@ local watch_until = ARGV[3]
 local response_id = ARGV[4]
 local tenant = ARGV[5]
 local mode = ARGV[6]
+local watches_active = ARGV[7]
+local ended = counted_list(8)
 cap = tonumber(cap)
 
 if mode ~= '' then redis.call('SET', cap_key, mode, 'EX', 86400) end
 
-for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
-  if not redis.call('ZSCORE', active, member) then redis.call('ZREM', running, member) end
+if watches_active == '1' then
+  for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
+    if not redis.call('ZSCORE', active, member) then redis.call('ZREM', running, member) end
+  end
 end
+for _, member in ipairs(ended) do redis.call('ZREM', running, member) end
 local count = redis.call('ZCARD', running)
 local start = {}
 local function dispatch(id)
   redis.call('ZADD', running, now_ms, id)
-  redis.call('ZADD', active, watch_until, id)
+  if watches_active == '1' then redis.call('ZADD', active, watch_until, id) end
   start[#start + 1] = id
   count = count + 1
 end

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.keys import Keys
 from app.tools.base import ToolDefinition, ToolKind
 from app.tools.kinds import (
     KindContext,
@@ -80,7 +79,7 @@ def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> Prep
     settings = context.settings
     claim_containers(
         context.redis,
-        Keys(settings.key_prefix),
+        settings.keys,
         echoed,
         context.tenant,
         ttl_seconds=settings.response_ttl_seconds,

@@ -6,6 +6,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -13,6 +14,7 @@ import redis
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.store import ResponseStore
+from app.store.events import split_sharded
 
 
 def make_response(status: str = "queued", **fields: Any) -> ResponseObject:
@@ -40,25 +42,49 @@ def new_response(store: ResponseStore, status: str = "in_progress", **fields: An
     return response.id
 
 
+@dataclass
+class Subscription:
+    """A subscription to one response's live events (its shard's channel on a cluster)."""
+
+    pubsub: Any
+    response_id: str
+    is_sharded: bool
+
+
 @contextlib.contextmanager
 def published(
     store: ResponseStore, redis_client: redis.Redis, response: ResponseObject
-) -> Iterator[redis.client.PubSub]:
+) -> Iterator[Subscription]:
     """A subscription to the response's channel, after the response is created."""
     store.create(response, inputs=[], extra={}, events=[])
     pubsub = redis_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    pubsub.subscribe(store.keys.channel(response.id))
+    channel, _, _ = store.keys.channel(response.id).partition(" ")
+    if store.keys.is_sharded:
+        pubsub.ssubscribe(channel)
+    else:
+        pubsub.subscribe(channel)
     try:
-        yield pubsub
+        yield Subscription(pubsub, response.id, store.keys.is_sharded)
     finally:
         pubsub.close()
 
 
-def next_message(pubsub: redis.client.PubSub) -> str:
-    """The next published payload (subscribe confirmations skipped)."""
+def next_message(subscription: Subscription) -> str:
+    """The next payload published for the response (subscribe confirmations skipped)."""
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
-        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-        if message is not None:
-            return str(message["data"].decode())
+        if subscription.is_sharded:
+            message = subscription.pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=0.5
+            )
+        else:
+            message = subscription.pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        if message is None:
+            continue
+        data = str(message["data"].decode())
+        if not subscription.is_sharded:
+            return data
+        response_id, lines = split_sharded(data)
+        if response_id == subscription.response_id:
+            return lines
     raise AssertionError("no pub/sub message arrived")

@@ -86,7 +86,10 @@ def test_conversation_item_and_conversation_delete(
 def _finish_in(store: ResponseStore, cid: str, status: str, *, store_response: bool = True) -> str:
     output = [{"type": "message", "id": "msg_out", "role": "assistant", "content": []}]
     response = make_response(
-        "in_progress", conversation=ResponseConversation(id=cid), store=store_response
+        "in_progress",
+        id=store.keys.new_id_with_shard_of("resp_", cid),  # a cluster: in the conversation's slot
+        conversation=ResponseConversation(id=cid),
+        store=store_response,
     )
     store.create(response, inputs=[message("msg_in")], extra={}, events=[])
     final = response.model_copy(update={"status": ResponseStatus(status), "output": output})
@@ -124,7 +127,11 @@ def test_a_commit_appends_nothing_and_a_deleted_conversation_stays_deleted(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     cid = conversation(store, message("msg_0"))
-    response = make_response("in_progress", conversation=ResponseConversation(id=cid))
+    response = make_response(
+        "in_progress",
+        id=store.keys.new_id_with_shard_of("resp_", cid),
+        conversation=ResponseConversation(id=cid),
+    )
     store.create(response, inputs=[message("msg_in")], extra={}, events=[])
     assert store.write(response, transition=COMMIT).ok
     assert ids(store, cid) == ["msg_0"]

@@ -3,7 +3,6 @@ import json
 import pytest
 import redis
 
-from app.keys import Keys
 from app.protocol.response import ResponseStatus
 from app.store import ExpiredCursorError, ResponseStore
 from app.store.events import END_EVENT_TYPE, END_LINE, encode_events, parse_published
@@ -88,9 +87,9 @@ def test_store_events_and_status_reads_both(store: ResponseStore) -> None:
 
 
 def test_store_events_after_raises_when_the_stream_was_trimmed(
-    redis_client: redis.Redis, key_prefix: str
+    store: ResponseStore, redis_client: redis.Redis
 ) -> None:
-    small = ResponseStore(redis_client, keys=Keys(key_prefix), ttl_seconds=60, stream_maxlen=10)
+    small = ResponseStore(redis_client, keys=store.keys, ttl_seconds=60, stream_maxlen=10)
     rid = new_response(small)
     for start in range(0, 1000, 50):
         small.emit(rid, [delta(str(i)) for i in range(start, start + 50)])

@@ -41,3 +41,19 @@ def test_store_live_threads_adds_up_live_workers_threads(
     assert store.live_threads("tools.mcp") == 0
     assert store.forget_worker_threads(["inference", "tools.mcp"]) == 1
     assert store.live_threads("inference", within_seconds=300) == 25 + 1  # its count forgotten
+
+
+def test_store_reads_the_queues_where_the_broker_keeps_them(
+    store: ResponseStore, redis_url: str
+) -> None:
+    """With ``ANTWORT_BROKER_URL`` the queues are on another Redis than the store."""
+    broker = redis.Redis.from_url(redis_url)
+    split = ResponseStore(store.redis, keys=store.keys, ttl_seconds=60, queues=broker)
+    queue = split.keys.queue("inference")
+    broker.rpush(queue, "newest", "oldest")
+    try:
+        assert split.queue_depths(["inference", "tools.mcp"]) == {"inference": 2, "tools.mcp": 0}
+        assert split.oldest_queued("inference") == "oldest"
+    finally:
+        broker.delete(queue)
+        broker.close()

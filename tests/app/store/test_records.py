@@ -41,17 +41,17 @@ def test_store_terminal_write_frees_the_lease(
 ) -> None:
     rid = new_response(store)
     redis_client.set(store.keys.lease(rid), "a-worker")
-    redis_client.zadd(store.keys.active, {rid: time.time() + 60})
+    redis_client.zadd(store.keys.active_of(rid), {rid: time.time() + 60})
     stored = store.get(rid)
 
     store.write(stored.response, transition=COMMIT)  # not terminal: kept
     assert redis_client.exists(store.keys.lease(rid)) == 1
-    assert redis_client.zscore(store.keys.active, rid) is not None
+    assert redis_client.zscore(store.keys.active_of(rid), rid) is not None
 
     done = stored.response.model_copy(update={"status": ResponseStatus.COMPLETED})
     assert store.write(done, transition=FINISH).ok
     assert redis_client.exists(store.keys.lease(rid)) == 0
-    assert redis_client.zscore(store.keys.active, rid) is None
+    assert redis_client.zscore(store.keys.active_of(rid), rid) is None
 
 
 def test_store_write_requires_a_source_status_of_its_transition(store: ResponseStore) -> None:
@@ -116,7 +116,7 @@ def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redi
     store.create(response, inputs=[{"type": "message"}], extra={"a": 1}, events=[created(response)])
     store.emit(response.id, [delta("a")])
     redis_client.set(store.keys.lease(response.id), "worker-1")
-    redis_client.zadd(store.keys.active, {response.id: time.time()})
+    redis_client.zadd(store.keys.active_of(response.id), {response.id: time.time()})
     for call_id in ("call_1", "call_2"):  # tool results (what the tools answered) go too
         store.open_tool_call(response.id, call_id, token="t", claim_seconds=30)
         assert store.finish_tool_call(response.id, call_id, '{"output": "secret"}', token="t")
@@ -124,7 +124,7 @@ def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redi
     assert store.delete(response.id) is True
 
     assert redis_client.keys(f"{store.keys.record(response.id)}*") == []
-    assert redis_client.zscore(store.keys.active, response.id) is None
+    assert redis_client.zscore(store.keys.active_of(response.id), response.id) is None
     assert store.load(response.id) is None
     assert store.inputs(response.id) == []
     assert store.delete(response.id) is False

@@ -13,7 +13,7 @@ def test_store_open_tool_call_reads_claims_and_counts_the_start_in_one_step(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
     rid = new_response(store)
-    claim, running = store.keys.tool_claim(rid, "c1"), store.keys.running_calls
+    claim, running = store.keys.tool_claim(rid, "c1"), store.keys.running_calls_of(rid)
     member = store.keys.running_call(rid, "c1")
 
     first = store.open_tool_call(rid, "c1", token="a", claim_seconds=3, counts_start=True)
@@ -93,7 +93,10 @@ def test_store_release_tool_claim_ends_the_watch_of_the_call(
     store.release_tool_claim(rid, "c1", token="a")
 
     assert not redis_client.exists(store.keys.tool_claim(rid, "c1"))
-    assert redis_client.zscore(store.keys.running_calls, store.keys.running_call(rid, "c1")) is None
+    assert (
+        redis_client.zscore(store.keys.running_calls_of(rid), store.keys.running_call(rid, "c1"))
+        is None
+    )
 
 
 def test_store_status_renewing_claim_reads_the_status_and_renews_ours_only(

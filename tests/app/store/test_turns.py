@@ -114,7 +114,7 @@ def test_store_open_turn_takes_the_lease_and_counts_the_start_before_reading(
     assert (opened.taken, opened.starts) == (True, 1)
     assert opened.loaded is not None and opened.loaded.stored is not None
     assert redis_client.get(store.keys.lease(rid)) == b"t1"
-    assert redis_client.zscore(store.keys.active, rid) == lease.deadline
+    assert redis_client.zscore(store.keys.active_of(rid), rid) == lease.deadline
     assert 0 < redis_client.ttl(store.keys.turn_starts(rid, 0)) <= store.ttl_seconds
 
     other = LeaseRequest(token="t2", milliseconds=30_000, deadline=time.time() + 30)
@@ -135,4 +135,4 @@ def test_store_load_turn_takes_no_lease_and_counts_nothing(
     store.load_turn(rid, 0)
 
     assert not redis_client.exists(store.keys.lease(rid), store.keys.turn_starts(rid, 0))
-    assert redis_client.zscore(store.keys.active, rid) is None
+    assert redis_client.zscore(store.keys.active_of(rid), rid) is None

@@ -30,7 +30,15 @@ local function append_all(sequence, stream, maxlen, ttl, types, json_prefixes, l
   return last
 end
 
--- Publishes the lines of one call as one message (none when there are none).
+-- Publishes the lines of one call as one message (none when there are none). `channel` is
+-- the response's channel, or on a Redis Cluster `<shard channel> <response id>` (app/keys.py):
+-- then the message goes to the shard's channel with SPUBLISH, the response id its first line.
 local function publish(channel, lines)
-  if #lines > 0 then redis.call('PUBLISH', channel, table.concat(lines, '\n')) end
+  if #lines == 0 then return end
+  local shard_channel, response_id = string.match(channel, '^(%S+) (%S+)$')
+  if shard_channel then
+    redis.call('SPUBLISH', shard_channel, response_id .. '\n' .. table.concat(lines, '\n'))
+  else
+    redis.call('PUBLISH', channel, table.concat(lines, '\n'))
+  end
 end

@@ -1,0 +1,123 @@
+"""A store on a Redis Cluster: three local masters, the broker on a plain Redis beside it.
+
+``ANTWORT_REDIS_URL=redis+cluster://…`` (``tests.support.cluster``: ``redis-server
+--cluster-enabled yes`` three times, joined with ``redis-cli --cluster create``) holds the
+records, events and results; ``ANTWORT_BROKER_URL`` (the tests' Redis) the queues. A gateway,
+an inference worker and a tool worker serve streamed, tool-using, multi-turn responses, a chain
+by ``previous_response_id`` and a conversation through the official SDK, with fair share and
+the in-flight limit on.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+import redis
+
+from app.keys import CLUSTER_SHARDS, Keys
+from programs.supervisor import free_port
+from tests.conftest import delete_prefix
+from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.helpers import internal
+from tests.support.cluster import LocalCluster
+
+
+@pytest.fixture
+def cluster_fleet(
+    redis_cluster: LocalCluster,
+    redis_url: str,
+    sim_url: str,
+    tmp_path: Path,
+    process_environ: dict[str, str],
+) -> Iterator[Fleet]:
+    port = free_port()
+    env = {
+        **process_environ,
+        "ANTWORT_REDIS_URL": redis_cluster.url,
+        "ANTWORT_BROKER_URL": redis_url,
+        "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
+        "ANTWORT_LLM_BASE_URL": sim_url,
+        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
+        "ANTWORT_PORT": str(port),
+        "ANTWORT_INFERENCE_CONCURRENCY": "4",
+        "ANTWORT_LOG_LEVEL": "warning",
+        # a tenant's keys in one slot, its responses in many
+        "ANTWORT_TENANT_MAX_RUNNING": "2",
+        "ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT": "4",
+    }
+    fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
+    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    fleet.start_worker("worker-0")
+    fleet.start_worker("tools-0", "tools.internal")
+    try:
+        wait_ready(fleet.base_url)
+        yield fleet
+    finally:
+        fleet.stop_all()
+        with redis_cluster.client() as store:
+            delete_prefix(store, env["ANTWORT_KEY_PREFIX"])  # type: ignore[arg-type]
+        with redis.Redis.from_url(redis_url) as queues:
+            delete_prefix(queues, env["ANTWORT_KEY_PREFIX"])
+
+
+@pytest.mark.e2e
+def test_a_fleet_on_a_cluster_streams_tool_using_chains_and_conversations(
+    cluster_fleet: Fleet, redis_cluster: LocalCluster, redis_url: str
+) -> None:
+    fleet = cluster_fleet
+    with openai.OpenAI(base_url=f"{fleet.base_url}/v1", api_key="k", max_retries=0) as client:
+        with client.responses.create(
+            model="antwort-sim",
+            input="use calculator expression=6*7 and unit_convert",
+            tools=internal("calculator", "unit_convert"),  # type: ignore[arg-type]
+            stream=True,
+        ) as stream:
+            events = list(stream)
+        first = events[-1].response  # type: ignore[union-attr]
+        assert events[-1].type == "response.completed"
+        assert [event.sequence_number for event in events] == list(range(len(events)))
+        outputs = [item for item in first.output if item.type == "function_call_output"]
+        assert len(outputs) == 2  # two calls at once: a chord, through the broker's Redis
+
+        replayed = list(client.responses.retrieve(first.id, stream=True, starting_after=2))
+        assert [event.sequence_number for event in replayed] == list(range(3, len(events)))
+
+        second = client.responses.create(
+            model="antwort-sim",
+            input="calculator expression=3*3",
+            tools=internal("calculator"),  # type: ignore[arg-type]
+            previous_response_id=first.id,
+        )
+        assert second.status == "completed" and second.output_text == "Tool results: 9"
+
+        conversation = client.conversations.create()
+        for text in ("calculator expression=2*5", "Say hello"):
+            with client.responses.create(
+                model="antwort-sim",
+                input=text,
+                tools=internal("calculator"),  # type: ignore[arg-type]
+                conversation=conversation.id,
+                stream=True,
+            ) as stream:
+                assert list(stream)[-1].type == "response.completed"
+        items = list(client.conversations.items.list(conversation.id, order="asc"))
+        assert [item.type for item in items][:3] == [
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
+        assert items[-1].type == "message" and items[-1].role == "assistant"  # type: ignore[union-attr]
+
+    # every event came live over sharded pub/sub: the hub never lost its subscriptions
+    assert "event hub" not in (fleet.log_dir / "gateway.log").read_text()
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
+    keys = Keys(prefix, CLUSTER_SHARDS)
+    with redis_cluster.client() as store, redis.Redis.from_url(redis_url) as queues:
+        assert store.exists(keys.record(first.id), keys.events(first.id)) == 2
+        assert queues.keys(f"{prefix}celery*") and not queues.keys(f"{prefix}*r:*")
+    assert keys.shard_of(second.id) == keys.shard_of(first.id)  # a chain keeps to one slot
