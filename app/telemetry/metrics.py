@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
+
 def tenant_label(tenant: str) -> str:
     """A tenant's label value: its name, or ``open`` for the one tenant of a fleet without keys."""
     return tenant or "open"
