@@ -166,8 +166,8 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     )
     check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools)
-    kept = history.keep(response.id)
     caller.admit(response.id, request)
+    kept = history.keep(response.id)  # after the limits: a refused create appends nothing
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
