@@ -2,60 +2,144 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any, overload
 
 from app.errors import NotFoundError, PreviousResponseNotFoundError, quoted
 from app.ids import is_response_id
-from app.store import ResponseStore, StoredResponse
+from app.store import HistoryRef, ResponseStore, StoredResponse
 
-MAX_CHAIN_LENGTH = 1000
+Item = dict[str, Any]
+
+
+class History(Sequence[Item]):
+    """The items before a new response's input: a prefix kept in the store, then ``tail``.
+
+    ``base``: the prefix, a reference into the chain's list (:mod:`app.store.history`), read
+    only when the items are looked at (a check that needs the chain): a create that continues
+    a long chain neither reads nor parses it, and stores ``base`` and ``tail`` as its own
+    history by appending ``tail`` alone.
+    """
+
+    def __init__(
+        self, store: ResponseStore, *, base: HistoryRef | None = None, tail: Sequence[Item] = ()
+    ) -> None:
+        self.store = store
+        self.base = base
+        self.tail = list(tail)
+
+    @cached_property
+    def items(self) -> list[Item]:
+        """Every item, oldest first.
+
+        Raises:
+            PreviousResponseNotFoundError: the stored prefix expired.
+        """
+        if self.base is None:
+            return self.tail
+        stored = self.store.history(self.base)
+        if stored is None:
+            raise PreviousResponseNotFoundError(
+                "The previous response's history expired.", param="previous_response_id"
+            )
+        return [*stored, *self.tail]
+
+    def is_empty(self) -> bool:
+        """No items at all (without reading them)."""
+        return self.base is None and not self.tail
+
+    def keep(self, response_id: str) -> HistoryRef | None:
+        """Store these items as the history of the new response ``response_id`` (None: none).
+
+        Raises:
+            PreviousResponseNotFoundError: the stored prefix expired.
+        """
+        if self.is_empty():
+            return None
+        kept = self.store.extend_history(self.base, self.tail, response_id=response_id)
+        if kept is None:
+            raise PreviousResponseNotFoundError(
+                "The previous response's history expired.", param="previous_response_id"
+            )
+        return kept
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Item]: ...
+
+    def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
+        return self.items[index]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self.items)
+
+
+def chain_history(
+    store: ResponseStore, previous_response_id: str, *, owner: str | None = None
+) -> History:
+    """What a response continuing ``previous_response_id`` has before its input.
+
+    The previous response's own history, then its input and output items. ``owner``: the
+    tenant continuing the chain, which must own the previous response (None: a worker's read
+    of a chain that was checked when its response was created). ``instructions`` do not carry
+    over (OpenAI's rule): only items do. One record is read, however long the chain.
+
+    Raises:
+        PreviousResponseNotFoundError: the previous response is unknown, expired, deleted or
+            was created with ``store: false``, another tenant's (the same answer), or the id is
+            not of the fleet's format (it is never made into a key).
+    """
+    stored = store.load(previous_response_id) if is_response_id(previous_response_id) else None
+    if stored is None or not stored.response.store or not _is_owner(stored, owner):
+        raise PreviousResponseNotFoundError(
+            f"Previous response with id {quoted(previous_response_id)} not found.",
+            param="previous_response_id",
+        )
+    own = [*store.inputs(previous_response_id), *stored.response.output]
+    if stored.history is not None:
+        return History(store, base=stored.history, tail=own)
+    return History(store, tail=[*_before_lists(store, stored, owner), *own])
 
 
 def load_history(
     store: ResponseStore, previous_response_id: str | None, *, owner: str | None = None
-) -> list[dict[str, Any]]:
-    """Input and output items of every response in the chain, oldest first.
-
-    ``owner``: the tenant continuing the chain, which must own every response in it (None: a
-    worker's read of a chain that was checked when its response was created).
-
-    ``instructions`` do not carry over (OpenAI's rule): only items do. A response created with
-    its own ``context`` ends the walk: that context stands for the rest of the chain. Every
-    response that continues another has one (the chain as it stood when the response was
-    created, or what a WebSocket connection held of its unstored predecessor), so the walk reads
-    one response, however long the conversation.
+) -> list[Item]:
+    """Every item of :func:`chain_history`, read (none without a previous response).
 
     Raises:
-        PreviousResponseNotFoundError: a response in the chain is unknown, expired, deleted or
-            was created with ``store: false``, another tenant's (the same answer), or the id is
-            not of the fleet's format (it is never made into a key).
+        PreviousResponseNotFoundError: as :func:`chain_history`, or the history expired.
     """
-    segments: list[list[dict[str, Any]]] = []
-    current = previous_response_id
-    while current is not None and len(segments) < MAX_CHAIN_LENGTH:
-        stored = store.load(current) if is_response_id(current) else None
-        if stored is None or not stored.response.store or not _is_owner(stored, owner):
-            raise PreviousResponseNotFoundError(
-                f"Previous response with id {quoted(current)} not found.",
-                param="previous_response_id",
-            )
-        segments.append(store.inputs(current) + stored.response.output)
-        if "context" in stored.extra:
-            segments.append(stored.extra["context"])
-            break
-        current = stored.response.previous_response_id
-    history: list[dict[str, Any]] = []
-    for segment in reversed(segments):
-        history.extend(segment)
-    return history
+    if previous_response_id is None:
+        return []
+    return chain_history(store, previous_response_id, owner=owner).items
 
 
-def history_of(store: ResponseStore, stored: StoredResponse) -> list[dict[str, Any]]:
-    """What comes before a response's own input: its ``context`` if it has one, else its chain."""
+def history_of(store: ResponseStore, stored: StoredResponse) -> list[Item]:
+    """What comes before a response's own input (one round trip, however long the chain).
+
+    Raises:
+        PreviousResponseNotFoundError: the history expired.
+    """
+    if stored.history is not None:
+        return History(store, base=stored.history).items
+    return _before_lists(store, stored, owner=None)
+
+
+def _before_lists(store: ResponseStore, stored: StoredResponse, owner: str | None) -> list[Item]:
+    """The history of a response stored without a reference: its ``context``, else its chain.
+
+    Records made before the chain's lists held their history as ``context`` in ``extra``.
+    """
     if "context" in stored.extra:
-        context: list[dict[str, Any]] = stored.extra["context"]
+        context: list[Item] = stored.extra["context"]
         return context
-    return load_history(store, stored.response.previous_response_id)
+    return load_history(store, stored.response.previous_response_id, owner=owner)
 
 
 OWNER_FIELD = "owner"

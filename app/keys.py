@@ -68,6 +68,14 @@ class Keys:
         """Counter: the next ``sequence_number``."""
         return f"{self._r(response_id)}:seq"
 
+    def history(self, chain_id: str, list_id: str) -> str:
+        """List: a chain's items (JSON), append-only, shared along it (:mod:`app.store.history`).
+
+        ``chain_id``: the response whose create began the chain's first list; every list of the
+        chain (``list_id``: the response whose create began it, a branch) lives beside it.
+        """
+        return f"{self.prefix}r:{chain_id}:hist:{list_id}"
+
     def channel(self, response_id: str) -> str:
         """Where the response's live events are published (``include/events.lua``).
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
-from app.conversation import load_conversation, load_history
+from app.conversation import History, chain_history, load_conversation
 from app.dispatch import Dispatcher
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted
 from app.fairness import FairShare
@@ -154,9 +154,9 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
 
     ``context``: the items before this response's input when the caller holds them already (a
     WebSocket connection continuing its unstored previous response). Otherwise the
-    ``previous_response_id`` chain is read now and stored as the context: a snapshot, so no turn
-    reads the chain again, and a later response's walk ends at this one (a constant number of
-    reads, however long the conversation).
+    ``previous_response_id`` chain's history is extended with the previous response's items
+    and referenced as this response's (:mod:`app.store.history`): a snapshot no later write
+    changes, stored once per chain, read by a turn in one round trip however long it is.
     """
     caller = caller or Caller(Tenant(name=OPEN_TENANT))
     tenant = caller.tenant.name
@@ -164,8 +164,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
-    context = _context_of(store, request, context, tenant)
-    history = context or []
+    history = _history_of(store, request, context, tenant)
     tools = kinds.prepare_request(
         RequestContext(
             settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant
@@ -175,12 +174,11 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools, keys=store.keys)
     caller.admit(response.id, request)
+    kept = history.keep(response.id)  # after the limits: a refused create appends nothing
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
-    if context is not None:
-        extra["context"] = context
     trace_headers = tracing.carrier()
     if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
         extra["trace"] = trace_headers
@@ -189,23 +187,29 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     # in case its message is lost (a parked response is watched when the fair share starts it)
     watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
     store.create(
-        response, inputs=inputs, extra=extra, events=events, owner=tenant, watch_until=watch_until
+        response,
+        inputs=inputs,
+        extra=extra,
+        events=events,
+        owner=tenant,
+        watch_until=watch_until,
+        history=kept,
     )
     _enqueue_first_turn(fair, dispatcher, tenant, response.id)
     caller.confirm(response.id)
     return response, request
 
 
-def _context_of(
+def _history_of(
     store: ResponseStore,
     request: CreateResponseRequest,
     context: list[dict[str, Any]] | None,
     tenant: str,
-) -> list[dict[str, Any]] | None:
+) -> History:
     """The items before the input: ``context`` if given, else the chain or the conversation.
 
-    Either is read once, here: stored as the response's context, it is what every turn and tool
-    call of this response sees, and where the walk of a later response's chain stops.
+    Stored as the response's history, it is what every turn and tool call of this response
+    sees: a conversation's items as they are now (copied), a chain's by reference.
     """
     if request.conversation_id is not None:
         if request.previous_response_id:
@@ -214,10 +218,10 @@ def _context_of(
                 "'previous_response_id' or 'conversation'.",
                 code="mutually_exclusive_parameters",
             )
-        return load_conversation(store, request.conversation_id, owner=tenant)
+        return History(store, tail=load_conversation(store, request.conversation_id, owner=tenant))
     if context is None and request.previous_response_id:
-        return load_history(store, request.previous_response_id, owner=tenant)
-    return context
+        return chain_history(store, request.previous_response_id, owner=tenant)
+    return History(store, tail=context or [])
 
 
 def _kept_by_protocol(

@@ -155,7 +155,9 @@ def _definition(deps: ToolDeps, stored: StoredResponse, name: str) -> ToolDefini
     response, kinds = stored.response, deps.kinds
     tool = kinds.definitions(response.tools, response.output, extra=stored.extra).get(name)
     if tool is not None or (
-        response.previous_response_id is None and "context" not in stored.extra
+        response.previous_response_id is None
+        and stored.history is None
+        and "context" not in stored.extra
     ):
         return tool
     try:

@@ -9,6 +9,8 @@ hold every invariant that spans keys. The parts, by responsibility:
   stored status says ``completed``;
 * :mod:`~app.store.events` — the event log: emit (refused once the response is no longer
   active, so nothing is emitted after a cancel), stream reads, and the pub/sub line format;
+* :mod:`~app.store.history` — the items before a response's input, kept once per chain in an
+  append-only list that each response references (the chain's length costs no round trip);
 * :mod:`~app.store.turns` — a run's first read, which marks where its turn's events begin and
   starts a queued response, together with the lease (``app.lease``) when one is asked for;
 * :mod:`~app.store.fence` — a run's emits and writes fenced with its lease token, so a run
@@ -28,6 +30,7 @@ from app.store.conversations import Conversations, ItemPage
 from app.store.events import EmitResult, EventLog, ExpiredCursorError, StoredEvent
 from app.store.fence import NO_FENCE, Fence
 from app.store.fleet import Fleet, RedeliveredTooOftenError
+from app.store.history import Histories, HistoryRef
 from app.store.records import Records, StoredResponse, WriteResult
 from app.store.timeline import TimelineFacts, Timelines
 from app.store.tool_calls import ClaimOutcome, OpenedCall, ToolCalls
@@ -39,6 +42,7 @@ __all__ = [
     "EmitResult",
     "ExpiredCursorError",
     "Fence",
+    "HistoryRef",
     "ItemPage",
     "LeaseRequest",
     "LoadedTurn",
@@ -54,5 +58,7 @@ __all__ = [
 ]
 
 
-class ResponseStore(Records, Turns, EventLog, ToolCalls, Fleet, Conversations, Timelines):
+class ResponseStore(
+    Records, Turns, Histories, EventLog, ToolCalls, Fleet, Conversations, Timelines
+):
     """Responses, their input items, their event logs and conversations, in one Redis database."""

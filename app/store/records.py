@@ -1,8 +1,9 @@
 """Response records and their compare-and-set writes.
 
 A record is a hash (``Keys.record``): the response object, its status, a version bumped by
-every write, the committed turn count and the request's ``extra`` fields, with the response's
-input items in a list beside it. ``write.lua`` is the one way to change a record: it checks the
+every write, the committed turn count, the request's ``extra`` fields and a reference to the
+items before its input (:mod:`~app.store.history`), with the response's input items in a list
+beside it. ``write.lua`` is the one way to change a record: it checks the
 status against the write's :class:`~app.store.status.Transition` (and optionally the version)
 and emits the write's events in the same step; the final write of a response that belongs to a
 conversation adds its input and output items to it in that step too
@@ -24,6 +25,7 @@ from app.store.base import StoreBase, text
 from app.store.conversations import encode_items
 from app.store.events import END_LINE, encode_events, publish
 from app.store.fence import NO_FENCE, Fence
+from app.store.history import HistoryRef
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
@@ -44,6 +46,9 @@ class StoredResponse:
     """Request fields that are not part of the response object (``include``, ``user`` …)."""
     owner: str = ""
     """The tenant that created it (:mod:`app.ownership`; read by :meth:`Records.load` only)."""
+    history: HistoryRef | None = None
+    """The items before its input, in its chain's list (None: none, or a record of before the
+    lists, whose ``extra`` holds them as ``context``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,13 +64,13 @@ class WriteResult:
     """Another run holds the writing run's lease (:mod:`app.store.fence`): it owns the response."""
 
 
-RECORD_FIELDS = ("object", "ver", "turn", "extra")
+RECORD_FIELDS = ("object", "ver", "turn", "extra", "history")
 """The record's fields that make a :class:`StoredResponse`, in :func:`stored_response`'s order."""
 
 
 def stored_response(fields: Sequence[Any]) -> StoredResponse | None:
     """A record's :data:`RECORD_FIELDS` as read by HMGET; None when there is no record."""
-    raw, ver, turn, extra = fields
+    raw, ver, turn, extra, history = fields
     if raw is None:
         return None
     return StoredResponse(
@@ -73,6 +78,7 @@ def stored_response(fields: Sequence[Any]) -> StoredResponse | None:
         version=int(ver or 0),
         turn=int(turn or 0),
         extra=json.loads(extra) if extra else {},
+        history=HistoryRef.decode(history),
     )
 
 
@@ -124,6 +130,8 @@ class WriteCall:
     """The call's token: a call whose token the field holds already is a replay."""
     watch_until: float | None
     """A create: the sweeper's watch of the new response until then (epoch seconds)."""
+    history: str
+    """A create: the new response's :class:`HistoryRef`, encoded ("": none)."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -166,6 +174,7 @@ class _NewRecord:
     started: str
     owner: str = ""
     watch_until: float | None = None
+    history: HistoryRef | None = None
 
 
 WRITE = LuaScript("write", WriteCall)
@@ -178,7 +187,7 @@ _VERSION_MOVED, _LEASE_LOST = -3, -4
 class Records(StoreBase):
     """Creating, writing, reading and deleting response records."""
 
-    def create(
+    def create(  # noqa: PLR0913 - the record's parts, each a keyword
         self,
         response: ResponseObject,
         *,
@@ -187,10 +196,12 @@ class Records(StoreBase):
         events: Sequence[Event],
         owner: str = "",
         watch_until: float | None = None,
+        history: HistoryRef | None = None,
     ) -> None:
         """Store a new response with its input items and emit its first events (one script).
 
-        ``owner``: the tenant creating it (:mod:`app.ownership`).
+        ``owner``: the tenant creating it (:mod:`app.ownership`). ``history``: the items before
+        its input (:meth:`~app.store.history.Histories.extend_history` made it).
 
         A ``queued`` response is stored with the object its first run starts it as
         (``in_progress``): the run's first read makes that move (``load_turn.lua``).
@@ -208,6 +219,7 @@ class Records(StoreBase):
                 started=_started(response),
                 owner=owner,
                 watch_until=watch_until,
+                history=history,
             ),
         )
         if not result.ok:  # ids are random; a clash is a bug
@@ -299,6 +311,7 @@ class Records(StoreBase):
                 once_field=call.field,
                 once_token=call.token,
                 watch_until=new.watch_until,
+                history="" if new.history is None else new.history.encode(),
                 inputs=new.inputs,
                 event_types=encoded.types,
                 event_json_prefixes=encoded.json_prefixes,

@@ -151,7 +151,7 @@ class ToolCalls(StoreBase):
         return OpenedCall(
             starts=int(starts),
             claim=_CLAIM_OUTCOMES[int(claim)],
-            stored=stored_response(fields[:4]),
+            stored=stored_response([*fields[:4], fields[5]]),
         )
 
     def renew_tool_claim(

@@ -25,10 +25,12 @@ def answers_check(
     label = call_type.replace("_", " ")
 
     def check(context: RequestContext) -> None:
+        outputs = [(n, i) for n, i in enumerate(context.inputs) if i.get("type") == output_type]
+        if not outputs:
+            return  # nothing to hold to the calls (and the chain need not be read)
         items = [*context.history, *context.inputs]
         calls = [i["call_id"] for i in items if i.get("type") == call_type]
         answered = {i[output_key] for i in items if i.get("type") == output_type}
-        outputs = [(n, i) for n, i in enumerate(context.inputs) if i.get("type") == output_type]
         for index, item in outputs:
             if item[output_key] not in calls:
                 raise InvalidRequestError(
@@ -36,7 +38,7 @@ def answers_check(
                     param=f"input.{index}.{output_key}",
                     code="invalid_value",
                 )
-        for call_id in calls if outputs else []:
+        for call_id in calls:
             if call_id not in answered:
                 raise InvalidRequestError(
                     f"No tool output found for {label} '{call_id}'.",

@@ -89,7 +89,9 @@ def tool_response_steps(
 
 @pytest.fixture
 def settings(make_settings: Callable[..., Settings]) -> Settings:
-    return make_settings()  # the calculator is a built-in
+    # the calculator is a built-in; text deltas are held until the turn's write whatever the
+    # machine's load (a window that closes mid-turn would send them in a round trip of its own)
+    return make_settings(coalesce_ms=600_000, coalesce_max_ms=600_000)
 
 
 def test_a_chain_of_200_costs_the_round_trips_of_a_chain_of_5(

@@ -15,6 +15,7 @@ from openai.types.conversations import (
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
+from app.conversation import history_of
 from tests.gateway.conftest import error_of
 
 ITEM: TypeAdapter[ConversationItem] = TypeAdapter(ConversationItem)
@@ -168,7 +169,7 @@ def test_response_in_a_conversation_echoes_it_and_snapshots_its_items(
         )
         response = Response.model_validate(answer.json)
         assert response.conversation is not None and response.conversation.id == cid
-        context = store.get(response.id).extra["context"]
+        context = history_of(store, store.get(response.id))
         assert [item["content"][0]["text"] for item in context] == ["before"]
 
 

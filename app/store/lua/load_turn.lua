@@ -55,9 +55,11 @@ local function start(fields)
 end
 
 local function load_turn()
-  local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started')
+  local fields = redis.call(
+    'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started', 'history')
   local inputs = redis.call('LRANGE', inputs_key, 0, -1)
-  if not fields[1] then return {{fields[1], fields[2], fields[3], fields[4]}, inputs, -1, 0} end
+  local read = {fields[1], fields[2], fields[3], fields[4], fields[7]}
+  if not fields[1] then return {read, inputs, -1, 0} end
   -- Which worker runs the turn, and when its message was sent and taken (the last run's).
   if run_stamp ~= '' then redis.call('HSET', record, run_field, run_stamp) end
   -- The run's writes are fenced with its token; `holder` tells them whether another run took
@@ -70,8 +72,11 @@ local function load_turn()
   if redis.call('HSETNX', record, turn_field, last) == 0 then
     mark, rerun = tonumber(redis.call('HGET', record, turn_field)) or last, 1
   end
-  if has_status(start_sources, fields[5]) and fields[6] then start(fields) end
-  return {{fields[1], fields[2], fields[3], fields[4]}, inputs, mark, rerun}
+  if has_status(start_sources, fields[5]) and fields[6] then
+    start(fields)
+    read[1], read[2] = fields[1], fields[2]
+  end
+  return {read, inputs, mark, rerun}
 end
 
 -- A lease that holds this call's own token was taken by this very call, whose reply was lost

@@ -9,7 +9,8 @@
 -- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
 -- the conversation as one block (conversation.lua), unless the conversation is gone.
--- A create records the response's owner (`owner`, "": none).
+-- A create records the response's owner (`owner`, "": none) and its history's reference
+-- (`history`, "": none).
 -- A call its writer already made (`once_token` in the writer's field `once_field`, once.lua:
 -- a replay after a lost reply) returns that call's result, writing nothing.
 -- Returns {the new version, the new status, the last sequence number}, or when refused
@@ -51,7 +52,8 @@ local owner = ARGV[20]
 local once_field = ARGV[21]
 local once_token = ARGV[22]
 local watch_until = ARGV[23]
-local inputs, at = counted_list(24)
+local history = ARGV[24]
+local inputs, at = counted_list(25)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -81,6 +83,8 @@ if is_create == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
   -- the tenant that created the response: nothing ever changes it (app.ownership)
   if owner ~= '' then redis.call('HSET', record, 'owner', owner) end
+  -- what comes before the input: a reference into the chain's list (app/store/history.py)
+  if history ~= '' then redis.call('HSET', record, 'history', history) end
   if watch_until ~= '' then redis.call('ZADD', active, 'NX', watch_until, response_id) end
 end
 if extra ~= '' then redis.call('HSET', record, 'extra', extra) end

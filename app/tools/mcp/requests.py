@@ -106,6 +106,8 @@ def check_approval_responses(history: Sequence[Item], inputs: Sequence[Item]) ->
     Raises:
         InvalidRequestError: an answer to no request, or to one answered already.
     """
+    if not any(item.get("type") == APPROVAL_RESPONSE_ITEM for item in inputs):
+        return  # nothing to check (and the chain need not be read)
     requests = {i["id"] for i in history if i.get("type") == APPROVAL_REQUEST_ITEM}
     answered = {
         i["approval_request_id"] for i in history if i.get("type") == APPROVAL_RESPONSE_ITEM

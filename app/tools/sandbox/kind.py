@@ -71,9 +71,11 @@ def echo_sandbox_tools(
 
 def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> PreparedTools:
     """:func:`echo_sandbox_tools` for a request being created."""
+    is_declared = any(tool["type"] in _TOOL_TYPES for tool in declared)
     echoed = echo_sandbox_tools(
         declared,
-        history=[*context.history, *context.inputs],
+        # the chain is read only when a sandbox tool may find its container in it
+        history=[*context.history, *context.inputs] if is_declared else (),
         operator_tools=declared_sandbox_tools(context.settings.sandbox_tools_file),
     )
     settings = context.settings

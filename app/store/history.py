@@ -1,0 +1,193 @@
+"""The items before a response's input, kept once per chain.
+
+A chain's items live in an append-only list (``Keys.history``), shared along the chain: a
+response's record names its history as a reference (:class:`HistoryRef`: the list and how many
+of its items), never a copy. Creating a response that continues another appends the parent's
+input and output to the parent's list when the parent is its tip — the cost of the new items
+alone, whatever the chain's length — and copies the parent's prefix into a list of its own once
+when it branches from an older response (``extend_history.lua``). Items are never changed nor
+removed, so a reference stays true whoever appends after it, and a deleted response takes
+nothing from the others' histories: a list lives on until none of its responses can need it
+(every create and every turn that uses it keeps it at least the store's lifetime plus a day).
+Reading a history is one round trip (``read_history.lua``): the round trips do not grow with
+the chain. Nor, mostly, does the payload: a list's items never change, so a process keeps the
+items it read of a list (:class:`ReadItems`, least recently used first out) and reads only
+the items after them — the turns of one response, and the next response of the chain, read
+what was added since.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.store.base import StoreBase, text
+from app.store.scripts import LuaScript, counted, key
+
+HISTORY_CACHE_ITEMS = 20_000
+"""How many items of history lists a process keeps, at most (:class:`ReadItems`)."""
+HISTORY_SLACK_SECONDS = 24 * 3600
+"""How much longer than a record a history list lives: a record's last write may come a turn
+after the last read of its history."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRef:
+    """A response's history: the first ``length`` items of a chain's list."""
+
+    chain: str
+    """The response whose create began the chain's first list (``Keys.history``)."""
+    list: str
+    """The response whose create began this list (the chain's, or a branch's)."""
+    length: int
+
+    def encode(self) -> str:
+        """As the record's ``history`` field holds it (response ids hold no space)."""
+        return f"{self.chain} {self.list} {self.length}"
+
+    @staticmethod
+    def decode(raw: bytes | str | None) -> HistoryRef | None:
+        """Inverse of :meth:`encode`; None for no field."""
+        if not raw:
+            return None
+        chain, list_id, length = text(raw).split(" ")
+        return HistoryRef(chain, list_id, int(length))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtendHistoryCall:
+    """The operands of ``extend_history.lua``."""
+
+    base: str = key()
+    branch: str = key()
+    base_length: int
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadHistoryCall:
+    """The operands of ``read_history.lua``."""
+
+    history: str = key()
+    start: int
+    """The first item to read (the ones before it are known already)."""
+    length: int
+    ttl: int
+
+
+class ReadItems:
+    """The first items of history lists read by this process, least recently used first out.
+
+    A list's items never change (:mod:`app.store.history`), so the items read of it stay true;
+    the items are shared by every reader, which must not change them.
+    """
+
+    def __init__(self, capacity: int = HISTORY_CACHE_ITEMS) -> None:
+        self.capacity = capacity
+        self._lists: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> list[dict[str, Any]]:
+        """The first items of the list ``key`` known (none: empty)."""
+        with self._lock:
+            items = self._lists.get(key)
+            if items is None:
+                return []
+            self._lists.move_to_end(key)
+            return items
+
+    def put(self, key: str, items: list[dict[str, Any]]) -> None:
+        """Keep ``items`` as the first items of the list ``key`` (when more than known)."""
+        with self._lock:
+            known = self._lists.get(key)
+            if known is not None and len(known) >= len(items):
+                return
+            self._held += len(items) - (len(known) if known is not None else 0)
+            self._lists[key] = items
+            self._lists.move_to_end(key)
+            while self._held > self.capacity and len(self._lists) > 1:
+                _, dropped = self._lists.popitem(last=False)
+                self._held -= len(dropped)
+
+    def drop(self, key: str) -> None:
+        """Forget the list ``key`` (it expired)."""
+        with self._lock:
+            dropped = self._lists.pop(key, None)
+            self._held -= len(dropped) if dropped is not None else 0
+
+
+EXTEND_HISTORY = LuaScript("extend_history", ExtendHistoryCall)
+READ_HISTORY = LuaScript("read_history", ReadHistoryCall)
+_APPENDED, _BRANCHED = 1, 2
+
+
+class Histories(StoreBase):
+    """Chains' histories: extended by a create, read by a response's turns."""
+
+    @property
+    def history_ttl(self) -> int:
+        """A history list's lifetime, from its last use."""
+        return self.ttl_seconds + HISTORY_SLACK_SECONDS
+
+    def extend_history(
+        self, base: HistoryRef | None, items: Sequence[dict[str, Any]], *, response_id: str
+    ) -> HistoryRef | None:
+        """The history of a new response ``response_id``: ``base``, then ``items``.
+
+        One round trip, carrying ``items`` alone when ``base``'s list ends where ``base`` does.
+        None when ``base``'s list expired (its items are gone).
+        """
+        chain = base.chain if base is not None else response_id
+        branch = self.keys.history(chain, response_id)
+        code, length = self.script(EXTEND_HISTORY)(
+            ExtendHistoryCall(
+                base=branch if base is None else self.keys.history(base.chain, base.list),
+                branch=branch,
+                base_length=0 if base is None else base.length,
+                ttl=self.history_ttl,
+                items=tuple(json.dumps(item) for item in items),
+            )
+        )
+        if code == _APPENDED:
+            assert base is not None
+            return HistoryRef(base.chain, base.list, int(length))
+        if code == _BRANCHED:
+            return HistoryRef(chain, response_id, int(length))
+        return None
+
+    @property
+    def read_items(self) -> ReadItems:
+        """The history items this store read (one per process: the store's is the process')."""
+        return _READ_ITEMS
+
+    def history(self, ref: HistoryRef) -> list[dict[str, Any]] | None:
+        """The items ``ref`` names, oldest first; None when its list expired.
+
+        One round trip, which reads the items after those this process knows already.
+        """
+        key = self.keys.history(ref.chain, ref.list)
+        known = self.read_items.get(key)[: ref.length]
+        raw: list[bytes | str] = self.script(READ_HISTORY)(
+            ReadHistoryCall(history=key, start=len(known), length=ref.length, ttl=self.history_ttl)
+        )
+        if len(known) + len(raw) < ref.length:
+            self.read_items.drop(key)
+            return None
+        if not raw:
+            return list(known)
+        if isinstance(raw[0], bytes):  # one parse of the whole, not one per item
+            joined: bytes | str = b"[" + b",".join(raw) + b"]"  # type: ignore[arg-type]
+        else:
+            joined = "[" + ",".join(map(text, raw)) + "]"
+        items = [*known, *json.loads(joined)]
+        self.read_items.put(key, items)
+        return list(items)
+
+
+_READ_ITEMS = ReadItems()

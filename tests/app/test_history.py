@@ -1,0 +1,147 @@
+"""A chain's history is kept once, in a list shared along the chain (``app.store.history``).
+
+Each response references the items before its input (list, length) instead of holding a copy:
+a continuation of the list's tip appends the previous response's items, a branch from an older
+response copies its prefix once, and what a response reads never changes after its create.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.errors import PreviousResponseNotFoundError
+from app.providers.translate import ModelRequest
+from app.responses import delete_response
+from app.store import ResponseStore
+from app.store.history import HistoryRef
+from tests.app.test_loop import Loop
+from tests.support.model import ScriptedModel, text
+
+
+class Echo(ScriptedModel):
+    """Answers each call with ``answer <n>`` (its call's number)."""
+
+    def __init__(self) -> None:
+        super().__init__(text(""))
+
+    def stream(self, request: ModelRequest) -> Any:
+        self.requests.append(request)
+        yield from text(f"answer {len(self.requests)}")
+
+
+def said(request: ModelRequest) -> list[str]:
+    """The texts of the items a model call saw, in order."""
+    return [
+        part["text"]
+        for item in request.items
+        if item.get("type") == "message"
+        for part in item["content"]
+    ]
+
+
+@pytest.fixture
+def loop(store: ResponseStore, make_settings: Callable[..., Settings]) -> Loop:
+    return Loop(store=store, settings=make_settings(), model=Echo())
+
+
+def ask(loop: Loop, words: str, previous: str | None = None) -> str:
+    body: dict[str, Any] = {"input": words}
+    if previous is not None:
+        body["previous_response_id"] = previous
+    rid = loop.create(**body)
+    assert loop.drive(rid) == "completed"
+    return rid
+
+
+def history_lists(store: ResponseStore) -> list[str]:
+    return sorted(store.redis.scan_iter(match=store.keys.history("*", "*"), count=1000))
+
+
+def test_a_chain_keeps_its_items_once_and_each_record_stays_small(loop: Loop) -> None:
+    previous: str | None = None
+    for index in range(30):
+        previous = ask(loop, f"ask {index} " + "word " * 50, previous)
+    assert previous is not None
+    # one list for the whole chain, 2 items per response before the last
+    [history] = history_lists(loop.store)
+    assert loop.store.redis.llen(history) == 2 * 29
+    # the record references its history: it does not grow with the chain
+    record = loop.store.redis.hgetall(loop.store.keys.record(previous))
+    assert len(record[b"extra"]) < 500, len(record[b"extra"])
+    stored = loop.store.load(previous)
+    assert stored is not None and stored.history is not None
+    assert loop.store.keys.history(stored.history.chain, stored.history.list) == history.decode()
+    assert stored.history.length == 2 * 29
+    assert said(loop.model.requests[-1])[-2:] == ["answer 29", "ask 29 " + "word " * 50]
+
+
+def test_a_branch_from_an_older_response_sees_its_own_history(loop: Loop) -> None:
+    model = loop.model
+    a = ask(loop, "a")
+    b = ask(loop, "b", a)
+    c = ask(loop, "c", b)
+    assert said(model.requests[-1]) == ["a", "answer 1", "b", "answer 2", "c"]
+    branch = ask(loop, "b2", b)  # b is no longer the list's tip: c's create appended b
+    assert said(model.requests[-1]) == ["a", "answer 1", "b", "answer 2", "b2"]
+    after_c = ask(loop, "d", c)  # the chain goes on as before the branch
+    assert said(model.requests[-1]) == ["a", "answer 1", "b", "answer 2", "c", "answer 3", "d"]
+    ask(loop, "b3", branch)
+    assert said(model.requests[-1]) == ["a", "answer 1", "b", "answer 2", "b2", "answer 4", "b3"]
+    ask(loop, "a2", a)
+    assert said(model.requests[-1]) == ["a", "answer 1", "a2"]
+    ask(loop, "e", after_c)
+    assert said(model.requests[-1])[-3:] == ["d", "answer 5", "e"]
+    # the main line's list, b2's branch (copied once, then appended to), a2's branch
+    assert len(history_lists(loop.store)) == 3
+
+
+def test_deleting_a_response_leaves_the_chain_after_it_whole(loop: Loop) -> None:
+    a = ask(loop, "a")
+    b = ask(loop, "b", a)
+    c = ask(loop, "c", b)
+    delete_response(loop.store, a)
+    delete_response(loop.store, b)
+    ask(loop, "d", c)
+    assert said(loop.model.requests[-1]) == ["a", "answer 1", "b", "answer 2", "c", "answer 3", "d"]
+    with pytest.raises(PreviousResponseNotFoundError):
+        loop.create(input="x", previous_response_id=b)
+
+
+def test_an_expired_history_is_a_previous_response_not_found(loop: Loop) -> None:
+    a = ask(loop, "a")
+    b = ask(loop, "b", a)
+    [history] = history_lists(loop.store)
+    loop.store.redis.delete(history)
+    with pytest.raises(PreviousResponseNotFoundError):
+        loop.create(input="c", previous_response_id=b)
+
+
+def test_extending_twice_as_a_lost_reply_replays_gives_the_same_history(
+    store: ResponseStore,
+) -> None:
+    items = [{"type": "message", "role": "user", "content": "a"}]
+    first = store.extend_history(None, items, response_id="resp_1")
+    assert first == HistoryRef("resp_1", "resp_1", 1)
+    assert store.extend_history(None, items, response_id="resp_1") == first
+    more = [{"type": "message", "role": "assistant", "content": "b"}]
+    appended = store.extend_history(first, more, response_id="resp_2")
+    assert appended == HistoryRef("resp_1", "resp_1", 2)
+    replayed = store.extend_history(first, more, response_id="resp_2")  # the list moved on
+    assert replayed == HistoryRef("resp_1", "resp_2", 2)
+    assert store.history(appended) == store.history(replayed) == [*items, *more]
+    assert store.history(HistoryRef("resp_1", "resp_1", 1)) == items  # the prefix unchanged
+
+
+def test_a_history_lives_at_least_as_long_as_the_store_keeps_responses(
+    store: ResponseStore,
+) -> None:
+    ref = store.extend_history(None, [{"type": "message"}], response_id="resp_1")
+    assert ref is not None
+    key = store.keys.history(ref.chain, ref.list)
+    store.redis.expire(key, 10)
+    assert store.history(ref) == [{"type": "message"}]  # a turn's read keeps it
+    assert store.redis.ttl(key) > store.ttl_seconds
