@@ -74,7 +74,7 @@ class Keys:
         ``chain_id``: the response whose create began the chain's first list; every list of the
         chain (``list_id``: the response whose create began it, a branch) lives beside it.
         """
-        return f"{self.prefix}r:{chain_id}:hist:{list_id}"
+        return f"{self._r(chain_id)}:hist:{list_id}"  # in the slot of the chain's responses
 
     def channel(self, response_id: str) -> str:
         """Where the response's live events are published (``include/events.lua``).

@@ -44,6 +44,12 @@ def said(request: ModelRequest) -> list[str]:
 
 
 @pytest.fixture
+def store(store_on_both: ResponseStore) -> ResponseStore:
+    """Each test on one Redis, then on a cluster (a chain's lists in its responses' slot)."""
+    return store_on_both
+
+
+@pytest.fixture
 def loop(store: ResponseStore, make_settings: Callable[..., Settings]) -> Loop:
     return Loop(store=store, settings=make_settings(), model=Echo())
 
@@ -58,7 +64,8 @@ def ask(loop: Loop, words: str, previous: str | None = None) -> str:
 
 
 def history_lists(store: ResponseStore) -> list[str]:
-    return sorted(store.redis.scan_iter(match=store.keys.history("*", "*"), count=1000))
+    pattern = f"{store.keys.prefix}*r:*:hist:*"  # every shard's on a cluster
+    return sorted(store.redis.scan_iter(match=pattern, count=1000))
 
 
 def test_a_chain_keeps_its_items_once_and_each_record_stays_small(loop: Loop) -> None:

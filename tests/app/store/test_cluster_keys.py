@@ -55,6 +55,7 @@ def test_one_redis_keeps_its_keys_untagged() -> None:
     assert plain.active_sets == ["antwort:active"]
     assert plain.running_calls_of("resp_1") == "antwort:calls:running"
     assert plain.conversation("conv_1") == "antwort:conv:conv_1"
+    assert plain.history("resp_1", "resp_2") == "antwort:r:resp_1:hist:resp_2"
 
 
 def test_a_response_that_continues_a_chain_is_made_in_its_previous_ones_slot() -> None:
@@ -62,4 +63,8 @@ def test_a_response_that_continues_a_chain_is_made_in_its_previous_ones_slot() -
     second = new_response_id(SHARDED, first)
 
     assert SHARDED.shard_of(second) == SHARDED.shard_of(first)
+    # the chain's history lists (app.store.history), a branch's too, in the same slot
+    assert len(_slots(
+        SHARDED.record(second), SHARDED.history(first, first), SHARDED.history(first, second),
+    )) == 1  # fmt: skip
     assert new_response_id(Keys("antwort:"), first) != first  # one Redis: any fresh id
