@@ -70,7 +70,8 @@ def _wait_for_health(base_url: str) -> None:
             if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     raise RuntimeError("the gateway did not start")
 
 
@@ -126,19 +127,20 @@ def _openai_error(body: dict[str, object]) -> ErrorObject:
 
 def test_edge_slowloris_is_bounded_in_count_and_time_while_healthz_answers(edge: str) -> None:
     with ExitStack() as stack:
+        attack = time.monotonic()  # no attacker's connection is cut before attack + deadline
         attackers = [stack.enter_context(_connect(edge)) for _ in range(POOL + 10)]
         for sock in attackers:
             sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
         started = time.monotonic()
 
-        # Another client is served at once, though the attack asked for more than the pool.
+        # Another client is served while the attack holds its connections (before the header
+        # deadline frees any of them), though the attack asked for more than the pool.
         other = httpx.Client(transport=httpx.HTTPTransport(local_address=OTHER_ADDRESS))
         stack.enter_context(other)
         for _ in range(5):
-            before = time.monotonic()
             answer = other.get(f"{edge}/healthz", timeout=5, headers={"Connection": "close"})
             assert answer.status_code == 200
-            assert time.monotonic() - before < 1.0
+            assert time.monotonic() - attack < HEADER_SECONDS
 
         # The address's share was served; the rest were refused at once, in OpenAI's shape.
         refused = 0
@@ -152,8 +154,9 @@ def test_edge_slowloris_is_bounded_in_count_and_time_while_healthz_answers(edge:
                 refused += 1
                 assert _openai_error(body).code == "too_many_connections"
         assert refused == POOL + 10 - PER_CLIENT
-        # Every connection ended by the header deadline (one line every second would not help).
-        assert time.monotonic() - started < HEADER_SECONDS + 5
+        # Every connection ended by the header deadline (one line every second would not help);
+        # without it, the reads above would wait out their socket timeout instead.
+        assert time.monotonic() - started < 3 * HEADER_SECONDS
 
 
 def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str) -> None:
@@ -161,7 +164,7 @@ def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
         started = time.monotonic()
         closed = False
-        while time.monotonic() - started < HEADER_SECONDS + 5:
+        while time.monotonic() - started < 3 * HEADER_SECONDS:
             try:
                 sock.sendall(b"X-Slow: 1\r\n")
                 sock.settimeout(0.5)
@@ -174,7 +177,8 @@ def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str
                 closed = True
                 break
         assert closed
-        assert HEADER_SECONDS - 0.5 < time.monotonic() - started < HEADER_SECONDS + 3
+        # cut at the deadline, not before; how late a loaded machine lets it be seen is its own
+        assert HEADER_SECONDS - 0.5 < time.monotonic() - started < 3 * HEADER_SECONDS
 
 
 def test_edge_body_sent_byte_by_byte_is_408_at_the_body_deadline(edge: str) -> None:
@@ -190,10 +194,11 @@ def test_edge_body_sent_byte_by_byte_is_408_at_the_body_deadline(edge: str) -> N
         while time.monotonic() - started < BODY_SECONDS - 0.6:
             sock.sendall(b" ")
             time.sleep(0.2)
-        sock.settimeout(BODY_SECONDS + 5)
+        sock.settimeout(30)
         body = json.loads(_body_of_answer(sock, status=408))
         assert _openai_error(body).type == "invalid_request_error"
-        assert BODY_SECONDS - 0.5 < time.monotonic() - started < BODY_SECONDS + 3
+        # at the deadline, not before (a loaded machine may show it late: the bound is generous)
+        assert BODY_SECONDS - 0.5 < time.monotonic() - started < BODY_SECONDS + 15
 
 
 @pytest.mark.parametrize(
