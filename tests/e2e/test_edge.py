@@ -18,7 +18,7 @@ import pytest
 from openai.types import ErrorObject
 
 from programs.supervisor import free_port
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import Fleet, fleet_env
 
 POOL = 30
 """The gateway's gevent pool (``ANTWORT_GATEWAY_CONNECTIONS``)."""
@@ -38,20 +38,18 @@ def edge(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, process_environ: dict[str, str]
 ) -> Iterator[str]:
     port = free_port()
-    env = {
-        **process_environ,
-        "ANTWORT_REDIS_URL": redis_url,
-        "ANTWORT_KEY_PREFIX": "antwort-edge-test:",
-        "ANTWORT_HOST": "127.0.0.1",
-        "ANTWORT_PORT": str(port),
-        "ANTWORT_GATEWAY_CONNECTIONS": str(POOL),
-        "ANTWORT_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
-        "ANTWORT_HEADER_TIMEOUT_SECONDS": str(HEADER_SECONDS),
-        "ANTWORT_BODY_TIMEOUT_SECONDS": str(BODY_SECONDS),
-        "ANTWORT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
-        "ANTWORT_DEFAULT_MODEL": "m",
-        "ANTWORT_LOG_LEVEL": "warning",
-    }
+    env = fleet_env(
+        process_environ,
+        redis_url=redis_url,
+        prefix="antwort-edge-test:",
+        llm_base_url="http://127.0.0.1:9/v1",
+        model="m",
+        port=port,
+        ANTWORT_GATEWAY_CONNECTIONS=str(POOL),
+        ANTWORT_MAX_CONNECTIONS_PER_CLIENT=str(PER_CLIENT),
+        ANTWORT_HEADER_TIMEOUT_SECONDS=str(HEADER_SECONDS),
+        ANTWORT_BODY_TIMEOUT_SECONDS=str(BODY_SECONDS),
+    )
     fleet = Fleet(
         base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("edge")
     )
