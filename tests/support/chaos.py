@@ -361,6 +361,8 @@ def start_fleet(
     """Start a fleet with default settings but ``settings`` (``ANTWORT_…`` names)."""
     gateways, inference, mcp = shape.gateways, shape.inference, shape.mcp
     log_dir.mkdir(parents=True, exist_ok=True)
+    dumps = log_dir / "tmp"
+    dumps.mkdir(exist_ok=True)
     runs_file = log_dir / "mcp-runs.log"
     server = (
         start_server("streamable-http", name=MCP_LABEL, runs_file=str(runs_file)) if mcp else None
@@ -377,6 +379,9 @@ def start_fleet(
         ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1",
         ANTWORT_MCP_SERVERS_FILE=str(servers_file),
         ANTWORT_MCP_SECRET_KEY="chaos-seal-key",
+        # kombu pickles the messages it cannot give back to a Redis that went away into
+        # mkstemp() files ("EMERGENCY DUMP STATE TO FILE"): in the fleet's directory, not /tmp
+        TMPDIR=str(dumps),
     )
     env.update(settings or {})
     ports = [free_port() for _ in range(gateways)]
