@@ -47,7 +47,7 @@ class _PrivateRedis:
         )
         client = redis.Redis.from_url(self.url)
         try:
-            _wait(lambda: _answers(client), "the private Redis to answer", timeout=10)
+            _wait(lambda: _answers(client), "the private Redis to answer", timeout=30)
         finally:
             client.close()
 
