@@ -208,11 +208,14 @@ def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
     try:
         screens = []  # while it runs
         deadline = time.monotonic() + CHAT_SECONDS
-        while (dead := pane("display-message", "-p", "#{pane_dead} #{pane_dead_status}"))[0] != "1":
-            assert time.monotonic() < deadline, (dead, screens[-1:])
+        # until tmux knows how the program ended: the pane is dead (its terminal closed) a moment
+        # before its exit status (or signal) is in, and the "Pane is dead" notice with it
+        ended = "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
+        while (how := pane("display-message", "-p", ended).strip()) in ("0::", "1::"):
+            assert time.monotonic() < deadline, (how, screens[-1:])
             screens.append(pane("capture-pane", "-p"))
             time.sleep(0.1)
-        assert dead.split() == ["1", "0"], pane("capture-pane", "-p", "-S", "-")
+        assert how == "1:0:", (how, pane("capture-pane", "-p", "-S", "-"))
         # The final screen, from the start of the pane's history: tmux writes its "Pane is dead"
         # notice on a new bottom line, which scrolls the screen's first line ("Plan") into it.
         whole = pane("capture-pane", "-p", "-S", "-")
