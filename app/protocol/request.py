@@ -24,6 +24,7 @@ from app.protocol.client_tools import (
     ExtensionTool,
     HostedTool,
     LocalShellTool,
+    NamespaceFunction,
     NamespaceTool,
     ShellTool,
     tool_tag,
@@ -73,20 +74,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class FunctionTool(_Strict):
+class FunctionTool(NamespaceFunction):
     """A function the client executes itself (the response pauses on a call)."""
 
-    type: Literal["function"]
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-    output_schema: dict[str, Any] | None = None
-    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
-    defer_loading: bool | None = None
-
+    # A namespace's function's fields; echoed otherwise (the serializer replaces the parent's,
+    # which leaves out every key not sent).
     @model_serializer(mode="wrap")
-    def _echo(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # The spec's four keys are always echoed; the SDK's later options only when sent.
         dumped: dict[str, Any] = handler(self)
         return {k: v for k, v in dumped.items() if v is not None or k not in _OPTIONAL_KEYS}

@@ -15,10 +15,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.protocol import events as ev
-from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.base import ToolCall, ToolDefinition, ToolKind
 from app.tools.function import answers_check
 from app.tools.kinds import ToolKindSpec
-from app.tools.presenters import append_result, call_view, model_name, result_view, wire_name
+from app.tools.presenters import (
+    ResultItemCalls,
+    call_view,
+    model_name,
+    result_view,
+    wire_name,
+    with_namespace,
+)
 
 Item = dict[str, Any]
 
@@ -84,11 +91,12 @@ def input_done(item_id: str, output_index: int, text: str) -> ev.Event:
     }
 
 
-class CustomCallPresenter:
+class CustomCallPresenter(ResultItemCalls):
     """``custom_tool_call`` items, answered by ``custom_tool_call_output`` items."""
 
     item_type = "custom_tool_call"
     id_prefix = "ctc"
+    result_type = "custom_tool_call_output"
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
@@ -114,19 +122,11 @@ class CustomCallPresenter:
         name, namespace = wire_name(call.name, tool)
         item = {"id": item_id, "type": "custom_tool_call", "call_id": call.id, "name": name}
         item["input"] = text
-        return {**item, "namespace": namespace} if namespace else item
+        return with_namespace(item, namespace)
 
     def call_of(self, item: Item) -> ToolCall:
         arguments = json.dumps({"input": item.get("input", "")})
         return ToolCall(id=item["call_id"], name=model_name(item), arguments=arguments)
-
-    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
-        return bool(item["call_id"] in answered)
-
-    def answered(
-        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
-    ) -> tuple[list[Item], list[ev.Event]]:
-        return append_result(response_id, output, result, "custom_tool_call_output")
 
     def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
         return [call_view(self.call_of(item))]

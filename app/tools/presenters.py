@@ -92,11 +92,30 @@ def result_view(call_id: str, output: str) -> Item:
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
-class FunctionCallPresenter:
+class ResultItemCalls:
+    """Call items answered by a result item of their own, appended after the output.
+
+    What the ``function_call`` and ``custom_tool_call`` presenters share.
+    """
+
+    result_type: str
+    """The result item's type."""
+
+    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
+        return bool(item["call_id"] in answered)
+
+    def answered(
+        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        return append_result(response_id, output, result, self.result_type)
+
+
+class FunctionCallPresenter(ResultItemCalls):
     """``function_call`` items answered by ``function_call_output`` items (function, internal)."""
 
     item_type = "function_call"
     id_prefix = "fc"
+    result_type = "function_call_output"
 
     def started(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
@@ -105,7 +124,7 @@ class FunctionCallPresenter:
         item = function_call_item(
             item_id, call_id=call.id, name=name, arguments="", status="in_progress"
         )
-        return _with_namespace(item, namespace), []
+        return with_namespace(item, namespace), []
 
     def arguments_delta(self, item_id: str, output_index: int, delta: str) -> list[ev.Event]:
         return [ev.function_call_arguments_delta(item_id, output_index, delta)]
@@ -117,7 +136,7 @@ class FunctionCallPresenter:
         item = function_call_item(
             item_id, call_id=call.id, name=name, arguments=call.arguments, status="completed"
         )
-        item = _with_namespace(item, namespace)
+        item = with_namespace(item, namespace)
         return item, [
             ev.function_call_arguments_done(item_id, output_index, call.arguments, name),
             ev.output_item_done(output_index, item),
@@ -126,14 +145,6 @@ class FunctionCallPresenter:
     def call_of(self, item: Item) -> ToolCall:
         arguments = item.get("arguments", "")
         return ToolCall(id=item["call_id"], name=model_name(item), arguments=arguments)
-
-    def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
-        return bool(item["call_id"] in answered)
-
-    def answered(
-        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
-    ) -> tuple[list[Item], list[ev.Event]]:
-        return append_result(response_id, output, result, "function_call_output")
 
     def model_view(self, item: Item, output: Sequence[Item]) -> list[Item]:
         if item.get("namespace"):
@@ -177,7 +188,8 @@ def model_name(item: Item) -> str:
     return namespaced(namespace, item["name"]) if namespace else str(item["name"])
 
 
-def _with_namespace(item: Item, namespace: str | None) -> Item:
+def with_namespace(item: Item, namespace: str | None) -> Item:
+    """A call item with its tool's ``namespace``, if it has one."""
     return {**item, "namespace": namespace} if namespace else item
 
 

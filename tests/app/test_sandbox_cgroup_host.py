@@ -97,10 +97,11 @@ def test_default_settings_kill_a_run_whose_children_together_pass_the_memory_cap
 def test_default_settings_run_a_fork_bomb_to_its_end_and_remove_its_cgroup(
     cgroups: Cgroups,
 ) -> None:
-    # The run's time is generous: on a loaded machine bash's fork retries (1 + 2 + 4 + 8 s)
-    # keep pids.max full for longer before the bomb dies out and `sleep` can start.
+    # The program's own sleep starts before the bomb: once the bomb has taken every pid, bash
+    # could not fork one (it retries with growing pauses, 1 + 2 + 4 + 8 s). The generous time
+    # only bounds a loaded machine; the run ends with its program, after 2 s.
     sandbox = make_sandbox(_settings(sandbox_timeout_seconds=40))
-    bomb = "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived"
+    bomb = "sleep 2 & pause=$!; bomb() { bomb | bomb & }; bomb; wait $pause; echo survived"
 
     outcome = sandbox.run(SandboxRequest(argv=("/bin/bash", "-c", bomb)))
 

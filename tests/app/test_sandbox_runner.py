@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from app.tools.sandbox import runner
 from app.tools.sandbox.executor import report
 from app.tools.sandbox.runner import (
     INSTALL_HINT,
@@ -42,11 +46,41 @@ def sandbox() -> Sandbox:
 
 
 @pytest.fixture(autouse=True)
-def _nothing_left_running() -> Iterator[None]:
+def _nothing_left_running(sandbox: Sandbox) -> Iterator[None]:
+    """After each test, no process of a sandbox uid is alive, or a zombie child of this process.
+
+    Other runs on the host use the same uids under the same lock files (another checkout's
+    tests, the cgroup tests): a uid one of them holds now is busy, not leaked. So each uid is
+    looked at under its lock, taken as a run takes it; a uid locked elsewhere is passed over.
+    """
     yield
-    if os.geteuid() == 0:
-        left = {uid: processes_of(uid) for uid in range(UID_BASE, UID_BASE + UID_COUNT)}
-        assert not any(left.values()), left
+    assert not _children(), "a child process of the test was left running or unreaped"
+    if os.geteuid() != 0:
+        return
+    left = {}
+    for uid in range(UID_BASE, UID_BASE + UID_COUNT):
+        fd = os.open(sandbox.slots.lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # in a run elsewhere
+        else:
+            left[uid] = processes_of(uid)
+        finally:
+            os.close(fd)
+    assert not any(left.values()), left
+
+
+def _children() -> list[str]:
+    """This process's child processes (zombies too): their pids and states."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            pid, rest = stat.read_text().split(" (", 1)
+            state, ppid = rest.rsplit(") ", 1)[1].split()[:2]
+            if int(ppid) == os.getpid():
+                found.append(f"{pid} {state}")
+    return found
 
 
 def run(sandbox: Sandbox, code: str, files: bytes = b"") -> SandboxOutcome:
@@ -177,6 +211,18 @@ def test_abuse_process_left_running_is_killed(sandbox: Sandbox) -> None:
     outcome = run(sandbox, code)
     assert outcome.stdout == "started\n"
     # the autouse fixture checks that no process of the sandbox uids is alive
+
+
+def test_a_run_that_raises_midway_leaves_its_bubblewrap_killed_and_reaped(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a time limit, say")
+
+    monkeypatch.setattr(runner, "_exchange", interrupted)
+    with pytest.raises(RuntimeError, match="a time limit"):
+        run(sandbox, "print('never')")
+    # the autouse fixture checks that no child of this process is left, zombie or alive
 
 
 def test_abuse_writing_into_the_runner_output_is_denied(sandbox: Sandbox) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +114,39 @@ def process_environ(pytestconfig: pytest.Config) -> dict[str, str]:
     return env
 
 
+def fleet_env(
+    base: Mapping[str, str],
+    *,
+    redis_url: str,
+    prefix: str,
+    llm_base_url: str,
+    model: str | None = "antwort-sim",
+    port: int | None = None,
+    **settings: str,
+) -> dict[str, str]:
+    """The environment of a test fleet's processes: ``base`` and what every fleet sets.
+
+    ``base``: the shell's environment without its ANTWORT_* settings (``process_environ``).
+    The fleet's Redis and key prefix, its model server (and default model unless None), the
+    loopback as the gateway's address (and ``port`` if given: a fleet of several gateways gives
+    each its own), warnings and worse logged, then ``settings`` (``ANTWORT_…`` names).
+    """
+    env = dict(base)
+    env.update(
+        ANTWORT_REDIS_URL=redis_url,
+        ANTWORT_KEY_PREFIX=prefix,
+        ANTWORT_LLM_BASE_URL=llm_base_url,
+        ANTWORT_HOST="127.0.0.1",
+        ANTWORT_LOG_LEVEL="warning",
+    )
+    if model is not None:
+        env["ANTWORT_DEFAULT_MODEL"] = model
+    if port is not None:
+        env["ANTWORT_PORT"] = str(port)
+    env.update(settings)
+    return env
+
+
 def wait_ready(base_url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     last = ""
@@ -139,20 +172,17 @@ def fleet(
     """One fleet for the e2e session: a gateway and an inference worker."""
     prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     port = free_port()
-    env = dict(process_environ)
-    env.update(
-        ANTWORT_REDIS_URL=redis_url,
-        ANTWORT_KEY_PREFIX=prefix,
-        ANTWORT_LLM_BASE_URL=sim_url,
-        ANTWORT_DEFAULT_MODEL="antwort-sim",
-        ANTWORT_HOST="127.0.0.1",
-        ANTWORT_PORT=str(port),
+    env = fleet_env(
+        process_environ,
+        redis_url=redis_url,
+        prefix=prefix,
+        llm_base_url=sim_url,
+        port=port,
         ANTWORT_LLM_MAX_RETRIES="0",
         ANTWORT_KEEPALIVE_SECONDS="1",
         ANTWORT_INFERENCE_CONCURRENCY="8",
         ANTWORT_INTERNAL_TOOL_MODULES="tests.support.tools",
         ANTWORT_TOOL_OUTPUT_MAX_CHARS="1000",
-        ANTWORT_LOG_LEVEL="warning",
         ANTWORT_LLM_REASONING_REPLAY="true",  # the simulator takes reasoning_content, as vLLM
     )
     # -- sandbox kind and built-ins (tests/e2e/test_sandbox.py, test_builtins.py) -------------

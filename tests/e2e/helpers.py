@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -169,3 +170,20 @@ def wait_until_turn_stopped(counters: redis.Redis, key_prefix: str, response_id:
     while counters.exists(lease):
         assert time.monotonic() < deadline, f"a turn of {response_id} is still running"
         time.sleep(0.05)
+
+
+def wait_for_heartbeat(env: Mapping[str, str], queue: str, pid: int) -> None:
+    """Until the worker of process ``pid`` on ``queue`` (``env``: its fleet's) sent a heartbeat.
+
+    A worker a test starts as the rescue is up before the test times a recovery: its start
+    (seconds of imports on a loaded machine) is no part of what is timed.
+    """
+    member = f"{queue}@{socket.gethostname()}.{pid}"
+    client = redis.Redis.from_url(env["ANTWORT_REDIS_URL"])
+    try:
+        deadline = time.monotonic() + 60
+        while client.zscore(Keys(env["ANTWORT_KEY_PREFIX"]).workers(queue), member) is None:
+            assert time.monotonic() < deadline, f"{member} never sent a heartbeat"
+            time.sleep(0.1)
+    finally:
+        client.close()

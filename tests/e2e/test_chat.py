@@ -18,6 +18,8 @@ from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence
 
 CHAT = [sys.executable, "-m", "programs.cli", "chat"]
+CHAT_SECONDS = 90
+"""How long one chat may take on a loaded machine (long_tool alone takes 5 s)."""
 
 
 def chat(
@@ -28,7 +30,7 @@ def chat(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=CHAT_SECONDS,
         env={**fleet.env, "COLUMNS": "100"},
         cwd=cwd,
         check=False,
@@ -180,7 +182,7 @@ def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
 ) -> None:
     """A real terminal (tmux): the running step spins, and the final screen is ticked."""
     socket = f"antwort-chat-test-{tmp_path.name}"
-    tmux = ["tmux", "-L", socket]
+    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
     command = shlex.join(
         [
             *CHAT,
@@ -190,25 +192,39 @@ def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
             "run long_tool",
         ]
     )
+
+    def pane(command: str, *args: str) -> str:
+        return subprocess.run(
+            [*tmux, command, "-t", "chat", *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    # remain-on-exit in the same command as the session: the pane outlives the program at once
     subprocess.run(
-        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command],
+        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command]
+        + [";", "set-option", "-t", "chat", "remain-on-exit", "on"],
         check=True,
         env={**fleet.env, "TERM": "xterm-256color"},
     )
     try:
-        subprocess.run([*tmux, "set-option", "-t", "chat", "remain-on-exit", "on"], check=True)
-        screens = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            screen = subprocess.run(
-                [*tmux, "capture-pane", "-p", "-t", "chat"], capture_output=True, text=True
-            ).stdout
-            screens.append(screen)
-            if "completed" in screen:
-                break
+        screens = []  # while it runs
+        deadline = time.monotonic() + CHAT_SECONDS
+        # until tmux knows how the program ended: the pane is dead (its terminal closed) a moment
+        # before its exit status (or signal) is in, and the "Pane is dead" notice with it
+        ended = "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
+        while (how := pane("display-message", "-p", ended).strip()) in ("0::", "1::"):
+            assert time.monotonic() < deadline, (how, screens[-1:])
+            screens.append(pane("capture-pane", "-p"))
             time.sleep(0.1)
-        final = [line.rstrip() for line in screens[-1].splitlines() if line.strip()]
-        assert final[:3] == ["Plan", "✔ Run long_tool", "✔ Write the answer"], screens[-1]
+        assert how == "1:0:", (how, pane("capture-pane", "-p", "-S", "-"))
+        # The final screen, from the start of the pane's history: tmux writes its "Pane is dead"
+        # notice on a new bottom line, which scrolls the screen's first line ("Plan") into it.
+        whole = pane("capture-pane", "-p", "-S", "-")
+        final = [
+            line.rstrip()
+            for line in whole.splitlines()
+            if line.strip() and not line.startswith("Pane is dead")
+        ]
+        assert final[:3] == ["Plan", "✔ Run long_tool", "✔ Write the answer"], whole
         assert final[3:6] == [
             "✔ Run long_tool",
             "  │ long_tool done",

@@ -18,7 +18,7 @@ import pytest
 from openai.types import ErrorObject
 
 from programs.supervisor import free_port
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import Fleet, fleet_env
 
 POOL = 30
 """The gateway's gevent pool (``ANTWORT_GATEWAY_CONNECTIONS``)."""
@@ -38,20 +38,18 @@ def edge(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, process_environ: dict[str, str]
 ) -> Iterator[str]:
     port = free_port()
-    env = {
-        **process_environ,
-        "ANTWORT_REDIS_URL": redis_url,
-        "ANTWORT_KEY_PREFIX": "antwort-edge-test:",
-        "ANTWORT_HOST": "127.0.0.1",
-        "ANTWORT_PORT": str(port),
-        "ANTWORT_GATEWAY_CONNECTIONS": str(POOL),
-        "ANTWORT_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
-        "ANTWORT_HEADER_TIMEOUT_SECONDS": str(HEADER_SECONDS),
-        "ANTWORT_BODY_TIMEOUT_SECONDS": str(BODY_SECONDS),
-        "ANTWORT_LLM_BASE_URL": "http://127.0.0.1:9/v1",
-        "ANTWORT_DEFAULT_MODEL": "m",
-        "ANTWORT_LOG_LEVEL": "warning",
-    }
+    env = fleet_env(
+        process_environ,
+        redis_url=redis_url,
+        prefix="antwort-edge-test:",
+        llm_base_url="http://127.0.0.1:9/v1",
+        model="m",
+        port=port,
+        ANTWORT_GATEWAY_CONNECTIONS=str(POOL),
+        ANTWORT_MAX_CONNECTIONS_PER_CLIENT=str(PER_CLIENT),
+        ANTWORT_HEADER_TIMEOUT_SECONDS=str(HEADER_SECONDS),
+        ANTWORT_BODY_TIMEOUT_SECONDS=str(BODY_SECONDS),
+    )
     fleet = Fleet(
         base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path_factory.mktemp("edge")
     )
@@ -70,7 +68,8 @@ def _wait_for_health(base_url: str) -> None:
             if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     raise RuntimeError("the gateway did not start")
 
 
@@ -126,19 +125,20 @@ def _openai_error(body: dict[str, object]) -> ErrorObject:
 
 def test_edge_slowloris_is_bounded_in_count_and_time_while_healthz_answers(edge: str) -> None:
     with ExitStack() as stack:
+        attack = time.monotonic()  # no attacker's connection is cut before attack + deadline
         attackers = [stack.enter_context(_connect(edge)) for _ in range(POOL + 10)]
         for sock in attackers:
             sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\n")
         started = time.monotonic()
 
-        # Another client is served at once, though the attack asked for more than the pool.
+        # Another client is served while the attack holds its connections (before the header
+        # deadline frees any of them), though the attack asked for more than the pool.
         other = httpx.Client(transport=httpx.HTTPTransport(local_address=OTHER_ADDRESS))
         stack.enter_context(other)
         for _ in range(5):
-            before = time.monotonic()
             answer = other.get(f"{edge}/healthz", timeout=5, headers={"Connection": "close"})
             assert answer.status_code == 200
-            assert time.monotonic() - before < 1.0
+            assert time.monotonic() - attack < HEADER_SECONDS
 
         # The address's share was served; the rest were refused at once, in OpenAI's shape.
         refused = 0
@@ -152,8 +152,9 @@ def test_edge_slowloris_is_bounded_in_count_and_time_while_healthz_answers(edge:
                 refused += 1
                 assert _openai_error(body).code == "too_many_connections"
         assert refused == POOL + 10 - PER_CLIENT
-        # Every connection ended by the header deadline (one line every second would not help).
-        assert time.monotonic() - started < HEADER_SECONDS + 5
+        # Every connection ended by the header deadline (one line every second would not help);
+        # without it, the reads above would wait out their socket timeout instead.
+        assert time.monotonic() - started < 3 * HEADER_SECONDS
 
 
 def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str) -> None:
@@ -161,7 +162,7 @@ def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
         started = time.monotonic()
         closed = False
-        while time.monotonic() - started < HEADER_SECONDS + 5:
+        while time.monotonic() - started < 3 * HEADER_SECONDS:
             try:
                 sock.sendall(b"X-Slow: 1\r\n")
                 sock.settimeout(0.5)
@@ -174,7 +175,8 @@ def test_edge_headers_sent_line_by_line_are_cut_at_the_header_deadline(edge: str
                 closed = True
                 break
         assert closed
-        assert HEADER_SECONDS - 0.5 < time.monotonic() - started < HEADER_SECONDS + 3
+        # cut at the deadline, not before; how late a loaded machine lets it be seen is its own
+        assert HEADER_SECONDS - 0.5 < time.monotonic() - started < 3 * HEADER_SECONDS
 
 
 def test_edge_body_sent_byte_by_byte_is_408_at_the_body_deadline(edge: str) -> None:
@@ -190,10 +192,11 @@ def test_edge_body_sent_byte_by_byte_is_408_at_the_body_deadline(edge: str) -> N
         while time.monotonic() - started < BODY_SECONDS - 0.6:
             sock.sendall(b" ")
             time.sleep(0.2)
-        sock.settimeout(BODY_SECONDS + 5)
+        sock.settimeout(30)
         body = json.loads(_body_of_answer(sock, status=408))
         assert _openai_error(body).type == "invalid_request_error"
-        assert BODY_SECONDS - 0.5 < time.monotonic() - started < BODY_SECONDS + 3
+        # at the deadline, not before (a loaded machine may show it late: the bound is generous)
+        assert BODY_SECONDS - 0.5 < time.monotonic() - started < BODY_SECONDS + 15
 
 
 @pytest.mark.parametrize(

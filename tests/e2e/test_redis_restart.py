@@ -10,6 +10,7 @@ the machine's shared one), so the restart touches no other test.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ class _PrivateRedis:
         )
         client = redis.Redis.from_url(self.url)
         try:
-            _wait(lambda: _answers(client), "the private Redis to answer", timeout=10)
+            _wait(lambda: _answers(client), "the private Redis to answer", timeout=30)
         finally:
             client.close()
 
@@ -81,6 +82,11 @@ def private_redis(tmp_path: Path) -> Iterator[_PrivateRedis]:
         server.stop()
 
 
+def _dumped(log: str) -> list[str]:
+    """The files kombu's ``emergency_dump_state`` named in a worker's log."""
+    return re.findall(r"EMERGENCY DUMP STATE TO FILE -> (\S+) <-", log)
+
+
 def _text(response: ResponseObject) -> str:
     return "".join(
         part["text"]
@@ -101,6 +107,8 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
     tmp_path: Path,
     process_environ: dict[str, str],
 ) -> None:
+    dumps = tmp_path / "tmp"  # kombu's emergency dumps (see below), the test's to clean
+    dumps.mkdir()
     settings = Settings(
         redis_url=private_redis.url,
         llm_base_url=sim_url,
@@ -116,6 +124,7 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         "ANTWORT_LLM_MAX_RETRIES": "0",
         "ANTWORT_LEASE_SECONDS": "3",
         "ANTWORT_INFERENCE_CONCURRENCY": "4",
+        "TMPDIR": str(dumps),
     }
     log = tmp_path / "worker.log"
     argv = [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"]
@@ -166,6 +175,9 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         )
         assert deltas == _text(stored.response)
         assert worker.poll() is None, "the worker exited"
+        # kombu could not give back a message it held while Redis was away: it pickles it to a
+        # mkstemp() file, in $TMPDIR (no setting turns this off), here the test's own directory
+        assert all(Path(path).parent == dumps for path in _dumped(log.read_text())), dumps
     finally:
         celery.close()
         store.redis.close()

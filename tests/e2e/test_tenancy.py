@@ -18,7 +18,7 @@ import redis
 
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet, fleet_env, wait_ready
 from tests.e2e.helpers import assert_error_body, wait_for_status
 from tests.e2e.test_websocket import open_socket, receive_response, socket_error
 
@@ -113,18 +113,21 @@ def limited_pair(
     """Two gunicorn gateways on a prefix of their own, one tenant limited to 3 requests/min."""
     prefix = f"antwort-e2e-limits-{uuid.uuid4().hex[:8]}:"
     ports = [free_port(), free_port()]
-    fleet = Fleet(base_url="", env=dict(process_environ), log_dir=tmp_path_factory.mktemp("rl"))
+    env = fleet_env(
+        process_environ,
+        redis_url=redis_url,
+        prefix=prefix,
+        llm_base_url=sim_url,
+        model=None,
+        ANTWORT_API_KEYS="team-c:kc",
+        ANTWORT_RATE_LIMIT_REQUESTS_PER_MINUTE="3",
+    )
+    fleet = Fleet(base_url="", env=env, log_dir=tmp_path_factory.mktemp("rl"))
     for index, port in enumerate(ports):
         fleet.spawn(
             f"gateway-{index}",
             [sys.executable, "-m", "programs.cli", "gateway"],
-            ANTWORT_REDIS_URL=redis_url,
-            ANTWORT_KEY_PREFIX=prefix,
-            ANTWORT_LLM_BASE_URL=sim_url,
-            ANTWORT_HOST="127.0.0.1",
             ANTWORT_PORT=str(port),
-            ANTWORT_API_KEYS="team-c:kc",
-            ANTWORT_RATE_LIMIT_REQUESTS_PER_MINUTE="3",
         )
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
@@ -184,17 +187,15 @@ def fleet_of_two_tenants(
     """A gateway and an inference worker of their own, keys for two tenants, ``settings``."""
     prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
     port = free_port()
-    env = {k: v for k, v in process_environ.items() if k != "ANTWORT_TENANT_MAX_RUNNING"}
-    env.update(
-        ANTWORT_REDIS_URL=redis_url,
-        ANTWORT_KEY_PREFIX=prefix,
-        ANTWORT_LLM_BASE_URL=sim_url,
-        ANTWORT_DEFAULT_MODEL="antwort-sim",
-        ANTWORT_HOST="127.0.0.1",
-        ANTWORT_PORT=str(port),
+    env = fleet_env(
+        {k: v for k, v in process_environ.items() if k != "ANTWORT_TENANT_MAX_RUNNING"},
+        redis_url=redis_url,
+        prefix=prefix,
+        llm_base_url=sim_url,
+        port=port,
         ANTWORT_API_KEYS="team-a:ka,team-b:kb",
-        **settings,
     )
+    env.update(settings)
     fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=log_dir)
     fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
     fleet.start_worker("worker")

@@ -116,6 +116,27 @@ def traced_fleet(
         yield running
 
 
+def _whole_trace(collector: Collector, deadline: float) -> list[Span]:
+    """The last request's trace once its model calls, its tool call and all their parents are in.
+
+    The exporters batch, and a task's span ends after the model call: each process sends its
+    spans in its own time.
+    """
+    while True:
+        with collector.lock:
+            roots = [s for s in collector.spans if s.name == "POST /v1/responses"]
+        spans = collector.of_trace(roots[-1].trace_id) if roots else []
+        ids = {span.span_id for span in spans}
+        if (
+            len([s for s in spans if s.name.startswith("chat ")]) == 2
+            and any(s.name == "execute_tool calculator" for s in spans)
+            and all(span.parent_id in ids for span in spans if span.parent_id)
+        ):
+            return spans
+        assert time.monotonic() < deadline, [(s.service, s.name) for s in collector.spans]
+        time.sleep(0.1)
+
+
 def test_an_agentic_response_is_one_connected_trace_across_three_processes(
     traced_fleet: Fleet, collector: Collector
 ) -> None:
@@ -127,24 +148,11 @@ def test_an_agentic_response_is_one_connected_trace_across_three_processes(
         )
     assert response.status == "completed"
 
-    deadline = time.monotonic() + 30
-    while True:  # until the root and both model calls are in (the exporters batch)
-        with collector.lock:
-            roots = [s for s in collector.spans if s.name == "POST /v1/responses"]
-        spans = collector.of_trace(roots[-1].trace_id) if roots else []
-        if len([s for s in spans if s.name.startswith("chat ")]) == 2 and any(
-            s.name == "execute_tool calculator" for s in spans
-        ):
-            break
-        assert time.monotonic() < deadline, [(s.service, s.name) for s in collector.spans]
-        time.sleep(0.1)
-    time.sleep(0.5)  # the last task spans end after the model call
-    spans = collector.of_trace(roots[-1].trace_id)
+    deadline = time.monotonic() + 60
+    spans = _whole_trace(collector, deadline)
 
-    # one tree: a single root, every other span's parent in the same trace
-    ids = {span.span_id for span in spans}
+    # one tree: a single root, every other span's parent in the same trace (waited for above)
     assert [span.name for span in spans if not span.parent_id] == ["POST /v1/responses"]
-    assert all(span.parent_id in ids for span in spans if span.parent_id)
     assert {span.service for span in spans} == {
         "antwort-gateway",
         "antwort-inference",
@@ -180,14 +188,13 @@ def test_an_agentic_response_is_one_connected_trace_across_three_processes(
         assert node.parent_id, f"the tool task does not run under turn 0: {between}"
         node = parent[node.parent_id]
     assert len(between) <= 1 and all(s.service == "antwort-inference" for s in between), between
-    # the task's JSON log line carries the trace it ran in
-    logged = [
-        json.loads(line)
-        for line in (traced_fleet.log_dir / "tools.internal.log").read_text().splitlines()
-        if line.startswith("{")
-    ]
+    # the task's JSON log line carries the trace it ran in (written when the task has ended,
+    # which may be after the response completed)
     call_id = tool.attributes["gen_ai.tool.call.id"]
-    [line] = [x for x in logged if x.get("call_id") == call_id and "outcome" in x]
+    while not (lines := _task_log_lines(traced_fleet, "tools.internal", call_id)):
+        assert time.monotonic() < deadline, "the tool task logged no end"
+        time.sleep(0.1)
+    [line] = lines
     assert line["trace_id"] == tool.trace_id and line["outcome"] == "ok"
     second_turn_ancestors = set()
     node = turn_of[1]
@@ -195,6 +202,16 @@ def test_an_agentic_response_is_one_connected_trace_across_three_processes(
         node = parent[node.parent_id]
         second_turn_ancestors.add(node.span_id)
     assert tool_task.span_id in second_turn_ancestors
+
+
+def _task_log_lines(fleet: Fleet, process: str, call_id: str) -> list[dict[str, Any]]:
+    """The JSON log lines of the process's tasks for the call that say how they ended."""
+    logged = [
+        json.loads(line)
+        for line in (fleet.log_dir / f"{process}.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    return [x for x in logged if x.get("call_id") == call_id and "outcome" in x]
 
 
 def test_a_turn_the_sweeper_runs_again_joins_the_response_trace(

@@ -10,13 +10,19 @@ from __future__ import annotations
 import signal
 import time
 
-import httpx
 import openai
 import redis
 
 from app.keys import Keys
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import TERMINAL, check_sequence, plain, validate_event, wait_for_status
+from tests.e2e.helpers import (
+    TERMINAL,
+    check_sequence,
+    plain,
+    validate_event,
+    wait_for_heartbeat,
+    wait_for_status,
+)
 
 RECOVERY_SECONDS = 60.0
 NEXT_EVENT_WITHIN_SECONDS = 10.0
@@ -38,8 +44,8 @@ def test_worker_death_sigkill_mid_turn_still_ends_the_response(
             for event in stream:  # some text is out: the kill lands mid-generation
                 if event.type == "response.output_text.delta":
                     break
-        fleet.start_worker("worker-rescue")  # alive before the kill: its sweeper takes over
-        _wait_for_workers(fleet, 2)
+        rescue = fleet.start_worker("worker-rescue")  # up before the kill: its sweeper takes over
+        wait_for_heartbeat(fleet.env, "inference", rescue.pid)
         fleet.stop("worker-victim", signal.SIGKILL)
         killed_at = time.monotonic()
         assert client.responses.retrieve(created.id).status == "in_progress"
@@ -76,16 +82,6 @@ def test_worker_death_sigkill_mid_turn_still_ends_the_response(
                 fleet.stop(name)
         fleet.start_worker("worker-0")
         _wait_until_served(client)
-
-
-def _wait_for_workers(fleet: Fleet, count: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        checks = httpx.get(f"{fleet.base_url}/readyz", timeout=5).json()["checks"]
-        if int(checks.get("inference_workers", 0)) >= count:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{count} inference workers never showed up")
 
 
 def _last_sequence_number(fleet: Fleet, response_id: str) -> int:

@@ -14,8 +14,15 @@ import redis
 
 from app.keys import Keys
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import TERMINAL, check_sequence, plain, validate_event, wait_for_status
-from tests.e2e.test_worker_death import _last_sequence_number, _wait_for_workers, _wait_until_served
+from tests.e2e.helpers import (
+    TERMINAL,
+    check_sequence,
+    plain,
+    validate_event,
+    wait_for_heartbeat,
+    wait_for_status,
+)
+from tests.e2e.test_worker_death import _last_sequence_number, _wait_until_served
 
 PROMPT = "stall [tokens=600] [delay_ms=10]"
 """Six seconds of text: the rescue still streams when the stalled worker wakes up."""
@@ -40,8 +47,8 @@ def test_worker_stalled_past_its_lease_is_fenced_out_by_the_rescue(
             for event in stream:  # some text is out: the stall lands mid-generation
                 if event.type == "response.output_text.delta":
                     break
-        fleet.start_worker("worker-rescue")
-        _wait_for_workers(fleet, 2)
+        rescue = fleet.start_worker("worker-rescue")
+        wait_for_heartbeat(fleet.env, "inference", rescue.pid)
         victim_lease = store.get(keys.lease(created.id))
         victim.send_signal(signal.SIGSTOP)
         stalled_at = _last_sequence_number(fleet, created.id)

@@ -216,7 +216,7 @@ def test_tenancy_keys_made_by_the_cli_work_without_a_restart(
     assert web.get("/v1/models").status_code == 401  # revoking the last key opens nothing
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

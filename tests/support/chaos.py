@@ -36,7 +36,7 @@ import redis
 from programs.simulator.behaviour import SimConfig
 from programs.simulator.server import SimulatorServer, _Handler
 from programs.supervisor import embedded_redis_argv, free_port
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet, fleet_env, wait_ready
 from tests.support.mcp_servers import RunningServer, start_server
 
 TERMINAL_EVENTS = frozenset(
@@ -361,6 +361,8 @@ def start_fleet(
     """Start a fleet with default settings but ``settings`` (``ANTWORT_…`` names)."""
     gateways, inference, mcp = shape.gateways, shape.inference, shape.mcp
     log_dir.mkdir(parents=True, exist_ok=True)
+    dumps = log_dir / "tmp"
+    dumps.mkdir(exist_ok=True)
     runs_file = log_dir / "mcp-runs.log"
     server = (
         start_server("streamable-http", name=MCP_LABEL, runs_file=str(runs_file)) if mcp else None
@@ -368,18 +370,18 @@ def start_fleet(
     servers_file = log_dir / "mcp-servers.json"
     configured = {MCP_LABEL: {"url": server.url, "require_approval": "never"}} if server else {}
     servers_file.write_text(json.dumps({"servers": configured}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
-    env.update(
-        ANTWORT_REDIS_URL=redis_server.url,
-        ANTWORT_KEY_PREFIX=f"antwort-chaos-{uuid.uuid4().hex[:8]}:",
-        ANTWORT_LLM_BASE_URL=model.url,
-        ANTWORT_DEFAULT_MODEL="antwort-sim",
-        ANTWORT_HOST="127.0.0.1",
+    env = fleet_env(
+        {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")},
+        redis_url=redis_server.url,
+        prefix=f"antwort-chaos-{uuid.uuid4().hex[:8]}:",
+        llm_base_url=model.url,
         ANTWORT_KEEPALIVE_SECONDS="1",  # the followers notice a stall quickly; no recovery timing
         ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1",
         ANTWORT_MCP_SERVERS_FILE=str(servers_file),
         ANTWORT_MCP_SECRET_KEY="chaos-seal-key",
-        ANTWORT_LOG_LEVEL="warning",
+        # kombu pickles the messages it cannot give back to a Redis that went away into
+        # mkstemp() files ("EMERGENCY DUMP STATE TO FILE"): in the fleet's directory, not /tmp
+        TMPDIR=str(dumps),
     )
     env.update(settings or {})
     ports = [free_port() for _ in range(gateways)]

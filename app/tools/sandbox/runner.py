@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -227,20 +227,19 @@ class Sandbox:
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
-        if group is not None:
-            try:
-                group.add(proc.pid)  # behind the gate: nothing of the run has started yet
-            except OSError as exc:
-                proc.kill()
-                proc.communicate()
-                return SandboxOutcome(error=f"The sandbox could not enter its cgroup: {exc}")
-            payload = b"\n" + payload  # opens the gate
-        stdout, stderr, overran = _exchange(
-            proc,
-            payload,
-            cap=4 * self.limits.max_output_bytes + 2 * self.limits.max_files_bytes + 65536,
-            seconds=self.limits.timeout_seconds + _GRACE_SECONDS,
-        )
+        with _reaped(proc):
+            if group is not None:
+                try:
+                    group.add(proc.pid)  # behind the gate: nothing of the run has started yet
+                except OSError as exc:
+                    return SandboxOutcome(error=f"The sandbox could not enter its cgroup: {exc}")
+                payload = b"\n" + payload  # opens the gate
+            stdout, stderr, overran = _exchange(
+                proc,
+                payload,
+                cap=4 * self.limits.max_output_bytes + 2 * self.limits.max_files_bytes + 65536,
+                seconds=self.limits.timeout_seconds + _GRACE_SECONDS,
+            )
         elapsed = (time.monotonic() - started) * 1000
         if overran:
             return SandboxOutcome(
@@ -337,6 +336,27 @@ class Sandbox:
             "-c",
             _runner_source(),
         ]
+
+
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Kill (if still running) and reap the run's bwrap however the block ends.
+
+    An exception in the block (a Celery time limit, any error while the run is exchanged with)
+    would otherwise leave it running and, once the slot's sweep killed it, a zombie of the worker
+    that still counts against its uid's process limit (``RLIMIT_NPROC``) in later runs.
+    """
+    try:
+        yield
+    finally:
+        if proc.poll() is None:  # not reaped yet: its pid (and group) is still this run's
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def _exchange(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _SLOT_WAIT_SECONDS = 10.0
+_SWEEP_SECONDS = 10.0
+"""How long a sweep waits for a uid's killed processes to be gone."""
 
 
 @dataclass(slots=True)
@@ -60,16 +62,18 @@ class UidSlots:
                 except BlockingIOError:
                     os.close(fd)
                     continue
+                # the last holder died mid-run, or its sweep did not finish: sweep what is left
+                if os.pread(fd, 5, 0) != b"clean" and not kill_uid(uid):
+                    os.close(fd)  # a uid still in use is no slot for a new run
+                    continue
                 slot = Slot(uid=uid)
                 try:
-                    if os.pread(fd, 5, 0) != b"clean":
-                        kill_uid(uid)  # the last holder died mid-run: sweep what it left
                     os.pwrite(fd, b"busy!", 0)
                     yield slot
                 finally:
-                    if not slot.is_clean:
-                        kill_uid(uid)
-                    os.pwrite(fd, b"clean", 0)
+                    # "clean" only when nothing of the run is alive: else the next holder sweeps
+                    if slot.is_clean or kill_uid(uid):
+                        os.pwrite(fd, b"clean", 0)
                     os.close(fd)
                 return
             if time.monotonic() > deadline:
@@ -77,19 +81,25 @@ class UidSlots:
             time.sleep(0.05)
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every process of ``uid`` (a sandbox slot's own uid); returns how many."""
-    killed = 0
-    for _ in range(10):
-        pids = processes_of(uid)
-        if not pids:
-            break
+def kill_uid(uid: int, seconds: float | None = None) -> bool:
+    """SIGKILL every process of ``uid`` (a sandbox slot's own uid) until none is alive.
+
+    A killed process is alive until the kernel has torn it down (a pid namespace's init waits
+    for all its namespace's processes), which on a loaded host takes more than a few
+    milliseconds; a fork bomb makes new ones meanwhile. Returns whether none was left within
+    ``seconds`` (default ``_SWEEP_SECONDS``).
+    """
+    deadline = time.monotonic() + (_SWEEP_SECONDS if seconds is None else seconds)
+    pause = 0.005
+    while pids := processes_of(uid):
+        if time.monotonic() > deadline:
+            return False
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
-        time.sleep(0.01)
-    return killed
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
+    return True
 
 
 def processes_of(uid: int) -> list[int]:
