@@ -47,14 +47,19 @@ def sandbox() -> Sandbox:
 
 @pytest.fixture(autouse=True)
 def _nothing_left_running(sandbox: Sandbox) -> Iterator[None]:
-    """After each test, no process of a sandbox uid is alive, or a zombie child of this process.
+    """After each test, no process of a sandbox uid is alive, or a new child of this process.
+
+    Children this process had before the test (the e2e fleet a session fixture started, when
+    the whole suite runs in one process) are not the test's.
 
     Other runs on the host use the same uids under the same lock files (another checkout's
     tests, the cgroup tests): a uid one of them holds now is busy, not leaked. So each uid is
     looked at under its lock, taken as a run takes it; a uid locked elsewhere is passed over.
     """
+    before = {child.split()[0] for child in _children()}  # a session fleet's processes, say
     yield
-    assert not _children(), "a child process of the test was left running or unreaped"
+    left_children = [child for child in _children() if child.split()[0] not in before]
+    assert not left_children, "a child process of the test was left running or unreaped"
     if os.geteuid() != 0:
         return
     left = {}
