@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,17 +66,57 @@ def to_chat_tool_choice(choice: Any) -> Any:
     return "required"
 
 
+class PreparedItems(list[dict[str, Any]]):
+    """Model items whose first ones come with their chat messages, translated once before.
+
+    ``prefix`` holds the very item objects of the list's start and ``messages`` what
+    :func:`to_chat_messages` makes of them; the item after them (if any) is a message not the
+    assistant's, where translation starts afresh (no message of the prefix changes after it).
+    :func:`to_chat_messages` uses them only while the list still starts with those objects.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[dict[str, Any]],
+        *,
+        prefix: Sequence[dict[str, Any]] = (),
+        messages: Sequence[ChatMessage] = (),
+    ) -> None:
+        super().__init__(items)
+        self.prefix = prefix
+        self.messages = messages
+
+    def translated_prefix(self) -> tuple[int, Sequence[ChatMessage]]:
+        """How many items :attr:`messages` stand for: none unless the list starts with them."""
+        count = len(self.prefix)
+        if count > len(self) or not all(map(operator.is_, self[:count], self.prefix)):
+            return 0, ()
+        if count < len(self) and not _is_fresh_start(self[count]):
+            return 0, ()
+        return count, self.messages
+
+
+def _is_fresh_start(item: dict[str, Any]) -> bool:
+    """Whether translation of the items from ``item`` on ignores the ones before it."""
+    return item.get("type", "message") == "message" and item.get("role") != "assistant"
+
+
 def to_chat_messages(
     instructions: str | None, items: Sequence[dict[str, Any]]
 ) -> list[ChatMessage]:
     """Responses items as chat messages; consecutive function calls share one assistant turn.
 
     A reasoning item's text goes on the assistant message that follows it, as
-    ``reasoning_content``.
+    ``reasoning_content``. Of :class:`PreparedItems`, the prefix's messages are taken as
+    translated before.
     """
     messages: list[ChatMessage] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    if isinstance(items, PreparedItems):
+        count, translated = items.translated_prefix()
+        messages += translated
+        items = items[count:]
     reasoning: list[str] = []
     for item in items:
         if item.get("type") == "reasoning":
