@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
-from app.providers.translate import ChatMessage, PreparedItems, to_chat_messages
+from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
 from app.sealing import is_sealed, model_items
 from app.store import ResponseStore
 from app.tools.presenters import PresenterIndex
@@ -51,9 +51,11 @@ class Prefix:
     """The model's view of ``opened``."""
     messages: list[ChatMessage]
     """``view`` as chat messages."""
+    encoded: str
+    """``messages`` as JSON, comma-separated (``translate.encode_json``)."""
 
 
-EMPTY = Prefix(0, [], [], [])
+EMPTY = Prefix(0, [], [], [], "")
 
 PrefixKey = tuple[str, PresenterIndex, bool]
 
@@ -114,7 +116,7 @@ def prepared_items(
         prefix = EMPTY
     opened = [*prefix.opened, *model_items(store, settings, [*history[prefix.length :], *rest])]
     view = [*prefix.view, *presenters.model_view(opened, start=len(prefix.opened))]
-    return PreparedItems(view, prefix=prefix.view, messages=prefix.messages)
+    return PreparedItems(view, prefix=prefix.view, messages=prefix.messages, encoded=prefix.encoded)
 
 
 def _extended(
@@ -138,9 +140,12 @@ def _extended(
         return prefix
     opened = model_items(store, settings, history[prefix.length : end])
     view = presenters.model_view(opened)
+    messages = to_chat_messages(None, view)
+    encoded = ",".join([encode_json(m) for m in messages])
     return Prefix(
         end,
         [*prefix.opened, *opened],
         [*prefix.view, *view],
-        [*prefix.messages, *to_chat_messages(None, view)],
+        [*prefix.messages, *messages],
+        f"{prefix.encoded},{encoded}" if prefix.encoded and encoded else prefix.encoded or encoded,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,31 @@ def build_chat_body(request: ModelRequest) -> dict[str, Any]:
         body["tool_choice"] = to_chat_tool_choice(request.tool_choice)
         body["parallel_tool_calls"] = request.parallel_tool_calls
     return body
+
+
+def encode_json(value: Any) -> str:
+    """JSON as httpx writes a request body: compact, UTF-8 as is, no NaN."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode_chat_body(request: ModelRequest) -> bytes:
+    """:func:`build_chat_body` as the JSON request body.
+
+    The messages of a :class:`PreparedItems` prefix go in as encoded before (then
+    ``"messages"`` comes first, the other fields after it in their order).
+    """
+    body = build_chat_body(request)
+    items = request.items
+    _, translated = items.translated_prefix() if isinstance(items, PreparedItems) else (0, ())
+    if not translated or not isinstance(items, PreparedItems) or items.encoded is None:
+        return encode_json(body).encode()
+    messages = body.pop("messages")
+    head = 1 if request.instructions else 0
+    parts = [encode_json(m) for m in messages[:head]]
+    parts.append(items.encoded)
+    parts += [encode_json(m) for m in messages[head + len(translated) :]]
+    rest = encode_json(body)[1:]  # the other fields, without their opening brace
+    return ('{"messages":[' + ",".join(parts) + "]," + rest).encode()
 
 
 def to_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -81,10 +107,13 @@ class PreparedItems(list[dict[str, Any]]):
         *,
         prefix: Sequence[dict[str, Any]] = (),
         messages: Sequence[ChatMessage] = (),
+        encoded: str | None = None,
     ) -> None:
         super().__init__(items)
         self.prefix = prefix
         self.messages = messages
+        self.encoded = encoded
+        """``messages`` as :func:`encode_json` writes them, comma-separated (None: not kept)."""
 
     def translated_prefix(self) -> tuple[int, Sequence[ChatMessage]]:
         """How many items :attr:`messages` stand for: none unless the list starts with them."""

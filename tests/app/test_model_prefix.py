@@ -7,7 +7,9 @@ see if the whole chain were prepared afresh (``app.model_prefix``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,7 +18,13 @@ from app.config import Settings
 from app.conversation import history_of
 from app.model_prefix import PREFIXES, prepared_items
 from app.protocol.items import item_id
-from app.providers.translate import ModelRequest, PreparedItems, to_chat_messages
+from app.providers.translate import (
+    ModelRequest,
+    PreparedItems,
+    build_chat_body,
+    encode_chat_body,
+    to_chat_messages,
+)
 from app.sealing import model_items
 from app.store import ResponseStore
 from app.tools.registry import KINDS
@@ -143,6 +151,9 @@ def test_every_history_of_a_list_is_shown_as_prepared_whole(
             for instructions in (None, "be brief"):
                 plain = to_chat_messages(instructions, expected)
                 assert to_chat_messages(instructions, got) == plain, (length, rest)
+                sent = ModelRequest(model="m", instructions=instructions, items=got)
+                body = build_chat_body(replace(sent, items=expected))
+                assert json.loads(encode_chat_body(sent)) == body, (length, rest)
     kept = PREFIXES.get((key, KINDS.presenters, replay))
     # kept up to the last user message before the approval request, whose view reads later items
     assert kept.length == chain.index(approval_request("mcpr_1")) - 1
