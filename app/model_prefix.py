@@ -51,11 +51,11 @@ class Prefix:
     """The model's view of ``opened``."""
     messages: list[ChatMessage]
     """``view`` as chat messages."""
-    encoded: str
+    encoded: bytes
     """``messages`` as JSON, comma-separated (``translate.encode_json``)."""
 
 
-EMPTY = Prefix(0, [], [], [], "")
+EMPTY = Prefix(0, [], [], [], b"")
 
 PrefixKey = tuple[str, PresenterIndex, bool]
 
@@ -141,11 +141,11 @@ def _extended(
     opened = model_items(store, settings, history[prefix.length : end])
     view = presenters.model_view(opened)
     messages = to_chat_messages(None, view)
-    encoded = ",".join([encode_json(m) for m in messages])
+    encoded = b",".join([encode_json(m).encode() for m in messages])
     return Prefix(
         end,
         [*prefix.opened, *opened],
         [*prefix.view, *view],
         [*prefix.messages, *messages],
-        f"{prefix.encoded},{encoded}" if prefix.encoded and encoded else prefix.encoded or encoded,
+        b",".join(part for part in (prefix.encoded, encoded) if part),
     )

@@ -60,11 +60,14 @@ def encode_chat_body(request: ModelRequest) -> bytes:
         return encode_json(body).encode()
     messages = body.pop("messages")
     head = 1 if request.instructions else 0
-    parts = [encode_json(m) for m in messages[:head]]
+    parts = [b'{"messages":[']
+    for message in messages[:head]:
+        parts += [encode_json(message).encode(), b","]
     parts.append(items.encoded)
-    parts += [encode_json(m) for m in messages[head + len(translated) :]]
-    rest = encode_json(body)[1:]  # the other fields, without their opening brace
-    return ('{"messages":[' + ",".join(parts) + "]," + rest).encode()
+    for message in messages[head + len(translated) :]:
+        parts += [b",", encode_json(message).encode()]
+    parts += [b"],", encode_json(body)[1:].encode()]  # the other fields, past their brace
+    return b"".join(parts)
 
 
 def to_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -107,13 +110,13 @@ class PreparedItems(list[dict[str, Any]]):
         *,
         prefix: Sequence[dict[str, Any]] = (),
         messages: Sequence[ChatMessage] = (),
-        encoded: str | None = None,
+        encoded: bytes | None = None,
     ) -> None:
         super().__init__(items)
         self.prefix = prefix
         self.messages = messages
         self.encoded = encoded
-        """``messages`` as :func:`encode_json` writes them, comma-separated (None: not kept)."""
+        """``messages`` as :func:`encode_json` writes them, UTF-8, comma-separated (None: none)."""
 
     def translated_prefix(self) -> tuple[int, Sequence[ChatMessage]]:
         """How many items :attr:`messages` stand for: none unless the list starts with them."""
