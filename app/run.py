@@ -40,6 +40,7 @@ from app.conversation import history_of
 from app.dispatch import Dispatcher
 from app.errors import AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
+from app.model_prefix import prepared_items
 from app.output import OutputBuilder, ReasoningOutput, TurnOutput
 from app.plan import (
     CancelByModel,
@@ -71,7 +72,7 @@ from app.providers.chunks import Chunk
 from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
 from app.providers.translate import ModelRequest
 from app.replay import ReplayGuard
-from app.sealing import ENCRYPTED_REASONING, fleet_sealer, model_items
+from app.sealing import ENCRYPTED_REASONING, fleet_sealer
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
 from app.store import (
     NO_FENCE,
@@ -141,6 +142,8 @@ class RunState:
     extra: dict[str, Any]
     history: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
+    history_list: str | None = None
+    """The key of the chain's list ``history`` is the start of (None: not a list's)."""
     start_sequence_number: int = -1
     """Where this turn's events begin (the last sequence number before it first started)."""
     is_rerun: bool = False
@@ -340,6 +343,11 @@ def load_state(
         extra=stored.extra,
         history=history,
         inputs=inputs,
+        history_list=(
+            store.keys.history(stored.history.chain, stored.history.list)
+            if stored.history is not None
+            else None
+        ),
         start_sequence_number=loaded.start_sequence_number,
         is_rerun=loaded.is_rerun,
         fence=fence,
@@ -389,12 +397,18 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response, kinds = state.response, deps.kinds
     chain = [*state.history, *response.output]
-    seen = [*state.history, *state.inputs, *response.output]
-    items = model_items(deps.store, deps.settings, seen)
+    items = prepared_items(
+        deps.store,
+        deps.settings,
+        kinds.presenters,
+        history=state.history,
+        history_list=state.history_list,
+        rest=[*state.inputs, *response.output],
+    )
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
-        items=kinds.presenters.model_view(items),
+        items=items,
         tools=kinds.model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
         parallel_tool_calls=response.parallel_tool_calls,

@@ -149,7 +149,8 @@ def fleet_sealer(store: ResponseStore, settings: Settings) -> Sealer:
     return load_sealer(settings.compaction_key, settings.secrets_file)
 
 
-def _is_sealed(item: dict[str, Any]) -> bool:
+def is_sealed(item: dict[str, Any]) -> bool:
+    """Whether showing ``item`` to the model takes the fleet's key: compaction, sealed reasoning."""
     kind = item.get("type")
     return kind == "compaction" or (kind == "reasoning" and bool(item.get("encrypted_content")))
 
@@ -164,7 +165,7 @@ def check_sealed_items(
             tenant's compaction item is refused like a forged one.
         InvalidReasoningError: with ``param`` naming the first bad reasoning item.
     """
-    if not any(_is_sealed(item) for item in inputs):
+    if not any(is_sealed(item) for item in inputs):
         return
     sealer = fleet_sealer(store, settings)
     for index, item in enumerate(inputs):
@@ -172,7 +173,7 @@ def check_sealed_items(
         if item.get("type") == "compaction":
             if sealer.open(item["encrypted_content"], param=param).owner != owner:
                 raise sealer.invalid(param)
-        elif _is_sealed(item):
+        elif is_sealed(item):
             sealer.open_reasoning(item["encrypted_content"], param=param)
 
 
@@ -212,7 +213,7 @@ def model_items(
     Reasoning goes back to the model only where its server takes it (``llm_reasoning_replay``:
     vLLM's ``reasoning_content``); else it is left out. No key is read without sealed items.
     """
-    sealer = fleet_sealer(store, settings) if any(_is_sealed(i) for i in items) else None
+    sealer = fleet_sealer(store, settings) if any(is_sealed(i) for i in items) else None
     viewed: list[dict[str, Any]] = []
     for item in items:
         kind = item.get("type")

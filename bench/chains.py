@@ -9,16 +9,16 @@ linked by ``previous_response_id``, one after another:
   answers with its result;
 
 each created sync (``stream: false``) and streamed (``stream: true``, the body read to
-``data: [DONE]``). The fleet's added time of a response = its time through the fleet minus the
-model's own time for the same calls: the same Chat Completions requests (the chain so far, as
-the worker builds them) sent to the simulator directly, just before the response, so both see the
-same moment of the shared machine. Reported per depth band (0-9 … 190-199) as p50 over
-``--chains`` chains; the target: the band 190-199 costs at most 1.5 x the band 0-9. Beside it,
-the fleet's CPU time per response, a band's mean (gateway, inference and tool workers: their
-processes' user + system time across the response, which the kernel counts in 10 ms ticks; not
-Redis, which the machine's other users share, nor the simulator): what the fleet does per
-response, which the machine's other load does not stretch as it stretches wall time. Writes
-``bench/results/chains.json``.
+``data: [DONE]``); ``--kinds tool`` runs the tool chains alone. The fleet's added time of a
+response = its time through the fleet minus the model's own time for the same calls: the same
+Chat Completions requests (the chain so far, as the worker builds them) sent to the simulator
+directly, just before the response, so both see the same moment of the shared machine. Reported
+per depth band (0-9 … 190-199) as p50 over ``--chains`` chains; the target: the band 190-199
+costs at most 1.5 x the band 0-9. Beside it, the fleet's CPU time per response, a band's mean
+(gateway, inference and tool workers: their processes' user + system time across the response,
+which the kernel counts in 10 ms ticks; not Redis, which the machine's other users share, nor
+the simulator): what the fleet does per response, which the machine's other load does not
+stretch as it stretches wall time. Writes ``bench/results/chains.json``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +44,7 @@ from bench.run import RESULTS, machine
 
 WORDS = " ".join(f"w{i}" for i in range(44))
 BAND = 10
+KINDS = ("plain", "tool")
 TARGET_RATIO = 1.5
 CALCULATOR = {
     "type": "function",
@@ -169,13 +170,18 @@ def bands(
 
 
 def run(
-    fleet_url: str, model_url: str, depth: int, chains: int, procs: list[psutil.Process]
+    fleet_url: str,
+    model_url: str,
+    depth: int,
+    chains: int,
+    procs: list[psutil.Process],
+    kinds: Sequence[str] = KINDS,
 ) -> dict[str, Any]:
     fleet, model = Http(fleet_url), Http(model_url)
     added: dict[str, list[list[float]]] = {}
     cpu: dict[str, list[list[float]]] = {}
     for _ in range(chains):
-        for kind in ("plain", "tool"):
+        for kind in kinds:
             for stream in (False, True):
                 chain = Chain(kind=kind, stream=stream)
                 for index in range(depth):
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.chains")
     parser.add_argument("--depth", type=int, default=200)
     parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
     fleet = Fleet(inference_workers=1, worker_threads=8, tool_workers=1, tool_threads=4)
     fleet.start()
@@ -231,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         warm()
-        results = run(fleet.gateway_url, f"{fleet.sim_url}/v1", args.depth, args.chains, procs)
+        results = run(
+            fleet.gateway_url, f"{fleet.sim_url}/v1", args.depth, args.chains, procs, args.kinds
+        )
     finally:
         fleet.stop()
     record = {

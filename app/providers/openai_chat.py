@@ -21,11 +21,12 @@ from app.providers.chunks import (
     UsageReport,
 )
 from app.providers.http11 import lean_mounts
-from app.providers.translate import ModelRequest, build_chat_body
+from app.providers.translate import ModelRequest, encode_chat_body
 
 logger = logging.getLogger(__name__)
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_JSON = {"Content-Type": "application/json"}
 
 
 def model_http_client(
@@ -85,7 +86,7 @@ class ChatCompletionsProvider:
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Call the model and yield its answer as it arrives."""
-        body = build_chat_body(request)
+        body = encode_chat_body(request)
         attempt = 0
         while True:
             try:
@@ -99,11 +100,11 @@ class ChatCompletionsProvider:
                 logger.warning("model call failed (%s); retry %d in %.1fs", retry, attempt, wait)
                 time.sleep(wait)
 
-    def _stream_once(self, body: dict[str, Any]) -> Iterator[Chunk]:
+    def _stream_once(self, body: bytes) -> Iterator[Chunk]:
         url = f"{self.base_url}/chat/completions"
         has_yielded = False
         try:
-            with self._client.stream("POST", url, json=body) as response:
+            with self._client.stream("POST", url, content=body, headers=_JSON) as response:
                 if response.status_code != 200:
                     _raise_for_status(response)
                 for chunk in _parse_stream(_sse_data(_body(response))):

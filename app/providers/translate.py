@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,34 @@ def build_chat_body(request: ModelRequest) -> dict[str, Any]:
     return body
 
 
+def encode_json(value: Any) -> str:
+    """JSON as httpx writes a request body: compact, UTF-8 as is, no NaN."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode_chat_body(request: ModelRequest) -> bytes:
+    """:func:`build_chat_body` as the JSON request body.
+
+    The messages of a :class:`PreparedItems` prefix go in as encoded before (then
+    ``"messages"`` comes first, the other fields after it in their order).
+    """
+    body = build_chat_body(request)
+    items = request.items
+    _, translated = items.translated_prefix() if isinstance(items, PreparedItems) else (0, ())
+    if not translated or not isinstance(items, PreparedItems) or items.encoded is None:
+        return encode_json(body).encode()
+    messages = body.pop("messages")
+    head = 1 if request.instructions else 0
+    parts = [b'{"messages":[']
+    for message in messages[:head]:
+        parts += [encode_json(message).encode(), b","]
+    parts.append(items.encoded)
+    for message in messages[head + len(translated) :]:
+        parts += [b",", encode_json(message).encode()]
+    parts += [b"],", encode_json(body)[1:].encode()]  # the other fields, past their brace
+    return b"".join(parts)
+
+
 def to_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A Responses function tool as a Chat Completions tool."""
     function: dict[str, Any] = {
@@ -65,17 +95,60 @@ def to_chat_tool_choice(choice: Any) -> Any:
     return "required"
 
 
+class PreparedItems(list[dict[str, Any]]):
+    """Model items whose first ones come with their chat messages, translated once before.
+
+    ``prefix`` holds the very item objects of the list's start and ``messages`` what
+    :func:`to_chat_messages` makes of them; the item after them (if any) is a message not the
+    assistant's, where translation starts afresh (no message of the prefix changes after it).
+    :func:`to_chat_messages` uses them only while the list still starts with those objects.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[dict[str, Any]],
+        *,
+        prefix: Sequence[dict[str, Any]] = (),
+        messages: Sequence[ChatMessage] = (),
+        encoded: bytes | None = None,
+    ) -> None:
+        super().__init__(items)
+        self.prefix = prefix
+        self.messages = messages
+        self.encoded = encoded
+        """``messages`` as :func:`encode_json` writes them, UTF-8, comma-separated (None: none)."""
+
+    def translated_prefix(self) -> tuple[int, Sequence[ChatMessage]]:
+        """How many items :attr:`messages` stand for: none unless the list starts with them."""
+        count = len(self.prefix)
+        if count > len(self) or not all(map(operator.is_, self[:count], self.prefix)):
+            return 0, ()
+        if count < len(self) and not _is_fresh_start(self[count]):
+            return 0, ()
+        return count, self.messages
+
+
+def _is_fresh_start(item: dict[str, Any]) -> bool:
+    """Whether translation of the items from ``item`` on ignores the ones before it."""
+    return item.get("type", "message") == "message" and item.get("role") != "assistant"
+
+
 def to_chat_messages(
     instructions: str | None, items: Sequence[dict[str, Any]]
 ) -> list[ChatMessage]:
     """Responses items as chat messages; consecutive function calls share one assistant turn.
 
     A reasoning item's text goes on the assistant message that follows it, as
-    ``reasoning_content``.
+    ``reasoning_content``. Of :class:`PreparedItems`, the prefix's messages are taken as
+    translated before.
     """
     messages: list[ChatMessage] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    if isinstance(items, PreparedItems):
+        count, translated = items.translated_prefix()
+        messages += translated
+        items = items[count:]
     reasoning: list[str] = []
     for item in items:
         if item.get("type") == "reasoning":

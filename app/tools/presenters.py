@@ -277,13 +277,27 @@ class PresenterIndex:
         assert presenter is not None
         return presenter.answered(response_id, output, index, result)
 
-    def model_view(self, items: Sequence[Item]) -> list[Item]:
+    def model_view(self, items: Sequence[Item], start: int = 0) -> list[Item]:
         """``items`` as the model sees them: calls as ``function_call``/``…_output`` items.
 
         Each model turn's calls come together, then their results in call order
-        (:mod:`app.tools.transcript`).
+        (:mod:`app.tools.transcript`). ``start``: the view of ``items[start:]`` alone, where
+        ``items[start]`` is a turn break (:func:`~app.tools.transcript.is_turn_break`).
         """
-        return group_turns(items, view=lambda item: self._view(item, items), is_call=self._is_call)
+        return group_turns(
+            items, view=lambda item: self._view(item, items), is_call=self._is_call, start=start
+        )
+
+    def has_own_view(self, item: Item) -> bool:
+        """Whether the model's view of ``item`` reads no other item (and none changes it).
+
+        Function calls and results, messages, and items shown as they are; not the kinds whose
+        view looks through the conversation (an MCP call's, an approval's).
+        """
+        presenter = self.for_item(item)
+        if presenter is not None:
+            return presenter is FUNCTION_CALLS
+        return item.get("type") not in self._views
 
     def _is_call(self, item: Item) -> bool:
         return self.for_item(item) is not None

@@ -60,6 +60,7 @@ def group_turns(
     *,
     view: Callable[[Item], list[Item]],
     is_call: Callable[[Item], bool],
+    start: int = 0,
 ) -> list[Item]:
     """``items`` as the model sees them (``view`` of each), each turn's calls together.
 
@@ -67,10 +68,12 @@ def group_turns(
         items: The conversation's items, oldest first.
         view: An item as ``function_call``/``function_call_output`` items (or as it is).
         is_call: Whether an item is a call item of some kind.
+        start: Group the items from this one on only (the ones before it are grouped
+            already, and none of their turns continues past it: see :func:`is_turn_break`).
     """
     viewed: list[Item] = []
     turn: _Turn | None = None
-    for item in items:
+    for item in items[start:] if start else items:
         shown = view(item)
         if is_model_item(item, is_call):
             tag = turn_tag(item.get("id"))
@@ -85,6 +88,15 @@ def group_turns(
             turn = None
             viewed += shown
     return viewed + (turn.items() if turn is not None else [])
+
+
+def is_turn_break(item: Item) -> bool:
+    """Whether grouping ends every turn at ``item``, whatever came before it.
+
+    A message not the model's (the user's, the system's) closes the turn before it: the items
+    from it on are grouped the same alone as after any items.
+    """
+    return item.get("type", "message") == "message" and item.get("role") != "assistant"
 
 
 def _add(turn: _Turn, shown: list[Item]) -> None:

@@ -109,10 +109,13 @@ def mcp_definitions(
     sealed: Mapping[str, str] | None = None,
 ) -> dict[str, ToolDefinition]:
     """The listed MCP tools of the declared servers, by model name and by :func:`alias`."""
+    declared = declared_servers(tools)
+    if not declared:  # the chain is not read: a response without servers costs nothing more
+        return {}
     listings = latest_listings(items)
     names = model_names(listings)
     found: dict[str, ToolDefinition] = {}
-    for server in declared_servers(tools):
+    for server in declared:
         label = server["server_label"]
         listing = listings.get(label)
         if listing is None:
@@ -144,10 +147,13 @@ def unlisted_servers(
     output: Sequence[Mapping[str, Any]],
 ) -> list[Mapping[str, Any]]:
     """Declared servers to list now: none of the chain lists them, none of this response tried."""
+    declared = declared_servers(tools)
+    if not declared:
+        return []
     listed = latest_listings([*history, *output])
     tried = {item["server_label"] for item in output if item.get("type") == LIST_ITEM}
     return [
         server
-        for server in declared_servers(tools)
+        for server in declared
         if server["server_label"] not in listed and server["server_label"] not in tried
     ]

@@ -110,6 +110,8 @@ def start_approved_calls(
     (The calls run on ``tools.mcp`` workers: ``mcp`` is not needed here.)
     """
     response, inputs = step.response, step.inputs
+    if not any(i.get("type") == APPROVAL_RESPONSE_ITEM and i.get("approve") for i in inputs):
+        return response  # the chain is not read
     requests = {i["id"]: i for i in step.history if i.get("type") == APPROVAL_REQUEST_ITEM}
     started = {i.get("approval_request_id") for i in response.output if i["type"] == CALL_ITEM}
     output = list(response.output)

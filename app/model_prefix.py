@@ -1,0 +1,151 @@
+"""The model's view of a chain's history, prepared once per process and extended at its end.
+
+Each model turn shows the model the whole chain: its items opened (``sealing.model_items``),
+regrouped by turn (``PresenterIndex.model_view``) and translated to chat messages
+(``translate.to_chat_messages``) — work that grows with the chain, redone on every turn of every
+response. A chain's items never change (:mod:`app.store.history`), so a process keeps that work
+for the start of each history list it served (:class:`PreparedPrefixes`) and does it only for
+the items after: the next turn of the response, and the next response of the chain, prepare
+what was added since.
+
+The kept start (:class:`Prefix`) is correct by construction, not by checking later items:
+
+- it ends just before a turn break (a message not the model's), where the grouping and the
+  translation start afresh, so no later item joins or answers a turn of it;
+- each of its items has a view of its own (``PresenterIndex.has_own_view``: no MCP call or
+  approval, whose view reads other items) and is not sealed (no key is opened for it), so what
+  comes after cannot change how it is shown;
+- it is keyed by the list, the presenters and the one setting that changes the view
+  (``llm_reasoning_replay``), and used only by a history that reaches past its end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import Settings
+from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
+from app.sealing import is_sealed, model_items
+from app.store import ResponseStore
+from app.tools.presenters import PresenterIndex
+from app.tools.transcript import is_turn_break
+
+Item = dict[str, Any]
+
+PREFIX_CACHE_ITEMS = 20_000
+"""How many history items the prepared prefixes of a process stand for, at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """The first ``length`` items of a history list, prepared for the model."""
+
+    length: int
+    opened: list[Item]
+    """:func:`~app.sealing.model_items` of them (what the later items' views read)."""
+    view: list[Item]
+    """The model's view of ``opened``."""
+    messages: list[ChatMessage]
+    """``view`` as chat messages."""
+    encoded: bytes
+    """``messages`` as JSON, comma-separated (``translate.encode_json``)."""
+
+
+EMPTY = Prefix(0, [], [], [], b"")
+
+PrefixKey = tuple[str, PresenterIndex, bool]
+
+
+class PreparedPrefixes:
+    """Prepared prefixes of history lists, least recently used first out."""
+
+    def __init__(self, capacity: int = PREFIX_CACHE_ITEMS) -> None:
+        self.capacity = capacity
+        self._prefixes: OrderedDict[PrefixKey, Prefix] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: PrefixKey) -> Prefix:
+        with self._lock:
+            prefix = self._prefixes.get(key)
+            if prefix is None:
+                return EMPTY
+            self._prefixes.move_to_end(key)
+            return prefix
+
+    def put(self, key: PrefixKey, prefix: Prefix) -> None:
+        with self._lock:
+            known = self._prefixes.get(key)
+            if known is not None and known.length >= prefix.length:
+                return
+            self._held += prefix.length - (known.length if known is not None else 0)
+            self._prefixes[key] = prefix
+            self._prefixes.move_to_end(key)
+            while self._held > self.capacity and len(self._prefixes) > 1:
+                _, dropped = self._prefixes.popitem(last=False)
+                self._held -= dropped.length
+
+
+PREFIXES = PreparedPrefixes()
+
+
+def prepared_items(
+    store: ResponseStore,
+    settings: Settings,
+    presenters: PresenterIndex,
+    *,
+    history: Sequence[Item],
+    history_list: str | None,
+    rest: Sequence[Item],
+) -> PreparedItems:
+    """The model's view of ``history`` then ``rest``, the same as preparing them whole.
+
+    ``history_list``: the key of the list ``history`` is the start of (None: not a list's, and
+    nothing is kept).
+    """
+    prefix = EMPTY
+    if history_list is not None:
+        key = (history_list, presenters, settings.llm_reasoning_replay)
+        prefix = _extended(store, settings, presenters, PREFIXES.get(key), history)
+        PREFIXES.put(key, prefix)
+    if prefix.length >= len(history):  # a shorter history of the list: the prefix is not its
+        prefix = EMPTY
+    opened = [*prefix.opened, *model_items(store, settings, [*history[prefix.length :], *rest])]
+    view = [*prefix.view, *presenters.model_view(opened, start=len(prefix.opened))]
+    return PreparedItems(view, prefix=prefix.view, messages=prefix.messages, encoded=prefix.encoded)
+
+
+def _extended(
+    store: ResponseStore,
+    settings: Settings,
+    presenters: PresenterIndex,
+    prefix: Prefix,
+    history: Sequence[Item],
+) -> Prefix:
+    """``prefix`` grown to the last turn break of ``history`` its items allow (or as it is)."""
+    if prefix.length >= len(history):
+        return prefix
+    end = prefix.length
+    for index in range(prefix.length, len(history)):
+        item = history[index]
+        if index > prefix.length and is_turn_break(item):
+            end = index
+        if is_sealed(item) or not presenters.has_own_view(item):
+            break
+    if end == prefix.length:
+        return prefix
+    opened = model_items(store, settings, history[prefix.length : end])
+    view = presenters.model_view(opened)
+    messages = to_chat_messages(None, view)
+    encoded = b",".join([encode_json(m).encode() for m in messages])
+    return Prefix(
+        end,
+        [*prefix.opened, *opened],
+        [*prefix.view, *view],
+        [*prefix.messages, *messages],
+        b",".join(part for part in (prefix.encoded, encoded) if part),
+    )
