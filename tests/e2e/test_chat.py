@@ -198,9 +198,13 @@ def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
             [*tmux, command, "-t", "chat", *args], capture_output=True, text=True, check=True
         ).stdout
 
+    # The shell tmux runs the program in writes its exit status to a file: tmux's own
+    # #{pane_dead_status} stayed empty for a whole run once (CI), its pane dead but no status.
+    exit_file = tmp_path / "chat.exit"
     # remain-on-exit in the same command as the session: the pane outlives the program at once
     subprocess.run(
-        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command]
+        [*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "chat"]
+        + [f"{command}; echo $? > {shlex.quote(str(exit_file))}"]
         + [";", "set-option", "-t", "chat", "remain-on-exit", "on"],
         check=True,
         env={**fleet.env, "TERM": "xterm-256color"},
@@ -208,14 +212,14 @@ def test_chat_in_a_terminal_shows_spinners_then_the_ticked_plan(
     try:
         screens = []  # while it runs
         deadline = time.monotonic() + CHAT_SECONDS
-        # until tmux knows how the program ended: the pane is dead (its terminal closed) a moment
-        # before its exit status (or signal) is in, and the "Pane is dead" notice with it
-        ended = "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
-        while (how := pane("display-message", "-p", ended).strip()) in ("0::", "1::"):
-            assert time.monotonic() < deadline, (how, screens[-1:])
+        # until the program's status is written and tmux has read the pane's terminal to its end
+        while not (exit_file.exists() and exit_file.read_text().endswith("\n")) or (
+            pane("display-message", "-p", "#{pane_dead}").strip() != "1"
+        ):
+            assert time.monotonic() < deadline, screens[-1:]
             screens.append(pane("capture-pane", "-p"))
             time.sleep(0.1)
-        assert how == "1:0:", (how, pane("capture-pane", "-p", "-S", "-"))
+        assert exit_file.read_text() == "0\n", pane("capture-pane", "-p", "-S", "-")
         # The final screen, from the start of the pane's history: tmux writes its "Pane is dead"
         # notice on a new bottom line, which scrolls the screen's first line ("Plan") into it.
         whole = pane("capture-pane", "-p", "-S", "-")
