@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
+from app.protocol.items import is_turn_break
 from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
 from app.sealing import is_sealed, model_items
 from app.store import ResponseStore
 from app.tools.presenters import PresenterIndex
-from app.tools.transcript import is_turn_break
 
 Item = dict[str, Any]
 

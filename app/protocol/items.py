@@ -275,6 +275,16 @@ def turn_tag_of(response_id: str, turn: int) -> str:
 _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})[0-9a-f]{16}")
 
 
+def is_turn_break(item: dict[str, Any]) -> bool:
+    """Whether a model turn ends before ``item``, whatever came before it.
+
+    That is a message not the model's (the user's, the system's). Grouping by turn
+    (``app.tools.transcript``) and the translation to chat messages
+    (``app.providers.translate``) both start afresh there.
+    """
+    return item.get("type", "message") == "message" and item.get("role") != "assistant"
+
+
 def turn_tag(item_id: object) -> str | None:
     """The model turn an item id of :func:`item_id` names; None for any other id."""
     found = _ITEM_ID.fullmatch(item_id) if isinstance(item_id, str) else None

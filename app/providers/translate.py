@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.protocol.items import is_turn_break
+
 ChatMessage = dict[str, Any]
 
 
@@ -123,14 +125,9 @@ class PreparedItems(list[dict[str, Any]]):
         count = len(self.prefix)
         if count > len(self) or not all(map(operator.is_, self[:count], self.prefix)):
             return 0, ()
-        if count < len(self) and not _is_fresh_start(self[count]):
+        if count < len(self) and not is_turn_break(self[count]):
             return 0, ()
         return count, self.messages
-
-
-def _is_fresh_start(item: dict[str, Any]) -> bool:
-    """Whether translation of the items from ``item`` on ignores the ones before it."""
-    return item.get("type", "message") == "message" and item.get("role") != "assistant"
 
 
 def to_chat_messages(

@@ -282,7 +282,7 @@ class PresenterIndex:
 
         Each model turn's calls come together, then their results in call order
         (:mod:`app.tools.transcript`). ``start``: the view of ``items[start:]`` alone, where
-        ``items[start]`` is a turn break (:func:`~app.tools.transcript.is_turn_break`).
+        ``items[start]`` is a turn break (:func:`~app.protocol.items.is_turn_break`).
         """
         return group_turns(
             items, view=lambda item: self._view(item, items), is_call=self._is_call, start=start

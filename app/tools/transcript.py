@@ -69,7 +69,8 @@ def group_turns(
         view: An item as ``function_call``/``function_call_output`` items (or as it is).
         is_call: Whether an item is a call item of some kind.
         start: Group the items from this one on only (the ones before it are grouped
-            already, and none of their turns continues past it: see :func:`is_turn_break`).
+            already, and none of their turns continues past it: see
+            :func:`~app.protocol.items.is_turn_break`).
     """
     viewed: list[Item] = []
     turn: _Turn | None = None
@@ -88,15 +89,6 @@ def group_turns(
             turn = None
             viewed += shown
     return viewed + (turn.items() if turn is not None else [])
-
-
-def is_turn_break(item: Item) -> bool:
-    """Whether grouping ends every turn at ``item``, whatever came before it.
-
-    A message not the model's (the user's, the system's) closes the turn before it: the items
-    from it on are grouped the same alone as after any items.
-    """
-    return item.get("type", "message") == "message" and item.get("role") != "assistant"
 
 
 def _add(turn: _Turn, shown: list[Item]) -> None:
