@@ -51,6 +51,8 @@ def prepare_web_search(context: RequestContext, declared: list[Item]) -> Prepare
     Raises:
         InvalidRequestError: no plugin backs it and the fleet's policy refuses hosted tools.
     """
+    if not any(tool["type"] in WEB_SEARCH_TYPES for tool in declared):
+        return PreparedTools(tools=declared)  # nothing to look up: most requests
     registry = declared_registry(tuple(context.settings.internal_tool_module_list))
     if registry.by_type(WEB_SEARCH) is not None:
         return PreparedTools(tools=declared)

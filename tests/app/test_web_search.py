@@ -72,3 +72,31 @@ def test_web_search_forced_by_tool_choice_when_backed(
     response, _ = create_response(store, RecordingDispatcher(), settings, body)
 
     assert response.tool_choice == {"type": "web_search_preview"}
+
+
+def test_a_request_without_web_search_reads_no_tool_definition(
+    store: ResponseStore, make_settings: Callable[..., Settings], monkeypatch: Any
+) -> None:
+    """Preparing a request looks plugins up only when it declares a web search tool.
+
+    Every registered tool's ``definition()`` used to be built at each create, whatever the
+    request (a few percent of the gateway's CPU per response).
+    """
+    from tests.support import search_tools
+
+    built: list[str] = []
+    definition = search_tools.Searcher.definition
+
+    def counted(self: search_tools.Searcher) -> Any:
+        built.append("test_search")
+        return definition(self)
+
+    monkeypatch.setattr(search_tools.Searcher, "definition", counted)
+    settings = make_settings(internal_tool_modules="tests.support.search_tools")
+    function = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    create_response(store, RecordingDispatcher(), settings, {"input": "hi", "tools": [function]})
+    assert built == []
+    create_response(
+        store, RecordingDispatcher(), settings, {"input": "hi", "tools": [{"type": "web_search"}]}
+    )
+    assert built  # a declared web search still finds its plugin
