@@ -175,6 +175,31 @@ async def consume(connection: Connection, body: dict[str, Any]) -> StreamResult:
     return result
 
 
+async def consume_direct(connection: Connection, body: dict[str, Any]) -> StreamResult:
+    """POST one streamed Chat Completion to the model server itself; read it to ``[DONE]``."""
+    result = StreamResult(t_start=time.monotonic())
+    try:
+        status, chunks = await connection.request("/v1/chat/completions", json.dumps(body).encode())
+        result.t_headers = time.monotonic()
+        if status != 200:
+            result.error = f"HTTP {status}: {b''.join([c async for c in chunks])[:200]!r}"
+            return result
+        tail = b""
+        async for chunk in chunks:
+            result.events += chunk.count(b"data: ")
+            tail = (tail + chunk)[-64:]
+        if b"data: [DONE]" in tail:
+            result.ok = True
+        else:
+            result.error = "no [DONE]"
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        connection.close()
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.t_end = time.monotonic()
+    return result
+
+
 async def _bounded(connection: Connection, body: dict[str, Any], seconds: float) -> StreamResult:
     try:
         return await asyncio.wait_for(consume(connection, body), seconds)
@@ -184,19 +209,29 @@ async def _bounded(connection: Connection, body: dict[str, Any], seconds: float)
 
 
 async def throughput(args: argparse.Namespace) -> dict[str, Any]:
-    """``clients`` loops for ``seconds``: POST stream=true, read to the end, repeat."""
-    body = {"input": f"Count for me [tokens={args.tokens}]", "stream": True}
+    """``clients`` loops for ``seconds``: POST stream=true, read to the end, repeat.
+
+    ``--direct``: the same load on the model server's own ``/v1/chat/completions`` (the
+    request the fleet's worker makes for it), the rate the fleet is measured against.
+    """
+    prompt = f"Count for me [tokens={args.tokens}]"
+    body: dict[str, Any] = {"input": prompt, "stream": True}
+    one = consume
+    if args.direct:
+        body = {"model": "antwort-sim", "stream": True,
+                "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+        one = consume_direct
     host, port = address(args.url)
     connections = [Connection(host, port) for _ in range(args.clients)]
     results: list[StreamResult] = []
     for connection in connections[:10]:  # warm the connections
-        await consume(connection, {**body, "input": "warm up [tokens=5]"})
+        await one(connection, body)
     start = time.monotonic()
     stop_at = start + args.seconds
 
     async def loop(connection: Connection) -> None:
         while time.monotonic() < stop_at:
-            results.append(await consume(connection, body))
+            results.append(await one(connection, body))
 
     await asyncio.gather(*(loop(c) for c in connections))
     end = time.monotonic()
@@ -289,6 +324,7 @@ def main() -> None:
     tp.add_argument("--clients", type=int, default=50)
     tp.add_argument("--seconds", type=float, default=15.0)
     tp.add_argument("--tokens", type=int, default=100)
+    tp.add_argument("--direct", action="store_true", help="the model server itself (--url)")
     st = sub.add_parser("streams")
     st.add_argument("--url", required=True)
     st.add_argument("--count", type=int, default=1000)
