@@ -20,6 +20,7 @@ on more round trips, and a client sees larger deltas, never later ones than the 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -191,13 +192,23 @@ def _announces(event: Event) -> bool:
 
 
 class _Flusher:
-    """One daemon thread per process that flushes sinks when their window has passed."""
+    """One daemon thread per process that flushes sinks when their window has passed.
+
+    It is woken only when a sink is due before the time it already means to look again: a
+    busy worker schedules sinks all the time, and most of them fall due after the next one
+    already planned, so a thread switch per schedule would be a wake-up for nothing.
+    """
 
     def __init__(self) -> None:
         self._due: weakref.WeakKeyDictionary[EventSink, float] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
+        self._looks_at = math.inf
+        """When the thread looks at the due times next (``time.monotonic()``): -inf while it
+        flushes (it looks again right after), +inf while it waits for a schedule."""
+        self.wakeups = 0
+        """How often :meth:`schedule` woke the thread (tests)."""
 
     def schedule(self, sink: EventSink, due: float) -> None:
         """Flush ``sink`` at ``due`` (``time.monotonic()``), or earlier if asked earlier."""
@@ -206,6 +217,11 @@ class _Flusher:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="event-flusher", daemon=True)
                 self._thread.start()
+                self._looks_at = math.inf  # a new thread: nothing planned yet
+            if due >= self._looks_at:
+                return  # the thread looks before this one is due anyway
+            self._looks_at = due
+            self.wakeups += 1
         self._wakeup.set()
 
     def _run(self) -> None:
@@ -215,12 +231,13 @@ class _Flusher:
                 due = [sink for sink, at in self._due.items() if at <= now]
                 for sink in due:
                     del self._due[sink]
-                next_at = min(self._due.values(), default=None)
+                next_at = min(self._due.values(), default=math.inf)
+                self._looks_at = -math.inf if due else next_at
                 self._wakeup.clear()
             for sink in due:
                 sink.flush_quietly()
             if not due:
-                self._wakeup.wait(None if next_at is None else max(0.0, next_at - now))
+                self._wakeup.wait(None if next_at == math.inf else max(0.0, next_at - now))
 
 
 _LIVE: weakref.WeakSet[EventSink] = weakref.WeakSet()

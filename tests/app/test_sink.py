@@ -155,3 +155,34 @@ def test_a_flush_whose_reply_was_lost_is_sent_again_without_a_repeat(
         assert [e["delta"] for e in events] == ["amet"]
     finally:
         store.redis.close()
+
+
+def test_the_flusher_is_woken_only_for_a_sink_due_before_its_next_look(
+    store: ResponseStore,
+) -> None:
+    """Sinks falling due after the flusher's next planned look cost no wake-up; all are flushed.
+
+    Each schedule used to wake the flusher thread (a thread switch per buffered response on a
+    busy worker, to find nothing due yet).
+    """
+    flusher = sink_module._Flusher()
+    rids = [stored_response(store).id for _ in range(20)]
+    sinks = [EventSink(store, rid, coalesce_seconds=60) for rid in rids]
+    for sink in sinks:
+        sink.emit(added())  # buffered, nothing written yet
+    now = time.monotonic()
+    flusher.schedule(sinks[0], now + 0.2)  # the first: the thread plans to look at +0.2 s
+    time.sleep(0.05)  # it is waiting for that look now
+    for offset, sink in enumerate(sinks[1:], start=1):
+        flusher.schedule(sink, now + 0.2 + offset * 0.001)  # all due after that look
+
+    assert flusher.wakeups == 1
+    deadline = time.monotonic() + 10
+    while any(not stored_types(store, rid) for rid in rids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(stored_types(store, rid) == ["response.output_item.added"] for rid in rids)
+
+    flusher.schedule(sinks[0], time.monotonic() + 30)  # idle thread: a far schedule wakes it
+    assert flusher.wakeups == 2
+    flusher.schedule(sinks[1], time.monotonic() + 0.01)  # due before the planned look
+    assert flusher.wakeups == 3
