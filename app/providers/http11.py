@@ -2,8 +2,11 @@
 
 A streamed model answer arrives as a hundred or more small chunked-encoding frames, one per
 token. httpx's default transport hands each of them through httpcore's connection and pool
-layers and h11's state machine; :mod:`http.client` reads the same bytes in one tight loop
-(``read1`` decodes the chunked framing). This transport keeps httpx's client — its API, timeouts,
+layers and h11's state machine; this one reads the socket through :mod:`http.client` and
+decodes the framing itself, handing over, per read, the data of every frame that read brought:
+the frames of a fast model, or of a worker busy with other streams, come out as one piece (and
+the provider makes them one delta), a slow model's one by one as they come. This transport
+keeps httpx's client — its API, timeouts,
 headers, decoding of compressed bodies and exceptions — and swaps only the wire underneath, for
 ``http://`` origins, through httpx's public transport seam (``mounts``). HTTPS, proxies and HTTP/2
 stay with httpx's own transport (see :func:`lean_mounts`).
@@ -145,14 +148,14 @@ class _Body(httpx.SyncByteStream):
         self._is_complete = False
 
     def __iter__(self) -> Iterator[bytes]:
-        read = self._response.read1
+        reads = self._chunked() if self._response.chunked else self._plain()
         while True:
             try:
-                chunk = read(_READ_SIZE)
+                chunk = next(reads, None)
             except (OSError, http.client.HTTPException) as exc:
                 self._discard()
                 raise _mapped(exc, self._request) from exc
-            if not chunk:
+            if chunk is None:
                 break
             yield chunk
         if self._response.length:  # the server closed before its Content-Length was sent
@@ -162,6 +165,32 @@ class _Body(httpx.SyncByteStream):
                 request=self._request,
             )
         self._is_complete = True
+
+    def _plain(self) -> Iterator[bytes]:
+        """A body sized by its Content-Length, or by the connection's end."""
+        read = self._response.read1
+        while chunk := read(_READ_SIZE):
+            yield chunk
+
+    def _chunked(self) -> Iterator[bytes]:
+        """A chunked body, one item per read: the data of every frame that read brought.
+
+        A model server sends a frame per token; frames that arrived together (a fast model, or
+        a worker busy with other streams) come out as one piece, so what reads the body handles
+        them in one pass rather than a pass per token. A read never waits for more than what
+        has arrived. The framing is read here, from the response's buffered reader, because
+        ``HTTPResponse.read1`` stops at the end of each frame.
+        """
+        fp = self._response.fp
+        frames = _Frames()
+        while not frames.done:
+            data = fp.read1(_READ_SIZE)
+            if not data:  # the server went away mid-body
+                raise http.client.IncompleteRead(b"")
+            if payload := frames.feed(data):
+                yield payload
+        if frames.rest:  # bytes after the body: nothing more is to be read on this connection
+            self._response.will_close = True
 
     def close(self) -> None:
         """Return the connection when the whole body was read and the server keeps it open."""
@@ -178,6 +207,69 @@ class _Body(httpx.SyncByteStream):
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+_MAX_FRAME_LINE = 4096
+"""Longest chunk-size or trailer line taken (http.client's own limit is 65,536)."""
+
+
+class _Frames:
+    """Decodes HTTP/1.1 chunked framing (RFC 9112 §7.1) from bytes as they arrive."""
+
+    __slots__ = ("_pending", "_left", "_in_trailer", "done", "rest")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        """Undecoded bytes: part of a size line, a frame's closing CRLF or a trailer line."""
+        self._left = 0
+        """Bytes of the current frame's data still to come (then its CRLF)."""
+        self._in_trailer = False
+        self.done = False
+        self.rest = b""
+        """Bytes that came after the body's end."""
+
+    def feed(self, data: bytes) -> bytes:
+        """The frame data in ``data`` (with what was pending), joined; b"" when none."""
+        out: list[bytes] = []
+        buffer, at = self._pending + data, 0
+        while not self.done:
+            if self._left > 0:
+                piece = buffer[at : at + self._left]
+                out.append(piece)
+                at += len(piece)
+                self._left -= len(piece)
+                if self._left:
+                    break  # the frame goes on in a later read
+                self._left = -1  # its data is in: the CRLF after it is next
+            end = buffer.find(b"\r\n", at)
+            if end < 0:
+                if len(buffer) - at > _MAX_FRAME_LINE:
+                    raise http.client.LineTooLong("chunk size or trailer line")
+                break
+            line, at = buffer[at:end], end + 2
+            if self._left == -1:
+                if line:
+                    raise http.client.IncompleteRead(line, 2)  # a frame longer than it said
+                self._left = 0
+            elif self._in_trailer:
+                self.done = not line  # an empty line ends the trailer and the body
+            else:
+                self._left = _frame_size(line)
+                self._in_trailer = self._left == 0  # the last frame: the trailer follows
+        self._pending = b"" if self.done else buffer[at:]
+        if self.done:
+            self.rest = buffer[at:]
+        return b"".join(out)
+
+
+def _frame_size(line: bytes) -> int:
+    digits = line.split(b";", 1)[0].strip()  # extensions after ';' are ignored
+    if not digits or digits.strip(_HEX_DIGITS):
+        raise http.client.IncompleteRead(line[:40])
+    return int(digits, 16)
+
+
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
 def _readable(sock: socket.socket) -> bool:

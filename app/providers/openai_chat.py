@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -160,37 +161,79 @@ def _body(response: httpx.Response) -> Iterator[bytes]:
     return response.iter_bytes()  # decoded, or read already (a transport that buffers)
 
 
-def _sse_data(stream: Iterator[bytes]) -> Iterator[bytes]:
-    """The ``data:`` fields of a server-sent event stream, as bytes.
+def _sse_data(stream: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """The ``data:`` fields of a server-sent event stream, as bytes, a list per piece read.
 
     Split by hand rather than with ``iter_lines``: the text decoding and line layers cost more
-    than the rest of a token's handling.
+    than the rest of a token's handling. The fields that arrived in one piece stay together
+    (:func:`_parse_stream` merges their text).
     """
     pending = b""
     for chunk in stream:
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:].strip()
+        fields = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        if fields:
+            yield fields
     if pending.startswith(b"data:"):
-        yield pending[5:].strip()
+        yield [pending[5:].strip()]
 
 
-def _parse_stream(fields: Iterator[bytes]) -> Iterator[Chunk]:
-    for data in fields:
-        if data == b"[DONE]":
-            for _ in fields:  # read to the body's end: the connection goes back to the pool
-                pass
-            return
-        try:
-            payload = json.loads(data)
-        except ValueError as exc:
-            text = data[:200].decode(errors="replace")
-            raise UpstreamError(f"Model server sent malformed JSON: {text}") from exc
-        if isinstance(payload, dict) and payload.get("error"):
-            raise UpstreamError(f"Model server reported an error: {payload['error']}")
-        yield from _chunks_of(payload)
+def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
+    """The model's chunks; consecutive text (or reasoning) that arrived together is one chunk.
+
+    A model server sends a token per event. When several had arrived by the time the body was
+    read (a fast model, a worker busy with other streams), they are handled as one delta from
+    here on: one output event, one buffer append, not one pass through the loop per token. What
+    arrives a token at a time still leaves a token at a time.
+    """
+    for fields in pieces:
+        parsed: list[Chunk] = []
+        for data in fields:
+            if data == b"[DONE]":
+                yield from _merged(parsed)
+                for _ in pieces:  # read to the body's end: the connection goes back to the pool
+                    pass
+                return
+            try:
+                payload = json.loads(data)
+            except ValueError as exc:
+                yield from _merged(parsed)  # what came before it was fine
+                text = data[:200].decode(errors="replace")
+                raise UpstreamError(f"Model server sent malformed JSON: {text}") from exc
+            if isinstance(payload, dict) and payload.get("error"):
+                yield from _merged(parsed)
+                raise UpstreamError(f"Model server reported an error: {payload['error']}")
+            parsed.extend(_chunks_of(payload))
+        yield from _merged(parsed)
+
+
+def _merged(chunks: list[Chunk]) -> list[Chunk]:
+    """``chunks`` with each run of text deltas, and of reasoning deltas, joined into one."""
+    if len(chunks) < 2:
+        return chunks
+    out: list[Chunk] = []
+    run: list[TextDelta | ReasoningDelta] = []
+    for chunk in chunks:
+        if isinstance(chunk, TextDelta | ReasoningDelta):
+            if run and type(chunk) is type(run[0]):
+                run.append(chunk)
+                continue
+            if run:
+                out.append(_joined(run))
+            run = [chunk]
+        else:
+            out.extend([_joined(run), chunk] if run else [chunk])
+            run = []
+    if run:
+        out.append(_joined(run))
+    return out
+
+
+def _joined(run: list[TextDelta | ReasoningDelta]) -> TextDelta | ReasoningDelta:
+    if len(run) == 1:
+        return run[0]
+    return dataclasses.replace(run[0], text="".join(delta.text for delta in run))
 
 
 def _chunks_of(payload: dict[str, Any]) -> Iterator[Chunk]:

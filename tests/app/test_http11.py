@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import http.server
 import json
 import os
@@ -18,7 +19,7 @@ import pytest
 
 from app.errors import UpstreamError
 from app.providers.chunks import TextDelta
-from app.providers.http11 import Http11Transport, lean_mounts
+from app.providers.http11 import Http11Transport, _Frames, lean_mounts
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.providers.translate import ModelRequest
 
@@ -35,6 +36,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.requests.append((self.client_address[1], self.path, body))
         if self.path == "/stream":
             self._chunked([f"data: {i}\n\n".encode() for i in range(5)])
+        elif self.path in ("/paced", "/together"):
+            self._framed()
         elif self.path == "/drop":  # half a body, then the connection is gone
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -72,6 +75,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._whole(b"echo:" + body)
 
+    def _framed(self) -> None:
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if self.path == "/paced":  # a frame, then wait until the client has read it
+            for i in range(3):
+                self.wfile.write(b"%x;ext=%d\r\ndata: %d\n\n\r\n" % (9, i, i))
+                self.wfile.flush()
+                self.server.read_one.acquire(timeout=5)
+            self.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
+        else:  # every frame in one write, as a fast model sends them
+            events = [b"data: %d\n\n" % i for i in range(50)]
+            frames = b"".join(b"%x\r\n%b\r\n" % (len(event), event) for event in events)
+            self.wfile.write(frames + b"0\r\n\r\n")
+
     def _chunked(self, parts: list[bytes]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -104,6 +122,7 @@ class _Server(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[tuple[int, str, bytes]] = []
+        self.read_one = threading.Semaphore(0)
 
     @property
     def url(self) -> str:
@@ -127,16 +146,48 @@ def client() -> Iterator[httpx.Client]:
 
 
 def test_http11_streams_a_chunked_body_as_it_arrives(server: _Server, client: httpx.Client) -> None:
-    with client.stream("POST", f"{server.url}/stream", json={"a": 1}) as response:
+    with client.stream("POST", f"{server.url}/paced", json={"a": 1}) as response:
         assert response.status_code == 200
-        assert response.headers["content-type"] == "text/event-stream"
         assert response.http_version == "HTTP/1.1"
+        chunks = []
+        for chunk in response.iter_raw():  # the server sends the next frame once this is read
+            chunks.append(chunk)
+            server.read_one.release()
+
+    assert chunks == [b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n"]  # each as it came
+    [(_, path, body)] = server.requests
+    assert (path, body) == ("/paced", b'{"a":1}')
+    assert client.post(f"{server.url}/echo").content == b"echo:"  # the connection is reusable
+    assert len({port for port, _, _ in server.requests}) == 1
+
+
+def test_http11_hands_frames_that_arrived_together_over_in_one_piece(
+    server: _Server, client: httpx.Client
+) -> None:
+    """A fast model's frames, read in one go, are one piece: the reader makes one pass, not 50."""
+    with client.stream("POST", f"{server.url}/together") as response:
         chunks = list(response.iter_raw())
 
-    assert b"".join(chunks) == b"".join(f"data: {i}\n\n".encode() for i in range(5))
-    assert len(chunks) == 5  # one per chunked frame, not the body in one piece
-    [(_, path, body)] = server.requests
-    assert (path, body) == ("/stream", b'{"a":1}')
+    assert b"".join(chunks) == b"".join(b"data: %d\n\n" % i for i in range(50))
+    assert len(chunks) < 5  # one read, or a few where the kernel split the write
+    assert client.post(f"{server.url}/echo").content == b"echo:"
+    assert len({port for port, _, _ in server.requests}) == 1
+
+
+def test_http11_chunked_framing_split_anywhere_decodes_the_same() -> None:
+    """The decoder against every split of a body into three reads, and against bad framing."""
+    parts = [b"data: a\n\n", b"x" * 300, b"data: bb\n\n"]
+    body = b"".join(b"%x;n=1\r\n%b\r\n" % (len(p), p) for p in parts) + b"0\r\nT: 1\r\n\r\n"
+    for i in range(1, len(body)):
+        for j in range(i, len(body), 7):
+            frames = _Frames()
+            out = b"".join(frames.feed(piece) for piece in (body[:i], body[i:j], body[j:]))
+            assert (out, frames.done, frames.rest) == (b"".join(parts), True, b"")
+    for bad in (b"zz\r\n", b"0x5\r\nhello\r\n", b"3\r\nhello\r\n", b"-3\r\n", b"1_0\r\n"):
+        with pytest.raises(http.client.HTTPException):
+            _Frames().feed(bad)
+    with pytest.raises(http.client.LineTooLong):
+        _Frames().feed(b"1" * 5000)
 
 
 def test_http11_reuses_a_connection_once_its_body_was_read(
@@ -232,7 +283,8 @@ def test_provider_over_http11_reports_a_model_that_broke_off(server: _Server) ->
         for chunk in provider.stream(request):
             received.append(chunk)
 
-    assert received == [TextDelta(text="Hel"), TextDelta(text="lo")]
+    assert "".join(delta.text for delta in received) == "Hello"  # in one piece or two
+    assert all(isinstance(delta, TextDelta) for delta in received)
     provider.close()
 
 

@@ -121,10 +121,9 @@ def test_provider_parses_a_vllm_stream_into_chunks(
 
     chunks = list(provider.stream(REQUEST))
 
-    assert chunks == [
+    assert chunks == [  # the body came in one piece: "Hel" and "lo" are one delta
         ReasoningDelta(text="Thinking"),
-        TextDelta(text="Hel"),
-        TextDelta(text="lo"),
+        TextDelta(text="Hello"),
         ToolCallDelta(index=0, call_id="call_1", name="get_weather", arguments=""),
         ToolCallDelta(index=0, arguments='{"city": '),
         ToolCallDelta(index=0, arguments='"Oslo"}'),
@@ -326,3 +325,38 @@ def test_provider_list_models_failure_is_upstream_error(
 
     with pytest.raises(UpstreamError, match="did not list models"):
         provider.list_models()
+
+
+def test_provider_keeps_apart_what_arrived_apart_and_joins_what_arrived_together(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """Tokens read one at a time leave one at a time; tokens read together leave as one delta.
+
+    Runs of text and of reasoning join; tool-call deltas, finishes and usage stay as they came,
+    in order.
+    """
+    pieces = [
+        sse(choice({"reasoning_content": "Th"}), choice({"reasoning_content": "ink"}))[:-14],
+        sse(choice({"content": "A"}))[:-14],
+        sse(choice({"content": "b"}), choice({"content": "c"}), choice({"content": "d"}))[:-14],
+        sse(
+            choice({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f"}}]}),
+            choice({"content": "e"}),
+            choice({"content": "f"}, finish_reason="stop"),
+        ),
+    ]
+    recorder = Recorder(
+        httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(pieces))
+    )
+    provider = make_provider(recorder)
+
+    chunks = list(provider.stream(REQUEST))
+
+    assert chunks == [
+        ReasoningDelta(text="Think"),
+        TextDelta(text="A"),
+        TextDelta(text="bcd"),
+        ToolCallDelta(index=0, call_id="c1", name="f", arguments=""),
+        TextDelta(text="ef"),
+        Finish(reason="stop"),
+    ]
