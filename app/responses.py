@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -34,7 +35,7 @@ from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
 from app.run import fail_response, unanswered_calls
 from app.sealing import check_sealed_items
-from app.store import ResponseStore, StoredResponse
+from app.store import ResponseStore, StoredEvent, StoredResponse
 from app.store.status import CANCEL
 from app.telemetry import metrics, tracing
 from app.tenancy import OPEN_TENANT, Tenant
@@ -145,8 +146,14 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     context: list[dict[str, Any]] | None = None,
     kinds: ToolKinds = KINDS,
     caller: Caller | None = None,
+    on_stored: Callable[[str, list[StoredEvent]], None] | None = None,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
+
+    ``on_stored(response_id, events)``: called once the response is stored, with the events
+    its create logged, before its first turn is queued; a relay that starts listening there
+    misses nothing the run publishes and needs not read the log back
+    (:func:`app.relay.follow_created`).
 
     ``caller``'s tenant owns the response (None: the open tenant, no limits); what it continues
     (``previous_response_id``, compaction items, a container) must be its own, and its limits
@@ -186,7 +193,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     fair = FairShare(store, settings, tenants=caller.tenants())
     # in case its message is lost (a parked response is watched when the fair share starts it)
     watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
-    store.create(
+    logged = store.create(
         response,
         inputs=inputs,
         extra=extra,
@@ -195,6 +202,8 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
         watch_until=watch_until,
         history=kept,
     )
+    if on_stored is not None:
+        on_stored(response.id, logged)
     _enqueue_first_turn(fair, dispatcher, tenant, response.id)
     caller.confirm(response.id)
     return response, request

@@ -133,6 +133,22 @@ def encode_events(events: Iterable[Event]) -> EncodedEvents:
     return EncodedEvents(types=tuple(types), json_prefixes=tuple(prefixes))
 
 
+def logged_events(encoded: EncodedEvents, first: int) -> list[StoredEvent]:
+    """``encoded`` as the log holds them once a script appended them from ``first`` on.
+
+    The scripts complete each JSON prefix with its sequence number and ``}`` (``events.lua``):
+    whoever wrote the events knows them as stored without reading them back.
+    """
+    return [
+        StoredEvent(
+            sequence_number=first + index, type=event_type, data=f"{prefix}{first + index}}}"
+        )
+        for index, (event_type, prefix) in enumerate(
+            zip(encoded.types, encoded.json_prefixes, strict=True)
+        )
+    ]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmitCall:
     """The operands of ``emit.lua``."""

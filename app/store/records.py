@@ -23,7 +23,14 @@ from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.store.base import StoreBase, text
 from app.store.conversations import encode_items
-from app.store.events import END_LINE, encode_events, publish
+from app.store.events import (
+    END_LINE,
+    EncodedEvents,
+    StoredEvent,
+    encode_events,
+    logged_events,
+    publish,
+)
 from app.store.fence import NO_FENCE, Fence
 from app.store.history import HistoryRef
 from app.store.once import this_thread
@@ -197,8 +204,11 @@ class Records(StoreBase):
         owner: str = "",
         watch_until: float | None = None,
         history: HistoryRef | None = None,
-    ) -> None:
+    ) -> list[StoredEvent]:
         """Store a new response with its input items and emit its first events (one script).
+
+        Returns the events as logged (numbered from 0), so its creator can relay them without
+        reading them back.
 
         ``owner``: the tenant creating it (:mod:`app.ownership`). ``history``: the items before
         its input (:meth:`~app.store.history.Histories.extend_history` made it).
@@ -209,10 +219,11 @@ class Records(StoreBase):
         start by then (the first turn's message was lost), it queues the turn again
         (``app.lease.sweep``).
         """
+        encoded = encode_events(events)
         result = self._put(
             response,
             checks=None,
-            events=events,
+            events=encoded,
             new=_NewRecord(
                 inputs=tuple(json.dumps(item) for item in inputs),
                 extra=json.dumps(extra),
@@ -224,6 +235,7 @@ class Records(StoreBase):
         )
         if not result.ok:  # ids are random; a clash is a bug
             raise RuntimeError(f"response {response.id} already exists")
+        return logged_events(encoded, first=0)
 
     def write(
         self,
@@ -254,14 +266,14 @@ class Records(StoreBase):
         if response.status not in transition.target:
             raise ValueError(f"a {transition.name} write cannot store {response.status}")
         checks = _Checks(source=transition, version=version, fence=fence)
-        return self._put(response, checks=checks, turn=turn, events=events)
+        return self._put(response, checks=checks, turn=turn, events=encode_events(events))
 
     def _put(
         self,
         response: ResponseObject,
         *,
         checks: _Checks | None,
-        events: Sequence[Event],
+        events: EncodedEvents,
         turn: int | None = None,
         new: _NewRecord | None = None,
     ) -> WriteResult:
@@ -271,7 +283,6 @@ class Records(StoreBase):
         rid = response.id
         is_terminal = response.status in TERMINAL_STATUSES
         ttl = self.ttl_seconds if response.store or not is_terminal else self.unstored_ttl_seconds
-        encoded = encode_events(events)
         conversation_id = response.conversation.id if response.conversation else ""
         appends = bool(conversation_id) and response.status in APPENDING_STATUSES
         # a response of no conversation names keys in its own slot (one slot per script call)
@@ -313,8 +324,8 @@ class Records(StoreBase):
                 watch_until=new.watch_until,
                 history="" if new.history is None else new.history.encode(),
                 inputs=new.inputs,
-                event_types=encoded.types,
-                event_json_prefixes=encoded.json_prefixes,
+                event_types=events.types,
+                event_json_prefixes=events.json_prefixes,
                 conversation_items=encode_items(response.output) if appends else (),
             )
         )

@@ -24,6 +24,21 @@ def test_store_create_stores_record_inputs_extra_and_first_events(store: Respons
     assert (event.sequence_number, event.type) == (0, "response.created")
 
 
+def test_store_create_returns_its_events_as_the_log_holds_them(store: ResponseStore) -> None:
+    """The creator relays the first events without reading them back: they must be the log's."""
+    response = make_response()
+    queued = {"type": "response.queued", "response": {"id": response.id, "note": "grüße ✓"}}
+    events = [created(response), queued]
+
+    logged = store.create(response, inputs=[], extra={}, events=events)
+
+    read_back = store.events_after(response.id, -1)
+    assert [(e.sequence_number, e.type, e.data) for e in logged] == [
+        (e.sequence_number, e.type, e.data) for e in read_back
+    ]
+    assert [e.sequence_number for e in logged] == [0, 1]
+
+
 def test_store_create_stores_thousands_of_inputs_in_order(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
