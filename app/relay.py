@@ -7,7 +7,8 @@ channel (``SSUBSCRIBE``; :mod:`app.keys`), each message naming its response on i
 :func:`follow_events` replays the log after a cursor, then follows live; a gap in the live
 sequence is filled from the log, so every event reaches the client exactly once and in order,
 from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
-both are patched into greenlet primitives.
+both are patched into greenlet primitives, and the hub yields (``time.sleep(0)``) after every
+:data:`DELIVERY_SLICE` inboxes it fills, so a burst of events does not hold up the process.
 
 An outage of Redis: the hub reconnects (with backoff, for as long as it takes), subscribes again
 and tells every listener to catch up from the stream, since what was published meanwhile never
@@ -56,6 +57,15 @@ SHARDED_WAIT_SECONDS = 5.0
 RECONNECT_BACKOFF_CAP = 1.0
 """Longest wait, in seconds, between two attempts of the hub to subscribe again."""
 
+DELIVERY_SLICE = 50
+"""Inboxes the hub fills before it yields, so a burst of wake-ups cannot hold up other work.
+
+Under gevent each filled inbox queues its follower's wake-up, and the loop runs queued
+callbacks in order: a request arriving in a burst of 10,000 wake-ups (~100 µs each) would wait
+behind all of them. Yielding after each slice puts the hub, and with it the rest of the burst,
+behind whatever came in meanwhile; so a request waits one slice (~5 ms), not the burst.
+"""
+
 
 class Inbox:
     """A listener's queue of live messages: one event flag, no per-wait locks.
@@ -93,6 +103,7 @@ class EventHub:
     def __init__(self, client: redis.Redis, keys: Keys):
         self._client = client
         self._keys = keys
+        self._filled = 0  # inboxes filled since the hub last yielded
         self._listeners: dict[str, set[Inbox]] = defaultdict(set)
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -212,8 +223,7 @@ class EventHub:
         with self._lock:
             inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
         logger.warning("event hub subscribed again; %d followers catch up", len(inboxes))
-        for inbox in inboxes:
-            inbox.put([RESYNC])
+        self._fill(inboxes, [RESYNC])
 
     def _dispatch(self, channel: str, payload: str) -> None:
         self._deliver(self._keys.response_id_of_channel(channel), payload)
@@ -223,9 +233,22 @@ class EventHub:
             listeners = list(self._listeners.get(response_id, ()))
         if not listeners:
             return
-        messages = parse_published(payload)  # the events of one flush, a line each
-        for inbox in listeners:
+        self._fill(listeners, parse_published(payload))  # the events of one flush, a line each
+
+    def _fill(self, inboxes: list[Inbox], messages: list[PublishedLine]) -> None:
+        """Put ``messages`` in every inbox, yielding after every slice of inboxes.
+
+        The count runs on across publishes: a burst is as often many responses with a few
+        followers each as one response with many. Each inbox still gets its messages in order
+        (this thread alone fills them); one that starts listening while the hub yields misses
+        this publish and, seeing a gap in the next, catches up from the stream.
+        """
+        for inbox in inboxes:
             inbox.put(messages)
+            self._filled += 1
+            if self._filled >= DELIVERY_SLICE:
+                self._filled = 0
+                time.sleep(0)  # under gevent: the woken followers, then I/O, then the rest
 
 
 def follow_events(

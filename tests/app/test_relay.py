@@ -1,10 +1,14 @@
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from app.keys import Keys
 from app.protocol.events import Event
@@ -323,3 +327,30 @@ def test_the_hub_on_a_cluster_subscribes_again_when_its_nodes_drop_it(
     complete(store, response)
 
     assert follower.finish() == [0, 1, 2, 3]
+
+
+def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    # A gevent process as the gateway runs: 4,000 followers of 40 responses, ~1 s of work
+    # in all once each has its message. A connection made while that runs is served within
+    # a slice of it, not after all of it.
+    followers, responses = 4000, 40
+    command = [sys.executable, "-m", "tests.support.burst", redis_url, key_prefix]
+    command += [str(responses), str(followers // responses), "250"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as program:
+        assert program.stdout is not None
+        try:
+            _, port = program.stdout.readline().split()
+            with redis_client.pipeline(transaction=False) as pipe:  # the burst, in one write
+                for response in range(responses):
+                    publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), "0 delta {}")
+                pipe.execute()
+            assert program.stdout.readline() == "started\n"
+            with socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT) as probe:
+                handled_when_served = int(probe.recv(64))
+            assert program.stdout.readline() == "done\n"
+        finally:
+            program.kill()
+
+    assert 0 < handled_when_served < followers / 2

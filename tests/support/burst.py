@@ -1,0 +1,69 @@
+"""A gevent process holding many live followers of an ``EventHub``, and one more connection.
+
+``python -m tests.support.burst REDIS_URL PREFIX RESPONSES PER_RESPONSE WORK_US`` monkey-patches
+as the gateway does, starts a hub on ``PREFIX``, and ``RESPONSES × PER_RESPONSE`` followers that
+each spend ``WORK_US`` µs of CPU on every message (a relay's framing and write). It prints
+``ready <port>``: a TCP server on that port answers each connection with how many messages the
+followers had handled when it got to it. The first follower to handle a message prints
+``started``; when all have handled one, the process prints ``done`` and exits.
+
+A test publishes one message to every response at once (the burst), connects on ``started``,
+and reads whether its connection was served before the burst was through.
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import sys  # noqa: E402 - after the patch
+import time  # noqa: E402
+
+import gevent  # noqa: E402
+import redis  # noqa: E402
+from gevent.event import Event  # noqa: E402
+from gevent.server import StreamServer  # noqa: E402
+from gevent.socket import socket  # noqa: E402
+
+from app.keys import Keys  # noqa: E402
+from app.relay import EventHub  # noqa: E402
+
+
+def main() -> None:
+    url, prefix, responses, per_response, work_us = sys.argv[1:6]
+    hub = EventHub(redis.Redis.from_url(url), Keys(prefix))
+    hub.start()
+    followers = int(responses) * int(per_response)
+    handled = 0
+    all_handled = Event()
+
+    def follow(response_id: str) -> None:
+        nonlocal handled
+        inbox = hub.listen(response_id)
+        inbox.get(timeout=60)
+        end = time.perf_counter() + int(work_us) / 1e6
+        while time.perf_counter() < end:
+            pass
+        handled += 1
+        if handled == 1:
+            print("started", flush=True)
+        if handled == followers:
+            all_handled.set()
+
+    def answer(client: socket, _address: object) -> None:
+        client.sendall(b"%d\n" % handled)
+
+    for response in range(int(responses)):
+        for _ in range(int(per_response)):
+            gevent.spawn(follow, f"resp_{response}")
+    gevent.sleep(0.2)  # every follower listens
+    server = StreamServer(("127.0.0.1", 0), answer)
+    server.start()
+    print("ready", server.address[1], flush=True)
+    all_handled.wait(timeout=60)
+    print("done", flush=True)
+    server.stop()
+    hub.stop()
+
+
+if __name__ == "__main__":
+    main()
