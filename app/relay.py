@@ -4,7 +4,7 @@ Each gateway process holds one pub/sub connection (:class:`EventHub`, a pattern 
 once at start, so no subscription can race a replay) and fans events out to local listeners. On
 a Redis Cluster it holds one per node instead, subscribed once at start to every shard's sharded
 channel (``SSUBSCRIBE``; :mod:`app.keys`), each message naming its response on its first line.
-:func:`follow_events` replays the log after a cursor, then follows live; a gap in the live
+:func:`follow_event_batches` replays the log after a cursor, then follows live; a gap in the live
 sequence is filled from the log, so every event reaches the client exactly once and in order,
 from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
 both are patched into greenlet primitives, and the hub yields (``time.sleep(0)``) after every
@@ -28,6 +28,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from typing import Any
 
 import redis
@@ -37,19 +38,22 @@ from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published, split_sharded
+from app.store.events import PublishedLine, parse_published, split_sharded
 
 logger = logging.getLogger(__name__)
 
 
 class Keepalive:
-    """Marker yielded by :func:`follow_events` when nothing happened for a while."""
+    """Marker yielded by :func:`follow_event_batches` when nothing happened for a while."""
 
 
 KEEPALIVE = Keepalive()
 
 RESYNC = PublishedLine(sequence_number=-1, type="antwort.resync", data="")
 """Put in every inbox when the hub subscribed again: what was published meanwhile is lost."""
+
+_QUIET = PublishedLine(sequence_number=-1, type="antwort.quiet", data="")
+"""Stands for an inbox that stayed empty a keepalive long: the stream says what was missed."""
 
 SHARDED_WAIT_SECONDS = 5.0
 """Longest wait of the hub on a cluster's connections before it looks whether it was stopped."""
@@ -85,13 +89,17 @@ class Inbox:
         self._items.extend(messages)
         self._ready.set()
 
-    def get(self, timeout: float) -> PublishedLine:
-        """The next message; ``queue.Empty`` after ``timeout`` seconds without one."""
+    def take(self, timeout: float) -> list[PublishedLine]:
+        """Every message waiting, in order (at least one); ``queue.Empty`` after ``timeout`` s.
+
+        All at once, so that a follower woken with several relays them as one write.
+        """
         deadline = time.monotonic() + timeout
         while True:
             self._ready.clear()  # before looking: a put after this sets it again
             if self._items:
-                return self._items.popleft()
+                # One popleft each, not a copy and a clear: a put may land in between.
+                return [self._items.popleft() for _ in range(len(self._items))]
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._ready.wait(remaining):
                 raise queue.Empty
@@ -251,36 +259,51 @@ class EventHub:
                 time.sleep(0)  # under gevent: the woken followers, then I/O, then the rest
 
 
-def follow_events(
+def follow_event_batches(
     store: ResponseStore,
     hub: EventHub,
     response_id: str,
     *,
     starting_after: int = -1,
     keepalive_seconds: float = 15.0,
-) -> Generator[StoredEvent | Keepalive, None, None]:
-    """Every event after ``starting_after``, then live ones until the response ends.
+) -> Generator[list[StoredEvent] | Keepalive, None, None]:
+    """Every event after ``starting_after``, then live ones until the response ends, in batches.
 
-    Should Redis stay away longer than the store's clients wait, the last item is an ``error``
+    A batch is the replay, or every live event a follower found in its inbox when it woke (one
+    publish often carries several, and an inbox may hold several publishes), so a relay can
+    write each batch in one go. Never empty; each event in exactly one batch, in order.
+    Should Redis stay away longer than the store's clients wait, the last batch is an ``error``
     event saying where to resume (:func:`resume_event`).
     """
     last = starting_after
     try:
-        for event in _replay_and_follow(
+        for batch in _replay_and_follow(
             store,
             hub,
             response_id,
             starting_after=starting_after,
             keepalive_seconds=keepalive_seconds,
         ):
-            if isinstance(event, StoredEvent):
-                last = event.sequence_number
-            yield event
+            if not isinstance(batch, Keepalive):
+                last = batch[-1].sequence_number
+            yield batch
     except redis.RedisError as exc:
         logger.warning(
             "lost Redis while relaying %s (%s); told the client to resume", response_id, exc
         )
-        yield resume_event(last)
+        yield [resume_event(last)]
+
+
+def each_event(
+    batches: Generator[list[StoredEvent] | Keepalive, None, None],
+) -> Generator[StoredEvent | Keepalive, None, None]:
+    """The events of :func:`follow_event_batches` one at a time, in order."""
+    with closing(batches):  # closing this closes the relay (it unlistens) at once
+        for batch in batches:
+            if isinstance(batch, Keepalive):
+                yield batch
+            else:
+                yield from batch
 
 
 def resume_event(last: int) -> StoredEvent:
@@ -304,18 +327,18 @@ def _replay_and_follow(
     *,
     starting_after: int,
     keepalive_seconds: float,
-) -> Iterator[StoredEvent | Keepalive]:
+) -> Iterator[list[StoredEvent] | Keepalive]:
     inbox = hub.listen(response_id)
     try:
-        last = starting_after
         # The status comes with the replay: whether the response ended before the inbox
         # listened (its end message then never comes).
-        replay, status = store.events_and_status(response_id, last)
-        for event in replay:
-            yield event
-            last = event.sequence_number
-            if event.type in TERMINAL_EVENT_TYPES:
-                return
+        replay, status = store.events_and_status(response_id, starting_after)
+        batch, is_end = _through_terminal(replay)
+        if batch:
+            yield batch
+        if is_end:
+            return
+        last = batch[-1].sequence_number if batch else starting_after
         yield from _follow_live(store, inbox, response_id, last, keepalive_seconds, status)
     finally:
         hub.unlisten(response_id, inbox)
@@ -328,44 +351,63 @@ def _follow_live(
     last: int,
     keepalive_seconds: float,
     status: str | None,
-) -> Iterator[StoredEvent | Keepalive]:
+) -> Iterator[list[StoredEvent] | Keepalive]:
     check_status = False
     while True:
         # Whether the response ended (its end message may never come): known at the start,
-        # then looked up only after quiet spells, not for every message.
+        # then looked up only after reading the stream, not for every message.
         if check_status:
             status = store.status(response_id)
         if status not in ACTIVE_STATUSES:
             # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
-            yield from store.events_after(response_id, last)
+            rest = store.events_after(response_id, last)
+            if rest:
+                yield rest
             return
-        check_status = False
         try:
-            message = inbox.get(timeout=keepalive_seconds)
+            messages = inbox.take(timeout=keepalive_seconds)
         except queue.Empty:
             yield KEEPALIVE
-            message = None
-        if (
-            message is None
-            or message is RESYNC
-            or message.type == END_EVENT_TYPE
-            or message.sequence_number > last + 1
-        ):
-            # Quiet, resubscribed, ended, or a gap (pub/sub is best effort): the stream is the
-            # truth, and the status says whether to stop (a cancelled response has no terminal
-            # event).
-            caught_up = store.events_after(response_id, last)
-            check_status = True
-        elif message.sequence_number <= last:
-            continue
+            messages = [_QUIET]
+        events, check_status = _events_of(store, response_id, last, messages)
+        batch, is_end = _through_terminal(events)
+        if batch:
+            yield batch
+            last = batch[-1].sequence_number
+        if is_end:
+            return
+
+
+def _events_of(
+    store: ResponseStore, response_id: str, last: int, messages: list[PublishedLine]
+) -> tuple[list[StoredEvent], bool]:
+    """The events after ``last`` that ``messages`` bring, in order, and whether the stream was read.
+
+    A message out of line (quiet, resubscribed, ended, or after a gap: pub/sub is best
+    effort) is answered from the stream, the truth; the caller then looks at the status, as a
+    cancelled response has no terminal event. One already relayed is dropped.
+    """
+    events: list[StoredEvent] = []
+    has_read_stream = False
+    for message in messages:  # RESYNC, _QUIET and the end line are numbered -1
+        if message.sequence_number == last + 1:
+            event = StoredEvent(
+                sequence_number=message.sequence_number, type=message.type, data=message.data
+            )
+            events.append(event)
+        elif 0 <= message.sequence_number <= last:
+            continue  # relayed already, read from the stream with an earlier message
         else:
-            caught_up = [
-                StoredEvent(
-                    sequence_number=message.sequence_number, type=message.type, data=message.data
-                )
-            ]
-        for event in caught_up:
-            yield event
-            last = event.sequence_number
-            if event.type in TERMINAL_EVENT_TYPES:
-                return
+            events += store.events_after(response_id, last)
+            has_read_stream = True
+        if events:
+            last = events[-1].sequence_number
+    return events, has_read_stream
+
+
+def _through_terminal(events: list[StoredEvent]) -> tuple[list[StoredEvent], bool]:
+    """``events`` up to its terminal one, and whether there was one."""
+    for index, event in enumerate(events):
+        if event.type in TERMINAL_EVENT_TYPES:
+            return events[: index + 1], True
+    return events, False

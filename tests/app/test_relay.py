@@ -1,10 +1,11 @@
 import json
+import queue
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -13,10 +14,11 @@ import redis
 from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
+from app.relay import KEEPALIVE, EventHub, Inbox, Keepalive, each_event, follow_event_batches
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_LINE, publish
+from app.store.events import PublishedLine, publish
 from app.store.status import CANCEL, FINISH
+from tests.support.hub import stop_hub
 from tests.support.responses import stored_response
 
 WAIT = 10.0
@@ -42,15 +44,25 @@ def hub(store: ResponseStore) -> Iterator[EventHub]:
     event_hub = EventHub(store.redis, store.keys)
     event_hub.start()
     yield event_hub
-    event_hub.stop()
-    publish(store.redis, store.keys.channel("wake-up"), END_LINE)  # ends the hub's wait
-    thread = event_hub._thread
-    if thread is not None:
-        thread.join(timeout=10)
+    stop_hub(event_hub, store)
 
 
 def delta(n: int) -> Event:
     return {"type": "response.output_text.delta", "item_id": "msg_1", "delta": str(n)}
+
+
+def follow_events(
+    store: ResponseStore, hub: EventHub, rid: str, **kwargs: Any
+) -> Generator[StoredEvent | Keepalive, None, None]:
+    """The relay's events one at a time (as the WebSocket and the sync create take them)."""
+    return each_event(follow_event_batches(store, hub, rid, **kwargs))
+
+
+def muted(store: ResponseStore) -> ResponseStore:
+    """``store`` on the same keys, whose emits reach the stream but not pub/sub."""
+    return ResponseStore(
+        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
+    )
 
 
 def new_response(store: ResponseStore) -> ResponseObject:
@@ -113,7 +125,9 @@ def test_the_hub_hands_a_listener_each_published_event_live_without_a_resync(
     try:
         for i in range(3):
             store.emit(response.id, [delta(i)])
-        got = [inbox.get(timeout=WAIT) for _ in range(3)]
+        got: list[PublishedLine] = []
+        while len(got) < 3:
+            got += inbox.take(timeout=WAIT)
     finally:
         hub.unlisten(response.id, inbox)
 
@@ -187,15 +201,12 @@ def test_follow_events_fills_a_gap_in_live_messages_from_the_stream(
     store: ResponseStore, hub: EventHub
 ) -> None:
     response = new_response(store)
-    muted = ResponseStore(
-        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
-    )
     store.emit(response.id, [delta(0)])
     # A long keepalive: the only way to learn of the muted events is the gap.
     follower = Follower(store, hub, response.id, keepalive_seconds=60)
     follower.wait_for(0)
 
-    muted.emit(response.id, [delta(i) for i in range(1, 5)])  # lost by pub/sub
+    muted(store).emit(response.id, [delta(i) for i in range(1, 5)])  # lost by pub/sub
     store.emit(response.id, [delta(5)])
     follower.wait_for(5)
     complete(store, response)
@@ -354,3 +365,48 @@ def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
             program.kill()
 
     assert 0 < handled_when_served < followers / 2
+
+
+def line(n: int) -> PublishedLine:
+    return PublishedLine(sequence_number=n, type="response.output_text.delta", data=str(n))
+
+
+def test_inbox_take_hands_every_waiting_message_at_once_in_order() -> None:
+    inbox = Inbox()
+    inbox.put([line(0)])
+    inbox.put([line(1), line(2)])
+
+    first = inbox.take(timeout=WAIT)
+    with pytest.raises(queue.Empty):
+        inbox.take(timeout=0.01)
+
+    assert first == [line(0), line(1), line(2)]
+
+
+def test_follow_event_batches_relays_what_waits_as_one_batch_each_event_once_in_order(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(i) for i in range(2)])
+    batches = follow_event_batches(store, hub, response.id, keepalive_seconds=60)
+
+    replay = next(batches)
+    store.emit(response.id, [delta(i) for i in range(2, 5)])  # one publish, three events
+    live = next(batches)
+    muted(store).emit(response.id, [delta(i) for i in range(5, 7)])  # lost by pub/sub
+    store.emit(response.id, [delta(7), delta(8)])  # the gap shows: 5 and 6 from the stream
+    after_gap = next(batches)
+    complete(store, response)
+    rest = list(batches)
+
+    assert [_numbers(batch) for batch in (replay, live, after_gap, *rest)] == [
+        [0, 1],
+        [2, 3, 4],
+        [5, 6, 7, 8],
+        [9],
+    ]
+
+
+def _numbers(batch: list[StoredEvent] | Keepalive) -> list[int]:
+    assert isinstance(batch, list), batch
+    return [event.sequence_number for event in batch]

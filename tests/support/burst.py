@@ -39,7 +39,7 @@ def main() -> None:
     def follow(response_id: str) -> None:
         nonlocal handled
         inbox = hub.listen(response_id)
-        inbox.get(timeout=60)
+        inbox.take(timeout=60)
         end = time.perf_counter() + int(work_us) / 1e6
         while time.perf_counter() < end:
             pass
