@@ -26,7 +26,7 @@ import queue
 import select
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Generator, Iterator
 from contextlib import closing
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
+from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
 from app.protocol.response import ACTIVE_STATUSES
@@ -61,48 +62,17 @@ SHARDED_WAIT_SECONDS = 5.0
 RECONNECT_BACKOFF_CAP = 1.0
 """Longest wait, in seconds, between two attempts of the hub to subscribe again."""
 
+KEEPALIVE_TICK_SECONDS = 0.25
+"""How often the hub's ticker wakes the followers that waited a keepalive long for nothing."""
+
 DELIVERY_SLICE = 50
-"""Inboxes the hub fills before it yields, so a burst of wake-ups cannot hold up other work.
+"""Inboxes the hub fills (or its ticker wakes) before it yields: no burst holds the process up.
 
 Under gevent each filled inbox queues its follower's wake-up, and the loop runs queued
 callbacks in order: a request arriving in a burst of 10,000 wake-ups (~100 µs each) would wait
 behind all of them. Yielding after each slice puts the hub, and with it the rest of the burst,
 behind whatever came in meanwhile; so a request waits one slice (~5 ms), not the burst.
 """
-
-
-class Inbox:
-    """A listener's queue of live messages: one event flag, no per-wait locks.
-
-    Lighter than ``queue.Queue`` (whose every wait allocates a lock): a gateway holds one per
-    open stream, thousands at once.
-    """
-
-    __slots__ = ("_items", "_ready")
-
-    def __init__(self) -> None:
-        self._items: deque[PublishedLine] = deque()
-        self._ready = threading.Event()
-
-    def put(self, messages: list[PublishedLine]) -> None:
-        """Deliver the messages of one publish, in order (from the hub's thread)."""
-        self._items.extend(messages)
-        self._ready.set()
-
-    def take(self, timeout: float) -> list[PublishedLine]:
-        """Every message waiting, in order (at least one); ``queue.Empty`` after ``timeout`` s.
-
-        All at once, so that a follower woken with several relays them as one write.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            self._ready.clear()  # before looking: a put after this sets it again
-            if self._items:
-                # One popleft each, not a copy and a clear: a put may land in between.
-                return [self._items.popleft() for _ in range(len(self._items))]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._ready.wait(remaining):
-                raise queue.Empty
 
 
 class EventHub:
@@ -117,24 +87,27 @@ class EventHub:
         self._ready = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
 
     def start(self) -> None:
-        """Subscribe and start dispatching (idempotent)."""
+        """Subscribe and start dispatching, and the keepalive ticker (idempotent)."""
         with self._lock:
             if self._thread is not None:
                 return
             self._thread = threading.Thread(target=self._run, name="event-hub", daemon=True)
             self._thread.start()
+            self._ticker = threading.Thread(target=self._tick, name="event-hub-tick", daemon=True)
+            self._ticker.start()
         self._ready.wait(timeout=5)
 
     def stop(self) -> None:
-        """Stop dispatching (tests; processes just exit)."""
+        """Stop dispatching, and the ticker within a tick (tests; processes just exit)."""
         self._stopped = True
 
-    def listen(self, response_id: str) -> Inbox:
+    def listen(self, response_id: str, *, keepalive_seconds: float = 15.0) -> Inbox:
         """An inbox that receives the response's live events until :meth:`unlisten`."""
         self.start()
-        inbox = Inbox()
+        inbox = Inbox(keepalive_seconds)
         with self._lock:
             self._listeners[response_id].add(inbox)
         return inbox
@@ -147,6 +120,24 @@ class EventHub:
                 listeners.discard(inbox)
                 if not listeners:
                     del self._listeners[response_id]
+
+    def _tick(self) -> None:
+        """Wake the followers that waited a keepalive long, a slice at a time.
+
+        One ticker for all, rather than a timer per wait: streams opened together go quiet
+        together, and their wake-ups then queue behind other work like a burst's.
+        """
+        while not self._stopped:
+            time.sleep(KEEPALIVE_TICK_SECONDS)
+            with self._lock:
+                inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
+            now = time.monotonic()
+            woken = 0
+            for inbox in inboxes:
+                if inbox.wake_if_quiet(now):
+                    woken += 1
+                    if woken % DELIVERY_SLICE == 0:
+                        time.sleep(0)
 
     def _run(self) -> None:
         backoff = 0.05
@@ -328,7 +319,7 @@ def _replay_and_follow(
     starting_after: int,
     keepalive_seconds: float,
 ) -> Iterator[list[StoredEvent] | Keepalive]:
-    inbox = hub.listen(response_id)
+    inbox = hub.listen(response_id, keepalive_seconds=keepalive_seconds)
     try:
         # The status comes with the replay: whether the response ended before the inbox
         # listened (its end message then never comes).
@@ -339,7 +330,7 @@ def _replay_and_follow(
         if is_end:
             return
         last = batch[-1].sequence_number if batch else starting_after
-        yield from _follow_live(store, inbox, response_id, last, keepalive_seconds, status)
+        yield from _follow_live(store, inbox, response_id, last, status)
     finally:
         hub.unlisten(response_id, inbox)
 
@@ -349,7 +340,6 @@ def _follow_live(
     inbox: Inbox,
     response_id: str,
     last: int,
-    keepalive_seconds: float,
     status: str | None,
 ) -> Iterator[list[StoredEvent] | Keepalive]:
     check_status = False
@@ -365,7 +355,7 @@ def _follow_live(
                 yield rest
             return
         try:
-            messages = inbox.take(timeout=keepalive_seconds)
+            messages = inbox.take()
         except queue.Empty:
             yield KEEPALIVE
             messages = [_QUIET]

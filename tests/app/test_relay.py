@@ -5,16 +5,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
 import redis
 
+from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.relay import KEEPALIVE, EventHub, Inbox, Keepalive, each_event, follow_event_batches
+from app.relay import KEEPALIVE, EventHub, Keepalive, each_event, follow_event_batches
 from app.store import ResponseStore, StoredEvent
 from app.store.events import PublishedLine, publish
 from app.store.status import CANCEL, FINISH
@@ -127,7 +128,7 @@ def test_the_hub_hands_a_listener_each_published_event_live_without_a_resync(
             store.emit(response.id, [delta(i)])
         got: list[PublishedLine] = []
         while len(got) < 3:
-            got += inbox.take(timeout=WAIT)
+            got += inbox.take()
     finally:
         hub.unlisten(response.id, inbox)
 
@@ -340,31 +341,59 @@ def test_the_hub_on_a_cluster_subscribes_again_when_its_nodes_drop_it(
     assert follower.finish() == [0, 1, 2, 3]
 
 
-def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
-    redis_url: str, key_prefix: str, redis_client: redis.Redis
-) -> None:
-    # A gevent process as the gateway runs: 4,000 followers of 40 responses, ~1 s of work
-    # in all once each has its message. A connection made while that runs is served within
-    # a slice of it, not after all of it.
-    followers, responses = 4000, 40
+FOLLOWERS, RESPONSES = 4000, 40
+"""The burst tests' gevent process: ~1 s of work in all once each follower is woken."""
+
+
+def served_during_a_burst(
+    redis_url: str, key_prefix: str, *, keepalive_seconds: float, burst: Callable[[], None]
+) -> int:
+    """How many followers had handled their wake-up when a connection made meanwhile was served.
+
+    The followers live in a gevent process as the gateway runs (``tests.support.burst``);
+    ``burst`` wakes them all at once.
+    """
     command = [sys.executable, "-m", "tests.support.burst", redis_url, key_prefix]
-    command += [str(responses), str(followers // responses), "250"]
+    command += [str(RESPONSES), str(FOLLOWERS // RESPONSES), "250", str(keepalive_seconds)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as program:
         assert program.stdout is not None
         try:
             _, port = program.stdout.readline().split()
-            with redis_client.pipeline(transaction=False) as pipe:  # the burst, in one write
-                for response in range(responses):
-                    publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), "0 delta {}")
-                pipe.execute()
+            burst()
             assert program.stdout.readline() == "started\n"
             with socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT) as probe:
-                handled_when_served = int(probe.recv(64))
+                handled = int(probe.recv(64))
             assert program.stdout.readline() == "done\n"
         finally:
             program.kill()
+    return handled
 
-    assert 0 < handled_when_served < followers / 2
+
+def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    def publish_to_all() -> None:
+        with redis_client.pipeline(transaction=False) as pipe:  # the burst, in one write
+            for response in range(RESPONSES):
+                publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), "0 delta {}")
+            pipe.execute()
+
+    handled = served_during_a_burst(
+        redis_url, key_prefix, keepalive_seconds=60, burst=publish_to_all
+    )
+
+    assert 0 < handled < FOLLOWERS / 10, handled  # within a slice or two, not all of it
+
+
+def test_the_hub_lets_a_new_connection_in_while_followers_gone_quiet_together_wake(
+    redis_url: str, key_prefix: str
+) -> None:
+    # Streams opened together go quiet together: their keepalives are a burst as well.
+    handled = served_during_a_burst(
+        redis_url, key_prefix, keepalive_seconds=1.0, burst=lambda: None
+    )
+
+    assert 0 < handled < FOLLOWERS / 10, handled
 
 
 def line(n: int) -> PublishedLine:
@@ -372,15 +401,26 @@ def line(n: int) -> PublishedLine:
 
 
 def test_inbox_take_hands_every_waiting_message_at_once_in_order() -> None:
-    inbox = Inbox()
+    inbox = Inbox(keepalive_seconds=60)
     inbox.put([line(0)])
     inbox.put([line(1), line(2)])
 
-    first = inbox.take(timeout=WAIT)
-    with pytest.raises(queue.Empty):
-        inbox.take(timeout=0.01)
+    first = inbox.take()
 
     assert first == [line(0), line(1), line(2)]
+
+
+def test_inbox_take_reports_a_quiet_spell_once_the_ticker_sees_one() -> None:
+    inbox = Inbox(keepalive_seconds=60)
+    is_woken_early = inbox.wake_if_quiet(time.monotonic())
+    is_woken = inbox.wake_if_quiet(time.monotonic() + 61)
+
+    with pytest.raises(queue.Empty):
+        inbox.take()
+    inbox.put([line(0)])
+
+    assert (is_woken_early, is_woken) == (False, True)
+    assert inbox.take() == [line(0)]
 
 
 def test_follow_event_batches_relays_what_waits_as_one_batch_each_event_once_in_order(

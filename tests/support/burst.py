@@ -1,21 +1,25 @@
 """A gevent process holding many live followers of an ``EventHub``, and one more connection.
 
-``python -m tests.support.burst REDIS_URL PREFIX RESPONSES PER_RESPONSE WORK_US`` monkey-patches
-as the gateway does, starts a hub on ``PREFIX``, and ``RESPONSES × PER_RESPONSE`` followers that
-each spend ``WORK_US`` µs of CPU on every message (a relay's framing and write). It prints
+``python -m tests.support.burst REDIS_URL PREFIX RESPONSES PER_RESPONSE WORK_US KEEPALIVE``
+monkey-patches as the gateway does, starts a hub on ``PREFIX``, and ``RESPONSES × PER_RESPONSE``
+followers (keepalive: ``KEEPALIVE`` s) that each spend ``WORK_US`` µs of CPU once woken, by a
+message or a quiet spell (a relay's framing and write). It prints
 ``ready <port>``: a TCP server on that port answers each connection with how many messages the
 followers had handled when it got to it. The first follower to handle a message prints
 ``started``; when all have handled one, the process prints ``done`` and exits.
 
 A test publishes one message to every response at once (the burst), connects on ``started``,
-and reads whether its connection was served before the burst was through.
+or lets them go quiet together, and reads whether its connection was served before the
+followers were through.
 """
 
 from gevent import monkey
 
 monkey.patch_all()
 
-import sys  # noqa: E402 - after the patch
+import contextlib  # noqa: E402 - after the patch
+import queue  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import gevent  # noqa: E402
@@ -29,7 +33,7 @@ from app.relay import EventHub  # noqa: E402
 
 
 def main() -> None:
-    url, prefix, responses, per_response, work_us = sys.argv[1:6]
+    url, prefix, responses, per_response, work_us, keepalive = sys.argv[1:7]
     hub = EventHub(redis.Redis.from_url(url), Keys(prefix))
     hub.start()
     followers = int(responses) * int(per_response)
@@ -38,8 +42,9 @@ def main() -> None:
 
     def follow(response_id: str) -> None:
         nonlocal handled
-        inbox = hub.listen(response_id)
-        inbox.take(timeout=60)
+        inbox = hub.listen(response_id, keepalive_seconds=float(keepalive))
+        with contextlib.suppress(queue.Empty):  # quiet: a keepalive's wake-up
+            inbox.take()
         end = time.perf_counter() + int(work_us) / 1e6
         while time.perf_counter() < end:
             pass
