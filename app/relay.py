@@ -65,6 +65,9 @@ RECONNECT_BACKOFF_CAP = 1.0
 KEEPALIVE_TICK_SECONDS = 0.25
 """How often the hub's ticker wakes the followers that waited a keepalive long for nothing."""
 
+DRAIN_LIMIT = 1000
+"""Messages the hub reads before it hands them on, at most (it takes what was read already)."""
+
 DELIVERY_SLICE = 50
 """Inboxes the hub fills (or its ticker wakes) before it yields: no burst holds the process up.
 
@@ -163,12 +166,23 @@ class EventHub:
             self._ready.set()
             while not self._stopped:
                 # A blocking read (no poll before each message); stop() takes effect with the
-                # next message, which on a busy fleet is never far off.
-                message = pubsub.get_message(timeout=None)
-                if message is not None:
-                    self._dispatch(message["channel"].decode(), message["data"].decode())
+                # next message, which on a busy fleet is never far off. Then every message read
+                # already, so each follower is woken once with all its response's news.
+                self._deliver(self._read_arrived(pubsub))
         finally:
             pubsub.close()
+
+    def _read_arrived(self, pubsub: Any) -> dict[str, list[str]]:
+        """The next message (waiting for it) and those read with it: payloads by response."""
+        arrived: dict[str, list[str]] = defaultdict(list)
+        message = pubsub.get_message(timeout=None)
+        read = 0
+        while message is not None:
+            response_id = self._keys.response_id_of_channel(message["channel"].decode())
+            arrived[response_id].append(message["data"].decode())
+            read += 1
+            message = pubsub.get_message(timeout=0.0) if read < DRAIN_LIMIT else None
+        return arrived
 
     def _listen_sharded(self) -> None:
         """A cluster's events: every shard's channel, each on the node that holds its slot.
@@ -198,9 +212,13 @@ class EventHub:
                 self._resync()
             self._ready.set()
             while not self._stopped:
+                arrived: dict[str, list[str]] = defaultdict(list)
                 for pubsub in pubsubs:
-                    while (message := pubsub.get_message(timeout=0.0)) is not None:
-                        self._take_sharded(message)
+                    for _ in range(DRAIN_LIMIT):
+                        if (message := pubsub.get_message(timeout=0.0)) is None:
+                            break
+                        self._take_sharded(message, arrived)
+                self._deliver(arrived)
                 sockets = [pubsub.connection and pubsub.connection._sock for pubsub in pubsubs]
                 if not all(sockets):
                     raise redis.ConnectionError("a node's pub/sub connection closed")
@@ -209,12 +227,12 @@ class EventHub:
             for pubsub in pubsubs:
                 pubsub.close()
 
-    def _take_sharded(self, message: dict[str, Any]) -> None:
+    def _take_sharded(self, message: dict[str, Any], arrived: dict[str, list[str]]) -> None:
         kind = message["type"]
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "smessage":
             response_id, lines = split_sharded(message["data"].decode())
-            self._deliver(response_id, lines)
+            arrived[response_id].append(lines)
         elif kind == "sunsubscribe":
             raise redis.ConnectionError("a shard's slot moved; subscribing again")
 
@@ -224,15 +242,13 @@ class EventHub:
         logger.warning("event hub subscribed again; %d followers catch up", len(inboxes))
         self._fill(inboxes, [RESYNC])
 
-    def _dispatch(self, channel: str, payload: str) -> None:
-        self._deliver(self._keys.response_id_of_channel(channel), payload)
-
-    def _deliver(self, response_id: str, payload: str) -> None:
-        with self._lock:
-            listeners = list(self._listeners.get(response_id, ()))
-        if not listeners:
-            return
-        self._fill(listeners, parse_published(payload))  # the events of one flush, a line each
+    def _deliver(self, arrived: dict[str, list[str]]) -> None:
+        """Each response's publishes read together, to each of its listeners in one put."""
+        for response_id, payloads in arrived.items():
+            with self._lock:
+                listeners = list(self._listeners.get(response_id, ()))
+            if listeners:  # a payload: the events of one flush, a line each
+                self._fill(listeners, [line for p in payloads for line in parse_published(p)])
 
     def _fill(self, inboxes: list[Inbox], messages: list[PublishedLine]) -> None:
         """Put ``messages`` in every inbox, yielding after every slice of inboxes.

@@ -347,8 +347,9 @@ FOLLOWERS, RESPONSES = 4000, 40
 
 def served_during_a_burst(
     redis_url: str, key_prefix: str, *, keepalive_seconds: float, burst: Callable[[], None]
-) -> int:
-    """How many followers had handled their wake-up when a connection made meanwhile was served.
+) -> tuple[int, int]:
+    """How many followers had handled their wake-up when a connection made meanwhile was served,
+    and the fewest messages a follower found at its wake-up.
 
     The followers live in a gevent process as the gateway runs (``tests.support.burst``);
     ``burst`` wakes them all at once.
@@ -363,23 +364,31 @@ def served_during_a_burst(
             assert program.stdout.readline() == "started\n"
             with socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT) as probe:
                 handled = int(probe.recv(64))
-            assert program.stdout.readline() == "done\n"
+            done, fewest = program.stdout.readline().split()
+            assert done == "done"
         finally:
             program.kill()
-    return handled
+    return handled, int(fewest)
+
+
+def publishing(client: redis.Redis, key_prefix: str, rounds: int = 1) -> Callable[[], None]:
+    """A burst: ``rounds`` publishes to every response, all in one write."""
+
+    def publish_to_all() -> None:
+        with client.pipeline(transaction=False) as pipe:
+            for n in range(rounds):
+                for response in range(RESPONSES):
+                    publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), f"{n} delta {{}}")
+            pipe.execute()
+
+    return publish_to_all
 
 
 def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
     redis_url: str, key_prefix: str, redis_client: redis.Redis
 ) -> None:
-    def publish_to_all() -> None:
-        with redis_client.pipeline(transaction=False) as pipe:  # the burst, in one write
-            for response in range(RESPONSES):
-                publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), "0 delta {}")
-            pipe.execute()
-
-    handled = served_during_a_burst(
-        redis_url, key_prefix, keepalive_seconds=60, burst=publish_to_all
+    handled, _ = served_during_a_burst(
+        redis_url, key_prefix, keepalive_seconds=60, burst=publishing(redis_client, key_prefix)
     )
 
     assert 0 < handled < FOLLOWERS / 10, handled  # within a slice or two, not all of it
@@ -389,7 +398,7 @@ def test_the_hub_lets_a_new_connection_in_while_followers_gone_quiet_together_wa
     redis_url: str, key_prefix: str
 ) -> None:
     # Streams opened together go quiet together: their keepalives are a burst as well.
-    handled = served_during_a_burst(
+    handled, _ = served_during_a_burst(
         redis_url, key_prefix, keepalive_seconds=1.0, burst=lambda: None
     )
 
@@ -450,3 +459,18 @@ def test_follow_event_batches_relays_what_waits_as_one_batch_each_event_once_in_
 def _numbers(batch: list[StoredEvent] | Keepalive) -> list[int]:
     assert isinstance(batch, list), batch
     return [event.sequence_number for event in batch]
+
+
+def test_the_hub_wakes_each_follower_once_with_the_publishes_read_together(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    # Three publishes to each of 40 responses in one write: read together, each follower
+    # gets its three in one wake-up (one write), though the hub yields between slices.
+    _, fewest = served_during_a_burst(
+        redis_url,
+        key_prefix,
+        keepalive_seconds=60,
+        burst=publishing(redis_client, key_prefix, rounds=3),
+    )
+
+    assert fewest == 3

@@ -6,7 +6,8 @@ followers (keepalive: ``KEEPALIVE`` s) that each spend ``WORK_US`` µs of CPU on
 message or a quiet spell (a relay's framing and write). It prints
 ``ready <port>``: a TCP server on that port answers each connection with how many messages the
 followers had handled when it got to it. The first follower to handle a message prints
-``started``; when all have handled one, the process prints ``done`` and exits.
+``started``; when all have handled one, the process prints ``done`` and the fewest messages a
+follower got at its wake-up, and exits.
 
 A test publishes one message to every response at once (the burst), connects on ``started``,
 or lets them go quiet together, and reads whether its connection was served before the
@@ -38,13 +39,16 @@ def main() -> None:
     hub.start()
     followers = int(responses) * int(per_response)
     handled = 0
+    batch_sizes: list[int] = []
     all_handled = Event()
 
     def follow(response_id: str) -> None:
         nonlocal handled
         inbox = hub.listen(response_id, keepalive_seconds=float(keepalive))
+        batch = []
         with contextlib.suppress(queue.Empty):  # quiet: a keepalive's wake-up
-            inbox.take()
+            batch = inbox.take()
+        batch_sizes.append(len(batch))
         end = time.perf_counter() + int(work_us) / 1e6
         while time.perf_counter() < end:
             pass
@@ -65,7 +69,7 @@ def main() -> None:
     server.start()
     print("ready", server.address[1], flush=True)
     all_handled.wait(timeout=60)
-    print("done", flush=True)
+    print("done", min(batch_sizes), flush=True)
     server.stop()
     hub.stop()
 
