@@ -28,7 +28,7 @@ class Inbox:
         self._quiet_at = time.monotonic() + keepalive_seconds
 
     def put(self, messages: list[PublishedLine]) -> None:
-        """Deliver the messages of one publish, in order (from the hub's thread)."""
+        """Deliver messages, in order: the publishes the hub read together (from its thread)."""
         self._items.extend(messages)
         self._ready.set()
 
