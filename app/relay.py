@@ -4,10 +4,11 @@ Each gateway process holds one pub/sub connection (:class:`EventHub`, a pattern 
 once at start, so no subscription can race a replay) and fans events out to local listeners. On
 a Redis Cluster it holds one per node instead, subscribed once at start to every shard's sharded
 channel (``SSUBSCRIBE``; :mod:`app.keys`), each message naming its response on its first line.
-:func:`follow_events` replays the log after a cursor, then follows live; a gap in the live
+:func:`follow_event_batches` replays the log after a cursor, then follows live; a gap in the live
 sequence is filled from the log, so every event reaches the client exactly once and in order,
 from any gateway replica. Written with ``threading``/``queue``: under gunicorn's gevent worker
-both are patched into greenlet primitives.
+both are patched into greenlet primitives, and the hub yields (``time.sleep(0)``) after every
+:data:`DELIVERY_SLICE` inboxes it fills, so a burst of events does not hold up the process.
 
 An outage of Redis: the hub reconnects (with backoff, for as long as it takes), subscribes again
 and tells every listener to catch up from the stream, since what was published meanwhile never
@@ -25,24 +26,26 @@ import queue
 import select
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from typing import Any
 
 import redis
 from redis.exceptions import RedisClusterException
 
+from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
 from app.protocol.response import ACTIVE_STATUSES
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_EVENT_TYPE, PublishedLine, parse_published, split_sharded
+from app.store.events import PublishedLine, parse_published, split_sharded
 
 logger = logging.getLogger(__name__)
 
 
 class Keepalive:
-    """Marker yielded by :func:`follow_events` when nothing happened for a while."""
+    """Marker yielded by :func:`follow_event_batches` when nothing happened for a while."""
 
 
 KEEPALIVE = Keepalive()
@@ -50,41 +53,29 @@ KEEPALIVE = Keepalive()
 RESYNC = PublishedLine(sequence_number=-1, type="antwort.resync", data="")
 """Put in every inbox when the hub subscribed again: what was published meanwhile is lost."""
 
+_QUIET = PublishedLine(sequence_number=-1, type="antwort.quiet", data="")
+"""Stands for an inbox that stayed empty a keepalive long: the stream says what was missed."""
+
 SHARDED_WAIT_SECONDS = 5.0
 """Longest wait of the hub on a cluster's connections before it looks whether it was stopped."""
 
 RECONNECT_BACKOFF_CAP = 1.0
 """Longest wait, in seconds, between two attempts of the hub to subscribe again."""
 
+KEEPALIVE_TICK_SECONDS = 0.25
+"""How often the hub's ticker wakes the followers that waited a keepalive long for nothing."""
 
-class Inbox:
-    """A listener's queue of live messages: one event flag, no per-wait locks.
+DRAIN_LIMIT = 1000
+"""Messages the hub reads before it hands them on, at most (it takes what was read already)."""
 
-    Lighter than ``queue.Queue`` (whose every wait allocates a lock): a gateway holds one per
-    open stream, thousands at once.
-    """
+DELIVERY_SLICE = 50
+"""Inboxes the hub fills (or its ticker wakes) before it yields: no burst holds the process up.
 
-    __slots__ = ("_items", "_ready")
-
-    def __init__(self) -> None:
-        self._items: deque[PublishedLine] = deque()
-        self._ready = threading.Event()
-
-    def put(self, messages: list[PublishedLine]) -> None:
-        """Deliver the messages of one publish, in order (from the hub's thread)."""
-        self._items.extend(messages)
-        self._ready.set()
-
-    def get(self, timeout: float) -> PublishedLine:
-        """The next message; ``queue.Empty`` after ``timeout`` seconds without one."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._ready.clear()  # before looking: a put after this sets it again
-            if self._items:
-                return self._items.popleft()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._ready.wait(remaining):
-                raise queue.Empty
+Under gevent each filled inbox queues its follower's wake-up, and the loop runs queued
+callbacks in order: a request arriving in a burst of 10,000 wake-ups (~100 µs each) would wait
+behind all of them. Yielding after each slice puts the hub, and with it the rest of the burst,
+behind whatever came in meanwhile; so a request waits one slice (~5 ms), not the burst.
+"""
 
 
 class EventHub:
@@ -93,29 +84,33 @@ class EventHub:
     def __init__(self, client: redis.Redis, keys: Keys):
         self._client = client
         self._keys = keys
+        self._filled = 0  # inboxes filled since the hub last yielded
         self._listeners: dict[str, set[Inbox]] = defaultdict(set)
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
 
     def start(self) -> None:
-        """Subscribe and start dispatching (idempotent)."""
+        """Subscribe and start dispatching, and the keepalive ticker (idempotent)."""
         with self._lock:
             if self._thread is not None:
                 return
             self._thread = threading.Thread(target=self._run, name="event-hub", daemon=True)
             self._thread.start()
+            self._ticker = threading.Thread(target=self._tick, name="event-hub-tick", daemon=True)
+            self._ticker.start()
         self._ready.wait(timeout=5)
 
     def stop(self) -> None:
-        """Stop dispatching (tests; processes just exit)."""
+        """Stop dispatching, and the ticker within a tick (tests; processes just exit)."""
         self._stopped = True
 
-    def listen(self, response_id: str) -> Inbox:
+    def listen(self, response_id: str, *, keepalive_seconds: float = 15.0) -> Inbox:
         """An inbox that receives the response's live events until :meth:`unlisten`."""
         self.start()
-        inbox = Inbox()
+        inbox = Inbox(keepalive_seconds)
         with self._lock:
             self._listeners[response_id].add(inbox)
         return inbox
@@ -128,6 +123,24 @@ class EventHub:
                 listeners.discard(inbox)
                 if not listeners:
                     del self._listeners[response_id]
+
+    def _tick(self) -> None:
+        """Wake the followers that waited a keepalive long, a slice at a time.
+
+        One ticker for all, rather than a timer per wait: streams opened together go quiet
+        together, and their wake-ups then queue behind other work like a burst's.
+        """
+        while not self._stopped:
+            time.sleep(KEEPALIVE_TICK_SECONDS)
+            with self._lock:
+                inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
+            now = time.monotonic()
+            woken = 0
+            for inbox in inboxes:
+                if inbox.wake_if_quiet(now):
+                    woken += 1
+                    if woken % DELIVERY_SLICE == 0:
+                        time.sleep(0)
 
     def _run(self) -> None:
         backoff = 0.05
@@ -153,12 +166,23 @@ class EventHub:
             self._ready.set()
             while not self._stopped:
                 # A blocking read (no poll before each message); stop() takes effect with the
-                # next message, which on a busy fleet is never far off.
-                message = pubsub.get_message(timeout=None)
-                if message is not None:
-                    self._dispatch(message["channel"].decode(), message["data"].decode())
+                # next message, which on a busy fleet is never far off. Then every message read
+                # already, so each follower is woken once with all its response's news.
+                self._deliver(self._read_arrived(pubsub))
         finally:
             pubsub.close()
+
+    def _read_arrived(self, pubsub: Any) -> dict[str, list[str]]:
+        """The next message (waiting for it) and those read with it: payloads by response."""
+        arrived: dict[str, list[str]] = defaultdict(list)
+        message = pubsub.get_message(timeout=None)
+        read = 0
+        while message is not None:
+            response_id = self._keys.response_id_of_channel(message["channel"].decode())
+            arrived[response_id].append(message["data"].decode())
+            read += 1
+            message = pubsub.get_message(timeout=0.0) if read < DRAIN_LIMIT else None
+        return arrived
 
     def _listen_sharded(self) -> None:
         """A cluster's events: every shard's channel, each on the node that holds its slot.
@@ -188,9 +212,13 @@ class EventHub:
                 self._resync()
             self._ready.set()
             while not self._stopped:
+                arrived: dict[str, list[str]] = defaultdict(list)
                 for pubsub in pubsubs:
-                    while (message := pubsub.get_message(timeout=0.0)) is not None:
-                        self._take_sharded(message)
+                    for _ in range(DRAIN_LIMIT):
+                        if (message := pubsub.get_message(timeout=0.0)) is None:
+                            break
+                        self._take_sharded(message, arrived)
+                self._deliver(arrived)
                 sockets = [pubsub.connection and pubsub.connection._sock for pubsub in pubsubs]
                 if not all(sockets):
                     raise redis.ConnectionError("a node's pub/sub connection closed")
@@ -199,12 +227,12 @@ class EventHub:
             for pubsub in pubsubs:
                 pubsub.close()
 
-    def _take_sharded(self, message: dict[str, Any]) -> None:
+    def _take_sharded(self, message: dict[str, Any], arrived: dict[str, list[str]]) -> None:
         kind = message["type"]
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "smessage":
             response_id, lines = split_sharded(message["data"].decode())
-            self._deliver(response_id, lines)
+            arrived[response_id].append(lines)
         elif kind == "sunsubscribe":
             raise redis.ConnectionError("a shard's slot moved; subscribing again")
 
@@ -212,52 +240,77 @@ class EventHub:
         with self._lock:
             inboxes = [inbox for listeners in self._listeners.values() for inbox in listeners]
         logger.warning("event hub subscribed again; %d followers catch up", len(inboxes))
+        self._fill(inboxes, [RESYNC])
+
+    def _deliver(self, arrived: dict[str, list[str]]) -> None:
+        """Each response's publishes read together, to each of its listeners in one put."""
+        for response_id, payloads in arrived.items():
+            with self._lock:
+                listeners = list(self._listeners.get(response_id, ()))
+            if listeners:  # a payload: the events of one flush, a line each
+                self._fill(listeners, [line for p in payloads for line in parse_published(p)])
+
+    def _fill(self, inboxes: list[Inbox], messages: list[PublishedLine]) -> None:
+        """Put ``messages`` in every inbox, yielding after every slice of inboxes.
+
+        The count runs on across publishes: a burst is as often many responses with a few
+        followers each as one response with many. Each inbox still gets its messages in order
+        (this thread alone fills them); one that starts listening while the hub yields misses
+        this publish and, seeing a gap in the next, catches up from the stream.
+        """
         for inbox in inboxes:
-            inbox.put([RESYNC])
-
-    def _dispatch(self, channel: str, payload: str) -> None:
-        self._deliver(self._keys.response_id_of_channel(channel), payload)
-
-    def _deliver(self, response_id: str, payload: str) -> None:
-        with self._lock:
-            listeners = list(self._listeners.get(response_id, ()))
-        if not listeners:
-            return
-        messages = parse_published(payload)  # the events of one flush, a line each
-        for inbox in listeners:
             inbox.put(messages)
+            self._filled += 1
+            if self._filled >= DELIVERY_SLICE:
+                self._filled = 0
+                time.sleep(0)  # under gevent: the woken followers, then I/O, then the rest
 
 
-def follow_events(
+def follow_event_batches(
     store: ResponseStore,
     hub: EventHub,
     response_id: str,
     *,
     starting_after: int = -1,
     keepalive_seconds: float = 15.0,
-) -> Generator[StoredEvent | Keepalive, None, None]:
-    """Every event after ``starting_after``, then live ones until the response ends.
+) -> Generator[list[StoredEvent] | Keepalive, None, None]:
+    """Every event after ``starting_after``, then live ones until the response ends, in batches.
 
-    Should Redis stay away longer than the store's clients wait, the last item is an ``error``
+    A batch is the replay, or every live event a follower found in its inbox when it woke (one
+    publish often carries several, and an inbox may hold several publishes), so a relay can
+    write each batch in one go. Never empty; each event in exactly one batch, in order.
+    Should Redis stay away longer than the store's clients wait, the last batch is an ``error``
     event saying where to resume (:func:`resume_event`).
     """
     last = starting_after
     try:
-        for event in _replay_and_follow(
+        for batch in _replay_and_follow(
             store,
             hub,
             response_id,
             starting_after=starting_after,
             keepalive_seconds=keepalive_seconds,
         ):
-            if isinstance(event, StoredEvent):
-                last = event.sequence_number
-            yield event
+            if not isinstance(batch, Keepalive):
+                last = batch[-1].sequence_number
+            yield batch
     except redis.RedisError as exc:
         logger.warning(
             "lost Redis while relaying %s (%s); told the client to resume", response_id, exc
         )
-        yield resume_event(last)
+        yield [resume_event(last)]
+
+
+def each_event(
+    batches: Generator[list[StoredEvent] | Keepalive, None, None],
+) -> Generator[StoredEvent | Keepalive, None, None]:
+    """The events of :func:`follow_event_batches` one at a time, in order."""
+    with closing(batches):  # closing this closes the relay (it unlistens) at once
+        for batch in batches:
+            if isinstance(batch, Keepalive):
+                yield batch
+            else:
+                yield from batch
 
 
 def resume_event(last: int) -> StoredEvent:
@@ -281,19 +334,19 @@ def _replay_and_follow(
     *,
     starting_after: int,
     keepalive_seconds: float,
-) -> Iterator[StoredEvent | Keepalive]:
-    inbox = hub.listen(response_id)
+) -> Iterator[list[StoredEvent] | Keepalive]:
+    inbox = hub.listen(response_id, keepalive_seconds=keepalive_seconds)
     try:
-        last = starting_after
         # The status comes with the replay: whether the response ended before the inbox
         # listened (its end message then never comes).
-        replay, status = store.events_and_status(response_id, last)
-        for event in replay:
-            yield event
-            last = event.sequence_number
-            if event.type in TERMINAL_EVENT_TYPES:
-                return
-        yield from _follow_live(store, inbox, response_id, last, keepalive_seconds, status)
+        replay, status = store.events_and_status(response_id, starting_after)
+        batch, is_end = _through_terminal(replay)
+        if batch:
+            yield batch
+        if is_end:
+            return
+        last = batch[-1].sequence_number if batch else starting_after
+        yield from _follow_live(store, inbox, response_id, last, status)
     finally:
         hub.unlisten(response_id, inbox)
 
@@ -303,46 +356,64 @@ def _follow_live(
     inbox: Inbox,
     response_id: str,
     last: int,
-    keepalive_seconds: float,
     status: str | None,
-) -> Iterator[StoredEvent | Keepalive]:
+) -> Iterator[list[StoredEvent] | Keepalive]:
     check_status = False
     while True:
         # Whether the response ended (its end message may never come): known at the start,
-        # then looked up only after quiet spells, not for every message.
+        # then looked up only after reading the stream, not for every message.
         if check_status:
             status = store.status(response_id)
         if status not in ACTIVE_STATUSES:
             # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
-            yield from store.events_after(response_id, last)
+            rest = store.events_after(response_id, last)
+            if rest:
+                yield rest
             return
-        check_status = False
         try:
-            message = inbox.get(timeout=keepalive_seconds)
+            messages = inbox.take()
         except queue.Empty:
             yield KEEPALIVE
-            message = None
-        if (
-            message is None
-            or message is RESYNC
-            or message.type == END_EVENT_TYPE
-            or message.sequence_number > last + 1
-        ):
-            # Quiet, resubscribed, ended, or a gap (pub/sub is best effort): the stream is the
-            # truth, and the status says whether to stop (a cancelled response has no terminal
-            # event).
-            caught_up = store.events_after(response_id, last)
-            check_status = True
-        elif message.sequence_number <= last:
-            continue
+            messages = [_QUIET]
+        events, check_status = _events_of(store, response_id, last, messages)
+        batch, is_end = _through_terminal(events)
+        if batch:
+            yield batch
+            last = batch[-1].sequence_number
+        if is_end:
+            return
+
+
+def _events_of(
+    store: ResponseStore, response_id: str, last: int, messages: list[PublishedLine]
+) -> tuple[list[StoredEvent], bool]:
+    """The events after ``last`` that ``messages`` bring, in order, and whether the stream was read.
+
+    A message out of line (quiet, resubscribed, ended, or after a gap: pub/sub is best
+    effort) is answered from the stream, the truth; the caller then looks at the status, as a
+    cancelled response has no terminal event. One already relayed is dropped.
+    """
+    events: list[StoredEvent] = []
+    has_read_stream = False
+    for message in messages:  # RESYNC, _QUIET and the end line are numbered -1
+        if message.sequence_number == last + 1:
+            event = StoredEvent(
+                sequence_number=message.sequence_number, type=message.type, data=message.data
+            )
+            events.append(event)
+        elif 0 <= message.sequence_number <= last:
+            continue  # relayed already, read from the stream with an earlier message
         else:
-            caught_up = [
-                StoredEvent(
-                    sequence_number=message.sequence_number, type=message.type, data=message.data
-                )
-            ]
-        for event in caught_up:
-            yield event
-            last = event.sequence_number
-            if event.type in TERMINAL_EVENT_TYPES:
-                return
+            events += store.events_after(response_id, last)
+            has_read_stream = True
+        if events:
+            last = events[-1].sequence_number
+    return events, has_read_stream
+
+
+def _through_terminal(events: list[StoredEvent]) -> tuple[list[StoredEvent], bool]:
+    """``events`` up to its terminal one, and whether there was one."""
+    for index, event in enumerate(events):
+        if event.type in TERMINAL_EVENT_TYPES:
+            return events[: index + 1], True
+    return events, False

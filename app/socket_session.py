@@ -35,7 +35,7 @@ from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
-from app.relay import EventHub, Keepalive, follow_events
+from app.relay import EventHub, Keepalive, each_event, follow_event_batches
 from app.responses import create_response
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT, Tenant
@@ -220,8 +220,10 @@ class SocketSession:
 
     def relay(self, transport: Transport, response_id: str) -> dict[str, Any] | None:
         """Send the response's events; its final object, or None when time ran out first."""
-        events = follow_events(
-            self.store, self.hub, response_id, keepalive_seconds=self.settings.keepalive_seconds
+        events = each_event(
+            follow_event_batches(
+                self.store, self.hub, response_id, keepalive_seconds=self.settings.keepalive_seconds
+            )
         )
         with closing(events):
             for event in events:

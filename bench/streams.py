@@ -33,7 +33,7 @@ from typing import Any
 
 from app.config import Settings
 from bench.clients import Connection, StreamResult, _Check, address
-from bench.fleet import Fleet, RssSampler, raise_nofile
+from bench.fleet import Fleet, RssSampler, parse_setting, raise_nofile
 from bench.run import RESULTS, machine
 from bench.stats import percentiles
 
@@ -145,12 +145,14 @@ class HealthProbe(threading.Thread):
         host, port = address(url)
         self.connection = http.client.HTTPConnection(host, port, timeout=30)
         self.latencies: list[float] = []
+        self.times: list[float] = []  # time.monotonic() at each sample's start
         self.failures = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.05):
             start = time.perf_counter()
+            self.times.append(time.monotonic())
             try:
                 self.connection.request("GET", "/healthz")
                 answer = self.connection.getresponse()
@@ -195,7 +197,9 @@ def run_clients(
     return outputs
 
 
-def summarise(count: int, outputs: list[dict[str, Any]], probe: HealthProbe) -> dict[str, Any]:
+def summarise(
+    count: int, outputs: list[dict[str, Any]], probe: HealthProbe, events_from: float
+) -> dict[str, Any]:
     rows = [row for out in outputs for row in out["streams"]]
     ok = [r for r in rows if r[0]]
     edges = sorted([(r[4], 1) for r in rows if r[4]] + [(r[6], -1) for r in rows if r[4]])
@@ -213,12 +217,31 @@ def summarise(count: int, outputs: list[dict[str, Any]], probe: HealthProbe) -> 
         "websockets_held": sum(out["websockets_held"] for out in outputs),
         "healthz_ms": percentiles(probe.latencies) | {"max": round(max(probe.latencies), 2)},
         "healthz_samples": len(probe.latencies),
+        # the streams opening (the model silent) and then the events flowing, apart
+        "healthz_ms_opening": _phase(probe, before=events_from),
+        "healthz_ms_events": _phase(probe, after=events_from),
+        "healthz_slow": [  # samples over 50 ms: when (s from the first token), how long (ms)
+            [round(at - events_from, 2), round(ms)]
+            for ms, at in zip(probe.latencies, probe.times, strict=True)
+            if ms > 50
+        ],
         "healthz_failures": probe.failures,
         "client_cpu_s": sum(out["client_cpu_s"] for out in outputs),
     }
 
 
+def _phase(
+    probe: HealthProbe, *, before: float = float("inf"), after: float = 0.0
+) -> dict[str, float]:
+    """The probe's latencies of the samples started in ``[after, before)``."""
+    latencies = [
+        ms for ms, at in zip(probe.latencies, probe.times, strict=True) if after <= at < before
+    ]
+    return percentiles(latencies) | {"max": round(max(latencies), 2)} if latencies else {}
+
+
 def run_count(fleet: Fleet, count: int, args: argparse.Namespace) -> dict[str, Any]:
+    events_from = time.monotonic() + args.ramp_ms / 1000  # the first token, give or take
     ids = create_responses(fleet, max(1, count // args.per_response), args)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump(ids, handle)
@@ -232,7 +255,7 @@ def run_count(fleet: Fleet, count: int, args: argparse.Namespace) -> dict[str, A
             probe.stopped.set()
             probe.join()
             os.unlink(handle.name)
-    result = summarise(count, outputs, probe)
+    result = summarise(count, outputs, probe, events_from)
     gateway_cpu = sampler.cpu.get("gateway (gevent worker)", 0.0)
     events = max(1, result["events_delivered"])
     result |= {
@@ -250,6 +273,7 @@ def driver(args: argparse.Namespace) -> None:
     counts = [int(c) for c in args.counts.split(",")]
     top = max(counts) + args.websockets
     fleet = ScaleFleet(
+        settings=dict(args.settings),
         inference_workers=1,
         worker_threads=max(8, top // args.per_response + 8),
         connections=top + 1000,
@@ -285,6 +309,15 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--ramp-ms", type=int, default=20_000)
     run.add_argument("--max-seconds", type=float, default=240.0)
     run.add_argument("--out", default="streams-scale.json", help="file in bench/results/")
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="ANTWORT_NAME=VALUE",
+        type=parse_setting,
+        help="a setting of every fleet process (repeatable), as bench.run's --set",
+    )
     one = sub.add_parser("client")
     one.add_argument("--url", required=True)
     one.add_argument("--ids", required=True)

@@ -19,7 +19,7 @@ from app.errors import (
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
-from app.relay import Keepalive, follow_events
+from app.relay import Keepalive, each_event, follow_event_batches
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
 from gateway.sse import sse_response
@@ -67,7 +67,7 @@ def create() -> Response:
     add_rate_headers(caller.headers)
     if parsed.stream:
         return sse_response(
-            follow_events(
+            follow_event_batches(
                 gw.store, gw.hub, response.id, keepalive_seconds=gw.settings.keepalive_seconds
             )
         )
@@ -81,7 +81,7 @@ def _wait_until_done(response_id: str) -> dict[str, Any] | None:
     """The response as its terminal event carries it (None: it ended without one, cancelled)."""
     gw = _gw()
     deadline = time.monotonic() + gw.settings.sync_timeout_seconds
-    events = follow_events(gw.store, gw.hub, response_id, keepalive_seconds=1.0)
+    events = each_event(follow_event_batches(gw.store, gw.hub, response_id, keepalive_seconds=1.0))
     with closing(events):
         for event in events:
             if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:
@@ -107,7 +107,7 @@ def retrieve(response_id: str) -> Response:
     # Read the first page now, so an expired cursor is a 400 rather than a broken stream.
     gw.store.events_after(response_id, after, count=1)
     return sse_response(
-        follow_events(
+        follow_event_batches(
             gw.store,
             gw.hub,
             response_id,

@@ -1,4 +1,4 @@
-"""SSE framing: one chunk per event, keepalive comments, ``data: [DONE]`` last."""
+"""SSE framing: one chunk per batch of events, keepalive comments, ``data: [DONE]`` last."""
 
 from __future__ import annotations
 
@@ -17,19 +17,22 @@ SSE_HEADERS = {
 }
 
 
-def frame(event: StoredEvent) -> bytes:
-    """One event in SSE framing (``event:``, ``data:``, blank line), as one write."""
-    return f"event: {event.type}\ndata: {event.data}\n\n".encode()
+def frame(events: list[StoredEvent]) -> bytes:
+    """Events in SSE framing (``event:``, ``data:``, blank line each), as one write."""
+    return "".join([f"event: {event.type}\ndata: {event.data}\n\n" for event in events]).encode()
 
 
-def sse_response(events: Iterator[StoredEvent | Keepalive]) -> Response:
-    """Stream events; the generator's ``finally`` runs when the client goes away."""
+def sse_response(batches: Iterator[list[StoredEvent] | Keepalive]) -> Response:
+    """Stream batches of events, each in one write (``app.relay.follow_event_batches``).
+
+    The generator's ``finally`` runs when the client goes away.
+    """
 
     def body() -> Iterator[bytes]:
         with OPEN_STREAMS.labels("sse").track_inprogress():
             yield b": connected\n\n"
-            for event in events:
-                yield b": keepalive\n\n" if isinstance(event, Keepalive) else frame(event)
+            for batch in batches:
+                yield b": keepalive\n\n" if isinstance(batch, Keepalive) else frame(batch)
             yield b"data: [DONE]\n\n"
 
     return Response(

@@ -17,7 +17,7 @@ from app.config import Settings
 from app.fleet import make_redis
 from app.keys import Keys
 from app.lease import LeaseKeeper, QueuedWatch, Sweeper, sweep
-from app.relay import EventHub, follow_events
+from app.relay import EventHub, each_event, follow_event_batches
 from app.store import ResponseStore
 from app.store.status import ResponseStatus
 from broker.celery_app import make_celery
@@ -206,7 +206,7 @@ def test_a_follower_cut_off_from_redis_is_told_where_to_resume(
     hub = EventHub(make_redis(settings, rides_out_outages=False), Keys("t:"))
     response = new_response(store)
     store.emit(response.id, [delta(0), delta(1)])
-    events = follow_events(store, hub, response.id, keepalive_seconds=0.2)
+    events = each_event(follow_event_batches(store, hub, response.id, keepalive_seconds=0.2))
     assert [next(events).sequence_number for _ in range(2)] == [0, 1]  # type: ignore[union-attr]
 
     private_redis.stop()

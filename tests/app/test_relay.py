@@ -1,18 +1,25 @@
 import json
+import queue
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.relay import KEEPALIVE, EventHub, Keepalive, follow_events
+from app.relay import KEEPALIVE, EventHub, Keepalive, each_event, follow_event_batches
 from app.store import ResponseStore, StoredEvent
-from app.store.events import END_LINE, publish
+from app.store.events import PublishedLine, publish
 from app.store.status import CANCEL, FINISH
+from tests.support.hub import stop_hub
 from tests.support.responses import stored_response
 
 WAIT = 10.0
@@ -38,15 +45,25 @@ def hub(store: ResponseStore) -> Iterator[EventHub]:
     event_hub = EventHub(store.redis, store.keys)
     event_hub.start()
     yield event_hub
-    event_hub.stop()
-    publish(store.redis, store.keys.channel("wake-up"), END_LINE)  # ends the hub's wait
-    thread = event_hub._thread
-    if thread is not None:
-        thread.join(timeout=10)
+    stop_hub(event_hub, store)
 
 
 def delta(n: int) -> Event:
     return {"type": "response.output_text.delta", "item_id": "msg_1", "delta": str(n)}
+
+
+def follow_events(
+    store: ResponseStore, hub: EventHub, rid: str, **kwargs: Any
+) -> Generator[StoredEvent | Keepalive, None, None]:
+    """The relay's events one at a time (as the WebSocket and the sync create take them)."""
+    return each_event(follow_event_batches(store, hub, rid, **kwargs))
+
+
+def muted(store: ResponseStore) -> ResponseStore:
+    """``store`` on the same keys, whose emits reach the stream but not pub/sub."""
+    return ResponseStore(
+        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
+    )
 
 
 def new_response(store: ResponseStore) -> ResponseObject:
@@ -109,7 +126,9 @@ def test_the_hub_hands_a_listener_each_published_event_live_without_a_resync(
     try:
         for i in range(3):
             store.emit(response.id, [delta(i)])
-        got = [inbox.get(timeout=WAIT) for _ in range(3)]
+        got: list[PublishedLine] = []
+        while len(got) < 3:
+            got += inbox.take()
     finally:
         hub.unlisten(response.id, inbox)
 
@@ -183,15 +202,12 @@ def test_follow_events_fills_a_gap_in_live_messages_from_the_stream(
     store: ResponseStore, hub: EventHub
 ) -> None:
     response = new_response(store)
-    muted = ResponseStore(
-        store.redis, keys=_MutedKeys(store.keys.prefix, store.keys.shards), ttl_seconds=60
-    )
     store.emit(response.id, [delta(0)])
     # A long keepalive: the only way to learn of the muted events is the gap.
     follower = Follower(store, hub, response.id, keepalive_seconds=60)
     follower.wait_for(0)
 
-    muted.emit(response.id, [delta(i) for i in range(1, 5)])  # lost by pub/sub
+    muted(store).emit(response.id, [delta(i) for i in range(1, 5)])  # lost by pub/sub
     store.emit(response.id, [delta(5)])
     follower.wait_for(5)
     complete(store, response)
@@ -323,3 +339,138 @@ def test_the_hub_on_a_cluster_subscribes_again_when_its_nodes_drop_it(
     complete(store, response)
 
     assert follower.finish() == [0, 1, 2, 3]
+
+
+FOLLOWERS, RESPONSES = 4000, 40
+"""The burst tests' gevent process: ~1 s of work in all once each follower is woken."""
+
+
+def served_during_a_burst(
+    redis_url: str, key_prefix: str, *, keepalive_seconds: float, burst: Callable[[], None]
+) -> tuple[int, int]:
+    """How many followers had handled their wake-up when a connection made meanwhile was served,
+    and the fewest messages a follower found at its wake-up.
+
+    The followers live in a gevent process as the gateway runs (``tests.support.burst``);
+    ``burst`` wakes them all at once.
+    """
+    command = [sys.executable, "-m", "tests.support.burst", redis_url, key_prefix]
+    command += [str(RESPONSES), str(FOLLOWERS // RESPONSES), "250", str(keepalive_seconds)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as program:
+        assert program.stdout is not None
+        try:
+            _, port = program.stdout.readline().split()
+            burst()
+            assert program.stdout.readline() == "started\n"
+            with socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT) as probe:
+                handled = int(probe.recv(64))
+            done, fewest = program.stdout.readline().split()
+            assert done == "done"
+        finally:
+            program.kill()
+    return handled, int(fewest)
+
+
+def publishing(client: redis.Redis, key_prefix: str, rounds: int = 1) -> Callable[[], None]:
+    """A burst: ``rounds`` publishes to every response, all in one write."""
+
+    def publish_to_all() -> None:
+        with client.pipeline(transaction=False) as pipe:
+            for n in range(rounds):
+                for response in range(RESPONSES):
+                    publish(pipe, Keys(key_prefix).channel(f"resp_{response}"), f"{n} delta {{}}")
+            pipe.execute()
+
+    return publish_to_all
+
+
+def test_the_hub_lets_a_new_connection_in_while_it_delivers_a_burst(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    handled, _ = served_during_a_burst(
+        redis_url, key_prefix, keepalive_seconds=60, burst=publishing(redis_client, key_prefix)
+    )
+
+    assert 0 < handled < FOLLOWERS / 10, handled  # within a slice or two, not all of it
+
+
+def test_the_hub_lets_a_new_connection_in_while_followers_gone_quiet_together_wake(
+    redis_url: str, key_prefix: str
+) -> None:
+    # Streams opened together go quiet together: their keepalives are a burst as well.
+    handled, _ = served_during_a_burst(
+        redis_url, key_prefix, keepalive_seconds=1.0, burst=lambda: None
+    )
+
+    assert 0 < handled < FOLLOWERS / 10, handled
+
+
+def line(n: int) -> PublishedLine:
+    return PublishedLine(sequence_number=n, type="response.output_text.delta", data=str(n))
+
+
+def test_inbox_take_hands_every_waiting_message_at_once_in_order() -> None:
+    inbox = Inbox(keepalive_seconds=60)
+    inbox.put([line(0)])
+    inbox.put([line(1), line(2)])
+
+    first = inbox.take()
+
+    assert first == [line(0), line(1), line(2)]
+
+
+def test_inbox_take_reports_a_quiet_spell_once_the_ticker_sees_one() -> None:
+    inbox = Inbox(keepalive_seconds=60)
+    is_woken_early = inbox.wake_if_quiet(time.monotonic())
+    is_woken = inbox.wake_if_quiet(time.monotonic() + 61)
+
+    with pytest.raises(queue.Empty):
+        inbox.take()
+    inbox.put([line(0)])
+
+    assert (is_woken_early, is_woken) == (False, True)
+    assert inbox.take() == [line(0)]
+
+
+def test_follow_event_batches_relays_what_waits_as_one_batch_each_event_once_in_order(
+    store: ResponseStore, hub: EventHub
+) -> None:
+    response = new_response(store)
+    store.emit(response.id, [delta(i) for i in range(2)])
+    batches = follow_event_batches(store, hub, response.id, keepalive_seconds=60)
+
+    replay = next(batches)
+    store.emit(response.id, [delta(i) for i in range(2, 5)])  # one publish, three events
+    live = next(batches)
+    muted(store).emit(response.id, [delta(i) for i in range(5, 7)])  # lost by pub/sub
+    store.emit(response.id, [delta(7), delta(8)])  # the gap shows: 5 and 6 from the stream
+    after_gap = next(batches)
+    complete(store, response)
+    rest = list(batches)
+
+    assert [_numbers(batch) for batch in (replay, live, after_gap, *rest)] == [
+        [0, 1],
+        [2, 3, 4],
+        [5, 6, 7, 8],
+        [9],
+    ]
+
+
+def _numbers(batch: list[StoredEvent] | Keepalive) -> list[int]:
+    assert isinstance(batch, list), batch
+    return [event.sequence_number for event in batch]
+
+
+def test_the_hub_wakes_each_follower_once_with_the_publishes_read_together(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    # Three publishes to each of 40 responses in one write: read together, each follower
+    # gets its three in one wake-up (one write), though the hub yields between slices.
+    _, fewest = served_during_a_burst(
+        redis_url,
+        key_prefix,
+        keepalive_seconds=60,
+        burst=publishing(redis_client, key_prefix, rounds=3),
+    )
+
+    assert fewest == 3

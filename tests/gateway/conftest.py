@@ -15,6 +15,7 @@ from werkzeug.test import TestResponse
 from app.config import Settings
 from gateway.factory import create_app
 from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
+from tests.support.hub import stop_hub
 
 
 @pytest.fixture
@@ -43,7 +44,9 @@ def make_app(
 
     yield make
     for app in apps:
-        app.extensions["antwort"].models.close()
+        gw = app.extensions["antwort"]
+        gw.models.close()
+        stop_hub(gw.hub, gw.store)
 
 
 @pytest.fixture

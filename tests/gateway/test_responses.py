@@ -17,7 +17,9 @@ from openai.types.responses import (
     ResponseItemList,
 )
 
+from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
+from app.store.status import FINISH
 from tests.gateway.conftest import error_of
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
@@ -210,3 +212,39 @@ def test_responses_create_refuses_hosted_tools_when_the_policy_says_reject(
     assert (error.type, error.code) == ("invalid_request_error", "unsupported_tool")
     assert error.param == f"tools.{len(codex_body()['tools']) - 1}"
     assert "web_search" in error.message
+
+
+def _delta(n: int) -> dict[str, Any]:
+    return {"type": "response.output_text.delta", "item_id": "msg_1", "delta": str(n)}
+
+
+def test_responses_stream_writes_the_events_found_waiting_in_one_chunk(
+    web: FlaskClient, store: ResponseStore
+) -> None:
+    response = stored_response(store, background=True)
+    store.emit(response.id, [_delta(i) for i in range(3)])
+    answer = web.get(f"/v1/responses/{response.id}?stream=true", buffered=False)
+    chunks = answer.iter_encoded()
+
+    connected, replay = next(chunks), next(chunks)
+    store.emit(response.id, [_delta(i) for i in range(3, 6)])  # one publish
+    live = next(chunks)
+    done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    store.write(done, transition=FINISH, events=[{"type": "response.completed"}])
+    rest = list(chunks)
+    answer.close()
+
+    assert connected == b": connected\n\n"
+    assert _sequence_numbers(replay) == [0, 1, 2]
+    assert _sequence_numbers(live) == [3, 4, 5]
+    assert [_sequence_numbers(chunk) for chunk in rest] == [[6], []]
+    assert rest[-1] == b"data: [DONE]\n\n"
+
+
+def _sequence_numbers(chunk: bytes) -> list[int]:
+    """The sequence numbers of the events in one written chunk, in order."""
+    return [
+        json.loads(line.removeprefix("data: "))["sequence_number"]
+        for line in chunk.decode().split("\n")
+        if line.startswith("data: {")
+    ]
