@@ -37,7 +37,7 @@ from redis.exceptions import RedisClusterException
 from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import TERMINAL_EVENT_TYPES, error_event
-from app.protocol.response import ACTIVE_STATUSES
+from app.protocol.response import ACTIVE_STATUSES, ResponseStatus
 from app.store import ResponseStore, StoredEvent
 from app.store.events import PublishedLine, parse_published, split_sharded
 
@@ -123,6 +123,11 @@ class EventHub:
                 listeners.discard(inbox)
                 if not listeners:
                     del self._listeners[response_id]
+
+    def listening(self, response_id: str) -> int:
+        """How many inboxes listen to the response now."""
+        with self._lock:
+            return len(self._listeners.get(response_id, ()))
 
     def _tick(self) -> None:
         """Wake the followers that waited a keepalive long, a slice at a time.
@@ -282,15 +287,82 @@ def follow_event_batches(
     Should Redis stay away longer than the store's clients wait, the last batch is an ``error``
     event saying where to resume (:func:`resume_event`).
     """
-    last = starting_after
-    try:
-        for batch in _replay_and_follow(
+    return _resumable(
+        _replay_and_follow(
             store,
             hub,
             response_id,
             starting_after=starting_after,
             keepalive_seconds=keepalive_seconds,
-        ):
+        ),
+        response_id,
+        starting_after=starting_after,
+    )
+
+
+class CreatedRelay:
+    """The relay of a response being created: it listens from before its first turn is queued.
+
+    Given to :func:`app.responses.create_response` as ``on_stored``, it starts listening once
+    the response is stored and before any run can publish, so :meth:`batches` hands over the
+    events the create logged and then the live ones without reading the log or the status
+    back: the round trip :func:`follow_event_batches` makes first, which a create does without.
+    :meth:`close` stops listening whether or not the batches were read (the client left before
+    the first byte, the create failed after storing, a background create nobody follows).
+    """
+
+    def __init__(self, store: ResponseStore, hub: EventHub, *, keepalive_seconds: float):
+        self._store = store
+        self._hub = hub
+        self._keepalive_seconds = keepalive_seconds
+        self._opened: tuple[str, Inbox, list[StoredEvent]] | None = None
+
+    def __call__(self, response_id: str, events: list[StoredEvent]) -> None:
+        """Listen to the stored response (``on_stored``); ``events``: what its create logged."""
+        inbox = self._hub.listen(response_id, keepalive_seconds=self._keepalive_seconds)
+        self._opened = (response_id, inbox, events)
+
+    def batches(self) -> Generator[list[StoredEvent] | Keepalive, None, None]:
+        """As :func:`follow_event_batches` from the start, for the response just created.
+
+        Raises:
+            RuntimeError: nothing was stored (the create did not get that far).
+        """
+        if self._opened is None:
+            raise RuntimeError("no response was stored to relay")
+        response_id, inbox, created = self._opened
+        return _resumable(self._follow(response_id, inbox, created), response_id, starting_after=-1)
+
+    def close(self) -> None:
+        """Stop listening (idempotent)."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            self._hub.unlisten(opened[0], opened[1])
+
+    def _follow(
+        self, response_id: str, inbox: Inbox, created: list[StoredEvent]
+    ) -> Iterator[list[StoredEvent] | Keepalive]:
+        try:
+            batch, is_end = _through_terminal(created)
+            if batch:
+                yield batch
+            if is_end:
+                return
+            last = batch[-1].sequence_number if batch else -1
+            # Stored as queued a moment ago, and listened to since: nothing can have ended it
+            # unseen (its end message comes through the inbox like every other).
+            yield from _follow_live(self._store, inbox, response_id, last, ResponseStatus.QUEUED)
+        finally:
+            self.close()
+
+
+def _resumable(
+    batches: Iterator[list[StoredEvent] | Keepalive], response_id: str, *, starting_after: int
+) -> Generator[list[StoredEvent] | Keepalive, None, None]:
+    """``batches``, ended by a :func:`resume_event` should Redis stay away too long."""
+    last = starting_after
+    try:
+        for batch in batches:
             if not isinstance(batch, Keepalive):
                 last = batch[-1].sequence_number
             yield batch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Generator
 from contextlib import closing
 from typing import Any
 
@@ -19,7 +20,8 @@ from app.errors import (
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
-from app.relay import Keepalive, each_event, follow_event_batches
+from app.relay import CreatedRelay, Keepalive, each_event, follow_event_batches
+from app.store import StoredEvent
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
 from gateway.sse import sse_response
@@ -58,30 +60,67 @@ def json_body() -> object:
 
 @blueprint.post("/v1/responses")
 def create() -> Response:
-    """Create a response: SSE when ``stream``, at once when ``background``, else when done."""
+    """Create a response: SSE when ``stream``, at once when ``background``, else when done.
+
+    A create that answers with the response's events (a stream, or the wait of a sync create)
+    listens from before the first turn is queued (:class:`app.relay.CreatedRelay`), so it
+    relays without reading back what it just wrote.
+    """
     gw = _gw()
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
-    response, parsed = core.create_response(
-        gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller
-    )
-    add_rate_headers(caller.headers)
-    if parsed.stream:
-        return sse_response(
-            follow_event_batches(
-                gw.store, gw.hub, response.id, keepalive_seconds=gw.settings.keepalive_seconds
-            )
+    body = json_body()
+    relay = _relay_for(gw, body)
+    try:
+        response, parsed = core.create_response(
+            gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
         )
-    if parsed.background:
+    except BaseException:
+        if relay is not None:
+            relay.close()
+        raise
+    add_rate_headers(caller.headers)
+    keepalive = gw.settings.keepalive_seconds if parsed.stream else 1.0
+    if parsed.background and not parsed.stream:  # nobody follows it
+        if relay is not None:
+            relay.close()
         return jsonify(response.wire())
-    final = _wait_until_done(response.id)
+    if relay is None:  # the body's flags read otherwise than validated ("stream": 1)
+        batches = follow_event_batches(gw.store, gw.hub, response.id, keepalive_seconds=keepalive)
+        relay_close = batches.close
+    else:
+        batches, relay_close = relay.batches(), relay.close
+    if parsed.stream:
+        return sse_response(batches, on_close=relay_close)
+    try:
+        final = _wait_until_done(response.id, batches)
+    finally:
+        relay_close()
     return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
 
 
-def _wait_until_done(response_id: str) -> dict[str, Any] | None:
+def _relay_for(gw: Gateway, body: object) -> CreatedRelay | None:
+    """A relay for the create of ``body`` when its answer follows the events, else None.
+
+    Read before the body is validated (the create validates it; a relay made for a body it
+    refuses is closed unused). A sync create waits with a 1 s keepalive: its deadline's tick.
+    """
+    fields = body if isinstance(body, dict) else {}
+    stream, background = fields.get("stream", False), fields.get("background", False)
+    if not isinstance(stream, bool) or not isinstance(background, bool):
+        return None  # the validated body decides (or refuses it), on the reading path
+    if background and not stream:
+        return None  # answered at once: nobody follows it
+    keepalive = gw.settings.keepalive_seconds if stream else 1.0
+    return CreatedRelay(gw.store, gw.hub, keepalive_seconds=keepalive)
+
+
+def _wait_until_done(
+    response_id: str, batches: Generator[list[StoredEvent] | Keepalive, None, None]
+) -> dict[str, Any] | None:
     """The response as its terminal event carries it (None: it ended without one, cancelled)."""
     gw = _gw()
     deadline = time.monotonic() + gw.settings.sync_timeout_seconds
-    events = each_event(follow_event_batches(gw.store, gw.hub, response_id, keepalive_seconds=1.0))
+    events = each_event(batches)
     with closing(events):
         for event in events:
             if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:

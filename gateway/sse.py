@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from flask import Response
 
@@ -22,10 +22,16 @@ def frame(events: list[StoredEvent]) -> bytes:
     return "".join([f"event: {event.type}\ndata: {event.data}\n\n" for event in events]).encode()
 
 
-def sse_response(batches: Iterator[list[StoredEvent] | Keepalive]) -> Response:
+def sse_response(
+    batches: Iterator[list[StoredEvent] | Keepalive],
+    *,
+    on_close: Callable[[], None] | None = None,
+) -> Response:
     """Stream batches of events, each in one write (``app.relay.follow_event_batches``).
 
-    The generator's ``finally`` runs when the client goes away.
+    When the client goes away (or the server is done), ``batches`` is closed (its ``finally``
+    runs) and then ``on_close`` is called: also when not one byte was sent, which a generator's
+    ``finally`` alone would miss.
     """
 
     def body() -> Iterator[bytes]:
@@ -35,9 +41,12 @@ def sse_response(batches: Iterator[list[StoredEvent] | Keepalive]) -> Response:
                 yield b": keepalive\n\n" if isinstance(batch, Keepalive) else frame(batch)
             yield b"data: [DONE]\n\n"
 
-    return Response(
-        body(),
-        status=200,
-        mimetype="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    response = Response(body(), status=200, mimetype="text/event-stream", headers=SSE_HEADERS)
+    # Called by the response's close (werkzeug), after the body's own: a body that never
+    # started has not started ``batches`` either, so their ``finally`` alone would not run.
+    close = getattr(batches, "close", None)
+    if close is not None:
+        response.call_on_close(close)
+    if on_close is not None:
+        response.call_on_close(on_close)
+    return response

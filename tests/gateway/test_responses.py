@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from flask import Flask
 from flask.testing import FlaskClient
 from openai.types.responses import (
@@ -248,3 +249,85 @@ def _sequence_numbers(chunk: bytes) -> list[int]:
         for line in chunk.decode().split("\n")
         if line.startswith("data: {")
     ]
+
+
+class _Recording(redis.Connection):
+    """Records the command names this gateway's client sends (pipelines: each command)."""
+
+    sent: list[str] = []
+
+    def send_packed_command(self, command: Any, *args: Any, **kwargs: Any) -> None:
+        packed = b"".join(command) if isinstance(command, list) else command
+        _Recording.sent += [
+            packed.split(b"\r\n")[index + 2].decode().upper()
+            for index, line in enumerate(packed.split(b"\r\n"))
+            if line.startswith(b"*") and index + 2 < len(packed.split(b"\r\n"))
+        ]
+        super().send_packed_command(command, *args, **kwargs)
+
+
+def test_a_streamed_create_relays_its_first_events_without_reading_them_back(
+    make_app: Callable[..., Flask], redis_url: str, store: ResponseStore
+) -> None:
+    """The create listens from before the first turn is queued: no read of the log or status.
+
+    It used to read the events it had just written, and the status, back from Redis (a round
+    trip per streamed or sync create).
+    """
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=_Recording)
+    client = redis.Redis(connection_pool=pool)
+    app = make_app(client=client)
+    app.extensions["antwort"].hub.start()  # subscribed before the count starts
+    web = app.test_client()
+    warm = web.post("/v1/responses", json={"model": "m", "input": "hi", "background": True})
+    assert warm.status_code == 200  # connections made, scripts loaded
+    _Recording.sent = []
+
+    answer = web.post(
+        "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, buffered=False
+    )
+    chunks = answer.iter_encoded()
+    assert next(chunks) == b": connected\n\n"
+    created = next(chunks)
+    sent_by_create = list(_Recording.sent)
+    rid = json.loads(created.decode().split("data: ", 1)[1])["response"]["id"]
+    store.open_turn(rid, 0)  # what a run's start does: in_progress, and its event
+    done = store.get(rid).response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    store.write(done, transition=FINISH, events=[{"type": "response.completed"}])
+    rest = list(chunks)
+    answer.close()
+    client.close()
+
+    assert _sequence_numbers(created) == [0]
+    assert [_sequence_numbers(chunk) for chunk in rest if chunk] in ([[1], [2], []], [[1, 2], []])
+    assert "XRANGE" not in sent_by_create and "HGET" not in sent_by_create, sent_by_create
+    assert sent_by_create == ["EVALSHA"]  # the create's own write, nothing else
+
+
+def test_a_create_followed_by_nobody_leaves_no_listener(
+    make_app: Callable[..., Flask], dispatcher: RecordingDispatcher
+) -> None:
+    """A client gone before the first byte, a background create, a create that failed after
+    storing: none leaves an inbox listening in the hub."""
+    app = make_app()
+    web, hub = app.test_client(), app.extensions["antwort"].hub
+
+    answer = web.post(
+        "/v1/responses", json={"model": "m", "input": "hi", "stream": True}, buffered=False
+    )
+    [(gone, _)] = dispatcher.turns
+    assert hub.listening(gone) == 1
+    answer.close()  # before reading a byte
+    assert hub.listening(gone) == 0
+
+    background = create_in_background(web)
+    assert hub.listening(background.id) == 0
+
+    def refuse(response_id: str, turn: int, *, retry: bool = False) -> None:
+        dispatcher.turns.append((response_id, turn))
+        raise RuntimeError("the broker is away")
+
+    dispatcher.enqueue_turn = refuse  # type: ignore[method-assign]
+    failed = web.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+    assert failed.status_code == 500
+    assert hub.listening(dispatcher.turns[-1][0]) == 0
