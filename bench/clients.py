@@ -13,7 +13,7 @@ import json
 import resource
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -150,54 +150,62 @@ class _Check:
 
 async def consume(connection: Connection, body: dict[str, Any]) -> StreamResult:
     """POST one streamed response and check all its events."""
-    result = StreamResult(t_start=time.monotonic())
-    check = _Check(result)
-    try:
-        status, chunks = await connection.request("/v1/responses", json.dumps(body).encode())
-        result.t_headers = time.monotonic()
-        if status != 200:
-            result.error = f"HTTP {status}: {b''.join([c async for c in chunks])[:200]!r}"
-            return result
-        buffer = b""
-        async for chunk in chunks:
-            buffer += chunk
-            if b"\n\n" in buffer:
-                *frames, buffer = buffer.split(b"\n\n")
-                if not check.frames(frames):
-                    connection.close()
-                    return result
-        check.finish()
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-        connection.close()
-        result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        result.t_end = time.monotonic()
-    return result
+    return await _post_stream(connection, "/v1/responses", body, _read_checked)
 
 
 async def consume_direct(connection: Connection, body: dict[str, Any]) -> StreamResult:
     """POST one streamed Chat Completion to the model server itself; read it to ``[DONE]``."""
+    return await _post_stream(connection, "/v1/chat/completions", body, _read_to_done)
+
+
+_BodyReader = Callable[[Connection, AsyncIterator[bytes], StreamResult], Awaitable[None]]
+
+
+async def _post_stream(
+    connection: Connection, path: str, body: dict[str, Any], read: _BodyReader
+) -> StreamResult:
     result = StreamResult(t_start=time.monotonic())
     try:
-        status, chunks = await connection.request("/v1/chat/completions", json.dumps(body).encode())
+        status, chunks = await connection.request(path, json.dumps(body).encode())
         result.t_headers = time.monotonic()
         if status != 200:
             result.error = f"HTTP {status}: {b''.join([c async for c in chunks])[:200]!r}"
             return result
-        tail = b""
-        async for chunk in chunks:
-            result.events += chunk.count(b"data: ")
-            tail = (tail + chunk)[-64:]
-        if b"data: [DONE]" in tail:
-            result.ok = True
-        else:
-            result.error = "no [DONE]"
+        await read(connection, chunks, result)
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
         connection.close()
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
         result.t_end = time.monotonic()
     return result
+
+
+async def _read_checked(
+    connection: Connection, chunks: AsyncIterator[bytes], result: StreamResult
+) -> None:
+    """Every event checked as it arrives (:class:`_Check`)."""
+    check = _Check(result)
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        if b"\n\n" in buffer:
+            *frames, buffer = buffer.split(b"\n\n")
+            if not check.frames(frames):
+                connection.close()
+                return
+    check.finish()
+
+
+async def _read_to_done(
+    connection: Connection, chunks: AsyncIterator[bytes], result: StreamResult
+) -> None:
+    """A Chat Completions stream read to its end, which must be ``data: [DONE]``."""
+    tail = b""
+    async for chunk in chunks:
+        result.events += chunk.count(b"data: ")
+        tail = (tail + chunk)[-64:]
+    result.ok = b"data: [DONE]" in tail
+    result.error = None if result.ok else "no [DONE]"
 
 
 async def _bounded(connection: Connection, body: dict[str, Any], seconds: float) -> StreamResult:
