@@ -311,18 +311,18 @@ class CreatedRelay:
     the first byte, the create failed after storing, a background create nobody follows).
     """
 
-    def __init__(self, store: ResponseStore, hub: EventHub, *, keepalive_seconds: float):
+    def __init__(self, store: ResponseStore, hub: EventHub):
         self._store = store
         self._hub = hub
-        self._keepalive_seconds = keepalive_seconds
         self._opened: tuple[str, Inbox, list[StoredEvent]] | None = None
 
     def __call__(self, response_id: str, events: list[StoredEvent]) -> None:
         """Listen to the stored response (``on_stored``); ``events``: what its create logged."""
-        inbox = self._hub.listen(response_id, keepalive_seconds=self._keepalive_seconds)
-        self._opened = (response_id, inbox, events)
+        self._opened = (response_id, self._hub.listen(response_id), events)
 
-    def batches(self) -> Generator[list[StoredEvent] | Keepalive, None, None]:
+    def batches(
+        self, *, keepalive_seconds: float
+    ) -> Generator[list[StoredEvent] | Keepalive, None, None]:
         """As :func:`follow_event_batches` from the start, for the response just created.
 
         Raises:
@@ -331,6 +331,7 @@ class CreatedRelay:
         if self._opened is None:
             raise RuntimeError("no response was stored to relay")
         response_id, inbox, created = self._opened
+        inbox.keepalive_seconds = keepalive_seconds  # before its first wait, which counts from it
         return _resumable(self._follow(response_id, inbox, created), response_id, starting_after=-1)
 
     def close(self) -> None:

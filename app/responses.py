@@ -153,7 +153,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     ``on_stored(response_id, events)``: called once the response is stored, with the events
     its create logged, before its first turn is queued; a relay that starts listening there
     misses nothing the run publishes and needs not read the log back
-    (:func:`app.relay.follow_created`).
+    (:class:`app.relay.CreatedRelay`).
 
     ``caller``'s tenant owns the response (None: the open tenant, no limits); what it continues
     (``previous_response_id``, compaction items, a container) must be its own, and its limits

@@ -68,50 +68,26 @@ def create() -> Response:
     """
     gw = _gw()
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
-    body = json_body()
-    relay = _relay_for(gw, body)
+    relay = CreatedRelay(gw.store, gw.hub)
     try:
         response, parsed = core.create_response(
-            gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
+            gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller, on_stored=relay
         )
     except BaseException:
-        if relay is not None:
-            relay.close()
+        relay.close()  # stored, then failed: nobody follows it
         raise
     add_rate_headers(caller.headers)
-    keepalive = gw.settings.keepalive_seconds if parsed.stream else 1.0
-    if parsed.background and not parsed.stream:  # nobody follows it
-        if relay is not None:
-            relay.close()
+    if parsed.background and not parsed.stream:  # answered at once: nobody follows it
+        relay.close()
         return jsonify(response.wire())
-    if relay is None:  # the body's flags read otherwise than validated ("stream": 1)
-        batches = follow_event_batches(gw.store, gw.hub, response.id, keepalive_seconds=keepalive)
-        relay_close = batches.close
-    else:
-        batches, relay_close = relay.batches(), relay.close
     if parsed.stream:
-        return sse_response(batches, on_close=relay_close)
-    try:
-        final = _wait_until_done(response.id, batches)
+        batches = relay.batches(keepalive_seconds=gw.settings.keepalive_seconds)
+        return sse_response(batches, on_close=relay.close)
+    try:  # a sync create waits with a 1 s keepalive: its deadline's tick
+        final = _wait_until_done(response.id, relay.batches(keepalive_seconds=1.0))
     finally:
-        relay_close()
+        relay.close()
     return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
-
-
-def _relay_for(gw: Gateway, body: object) -> CreatedRelay | None:
-    """A relay for the create of ``body`` when its answer follows the events, else None.
-
-    Read before the body is validated (the create validates it; a relay made for a body it
-    refuses is closed unused). A sync create waits with a 1 s keepalive: its deadline's tick.
-    """
-    fields = body if isinstance(body, dict) else {}
-    stream, background = fields.get("stream", False), fields.get("background", False)
-    if not isinstance(stream, bool) or not isinstance(background, bool):
-        return None  # the validated body decides (or refuses it), on the reading path
-    if background and not stream:
-        return None  # answered at once: nobody follows it
-    keepalive = gw.settings.keepalive_seconds if stream else 1.0
-    return CreatedRelay(gw.store, gw.hub, keepalive_seconds=keepalive)
 
 
 def _wait_until_done(

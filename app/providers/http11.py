@@ -6,9 +6,9 @@ layers and h11's state machine; this one reads the socket through :mod:`http.cli
 decodes the framing itself, handing over, per read, the data of every frame that read brought:
 the frames of a fast model, or of a worker busy with other streams, come out as one piece (and
 the provider makes them one delta), a slow model's one by one as they come. This transport
-keeps httpx's client — its API, timeouts,
-headers, decoding of compressed bodies and exceptions — and swaps only the wire underneath, for
-``http://`` origins, through httpx's public transport seam (``mounts``). HTTPS, proxies and HTTP/2
+keeps httpx's client — its API, timeouts, headers, decoding of compressed bodies and exceptions
+— and swaps only the wire underneath, for ``http://`` origins, through httpx's public transport
+seam (``mounts``). HTTPS, proxies and HTTP/2
 stay with httpx's own transport (see :func:`lean_mounts`).
 
 Measured gain (README, Benchmarks; on this project's 2-core VM): a 100-token stream costs a
