@@ -215,7 +215,7 @@ def summarise(
         "peak_open_streams": peak,
         "events_delivered": sum(r[1] for r in rows),
         "websockets_held": sum(out["websockets_held"] for out in outputs),
-        "healthz_ms": percentiles(probe.latencies) | {"max": round(max(probe.latencies), 2)},
+        "healthz_ms": _phase(probe),
         "healthz_samples": len(probe.latencies),
         # the streams opening (the model silent) and then the events flowing, apart
         "healthz_ms_opening": _phase(probe, before=events_from),

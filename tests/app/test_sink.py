@@ -171,18 +171,21 @@ def test_the_flusher_is_woken_only_for_a_sink_due_before_its_next_look(
     for sink in sinks:
         sink.emit(added())  # buffered, nothing written yet
     now = time.monotonic()
-    flusher.schedule(sinks[0], now + 0.2)  # the first: the thread plans to look at +0.2 s
+    # The first: the thread plans to look at +3 s (far enough that no stall of a busy machine
+    # lets it flush, and plan anew, before the others are scheduled).
+    flusher.schedule(sinks[0], now + 3)
     time.sleep(0.05)  # it is waiting for that look now
     for offset, sink in enumerate(sinks[1:], start=1):
-        flusher.schedule(sink, now + 0.2 + offset * 0.001)  # all due after that look
+        flusher.schedule(sink, now + 3 + offset * 0.001)  # all due after that look
 
     assert flusher.wakeups == 1
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while any(not stored_types(store, rid) for rid in rids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.05)
     assert all(stored_types(store, rid) == ["response.output_item.added"] for rid in rids)
 
-    flusher.schedule(sinks[0], time.monotonic() + 30)  # idle thread: a far schedule wakes it
-    assert flusher.wakeups == 2
-    flusher.schedule(sinks[1], time.monotonic() + 0.01)  # due before the planned look
-    assert flusher.wakeups == 3
+    idle = sink_module._Flusher()  # a thread with nothing planned: a far schedule wakes it
+    idle.schedule(sinks[0], time.monotonic() + 30)
+    assert idle.wakeups == 1
+    idle.schedule(sinks[1], time.monotonic() + 0.01)  # due before the planned look
+    assert idle.wakeups == 2
