@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import resource
 import sys
@@ -17,6 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
+
+SIM_MODEL = "antwort-sim"
 
 
 @dataclass
@@ -216,40 +221,107 @@ async def _bounded(connection: Connection, body: dict[str, Any], seconds: float)
         return StreamResult(error=f"no end within {seconds:g} s")
 
 
+def _sdk_client(url: str, clients: int) -> Any:
+    """The official ``openai`` SDK's async client, one pooled connection per client loop."""
+    import openai
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    return openai.AsyncOpenAI(
+        base_url=url + "/v1", api_key="bench", max_retries=0, timeout=60.0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+    )  # fmt: skip
+
+
+async def _sdk_response(sdk: Any, prompt: str) -> StreamResult:
+    """``client.responses.create(stream=True)``, every event's ``sequence_number`` checked."""
+    result = StreamResult(t_start=time.monotonic())
+    try:
+        stream = await sdk.responses.create(model=SIM_MODEL, input=prompt, stream=True)
+        last = ""
+        async for event in stream:
+            if (seq := event.sequence_number) != result.events:
+                result.error = f"sequence gap: got {seq}, expected {result.events}"
+                await stream.close()
+                return result
+            result.events += 1
+            last = event.type
+        result.ok = last == "response.completed"
+        result.error = None if result.ok else f"last event {last!r}"
+    except Exception as exc:  # the SDK's errors and the transport's: a failed response
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.t_end = time.monotonic()
+    return result
+
+
+async def _sdk_chat(sdk: Any, prompt: str) -> StreamResult:
+    """``client.chat.completions.create(stream=True)`` read to its end, on the model server."""
+    result = StreamResult(t_start=time.monotonic())
+    try:
+        messages = [{"role": "user", "content": prompt}]
+        stream = await sdk.chat.completions.create(model=SIM_MODEL, messages=messages, stream=True)
+        finished = None
+        async for chunk in stream:
+            result.events += 1
+            finished = chunk.choices[0].finish_reason if chunk.choices else finished
+        result.ok = finished is not None
+        result.error = None if result.ok else "no finish_reason"
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.t_end = time.monotonic()
+    return result
+
+
 async def throughput(args: argparse.Namespace) -> dict[str, Any]:
     """``clients`` loops for ``seconds``: POST stream=true, read to the end, repeat.
 
     ``--direct``: the same load on the model server's own ``/v1/chat/completions`` (the
     request the fleet's worker makes for it), the rate the fleet is measured against.
+    ``--sdk``: through the official ``openai`` SDK (as the outside checks measure, the SDK
+    parsing every event into its models), instead of the hand-spoken client.
     """
     prompt = f"Count for me [tokens={args.tokens}]"
-    body: dict[str, Any] = {"input": prompt, "stream": True}
-    one = consume
-    if args.direct:
-        body = {"model": "antwort-sim", "stream": True,
-                "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
-        one = consume_direct
-    host, port = address(args.url)
-    connections = [Connection(host, port) for _ in range(args.clients)]
+    closers: list[Callable[[], Any]] = []
+    if args.sdk:
+        sdk = _sdk_client(args.url, args.clients)
+        sdk_one = _sdk_chat if args.direct else _sdk_response
+        loops: list[Callable[[], Awaitable[StreamResult]]] = [
+            functools.partial(sdk_one, sdk, prompt)
+        ] * args.clients
+        closers.append(sdk.close)
+    else:
+        body: dict[str, Any] = {"input": prompt, "stream": True}
+        one = consume
+        if args.direct:
+            body = {"model": SIM_MODEL, "stream": True,
+                    "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+            one = consume_direct
+        host, port = address(args.url)
+        connections = [Connection(host, port) for _ in range(args.clients)]
+        loops = [functools.partial(one, connection, body) for connection in connections]
+        closers.extend(connection.close for connection in connections)
     results: list[StreamResult] = []
-    for connection in connections[:10]:  # warm the connections
-        await one(connection, body)
+    for one_response in loops[:10]:  # warm the connections
+        await one_response()
     start = time.monotonic()
     stop_at = start + args.seconds
 
-    async def loop(connection: Connection) -> None:
+    async def loop(one_response: Callable[[], Awaitable[StreamResult]]) -> None:
         while time.monotonic() < stop_at:
-            results.append(await one(connection, body))
+            results.append(await one_response())
 
-    await asyncio.gather(*(loop(c) for c in connections))
+    await asyncio.gather(*(loop(one_response) for one_response in loops))
     end = time.monotonic()
-    for connection in connections:
-        connection.close()
+    for close in closers:
+        if asyncio.iscoroutine(closed := close()):
+            await closed
     in_window = [r for r in results if r.ok and r.t_end <= stop_at]
     failed = [r for r in results if not r.ok]
     latencies = sorted(r.t_end - r.t_start for r in results if r.ok)
     return {
         "clients": args.clients,
+        "client": "openai SDK" if args.sdk else "hand-spoken",
         "tokens": args.tokens,
         "window_s": args.seconds,
         "elapsed_s": round(end - start, 3),
@@ -333,6 +405,7 @@ def main() -> None:
     tp.add_argument("--seconds", type=float, default=15.0)
     tp.add_argument("--tokens", type=int, default=100)
     tp.add_argument("--direct", action="store_true", help="the model server itself (--url)")
+    tp.add_argument("--sdk", action="store_true", help="the official openai SDK as the client")
     st = sub.add_parser("streams")
     st.add_argument("--url", required=True)
     st.add_argument("--count", type=int, default=1000)

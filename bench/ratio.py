@@ -11,6 +11,11 @@ of 64 threads, the simulator at zero delay), then, in alternating rounds on the 
 Each round measures both for ``--seconds`` and the CPU seconds every process spent (fleet:
 gateway and workers; both: simulator, Redis, load client). The ratio is fleet/direct per round,
 so both sides see the same minute of the machine; the median of the rounds is the figure.
+
+``--sdk`` makes both sides' clients the official ``openai`` SDK (``chat.completions.create`` and
+``responses.create``, ``stream=True``), as the outside checks that filed the issue measured: the
+SDK parses every chunk into its models, so the client's own CPU, on the same two cores, becomes
+part of both rates. ``--client-procs`` splits the clients over that many load processes.
 Written to ``bench/results/ratio.json`` (``--out``).
 """
 
@@ -23,6 +28,7 @@ import os
 import shlex
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
@@ -42,21 +48,31 @@ def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
 def measure(
     url: str, procs: dict[str, list[psutil.Process]], args: argparse.Namespace, *, direct: bool
 ) -> dict[str, Any]:
-    """One side of a round: its rate and the CPU milliseconds per response of every process."""
+    """One side of a round: its rate and the CPU milliseconds per response of every process.
+
+    ``--client-procs`` load processes share the clients; their figures are summed.
+    """
     before = _cpu(procs)
-    argv = ["throughput", "--url", url, "--clients", str(args.clients),
+    share = args.clients // args.client_procs
+    argv = ["throughput", "--url", url, "--clients", str(share),
             "--seconds", str(args.seconds), "--tokens", str(args.tokens)]  # fmt: skip
-    result, _ = run_clients([*argv, "--direct"] if direct else argv, timeout=args.seconds + 120)
+    argv += ["--direct"] * direct + ["--sdk"] * args.sdk
+    with ThreadPoolExecutor(args.client_procs) as pool:
+        loads = [
+            pool.submit(run_clients, argv, timeout=args.seconds + 120)
+            for _ in range(args.client_procs)
+        ]
+        results = [load.result()[0] for load in loads]
     after = _cpu(procs)
-    done = max(1, result["completed_total"])
+    done = max(1, sum(r["completed_total"] for r in results))
     cpu = {role: round((after[role] - before[role]) * 1000 / done, 2) for role in after}
-    cpu["client"] = round(result["client_cpu_s"] * 1000 / done, 2)
+    cpu["client"] = round(sum(r["client_cpu_s"] for r in results) * 1000 / done, 2)
     return {
-        "responses_per_s": result["responses_per_s"],
-        "completed": result["completed_total"],
-        "failed": result["failed"],
-        "errors": result["errors"],
-        "latency_ms": result["response_latency_ms"],
+        "responses_per_s": round(sum(r["responses_per_s"] for r in results), 1),
+        "completed": done,
+        "failed": sum(r["failed"] for r in results),
+        "errors": sorted({e for r in results for e in r["errors"]})[:10],
+        "latency_ms": [r["response_latency_ms"] for r in results],
         "cpu_ms_per_response": cpu,
     }
 
@@ -67,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--sdk", action="store_true", help="clients: the official openai SDK")
+    parser.add_argument("--client-procs", type=int, default=1, help="load processes")
     parser.add_argument("--set", action="append", default=[], metavar="ANTWORT_NAME=VALUE")
     parser.add_argument("--out", default="ratio.json", help="file in bench/results/")
     args = parser.parse_args(argv)
