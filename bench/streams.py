@@ -215,11 +215,11 @@ def summarise(
         "peak_open_streams": peak,
         "events_delivered": sum(r[1] for r in rows),
         "websockets_held": sum(out["websockets_held"] for out in outputs),
-        "healthz_ms": _phase(probe),
+        "healthz_ms": healthz_phase(probe),
         "healthz_samples": len(probe.latencies),
         # the streams opening (the model silent) and then the events flowing, apart
-        "healthz_ms_opening": _phase(probe, before=events_from),
-        "healthz_ms_events": _phase(probe, after=events_from),
+        "healthz_ms_opening": healthz_phase(probe, before=events_from),
+        "healthz_ms_events": healthz_phase(probe, after=events_from),
         "healthz_slow": [  # samples over 50 ms: when (s from the first token), how long (ms)
             [round(at - events_from, 2), round(ms)]
             for ms, at in zip(probe.latencies, probe.times, strict=True)
@@ -230,7 +230,7 @@ def summarise(
     }
 
 
-def _phase(
+def healthz_phase(
     probe: HealthProbe, *, before: float = float("inf"), after: float = 0.0
 ) -> dict[str, float]:
     """The probe's latencies of the samples started in ``[after, before)``."""

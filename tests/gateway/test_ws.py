@@ -1,0 +1,121 @@
+"""The WebSocket route's parts that run without a client: its reader's selector."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import resource
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gevent
+import pytest
+from flask import Flask
+from gevent import monkey
+
+from app.config import Settings
+from gateway.ws import ReadableOrTimeout, register
+
+
+@dataclass
+class Reader:
+    """A socket pair, one end registered with the reader's selector as simple-websocket does."""
+
+    ours: socket.socket
+    theirs: socket.socket
+    selector: ReadableOrTimeout
+    key: selectors.SelectorKey
+
+
+@pytest.fixture
+def reader() -> Iterator[Reader]:
+    ours, theirs = socket.socketpair()
+    selector = ReadableOrTimeout()
+    key = selector.register(ours, selectors.EVENT_READ, True)
+    yield Reader(ours, theirs, selector, key)
+    selector.close()
+    ours.close()
+    theirs.close()
+
+
+def test_ws_selector_times_out_on_a_quiet_socket(reader: Reader) -> None:
+    started = time.monotonic()
+
+    assert reader.selector.select(0.05) == []
+    assert time.monotonic() - started >= 0.045  # libev may round its wake-up by a millisecond
+
+
+def test_ws_selector_reports_a_readable_socket_each_time_it_is_asked(reader: Reader) -> None:
+    reader.theirs.send(b"x")
+
+    assert reader.selector.select(5) == [(reader.key, selectors.EVENT_READ)]
+    assert reader.selector.select(5) == [(reader.key, selectors.EVENT_READ)]  # still unread
+    reader.ours.recv(1)
+    assert reader.selector.select(0.01) == []
+
+
+def test_ws_selector_wakes_when_data_arrives_while_it_waits(reader: Reader) -> None:
+    gevent.spawn_later(0.05, reader.theirs.send, b"x")
+
+    assert reader.selector.select(30) == [(reader.key, selectors.EVENT_READ)]
+
+
+def test_ws_register_gives_the_reader_this_selector_where_gevent_patched_sockets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for patched, selector in ((True, ReadableOrTimeout), (False, None)):
+        monkeypatch.setattr(monkey, "is_module_patched", lambda name, p=patched: p)
+        app = Flask(__name__)
+        register(app, Settings())
+        assert app.config["SOCK_SERVER_OPTIONS"]["selector_class"] is selector
+
+
+def test_ws_readers_woken_together_leave_room_for_a_waiting_request() -> None:
+    """Thousands of clients closing their sockets at once must not hold up every other request.
+
+    Each reader is woken through gevent's callback queue, which runs a slice at a time and looks
+    at the sockets in between. Woken straight from their watchers, the readers whose sockets
+    became readable together run in one pass (gevent polls ever more sockets at once as a burst
+    goes on: 64, 128 … 1,024), and a request waits out the pass. The probe asks again as soon
+    as it is answered; between two answers no more than a few slices of readers may run.
+    """
+    readers, work_us = 3000, 1000  # 3 s of readers' work; the burst is sent in milliseconds
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2 * readers + 100:
+        pytest.skip(f"needs {2 * readers + 100} open files, the limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    answers: list[int] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        proc = stack.enter_context(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.support.ws_readers", str(readers), str(work_us)],
+                stdout=subprocess.PIPE,
+            )
+        )
+        stack.callback(proc.kill)
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().split()[1])
+        sockets = [
+            stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+            for _ in range(readers)
+        ]
+        probe = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=30))
+        lines = stack.enter_context(probe.makefile("rb"))
+        probe.sendall(b"?")
+        assert int(lines.readline()) == 0  # every reader waits; the probe is served
+        probe.sendall(b"h")  # while the process is held, the burst arrives: all of it together
+        time.sleep(0.1)  # the hold begins
+        for connection in sockets:
+            connection.send(b"x")
+        while not answers or answers[-1] < readers:
+            probe.sendall(b"?")
+            answers.append(int(lines.readline()))
+
+    gaps = [later - earlier for earlier, later in itertools.pairwise([0, *answers])]
+    assert max(gaps) < 800, f"{max(gaps)} readers ran between two answers to the probe"
