@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -218,6 +219,8 @@ class TenantDirectory:
         self.cache_seconds = cache_seconds
         self.clock = clock
         self._cache: dict[tuple[str, str], _Cached] = {}
+        self._reading: dict[tuple[str, str], threading.Lock] = {}  # one per entry being read
+        self._lock = threading.Lock()
 
     def is_open(self) -> bool:
         """Whether no key is configured: auth is off (env keys are fixed; stored ones cached)."""
@@ -268,10 +271,25 @@ class TenantDirectory:
         return None if raw is None else str(json.loads(raw)["tenant"])
 
     def _cached(self, kind: str, name: str, read: Callable[[str], Any]) -> Any:
-        now = self.clock()
+        """The value ``read`` gave at most ``cache_seconds`` ago; one read at a time per entry.
+
+        Requests that find the entry missing or stale while another reads it wait for that
+        read rather than make their own: 10,000 clients connecting at once would otherwise send
+        10,000 reads of one entry, each holding a pooled connection the others queue for.
+        """
         entry = self._cache.get((kind, name))
-        if entry is None or entry.until <= now:
-            if len(self._cache) > 10_000:  # tokens that are no keys must not grow it forever
-                self._cache.clear()
-            entry = self._cache[(kind, name)] = _Cached(read(name), now + self.cache_seconds)
+        if entry is not None and entry.until > self.clock():
+            return entry.value
+        with self._lock:
+            reading = self._reading.setdefault((kind, name), threading.Lock())
+        with reading:
+            entry = self._cache.get((kind, name))
+            now = self.clock()
+            if entry is None or entry.until <= now:
+                if len(self._cache) > 10_000:  # tokens that are no keys must not grow it forever
+                    self._cache.clear()
+                entry = self._cache[(kind, name)] = _Cached(read(name), now + self.cache_seconds)
+        with self._lock:
+            if len(self._reading) > 10_000:
+                self._reading.clear()  # a lock in use is held by its users, not only here
         return entry.value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -126,6 +128,33 @@ def test_tenancy_a_revoked_key_works_until_the_cache_runs_out(keystore: KeyStore
     clock.now += 0.2
     with pytest.raises(AuthenticationError):
         tenants.resolve(f"Bearer {token}")
+
+
+def test_tenancy_requests_arriving_together_share_one_read_of_an_entry(
+    keystore: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of connections on a cold (or just expired) cache reads Redis once, not each."""
+    reads = 0
+    is_auth_on = keystore.is_auth_on
+
+    def slow_is_auth_on() -> bool:
+        nonlocal reads
+        reads += 1
+        time.sleep(0.2)  # a round trip in a busy process: the others arrive meanwhile
+        return is_auth_on()
+
+    monkeypatch.setattr(keystore, "is_auth_on", slow_is_auth_on)
+    clock = Clock()
+    tenants = directory(keystore, clock, cache_seconds=5.0)
+    with ThreadPoolExecutor(20) as pool:
+        names = list(pool.map(lambda _: tenants.resolve(None).name, range(20)))
+
+    assert names == [OPEN_TENANT] * 20
+    assert reads == 1
+    clock.now += 5.1  # expired: the next burst reads once more
+    with ThreadPoolExecutor(20) as pool:
+        list(pool.map(lambda _: tenants.resolve(None), range(20)))
+    assert reads == 2
 
 
 def test_tenancy_tenant_limits_are_the_defaults_under_its_own(keystore: KeyStore) -> None:
