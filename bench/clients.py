@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 SIM_MODEL = "antwort-sim"
 
 
@@ -222,7 +220,12 @@ async def _bounded(connection: Connection, body: dict[str, Any], seconds: float)
 
 
 def _sdk_client(url: str, clients: int) -> Any:
-    """The official ``openai`` SDK's async client, one pooled connection per client loop."""
+    """The official ``openai`` SDK's async client, one pooled connection per client loop.
+
+    Imported here, not with the module: every load process (``bench.streams`` starts four)
+    would otherwise import httpx for nothing before it opens its first stream.
+    """
+    import httpx
     import openai
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
