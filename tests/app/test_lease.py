@@ -98,11 +98,11 @@ def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: Respons
     dispatcher = RecordingDispatcher()
     # The turn handed the call on: the response's own watch waits for the tools' deadline.
     store.redis.zadd(store.keys.active_of(rid), {rid: time.time() + 60})
-    opened = store.open_tool_call(rid, "c1", token="dead", claim_seconds=0.05)
+    opened = store.open_tool_call(rid, "c1", token="dead", claim_seconds=30)
     assert opened.claim == "claimed"
     assert sweep(store, dispatcher, lease_seconds=3) == []  # its claim has not lapsed yet
 
-    time.sleep(0.1)  # the worker died: nobody renews the claim
+    lapse_claim(store, rid, "c1")  # the worker died: nobody renewed the claim, and its time passed
 
     assert sweep(store, dispatcher, lease_seconds=3) == [rid]
     assert dispatcher.turns == [(rid, 0)]
@@ -111,6 +111,19 @@ def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: Respons
     )
     assert watched is None  # swept once
     assert sweep(store, RecordingDispatcher(), lease_seconds=3) == []
+
+
+def lapse_claim(store: ResponseStore, rid: str, call_id: str) -> None:
+    """What the passing of a claim's time does: its key expires and its watch falls due.
+
+    Done by hand, not by sleeping past a short claim: a busy machine can take longer than the
+    claim between opening it and the sweep that must still see it held.
+    """
+    store.redis.delete(store.keys.tool_claim(rid, call_id))
+    member = store.keys.running_call(rid, call_id)
+    assert store.redis.zadd(
+        store.keys.running_calls_of(rid), {member: time.time()}, xx=True, ch=True
+    )
 
 
 def test_sweep_leaves_running_queued_and_finished_calls_alone(store: ResponseStore) -> None:
