@@ -13,7 +13,8 @@ Every error a client can cause or see is an ``AppError``; the gateway renders ea
     ├── MethodNotAllowedError      405
     ├── UpstreamError              model server or MCP transport failed (retryable)
     ├── ModelBehaviorError         the model answered something unusable (→ response failed)
-    └── ServerError                500  our own fault; never for client mistakes
+    ├── ServerError                500  our own fault; never for client mistakes
+    └── ServiceUnavailableError    503  the store cannot be reached or is busy (retryable)
 
 Exceptions carry only strings and ints so they pickle across Celery (STYLE.md rule 23).
 """
@@ -138,6 +139,17 @@ class ServerError(AppError):
     status = 500
     type = "server_error"
     default_code = "server_error"
+
+
+class ServiceUnavailableError(AppError):
+    """The fleet cannot serve the request now (503); retryable, with ``Retry-After``.
+
+    Its Redis is away longer than a command waits, or no pooled connection freed up in time.
+    """
+
+    status = 503
+    type = "server_error"
+    default_code = "service_unavailable"
 
 
 def quoted(value: object, *, limit: int = 64) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.errors import AppError, ServerError
+from app.errors import AppError, ServerError, ServiceUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,22 @@ def _render_unexpected(exc: Exception) -> Response:
     return render(ServerError("The server had an error while processing your request."))
 
 
+def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Response:
+    """Redis away longer than the outage a command rides out, or no pooled connection in time.
+
+    A 503 the client may retry (the SDKs do), not a 500: nothing is wrong with the request or
+    the fleet's code. Logged without a traceback, as a burst may answer thousands of them.
+    """
+    logger.warning("answered 503, the store is unavailable: %r", exc)
+    error = ServiceUnavailableError("The server cannot reach its store right now; please retry.")
+    error.headers["Retry-After"] = "1"
+    return render(error)
+
+
 def register(app: Flask) -> None:
-    """Install the handlers: ours, werkzeug's HTTP errors, and a last resort."""
+    """Install the handlers: ours, the store's, werkzeug's HTTP errors, and a last resort."""
     app.register_error_handler(AppError, render)
+    app.register_error_handler(redis.ConnectionError, _render_unavailable)
+    app.register_error_handler(redis.TimeoutError, _render_unavailable)
     app.register_error_handler(HTTPException, _render_http)
     app.register_error_handler(Exception, _render_unexpected)
