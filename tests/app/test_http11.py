@@ -141,7 +141,7 @@ def server() -> Iterator[_Server]:
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
-    with httpx.Client(transport=Http11Transport(), timeout=httpx.Timeout(5.0, read=0.3)) as c:
+    with httpx.Client(transport=Http11Transport(), timeout=httpx.Timeout(10.0)) as c:
         yield c
 
 
@@ -251,8 +251,8 @@ def test_http11_reuses_a_connection_whose_descriptor_is_past_1024(
 
 
 def test_http11_maps_failures_to_httpx_exceptions(server: _Server, client: httpx.Client) -> None:
-    with pytest.raises(httpx.ReadTimeout):
-        client.post(f"{server.url}/slow")
+    with pytest.raises(httpx.ReadTimeout):  # the server answers after a second
+        client.post(f"{server.url}/slow", timeout=httpx.Timeout(10.0, read=0.3))
     with pytest.raises(httpx.RemoteProtocolError):  # the body broke off mid-frame
         client.post(f"{server.url}/drop")
     with pytest.raises(httpx.RemoteProtocolError):  # ... or short of its Content-Length

@@ -97,6 +97,9 @@ def test_listing_is_cached_until_the_server_says_it_changed(client: McpClient) -
 
 
 def test_timeouts_and_tool_errors(client: McpClient, http_server: RunningServer) -> None:
+    # the session opens with the default timeout (its start on a busy machine is no timeout);
+    # a call's own timeout is the target's
+    client.list_tools(target(http_server))
     quick = target(http_server, timeout_seconds=0.5)
     with pytest.raises(McpTimeoutError, match="did not answer within 0.5 s"):
         client.call_tool(quick, "slow", {"seconds": 5})
@@ -190,7 +193,7 @@ def test_connections_go_only_to_addresses_the_policy_gives(transport: str) -> No
 
 
 def test_executor_results_are_data(client: McpClient, http_server: RunningServer) -> None:
-    settings = Settings(mcp_timeout_seconds=1)
+    settings = Settings(mcp_timeout_seconds=3)  # also the timeout of each session's start
     sealer = Sealer(b"k")
     executor = McpExecutor(McpServers(settings, sealer=sealer), client)
 

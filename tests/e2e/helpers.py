@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import socket
 import time
 from collections.abc import Iterable, Mapping
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import openresponses_types
+import psutil
 import pydantic
 import redis
 from openai.types.responses import Response
@@ -187,3 +190,26 @@ def wait_for_heartbeat(env: Mapping[str, str], queue: str, pid: int) -> None:
             time.sleep(0.1)
     finally:
         client.close()
+
+
+def freeze(pid: int) -> list[psutil.Process]:
+    """SIGSTOP a process and its children (a worker's tool hosts): from now on it does nothing.
+
+    A death test freezes its victim mid-work, then starts the rescue and waits for its
+    heartbeat, then kills the frozen processes (:func:`kill_frozen`). Killed only after the
+    rescue's start, a running victim could end its work meanwhile on a busy machine (a rescue
+    takes seconds to start there), and the test would find nothing left to rescue.
+    """
+    victim = psutil.Process(pid)
+    frozen = [victim, *victim.children(recursive=True)]
+    for proc in frozen:
+        proc.send_signal(signal.SIGSTOP)
+    return frozen
+
+
+def kill_frozen(frozen: list[psutil.Process]) -> None:
+    """SIGKILL what :func:`freeze` stopped, as a machine that lost power would end them."""
+    for proc in frozen:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(frozen, timeout=15)

@@ -79,12 +79,27 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
         tools=internal("counted_slow"),  # type: ignore[arg-type]
         background=True,
     )
-    call_id = wait_until_tool_runs(client, counters, prefix, slow.id)
+    wait_until_tool_runs(client, counters, prefix, slow.id)
     assert client.responses.cancel(slow.id).status == "cancelled"
-    claim = Keys(prefix).tool_claim(slow.id, call_id)
+    stopped = {"kind": "internal", "name": "counted_slow", "outcome": "cancelled"}
+
+    def cancels_counted(samples: Samples) -> tuple[float, float]:
+        return (
+            value(samples, "antwort_tool_calls_total", **stopped),
+            value(samples, "antwort_cancel_latency_seconds_count", stage="tool"),
+        )
+
+    # until the tool worker stopped the cancelled call and counted it (after giving its claim
+    # back, a round trip later)
     deadline = time.monotonic() + 30
-    while counters.exists(claim):  # until the tool worker stopped the cancelled call
-        assert time.monotonic() < deadline
+    counted_before = cancels_counted(before["tools.internal"])
+    while any(
+        now == then
+        for now, then in zip(
+            cancels_counted(scrape(urls["tools.internal"])), counted_before, strict=True
+        )
+    ):
+        assert time.monotonic() < deadline, "the cancelled call was never counted"
         time.sleep(0.05)
 
     after = {name: scrape(url) for name, url in urls.items()}
@@ -120,7 +135,6 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
     ok = {"kind": "internal", "name": "calculator", "outcome": "ok"}
     assert moved("tools.internal", "antwort_tool_calls_total", **ok) == 1
     assert moved("tools.internal", "antwort_tool_call_duration_seconds_count", **ok) == 1
-    stopped = {"kind": "internal", "name": "counted_slow", "outcome": "cancelled"}
     assert moved("tools.internal", "antwort_tool_calls_total", **stopped) == 1
     assert moved("tools.internal", "antwort_cancel_latency_seconds_count", stage="tool") == 1
     assert moved("tools.internal", "antwort_queue_wait_seconds_count", queue="tools.internal") >= 2

@@ -28,7 +28,7 @@ def test_resume_after_dropped_connection_delivers_every_event_once(client: opena
     first: list[dict[str, Any]] = []
     with client.responses.create(
         model="antwort-sim",
-        input="resume me [tokens=200] [delay_ms=5]",
+        input="resume me [tokens=200] [delay_ms=25]",
         background=True,
         stream=True,
     ) as stream:

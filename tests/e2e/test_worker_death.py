@@ -18,6 +18,8 @@ from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
     TERMINAL,
     check_sequence,
+    freeze,
+    kill_frozen,
     plain,
     validate_event,
     wait_for_heartbeat,
@@ -44,10 +46,14 @@ def test_worker_death_sigkill_mid_turn_still_ends_the_response(
             for event in stream:  # some text is out: the kill lands mid-generation
                 if event.type == "response.output_text.delta":
                     break
+        frozen = freeze(fleet.procs["worker-victim"].pid)  # mid-generation, until it is killed
+        assert client.responses.retrieve(created.id).status == "in_progress"
         rescue = fleet.start_worker("worker-rescue")  # up before the kill: its sweeper takes over
         wait_for_heartbeat(fleet.env, "inference", rescue.pid)
         fleet.stop("worker-victim", signal.SIGKILL)
+        kill_frozen(frozen)
         killed_at = time.monotonic()
+        # its lease may have lapsed while it was frozen: then the rescue runs the turn again now
         assert client.responses.retrieve(created.id).status == "in_progress"
         last = _last_sequence_number(fleet, created.id)
         with client.responses.retrieve(created.id, stream=True, starting_after=last) as stream:

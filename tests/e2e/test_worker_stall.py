@@ -47,11 +47,13 @@ def test_worker_stalled_past_its_lease_is_fenced_out_by_the_rescue(
             for event in stream:  # some text is out: the stall lands mid-generation
                 if event.type == "response.output_text.delta":
                     break
-        rescue = fleet.start_worker("worker-rescue")
-        wait_for_heartbeat(fleet.env, "inference", rescue.pid)
         victim_lease = store.get(keys.lease(created.id))
         victim.send_signal(signal.SIGSTOP)
         stalled_at = _last_sequence_number(fleet, created.id)
+        # started only now: a rescue takes seconds to start on a busy machine, in which a victim
+        # still running could have ended its turn
+        rescue = fleet.start_worker("worker-rescue")
+        wait_for_heartbeat(fleet.env, "inference", rescue.pid)
 
         # The lease lapses, the rescue takes the turn over and streams past the stalled point.
         deadline = time.monotonic() + 30

@@ -4,21 +4,25 @@
 monkey-patches as the gateway does, starts a hub on ``PREFIX``, and ``RESPONSES × PER_RESPONSE``
 followers (keepalive: ``KEEPALIVE`` s) that each spend ``WORK_US`` µs of CPU once woken, by a
 message or a quiet spell (a relay's framing and write). It prints
-``ready <port>``: a TCP server on that port answers each connection with how many messages the
-followers had handled when it got to it. The first follower to handle a message prints
+``ready <port>``: a TCP server on that port reads the time a connection was made
+(``time.monotonic()``, one clock for every process here, sent by the client) and answers with
+how many followers had handled their message by then and how many when it got to the
+connection. The first follower to handle a message prints
 ``started``; when all have handled one, the process prints ``done`` and the fewest messages a
 follower got at its wake-up, and exits.
 
 A test publishes one message to every response at once (the burst), connects on ``started``,
-or lets them go quiet together, and reads whether its connection was served before the
-followers were through.
+or lets them go quiet together, and reads how many followers ran between its connection's
+arrival and its answer (counted from its arrival, not from the test's wake-up on ``started``,
+which a busy machine delays).
 """
 
 from gevent import monkey
 
 monkey.patch_all()
 
-import contextlib  # noqa: E402 - after the patch
+import bisect  # noqa: E402 - after the patch
+import contextlib  # noqa: E402
 import queue  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -39,6 +43,7 @@ def main() -> None:
     hub.start()
     followers = int(responses) * int(per_response)
     handled = 0
+    handled_at: list[float] = []  # when each follower was through, in order
     batch_sizes: list[int] = []
     all_handled = Event()
 
@@ -53,13 +58,17 @@ def main() -> None:
         while time.perf_counter() < end:
             pass
         handled += 1
+        handled_at.append(time.monotonic())
         if handled == 1:
             print("started", flush=True)
         if handled == followers:
             all_handled.set()
 
     def answer(client: socket, _address: object) -> None:
-        client.sendall(b"%d\n" % handled)
+        served = handled
+        arrived = float(client.makefile("rb").readline())
+        before = bisect.bisect_right(handled_at, arrived)
+        client.sendall(b"%d %d\n" % (before, served))
 
     for response in range(int(responses)):
         for _ in range(int(per_response)):
