@@ -464,7 +464,9 @@ def _events_of(
 
     A message out of line (quiet, resubscribed, ended, or after a gap: pub/sub is best
     effort) is answered from the stream, the truth; the caller then looks at the status, as a
-    cancelled response has no terminal event. One already relayed is dropped.
+    cancelled response has no terminal event. One already relayed is dropped. Nothing after a
+    terminal event is read: the end line published with it would send every follower of the
+    response to the stream for nothing.
     """
     events: list[StoredEvent] = []
     has_read_stream = False
@@ -474,6 +476,8 @@ def _events_of(
                 sequence_number=message.sequence_number, type=message.type, data=message.data
             )
             events.append(event)
+            if event.type in TERMINAL_EVENT_TYPES:
+                break
         elif 0 <= message.sequence_number <= last:
             continue  # relayed already, read from the stream with an earlier message
         else:

@@ -21,6 +21,7 @@ from app.store.events import PublishedLine, publish
 from app.store.status import CANCEL, FINISH
 from tests.support.hub import stop_hub
 from tests.support.responses import stored_response
+from tests.support.round_trips import CountingConnection, counting_client
 
 WAIT = 10.0
 
@@ -481,3 +482,32 @@ def test_the_hub_wakes_each_follower_once_with_the_publishes_read_together(
     )
 
     assert fewest == 3
+
+
+def test_a_follower_reads_nothing_from_redis_for_live_events_and_the_end(
+    store: ResponseStore, hub: EventHub, redis_url: str
+) -> None:
+    """Past its first read, a follower takes everything from pub/sub, the end included.
+
+    A terminal write publishes the terminal event and then the end line in one message; the end
+    line, out of line, used to send every follower to the event stream for nothing once more
+    (10,000 reads when 10,000 streams ended together).
+    """
+    if store.keys.is_sharded:
+        pytest.skip("one Redis's (the counting client is not a cluster's)")
+    counting = counting_client(redis_url)
+    follower_store = ResponseStore(counting, keys=store.keys, ttl_seconds=60)
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    follower = Follower(follower_store, hub, response.id)
+    follower.wait_for(0)
+    first_read = CountingConnection.sent
+
+    for n in range(1, 4):
+        store.emit(response.id, [delta(n)])
+    follower.wait_for(3)
+    complete(store, response)
+
+    assert follower.finish() == [0, 1, 2, 3, 4]
+    assert CountingConnection.sent - first_read == 0
+    counting.close()
