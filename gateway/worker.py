@@ -103,7 +103,7 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
         if not self._admit(address):
             with contextlib.suppress(OSError):
                 client.sendall(error_bytes(429, "Too Many Requests", _TOO_MANY))
-                _drain(client)
+                finish_answer(client)
             client.close()
             return
         try:
@@ -120,7 +120,7 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
         super().handle_error(req, page, addr, exc)
         try:
             client.sendall(page.as_json())
-            _drain(client)
+            finish_answer(client)
         except (OSError, ValueError):
             self.log.debug("Failed to send error message.")
 
@@ -147,12 +147,16 @@ def collect_less_often(threshold: int) -> None:
         gc.set_threshold(threshold, older, oldest)
 
 
-def _drain(client: socket.socket) -> None:
-    """Read what the client sent already, so closing does not reset the connection.
+def finish_answer(client: socket.socket) -> None:
+    """End the answer written on ``client`` (FIN) and read what it sent, before a close.
 
-    A socket closed with unread data answers with a reset, and the client may then lose the
-    error written just before it.
+    A socket closed with unread data answers with a reset instead of an end; a client reading
+    the answer to its end (a refused one, whose answer says ``Connection: close``) then got an
+    error for it. Sent first, the end reaches the client before any reset, even if the client
+    sends more between this read and the close.
     """
+    with contextlib.suppress(OSError):
+        client.shutdown(socket.SHUT_WR)
     client.setblocking(False)
     with contextlib.suppress(BlockingIOError):
         for _ in range(64):

@@ -84,35 +84,38 @@ def _connect(base_url: str, source: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
-    """The status and JSON body of the HTTP/1.1 answer on ``sock`` (read to its close)."""
+def _read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The head and body of the HTTP/1.1 answer on ``sock``, as a client reads them.
+
+    The body is read to its ``Content-Length`` (else to the close), not further: a refused
+    connection that went on sending after the gateway closed it is reset once its answer is in,
+    and a read past the answer would fail though the answer arrived whole. gunicorn writes an
+    answer's head and body apart: the body may come in a later segment.
+    """
     data = b""
-    while chunk := sock.recv(65536):
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while (length is None or len(body) < int(length[1])) and (chunk := sock.recv(65536)):
+        body += chunk
+    return head, body
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict[str, object]]:
+    """The status and JSON body of the HTTP/1.1 answer on ``sock``."""
+    head, body = _read_answer(sock)
     status = int(head.split(b" ", 2)[1])
-    assert b"content-type: application/json" in head.lower(), data
+    assert b"content-type: application/json" in head.lower(), head
     return status, json.loads(body)
 
 
 def _body_of_answer(sock: socket.socket, status: int) -> bytes:
-    """The body of the answer on ``sock``, read to its Content-Length (not to a close).
-
-    gunicorn writes an answer's head and body apart: the body may come in a later segment.
-    """
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    """The body of the answer on ``sock``, which has ``status`` and a Content-Length."""
+    head, body = _read_answer(sock)
     assert head.startswith(b"HTTP/1.1 %d " % status), head
     length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-    assert length, head
-    while len(body) < int(length[1]):
-        chunk = sock.recv(65536)
-        assert chunk, body
-        body += chunk
+    assert length and len(body) == int(length[1]), (head, body)
     return body
 
 

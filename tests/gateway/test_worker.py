@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import socket
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from gateway.worker import collect_less_often
+from gateway.worker import collect_less_often, finish_answer
 
 
 @pytest.fixture
@@ -32,3 +34,35 @@ def test_collect_less_often_zero_leaves_pythons_thresholds(
     collect_less_often(0)
 
     assert gc.get_threshold() == thresholds
+
+
+@pytest.fixture
+def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """The gateway's end and the client's end of one TCP connection on loopback."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=10)
+        server, _ = listener.accept()
+    with server, client:
+        yield server, client
+
+
+def test_an_answer_before_a_close_reaches_a_client_that_sent_more_meanwhile(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    """A client sending between the gateway's last read and its close still reads the answer.
+
+    The unread bytes make the close a reset; sent before the end of the answer, it cost a
+    refused client its 429 (CI, ``test_edge_slowloris_is_bounded_in_count_and_time_…``).
+    """
+    server, client = connection
+    server.sendall(b"HTTP/1.1 429 Too Many Requests\r\n\r\n")
+    finish_answer(server)  # what the client sent so far is read: nothing
+    client.sendall(b"POST /v1/responses HTTP/1.1\r\n")  # unread when the gateway closes
+    time.sleep(0.05)
+    server.close()
+
+    received = b""
+    while chunk := client.recv(65536):  # to the end: the answer, then the gateway's close
+        received += chunk
+
+    assert received == b"HTTP/1.1 429 Too Many Requests\r\n\r\n"
