@@ -13,12 +13,16 @@ When the connection's time is up, or the client sent nothing for ``websocket_idl
 gateway runs the closing handshake to its end: it sends a close frame (its reason the code of the
 error event sent just before), then waits for the client's before gunicorn closes the socket.
 Closing at once would leave the client's close frame unread, and the kernel answers unread data
-with a reset, which the client sees instead of a clean close.
+with a reset, which the client sees instead of a clean close. Meanwhile the reader sends no
+keepalive ping (:meth:`ReadableOrTimeout.hold_timeouts`): refused after a close frame, one
+made the reader close the socket before the client's frame came in.
 """
 
 from __future__ import annotations
 
 import selectors
+import time
+import weakref
 from typing import Any
 
 from flask import Blueprint, Flask
@@ -37,6 +41,8 @@ from gateway.context import gateway
 
 blueprint = Blueprint("websocket", __name__)
 _sock = Sock()
+_SELECTORS: weakref.WeakKeyDictionary[Any, ReadableOrTimeout] = weakref.WeakKeyDictionary()
+"""Each reader's selector, by its socket (for :func:`close` to hold its pings)."""
 
 _CLOSE_TIMEOUT_SECONDS = 5.0
 """How long the client has to answer our close frame before the socket is closed anyway."""
@@ -59,12 +65,25 @@ class ReadableOrTimeout:
     def __init__(self) -> None:
         self._key: selectors.SelectorKey | None = None
         self._watcher: Any = None
+        self._held_until: float | None = None
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
         self._key = selectors.SelectorKey(fileobj, fd, events, data)
         self._watcher = get_hub().loop.io(fd, 1)  # 1: readable
+        if not isinstance(fileobj, int):
+            _SELECTORS[fileobj] = self
         return self._key
+
+    def hold_timeouts(self, seconds: float) -> None:
+        """For ``seconds`` from now, a wait (one under way too) ends only when readable.
+
+        The gateway sent its close frame and waits for the client's: the reader must not ping
+        meanwhile. A ping after a close frame is refused (wsproto's ``LocalProtocolError``),
+        and the reader then closed the socket before the client's close frame came in, which
+        the kernel answered with a reset (the keepalive's ping falling due in that instant).
+        """
+        self._held_until = time.monotonic() + seconds
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``[(key, EVENT_READ)]`` once the socket is readable; ``[]`` when ``timeout`` passes."""
@@ -74,6 +93,15 @@ class ReadableOrTimeout:
         timer = None if timeout is None else hub.loop.timer(max(0.0, timeout))
 
         def answer(readable: bool) -> None:  # the first to fire; stopping the other unqueues it
+            nonlocal timer
+            if not readable and self._held_until is not None:
+                held = self._held_until - time.monotonic()
+                if held > 0:  # a timeout while held: wait on, for the socket or the hold's end
+                    assert timer is not None
+                    timer.close()
+                    timer = hub.loop.timer(held)
+                    timer.start(answer, False, update=True)
+                    return
             self._watcher.stop()
             if timer is not None:
                 timer.stop()
@@ -114,6 +142,9 @@ def responses_socket(ws: Server) -> None:
 
 def close(ws: Server, *, reason: str) -> None:
     """Send a close frame (1000, ``reason``) and wait until the client answers with its own."""
+    selector = _SELECTORS.get(ws.sock)
+    if selector is not None:  # under gevent: no keepalive ping after the close frame
+        selector.hold_timeouts(_CLOSE_TIMEOUT_SECONDS)
     ws.close(reason=CloseReason.NORMAL_CLOSURE, message=reason)
     # The reader ends when it has read the client's close frame (or the socket failed).
     ws.thread.join(timeout=_CLOSE_TIMEOUT_SECONDS)

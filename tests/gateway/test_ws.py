@@ -65,6 +65,30 @@ def test_ws_selector_wakes_when_data_arrives_while_it_waits(reader: Reader) -> N
     assert reader.selector.select(30) == [(reader.key, selectors.EVENT_READ)]
 
 
+def test_ws_selector_held_waits_past_its_timeout_for_the_socket(reader: Reader) -> None:
+    """After our close frame the reader must not ping: its timeouts wait on while held."""
+    reader.selector.hold_timeouts(0.3)
+    started = time.monotonic()
+
+    assert reader.selector.select(0.01) == []  # the hold's end, not the timeout
+    assert time.monotonic() - started >= 0.29
+
+    reader.selector.hold_timeouts(30)
+    gevent.spawn_later(0.05, reader.theirs.send, b"x")  # the client's close frame
+    assert reader.selector.select(0.01) == [(reader.key, selectors.EVENT_READ)]
+
+
+def test_ws_selector_held_while_it_waits_keeps_waiting(reader: Reader) -> None:
+    waiting = gevent.spawn(reader.selector.select, 0.05)
+    gevent.sleep(0)  # it waits, its timer armed for 0.05 s
+    started = time.monotonic()
+
+    reader.selector.hold_timeouts(0.3)
+
+    assert waiting.get(timeout=10) == []
+    assert time.monotonic() - started >= 0.29
+
+
 def test_ws_register_gives_the_reader_this_selector_where_gevent_patched_sockets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
