@@ -86,22 +86,27 @@ class ReadableOrTimeout:
         self._held_until = time.monotonic() + seconds
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        """``[(key, EVENT_READ)]`` once the socket is readable; ``[]`` when ``timeout`` passes."""
+        """``[(key, EVENT_READ)]`` once the socket is readable; ``[]`` when ``timeout`` passes.
+
+        A timeout that passes while held (:meth:`hold_timeouts`; the hold may have begun after
+        the timer fired, before the reader ran again) waits on for the rest of the hold.
+        """
         assert self._key is not None, "select before register"
+        while True:
+            if self._wait(timeout):
+                return [(self._key, selectors.EVENT_READ)]
+            held = None if self._held_until is None else self._held_until - time.monotonic()
+            if held is None or held <= 0:
+                return []
+            timeout = held
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Whether the socket became readable before ``timeout`` passed."""
         hub = get_hub()
         waiter = Waiter(hub)
         timer = None if timeout is None else hub.loop.timer(max(0.0, timeout))
 
         def answer(readable: bool) -> None:  # the first to fire; stopping the other unqueues it
-            nonlocal timer
-            if not readable and self._held_until is not None:
-                held = self._held_until - time.monotonic()
-                if held > 0:  # a timeout while held: wait on, for the socket or the hold's end
-                    assert timer is not None
-                    timer.close()
-                    timer = hub.loop.timer(held)
-                    timer.start(answer, False, update=True)
-                    return
             self._watcher.stop()
             if timer is not None:
                 timer.stop()
@@ -111,12 +116,11 @@ class ReadableOrTimeout:
         try:
             if timer is not None:
                 timer.start(answer, False, update=True)  # from now, not the loop's last look
-            readable = waiter.get()
+            return bool(waiter.get())
         finally:
             self._watcher.stop()
             if timer is not None:
                 timer.close()
-        return [(self._key, selectors.EVENT_READ)] if readable else []
 
     def close(self) -> None:
         if self._watcher is not None:
