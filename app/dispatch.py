@@ -6,13 +6,18 @@ from collections.abc import Sequence
 from typing import Protocol
 
 
+class QueueUnavailableError(Exception):
+    """The fleet's queues cannot be reached now (the broker is away): a send to retry later."""
+
+
 class Dispatcher(Protocol):
     """Enqueues units of work (``broker.dispatch.CeleryDispatcher`` in production)."""
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         """Queue turn ``turn`` of a response on the ``inference`` queue.
 
-        ``retry``: the turn is queued again after its worker died (a fresh task id).
+        ``retry``: the turn is queued again after its worker died (a fresh task id). Raises
+        :class:`QueueUnavailableError` when the broker cannot be reached.
         """
 
     def enqueue_tools(

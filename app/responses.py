@@ -12,8 +12,14 @@ from pydantic import BaseModel, ValidationError
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, load_conversation
-from app.dispatch import Dispatcher
-from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted
+from app.dispatch import Dispatcher, QueueUnavailableError
+from app.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    ServerError,
+    ServiceUnavailableError,
+    quoted,
+)
 from app.fairness import FairShare
 from app.ids import check_response_id
 from app.keys import Keys
@@ -248,7 +254,11 @@ def _kept_by_protocol(
 def _enqueue_first_turn(
     fair: FairShare, dispatcher: Dispatcher, tenant: str, response_id: str
 ) -> None:
-    """Watch and queue the first turn, or park it behind the tenant's running responses."""
+    """Watch and queue the first turn, or park it behind the tenant's running responses.
+
+    A send that fails fails the stored response, so that the client's retry is the only run of
+    it: a broker that cannot be reached is a 503 to retry, anything else a 500.
+    """
     store = fair.store
     try:
         fair.submit(dispatcher, tenant, response_id)
@@ -256,6 +266,12 @@ def _enqueue_first_turn(
         fail_response(
             store, response_id, code="server_error", message="The fleet could not be reached."
         )
+        if isinstance(exc, QueueUnavailableError):
+            error = ServiceUnavailableError(
+                "The server cannot reach its task queue right now; please retry."
+            )
+            error.headers["Retry-After"] = "1"
+            raise error from exc
         raise ServerError(f"Could not enqueue the response: {exc}") from exc
 
 

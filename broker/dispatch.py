@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 import redis
 from celery import Celery, chord, signature
+from kombu.exceptions import OperationalError
 
 from app.config import Settings
+from app.dispatch import QueueUnavailableError
 from broker.publish import Publisher, TaskPublisher, make_publisher, send_options
 from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
 
@@ -25,17 +27,24 @@ class CeleryDispatcher:
         self.publisher = publisher or TaskPublisher(celery)
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        """Queue a turn on ``inference``."""
+        """Queue a turn on ``inference``; :class:`QueueUnavailableError` if the broker is away.
+
+        Either publisher rides out a short outage first: the direct one as every Redis command
+        of the fleet does (``redis_outage_seconds``), Celery's with its publish retry policy.
+        """
         task_id = turn_task_id(response_id, turn)
         if retry:
             task_id += f":r{secrets.token_hex(4)}"
-        self.publisher.publish(
-            RUN_TURN,
-            [response_id, turn],
-            task_id=task_id,
-            queue=INFERENCE_QUEUE,
-            ignore_result=True,  # nobody waits on a turn's Celery result
-        )
+        try:
+            self.publisher.publish(
+                RUN_TURN,
+                [response_id, turn],
+                task_id=task_id,
+                queue=INFERENCE_QUEUE,
+                ignore_result=True,  # nobody waits on a turn's Celery result
+            )
+        except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
+            raise QueueUnavailableError(f"could not queue turn {turn} of {response_id}") from exc
 
     def enqueue_tools(
         self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int

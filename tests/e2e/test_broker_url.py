@@ -6,7 +6,9 @@ that calls two tools at once, go through a private ``redis-server`` on a free po
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,15 +23,15 @@ from tests.e2e.conftest import Fleet, wait_ready
 from tests.support.chaos import PrivateRedis
 
 
-@pytest.fixture
-def split_fleet(
-    redis_url: str, sim_url: str, tmp_path: Path, process_environ: dict[str, str]
+@contextlib.contextmanager
+def _split_fleet(
+    redis_url: str, sim_url: str, tmp_path: Path, environ: dict[str, str]
 ) -> Iterator[tuple[Fleet, PrivateRedis]]:
     broker = PrivateRedis(tmp_path)
     broker.start()
     port = free_port()
     env = {
-        **process_environ,
+        **environ,
         "ANTWORT_REDIS_URL": redis_url,
         "ANTWORT_BROKER_URL": broker.url,
         "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
@@ -54,6 +56,14 @@ def split_fleet(
         store.close()
 
 
+@pytest.fixture
+def split_fleet(
+    redis_url: str, sim_url: str, tmp_path: Path, process_environ: dict[str, str]
+) -> Iterator[tuple[Fleet, PrivateRedis]]:
+    with _split_fleet(redis_url, sim_url, tmp_path, process_environ) as fleet_and_broker:
+        yield fleet_and_broker
+
+
 @pytest.mark.e2e
 def test_the_broker_url_keeps_the_queues_off_the_store(
     split_fleet: tuple[Fleet, PrivateRedis], redis_url: str
@@ -76,3 +86,51 @@ def test_the_broker_url_keeps_the_queues_off_the_store(
         assert not queues.keys(f"{prefix}r:*")
         assert store.exists(f"{prefix}r:{response['id']}")
         assert not store.keys(f"{prefix}celery:*")
+
+
+@pytest.mark.e2e
+def test_a_create_the_broker_cannot_take_is_a_503_to_retry_and_its_response_failed(
+    redis_url: str, sim_url: str, tmp_path: Path, process_environ: dict[str, str]
+) -> None:
+    """The broker away (the store up) past the outage a send rides out: 503, not 500.
+
+    It was a 500 ``server_error``: nothing tells a client (or the SDKs' retry) that the same
+    request will do once the broker is back. The response the create stored is failed, so that
+    the client's retry is its only run; with the broker back, a create completes.
+    """
+    environ = {**process_environ, "ANTWORT_REDIS_OUTAGE_SECONDS": "1"}
+    with _split_fleet(redis_url, sim_url, tmp_path, environ) as (fleet, broker):
+        url = f"{fleet.base_url}/v1/responses"
+        assert httpx.post(url, json={"input": "hi"}, timeout=60).json()["status"] == "completed"
+        broker.stop()
+
+        started = time.monotonic()
+        for body in (
+            {"input": "hi"},
+            {"input": "hi", "stream": True},
+            {"input": "hi", "background": True},
+        ):
+            answer = httpx.post(url, json=body, timeout=60)
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "1"
+            assert answer.json() == {
+                "error": {
+                    "message": "The server cannot reach its task queue right now; please retry.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "service_unavailable",
+                }
+            }
+        assert time.monotonic() - started < 45  # each send gave up after its ride-out
+        prefix = fleet.env["ANTWORT_KEY_PREFIX"]
+        with redis.Redis.from_url(redis_url, decode_responses=True) as store:
+            statuses = {
+                store.hget(key, "status")
+                for key in store.scan_iter(f"{prefix}r:resp_*")
+                if store.type(key) == "hash"
+            }
+        assert statuses == {"completed", "failed"}  # the three refused: failed, none queued
+
+        broker.start()
+        answer = httpx.post(url, json={"input": "hi"}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
