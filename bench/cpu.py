@@ -1,9 +1,9 @@
 """CPU per streamed response, per process: ``python -m bench.cpu [--tokens 100] [--responses 400]``.
 
-Starts its own fleet (one inference worker of 32 threads), streams ``--responses`` answers of
-``--tokens`` tokens with 8 in flight, and reads each process's CPU time (user + system) before
-and after: where a response's cost goes across gateway, worker, simulator, Redis and the load
-client. Written to ``bench/results/cpu.json``.
+Starts its own fleet (by default one inference worker of 32 threads), streams ``--responses``
+answers of ``--tokens`` tokens with ``--in-flight`` (8) at a time, and reads each process's CPU
+time (user + system) before and after: where a response's cost goes across gateway, worker,
+simulator, Redis and the load client. Written to ``bench/results/<--out>`` (``cpu.json``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,10 @@ async def _stream_all(url: str, tokens: int, count: int, in_flight: int) -> None
     await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def measure(tokens: int, responses: int, in_flight: int = 8) -> dict[str, Any]:
-    fleet = Fleet(inference_workers=1, worker_threads=32)
+def measure(
+    tokens: int, responses: int, in_flight: int = 8, workers: int = 1, threads: int = 32
+) -> dict[str, Any]:
+    fleet = Fleet(inference_workers=workers, worker_threads=threads)
     fleet.start()
     try:
         procs = {role: [psutil.Process(p) for p in pids] for role, pids in fleet.pids().items()}
@@ -92,12 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu")
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--responses", type=int, default=400)
+    parser.add_argument("--in-flight", type=int, default=8, help="concurrent clients")
+    parser.add_argument("--workers", type=int, default=1, help="inference worker processes")
+    parser.add_argument("--threads", type=int, default=32, help="threads per inference worker")
+    parser.add_argument("--out", default="cpu.json", help="file in bench/results/")
     args = parser.parse_args(argv)
-    figures = measure(args.tokens, args.responses)
-    figures["command"] = f".venv/bin/python -m bench.cpu --tokens {args.tokens}"
+    figures = measure(args.tokens, args.responses, args.in_flight, args.workers, args.threads)
+    figures["command"] = ".venv/bin/python -m bench.cpu " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     figures["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cpu.json").write_text(json.dumps(figures, indent=2) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     return 0
 
