@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -179,83 +178,117 @@ def _sse_data(stream: Iterator[bytes]) -> Iterator[list[bytes]]:
         yield [pending[5:].strip()]
 
 
+_decode_json = json.JSONDecoder().raw_decode
+
+
+def _document(data: bytes) -> dict[str, Any]:
+    """One ``data:`` field's JSON object; :class:`UpstreamError` if it is not exactly one.
+
+    The decoder's own entry point, on the field's text: ``json.loads`` would also guess the
+    bytes' encoding and look for whitespace around the document, a third of a token's cost.
+    """
+    try:
+        text = data.decode()
+        payload, end = _decode_json(text)
+    except ValueError as exc:  # not UTF-8, or not JSON
+        raise UpstreamError(f"Model server sent malformed JSON: {_quoted(data)}") from exc
+    if end != len(text):
+        raise UpstreamError(f"Model server sent malformed JSON: {_quoted(data)}")
+    if not isinstance(payload, dict):
+        raise UpstreamError(f"Model server sent a chunk that is not an object: {_quoted(data)}")
+    return payload
+
+
+def _quoted(data: bytes) -> str:
+    return data[:200].decode(errors="replace")
+
+
 def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
     """The model's chunks; consecutive text (or reasoning) that arrived together is one chunk.
 
     A model server sends a token per event. When several had arrived by the time the body was
     read (a fast model, a worker busy with other streams), they are handled as one delta from
     here on: one output event, one buffer append, not one pass through the loop per token. What
-    arrives a token at a time still leaves a token at a time.
+    arrives a token at a time still leaves a token at a time. A malformed field ends the stream
+    with :class:`UpstreamError`, after the chunks before it.
     """
     for fields in pieces:
-        parsed: list[Chunk] = []
+        piece = _Piece()
         for data in fields:
             if data == b"[DONE]":
-                yield from _merged(parsed)
+                yield from piece.chunks()
                 for _ in pieces:  # read to the body's end: the connection goes back to the pool
                     pass
                 return
             try:
-                payload = json.loads(data)
-            except ValueError as exc:
-                yield from _merged(parsed)  # what came before it was fine
-                text = data[:200].decode(errors="replace")
-                raise UpstreamError(f"Model server sent malformed JSON: {text}") from exc
-            if isinstance(payload, dict) and payload.get("error"):
-                yield from _merged(parsed)
+                payload = _document(data)
+            except UpstreamError:
+                yield from piece.chunks()  # what came before it was fine
+                raise
+            if payload.get("error"):
+                yield from piece.chunks()
                 raise UpstreamError(f"Model server reported an error: {payload['error']}")
-            parsed.extend(_chunks_of(payload))
-        yield from _merged(parsed)
+            piece.add(payload)
+        yield from piece.chunks()
 
 
-def _merged(chunks: list[Chunk]) -> list[Chunk]:
-    """``chunks`` with each run of text deltas, and of reasoning deltas, joined into one."""
-    if len(chunks) < 2:
-        return chunks
-    out: list[Chunk] = []
-    run: list[TextDelta | ReasoningDelta] = []
-    for chunk in chunks:
-        if isinstance(chunk, TextDelta | ReasoningDelta):
-            if run and type(chunk) is type(run[0]):
-                run.append(chunk)
-                continue
-            if run:
-                out.append(_joined(run))
-            run = [chunk]
-        else:
-            out.extend([_joined(run), chunk] if run else [chunk])
-            run = []
-    if run:
-        out.append(_joined(run))
-    return out
+class _Piece:
+    """The chunks of the fields read together: each run of text (or reasoning) one delta.
 
+    A run's texts are joined when it ends, so a token costs a list append, not a chunk object.
+    """
 
-def _joined(run: list[TextDelta | ReasoningDelta]) -> TextDelta | ReasoningDelta:
-    if len(run) == 1:
-        return run[0]
-    return dataclasses.replace(run[0], text="".join(delta.text for delta in run))
+    __slots__ = ("_chunks", "_kind", "_texts")
 
+    def __init__(self) -> None:
+        self._chunks: list[Chunk] = []
+        self._kind: type[TextDelta | ReasoningDelta] = TextDelta
+        self._texts: list[str] = []
 
-def _chunks_of(payload: dict[str, Any]) -> Iterator[Chunk]:
-    for choice in payload.get("choices") or []:
-        delta = choice.get("delta") or {}
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if reasoning:
-            yield ReasoningDelta(text=reasoning)
-        if delta.get("content"):
-            yield TextDelta(text=delta["content"])
-        for call in delta.get("tool_calls") or []:
-            function = call.get("function") or {}
-            yield ToolCallDelta(
-                index=int(call.get("index", 0)),
-                call_id=call.get("id"),
-                name=function.get("name"),
-                arguments=function.get("arguments") or "",
-            )
-        if choice.get("finish_reason"):
-            yield Finish(reason=choice["finish_reason"])
-    if payload.get("usage"):
-        yield UsageReport(usage=_usage(payload["usage"]))
+    def add(self, payload: dict[str, Any]) -> None:
+        """One Chat Completions chunk's deltas, finish reasons and usage, in that order."""
+        for choice in payload.get("choices") or ():
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                self._text(ReasoningDelta, reasoning)
+            content = delta.get("content")
+            if content:
+                self._text(TextDelta, content)
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function") or {}
+                self._other(
+                    ToolCallDelta(
+                        index=int(call.get("index", 0)),
+                        call_id=call.get("id"),
+                        name=function.get("name"),
+                        arguments=function.get("arguments") or "",
+                    )
+                )
+            if choice.get("finish_reason"):
+                self._other(Finish(reason=choice["finish_reason"]))
+        if payload.get("usage"):
+            self._other(UsageReport(usage=_usage(payload["usage"])))
+
+    def chunks(self) -> list[Chunk]:
+        """The chunks so far, the open run closed."""
+        self._close_run()
+        return self._chunks
+
+    def _text(self, kind: type[TextDelta | ReasoningDelta], text: str) -> None:
+        if kind is not self._kind:
+            self._close_run()
+            self._kind = kind
+        self._texts.append(text)
+
+    def _other(self, chunk: Chunk) -> None:
+        self._close_run()
+        self._chunks.append(chunk)
+
+    def _close_run(self) -> None:
+        if self._texts:
+            self._chunks.append(self._kind(text="".join(self._texts)))
+            self._texts = []
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

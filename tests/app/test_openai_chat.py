@@ -360,3 +360,55 @@ def test_provider_keeps_apart_what_arrived_apart_and_joins_what_arrived_together
         TextDelta(text="ef"),
         Finish(reason="stop"),
     ]
+
+
+def test_provider_joins_each_run_of_one_read_apart_from_the_next(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """Reasoning, then text, then reasoning again, read at once: three deltas, in order."""
+    body = sse(
+        choice({"reasoning_content": "a"}),
+        choice({"reasoning_content": "b", "content": "c"}),
+        choice({"content": "d"}),
+        choice({"reasoning": "e"}),
+        {**choice({"content": "f"}, finish_reason="stop"), "usage": {"prompt_tokens": 1}},
+    )
+    provider = make_provider(Recorder(stream_response(body)))
+
+    chunks = list(provider.stream(REQUEST))
+
+    assert chunks[:5] == [
+        ReasoningDelta(text="ab"),
+        TextDelta(text="cd"),
+        ReasoningDelta(text="e"),
+        TextDelta(text="f"),
+        Finish(reason="stop"),
+    ]
+    assert isinstance(chunks[5], UsageReport) and chunks[5].usage.input_tokens == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ('{"choices": []} trailing', "malformed JSON"),
+        ("[1, 2]", "not an object"),
+        ('"text"', "not an object"),
+        (b"\xff\xfe{}".decode("latin-1"), "malformed JSON"),
+    ],
+)
+def test_provider_a_field_that_is_not_one_json_object_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider], field: str, message: str
+) -> None:
+    """Only a JSON object is a chunk: an array or a string was an ``AttributeError`` (a crash
+    of the turn, not a model server's fault told as one), trailing text or bytes that are not
+    UTF-8 are as malformed as bad JSON. What came before it is kept."""
+    body = sse(choice({"content": "ok"})).replace(b"data: [DONE]", b"data: FIELD")
+    body = body.replace(b"FIELD", field.encode("latin-1")) + b"data: [DONE]\n\n"
+    provider = make_provider(Recorder(stream_response(body)))
+    received: list[Chunk] = []
+
+    with pytest.raises(UpstreamError, match=message):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+
+    assert received == [TextDelta(text="ok")]
