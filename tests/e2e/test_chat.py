@@ -87,36 +87,57 @@ def test_chat_session_chains_previous_response_id(fleet: Fleet) -> None:
     assert created[1]["previous_response_id"] == created[0]["id"]
 
 
-def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet) -> None:
-    proc = subprocess.Popen(
-        [
-            *CHAT,
-            "--base-url",
-            f"{fleet.base_url}/v1",
-            "--json",
-            "--internal=long_tool",
-            "run long_tool",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=fleet.env,
-    )
-    assert proc.stdout is not None
-    response_id = None
-    for line in proc.stdout:  # wait until the tool runs
-        event = json.loads(line)
-        response_id = response_id or event["response"]["id"]
-        if event["type"] == "response.output_item.done":
-            break
+def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet, tmp_path: Path) -> None:
+    """Ctrl+C while a tool runs: the response is cancelled on the server, stdout holds events.
+
+    stdout goes to a file: reading a pipe line by line reads ahead, and ``communicate`` then
+    reads the pipe from where that read stopped, which can be inside a line (CI saw a line
+    split at its newline, an empty line that is not an event).
+    """
+    out_path = tmp_path / "stdout.jsonl"
+    with out_path.open("w") as out_file:
+        proc = subprocess.Popen(
+            [
+                *CHAT,
+                "--base-url",
+                f"{fleet.base_url}/v1",
+                "--json",
+                "--internal=long_tool",
+                "run long_tool",
+            ],
+            stdout=out_file,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=fleet.env,
+        )
+    try:
+        events = _events_until(out_path, "response.output_item.done", proc)  # the tool runs
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    response_id = events[0]["response"]["id"]
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert f"{response_id} is cancelled on the server." in err
-    assert all(json.loads(line) for line in out.splitlines())  # stdout: events only
+    assert all(json.loads(line) for line in out_path.read_text().splitlines())  # events only
     stored = httpx.get(f"{fleet.base_url}/v1/responses/{response_id}", timeout=10).json()
     assert stored["status"] == "cancelled"
+
+
+def _events_until(path: Path, event_type: str, proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """The complete JSON lines written to ``path`` up to the first ``event_type`` event."""
+    deadline = time.monotonic() + CHAT_SECONDS
+    while time.monotonic() < deadline and proc.poll() is None:
+        complete = path.read_text().rpartition("\n")[0]
+        events = [json.loads(line) for line in complete.splitlines()]
+        for index, event in enumerate(events):
+            if event["type"] == event_type:
+                return events[: index + 1]
+        time.sleep(0.05)
+    raise AssertionError(f"no {event_type} in {CHAT_SECONDS} s (exit {proc.poll()})")
 
 
 def start_background(fleet: Fleet, body: dict[str, Any], events: int) -> tuple[str, int]:
