@@ -34,9 +34,12 @@ def _redis_server() -> psutil.Process | None:
     return None
 
 
-def _cpu_seconds(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+def _cpu_seconds(
+    procs: dict[str, list[psutil.Process]], *, system_only: bool = False
+) -> dict[str, float]:
+    """Each role's CPU time so far (user + system; ``system_only``: the kernel's part)."""
     return {
-        role: sum(p.cpu_times().user + p.cpu_times().system for p in ps)
+        role: sum(p.cpu_times().system + (0.0 if system_only else p.cpu_times().user) for p in ps)
         for role, ps in procs.items()
     }
 
@@ -72,9 +75,11 @@ def measure(
         procs["client"] = [psutil.Process()]
         asyncio.run(_stream_all(fleet.gateway_url, tokens, 50, in_flight))  # warm-up
         before, started = _cpu_seconds(procs), time.perf_counter()
+        before_system = _cpu_seconds(procs, system_only=True)
         asyncio.run(_stream_all(fleet.gateway_url, tokens, responses, in_flight))
         elapsed = time.perf_counter() - started
         after = _cpu_seconds(procs)
+        after_system = _cpu_seconds(procs, system_only=True)
     finally:
         fleet.stop()
     per_response = {
@@ -87,6 +92,10 @@ def measure(
         "responses_per_s": round(responses / elapsed, 1),
         "cpu_ms_per_response": per_response,
         "cpu_ms_per_response_total": round(sum(per_response.values()), 2),
+        "system_ms_per_response": {
+            role: round((after_system[role] - before_system[role]) / responses * 1000, 2)
+            for role in after_system
+        },
         "fleet": {"commands": [" ".join(argv) for argv in fleet.commands().values()]},
     }
 
