@@ -431,12 +431,9 @@ def _follow_live(
     last: int,
     status: str | None,
 ) -> Iterator[list[StoredEvent] | Keepalive]:
-    check_status = False
     while True:
         # Whether the response ended (its end message may never come): known at the start,
-        # then looked up only after reading the stream, not for every message.
-        if check_status:
-            status = store.status(response_id)
+        # then read with the stream (one round trip), not for every message.
         if status not in ACTIVE_STATUSES:
             # Ended (or cancelled/deleted) while we replayed: drain what is left and stop.
             rest = store.events_after(response_id, last)
@@ -448,7 +445,9 @@ def _follow_live(
         except queue.Empty:
             yield KEEPALIVE
             messages = [_QUIET]
-        events, check_status = _events_of(store, response_id, last, messages)
+        events, read_status = _events_of(store, response_id, last, messages)
+        if read_status is not _NOT_READ:
+            status = read_status
         batch, is_end = _through_terminal(events)
         if batch:
             yield batch
@@ -457,19 +456,24 @@ def _follow_live(
             return
 
 
+_NOT_READ = "-"
+"""The status :func:`_events_of` gives when it did not read the stream (no stored status)."""
+
+
 def _events_of(
     store: ResponseStore, response_id: str, last: int, messages: list[PublishedLine]
-) -> tuple[list[StoredEvent], bool]:
-    """The events after ``last`` that ``messages`` bring, in order, and whether the stream was read.
+) -> tuple[list[StoredEvent], str | None]:
+    """The events after ``last`` that ``messages`` bring, in order, and the stored status.
 
     A message out of line (quiet, resubscribed, ended, or after a gap: pub/sub is best
-    effort) is answered from the stream, the truth; the caller then looks at the status, as a
-    cancelled response has no terminal event. One already relayed is dropped. Nothing after a
-    terminal event is read: the end line published with it would send every follower of the
-    response to the stream for nothing.
+    effort) is answered from the stream, the truth, and the status read right after it in the
+    same round trip, as a cancelled response has no terminal event; the status is
+    :data:`_NOT_READ` when every message was in line. One already relayed is dropped. Nothing
+    after a terminal event is read: the end line published with it would send every follower
+    of the response to the stream for nothing.
     """
     events: list[StoredEvent] = []
-    has_read_stream = False
+    status: str | None = _NOT_READ
     for message in messages:  # RESYNC, _QUIET and the end line are numbered -1
         if message.sequence_number == last + 1:
             event = StoredEvent(
@@ -481,11 +485,11 @@ def _events_of(
         elif 0 <= message.sequence_number <= last:
             continue  # relayed already, read from the stream with an earlier message
         else:
-            events += store.events_after(response_id, last)
-            has_read_stream = True
+            read, status = store.events_and_status(response_id, last)
+            events += read
         if events:
             last = events[-1].sequence_number
-    return events, has_read_stream
+    return events, status
 
 
 def _through_terminal(events: list[StoredEvent]) -> tuple[list[StoredEvent], bool]:

@@ -256,11 +256,11 @@ class EventLog(StoreBase):
     def _checked_events(
         self, response_id: str, after: int, entries: list[Any]
     ) -> list[StoredEvent]:
-        key = self.keys.events(response_id)
-        if after >= 0:
-            first: list[Any] = entries[:1] or self.redis.xrange(key, count=1) or []
-            if first and _sequence_of(first[0][0]) > after + 1:
-                raise ExpiredCursorError(_expired_message(response_id, after))
+        # Trimming took events the caller has not seen when the first one after ``after`` is
+        # not ``after + 1``. Nothing read means nothing after ``after`` is left to have lost one
+        # before it: the stream's first entry, were it past ``after``, would have been read.
+        if after >= 0 and entries and _sequence_of(entries[0][0]) > after + 1:
+            raise ExpiredCursorError(_expired_message(response_id, after))
         return [stored_event(entry_id, fields) for entry_id, fields in entries]
 
     def last_sequence_number(self, response_id: str) -> int:

@@ -511,3 +511,40 @@ def test_a_follower_reads_nothing_from_redis_for_live_events_and_the_end(
     assert follower.finish() == [0, 1, 2, 3, 4]
     assert CountingConnection.sent - first_read == 0
     counting.close()
+
+
+def test_a_quiet_follower_reads_the_stream_and_the_status_in_one_round_trip_a_keepalive(
+    store: ResponseStore, hub: EventHub, redis_url: str
+) -> None:
+    """A keepalive with nothing published looks at the stream and the status together.
+
+    It took three: the stream, its first entry (a check for trimmed events that cannot fire
+    when nothing was read), then the status; 10,000 idle streams made that 30,000 round trips
+    a keepalive period.
+    """
+    if store.keys.is_sharded:
+        pytest.skip("one Redis's (the counting client is not a cluster's)")
+    counting = counting_client(redis_url)
+    follower_store = ResponseStore(counting, keys=store.keys, ttl_seconds=60)
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    follower = Follower(follower_store, hub, response.id, keepalive_seconds=0.1)
+    follower.wait_for(0)
+
+    def keepalives() -> int:
+        with follower._seen:
+            return follower.keepalives
+
+    deadline = time.monotonic() + WAIT
+    while keepalives() < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first, sent = keepalives(), CountingConnection.sent
+    while keepalives() < first + 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    quiet, reads = keepalives() - first, CountingConnection.sent - sent
+    complete(store, response)
+
+    assert follower.finish() == [0, 1]
+    assert quiet >= 5
+    assert reads <= quiet + 1  # one a keepalive (the one under way when counted, at most)
+    counting.close()
