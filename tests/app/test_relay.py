@@ -484,8 +484,30 @@ def test_the_hub_wakes_each_follower_once_with_the_publishes_read_together(
     assert fewest == 3
 
 
+@pytest.fixture
+def counting_store(store: ResponseStore, redis_url: str) -> Iterator[ResponseStore]:
+    """The test's store over a client that counts its round trips (one Redis's, not a cluster's)."""
+    if store.keys.is_sharded:
+        pytest.skip("one Redis's (the counting client is not a cluster's)")
+    counting = counting_client(redis_url)
+    yield ResponseStore(counting, keys=store.keys, ttl_seconds=60)
+    counting.close()
+
+
+def _counted_follower(
+    store: ResponseStore, hub: EventHub, counting_store: ResponseStore, **kwargs: Any
+) -> tuple[ResponseObject, Follower]:
+    """A response with its first event, and a follower (reading through ``counting_store``)
+    that has relayed it."""
+    response = new_response(store)
+    store.emit(response.id, [delta(0)])
+    follower = Follower(counting_store, hub, response.id, **kwargs)
+    follower.wait_for(0)
+    return response, follower
+
+
 def test_a_follower_reads_nothing_from_redis_for_live_events_and_the_end(
-    store: ResponseStore, hub: EventHub, redis_url: str
+    store: ResponseStore, hub: EventHub, counting_store: ResponseStore
 ) -> None:
     """Past its first read, a follower takes everything from pub/sub, the end included.
 
@@ -493,14 +515,7 @@ def test_a_follower_reads_nothing_from_redis_for_live_events_and_the_end(
     line, out of line, used to send every follower to the event stream for nothing once more
     (10,000 reads when 10,000 streams ended together).
     """
-    if store.keys.is_sharded:
-        pytest.skip("one Redis's (the counting client is not a cluster's)")
-    counting = counting_client(redis_url)
-    follower_store = ResponseStore(counting, keys=store.keys, ttl_seconds=60)
-    response = new_response(store)
-    store.emit(response.id, [delta(0)])
-    follower = Follower(follower_store, hub, response.id)
-    follower.wait_for(0)
+    response, follower = _counted_follower(store, hub, counting_store)
     first_read = CountingConnection.sent
 
     for n in range(1, 4):
@@ -510,11 +525,10 @@ def test_a_follower_reads_nothing_from_redis_for_live_events_and_the_end(
 
     assert follower.finish() == [0, 1, 2, 3, 4]
     assert CountingConnection.sent - first_read == 0
-    counting.close()
 
 
 def test_a_quiet_follower_reads_the_stream_and_the_status_in_one_round_trip_a_keepalive(
-    store: ResponseStore, hub: EventHub, redis_url: str
+    store: ResponseStore, hub: EventHub, counting_store: ResponseStore
 ) -> None:
     """A keepalive with nothing published looks at the stream and the status together.
 
@@ -522,14 +536,7 @@ def test_a_quiet_follower_reads_the_stream_and_the_status_in_one_round_trip_a_ke
     when nothing was read), then the status; 10,000 idle streams made that 30,000 round trips
     a keepalive period.
     """
-    if store.keys.is_sharded:
-        pytest.skip("one Redis's (the counting client is not a cluster's)")
-    counting = counting_client(redis_url)
-    follower_store = ResponseStore(counting, keys=store.keys, ttl_seconds=60)
-    response = new_response(store)
-    store.emit(response.id, [delta(0)])
-    follower = Follower(follower_store, hub, response.id, keepalive_seconds=0.1)
-    follower.wait_for(0)
+    response, follower = _counted_follower(store, hub, counting_store, keepalive_seconds=0.1)
 
     def keepalives() -> int:
         with follower._seen:
@@ -547,4 +554,3 @@ def test_a_quiet_follower_reads_the_stream_and_the_status_in_one_round_trip_a_ke
     assert follower.finish() == [0, 1]
     assert quiet >= 5
     assert reads <= quiet + 1  # one a keepalive (the one under way when counted, at most)
-    counting.close()
