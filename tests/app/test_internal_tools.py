@@ -72,7 +72,7 @@ def test_calculator_refuses_a_huge_integer_result_before_computing_it(expression
     with pytest.raises(ValueError, match="too large"):
         evaluate(expression)
 
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 2  # computing the first one takes far longer
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,9 @@ def test_hosted_call_that_holds_the_gil_is_killed_at_its_deadline_and_the_worker
         "Error: tool 'gil_holder' timed out after 1 s.",
     )
     assert elapsed < 10
-    assert max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 0.5
+    # Held in this process, the sum would stop every other thread for hours; 2 s is room for a
+    # busy machine's scheduling, not for a starved thread.
+    assert max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 2
     executor.close()
 
 
