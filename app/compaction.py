@@ -12,6 +12,7 @@ output as input continues from the summary.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ from typing import Any, Protocol
 
 from app.config import Settings
 from app.conversation import load_history
+from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, QueueUnavailableError
 from app.errors import (
     AppError,
     InvalidRequestError,
     ModelBehaviorError,
     ServerError,
     UpstreamError,
+    retry_later,
 )
 from app.protocol.response import Usage
 from app.providers.chunks import Chunk, TextDelta, UsageReport
@@ -46,12 +49,14 @@ DEFAULT_INSTRUCTIONS = (
 SUMMARY_REQUEST = "Summarise the conversation so far for its continuation."
 _RESULT_TTL_SECONDS = 600
 
+logger = logging.getLogger(__name__)
+
 
 class CompactionQueue(Protocol):
     """Queues compaction jobs (``responses.compact`` on the ``inference`` queue)."""
 
     def enqueue_compaction(self, compaction_id: str) -> None:
-        """Queue the job ``compaction_id``."""
+        """Queue the job ``compaction_id`` (:class:`QueueUnavailableError`: the broker is away)."""
 
 
 def start_compaction(
@@ -104,8 +109,11 @@ def start_compaction(
     store.redis.set(store.keys.compaction_job(compaction_id), json.dumps(job), ex=ttl)
     try:
         queue.enqueue_compaction(compaction_id)
+    except QueueUnavailableError as exc:
+        raise retry_later(QUEUE_UNAVAILABLE_MESSAGE) from exc
     except Exception as exc:
-        raise ServerError(f"Could not enqueue the compaction: {exc}") from exc
+        logger.exception("could not enqueue the compaction")
+        raise ServerError("The server could not queue the compaction.") from exc
     return compaction_id
 
 

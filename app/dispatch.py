@@ -10,6 +10,10 @@ class QueueUnavailableError(Exception):
     """The fleet's queues cannot be reached now (the broker is away): a send to retry later."""
 
 
+QUEUE_UNAVAILABLE_MESSAGE = "The server cannot reach its task queue right now; please retry."
+"""What a client is told (503) when its request's work could not be queued."""
+
+
 class Dispatcher(Protocol):
     """Enqueues units of work (``broker.dispatch.CeleryDispatcher`` in production)."""
 

@@ -152,6 +152,13 @@ class ServiceUnavailableError(AppError):
     default_code = "service_unavailable"
 
 
+def retry_later(message: str) -> ServiceUnavailableError:
+    """A 503 whose ``Retry-After: 1`` tells the client (and the SDKs' retry) to ask again."""
+    error = ServiceUnavailableError(message)
+    error.headers["Retry-After"] = "1"
+    return error
+
+
 def quoted(value: object, *, limit: int = 64) -> str:
     """``value`` as an error message may echo it: quoted, and cut short past ``limit`` chars.
 

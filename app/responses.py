@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -12,14 +13,8 @@ from pydantic import BaseModel, ValidationError
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, load_conversation
-from app.dispatch import Dispatcher, QueueUnavailableError
-from app.errors import (
-    InvalidRequestError,
-    NotFoundError,
-    ServerError,
-    ServiceUnavailableError,
-    quoted,
-)
+from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
+from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, retry_later
 from app.fairness import FairShare
 from app.ids import check_response_id
 from app.keys import Keys
@@ -60,6 +55,8 @@ _ITEM_PREFIX = {
     "mcp_approval_response": "mcpa",
     **CLIENT_ITEM_PREFIXES,
 }
+
+logger = logging.getLogger(__name__)
 
 
 def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> str:
@@ -267,12 +264,9 @@ def _enqueue_first_turn(
             store, response_id, code="server_error", message="The fleet could not be reached."
         )
         if isinstance(exc, QueueUnavailableError):
-            error = ServiceUnavailableError(
-                "The server cannot reach its task queue right now; please retry."
-            )
-            error.headers["Retry-After"] = "1"
-            raise error from exc
-        raise ServerError(f"Could not enqueue the response: {exc}") from exc
+            raise retry_later(QUEUE_UNAVAILABLE_MESSAGE) from exc
+        logger.exception("could not enqueue the response")
+        raise ServerError("The server could not queue the response.") from exc
 
 
 def _model_of(request: CreateResponseRequest, settings: Settings) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import redis
 from celery import Celery, chord, signature
@@ -13,6 +14,19 @@ from app.config import Settings
 from app.dispatch import QueueUnavailableError
 from broker.publish import Publisher, TaskPublisher, make_publisher, send_options
 from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
+
+
+@contextlib.contextmanager
+def broker_sends(what: str) -> Iterator[None]:
+    """Sends whose failure on the broker's connection is a :class:`QueueUnavailableError`.
+
+    Either publisher has ridden out a short outage by then: the direct one as every Redis
+    command of the fleet does (``redis_outage_seconds``), Celery's with its publish retry policy.
+    """
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
+        raise QueueUnavailableError(f"could not queue {what}: {exc}") from exc
 
 
 class CeleryDispatcher:
@@ -27,15 +41,11 @@ class CeleryDispatcher:
         self.publisher = publisher or TaskPublisher(celery)
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
-        """Queue a turn on ``inference``; :class:`QueueUnavailableError` if the broker is away.
-
-        Either publisher rides out a short outage first: the direct one as every Redis command
-        of the fleet does (``redis_outage_seconds``), Celery's with its publish retry policy.
-        """
+        """Queue a turn on ``inference``; :class:`QueueUnavailableError` if the broker is away."""
         task_id = turn_task_id(response_id, turn)
         if retry:
             task_id += f":r{secrets.token_hex(4)}"
-        try:
+        with broker_sends(f"turn {turn} of {response_id}"):
             self.publisher.publish(
                 RUN_TURN,
                 [response_id, turn],
@@ -43,8 +53,6 @@ class CeleryDispatcher:
                 queue=INFERENCE_QUEUE,
                 ignore_result=True,  # nobody waits on a turn's Celery result
             )
-        except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
-            raise QueueUnavailableError(f"could not queue turn {turn} of {response_id}") from exc
 
     def enqueue_tools(
         self, response_id: str, calls: Sequence[tuple[str, str]], *, then_turn: int

@@ -8,7 +8,7 @@ import redis
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.errors import AppError, ServerError, ServiceUnavailableError
+from app.errors import AppError, ServerError, retry_later
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,7 @@ def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Resp
     the fleet's code. Logged without a traceback, as a burst may answer thousands of them.
     """
     logger.warning("answered 503, the store is unavailable: %r", exc)
-    error = ServiceUnavailableError("The server cannot reach its store right now; please retry.")
-    error.headers["Retry-After"] = "1"
-    return render(error)
+    return render(retry_later("The server cannot reach its store right now; please retry."))
 
 
 def register(app: Flask) -> None:

@@ -89,14 +89,15 @@ def test_the_broker_url_keeps_the_queues_off_the_store(
 
 
 @pytest.mark.e2e
-def test_a_create_the_broker_cannot_take_is_a_503_to_retry_and_its_response_failed(
+def test_work_the_broker_cannot_take_is_a_503_to_retry_and_a_create_s_response_failed(
     redis_url: str, sim_url: str, tmp_path: Path, process_environ: dict[str, str]
 ) -> None:
     """The broker away (the store up) past the outage a send rides out: 503, not 500.
 
-    It was a 500 ``server_error``: nothing tells a client (or the SDKs' retry) that the same
-    request will do once the broker is back. The response the create stored is failed, so that
-    the client's retry is its only run; with the broker back, a create completes.
+    Creates and compactions were a 500 ``server_error``: nothing told a client (or the SDKs'
+    retry) that the same request will do once the broker is back. The response a create stored
+    is failed, so that the client's retry is its only run; with the broker back, a create
+    completes.
     """
     environ = {**process_environ, "ANTWORT_REDIS_OUTAGE_SECONDS": "1"}
     with _split_fleet(redis_url, sim_url, tmp_path, environ) as (fleet, broker):
@@ -121,7 +122,15 @@ def test_a_create_the_broker_cannot_take_is_a_503_to_retry_and_its_response_fail
                     "code": "service_unavailable",
                 }
             }
-        assert time.monotonic() - started < 45  # each send gave up after its ride-out
+        compaction = httpx.post(
+            f"{fleet.base_url}/v1/responses/compact",
+            json={"model": "antwort-sim", "input": "hi"},
+            timeout=60,
+        )
+        assert compaction.status_code == 503, compaction.text
+        assert compaction.headers["Retry-After"] == "1"
+        assert compaction.json()["error"]["code"] == "service_unavailable"
+        assert time.monotonic() - started < 60  # each send gave up after its ride-out
         prefix = fleet.env["ANTWORT_KEY_PREFIX"]
         with redis.Redis.from_url(redis_url, decode_responses=True) as store:
             statuses = {
