@@ -7,6 +7,7 @@ import fcntl
 import os
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,8 +54,12 @@ def _nothing_left_running(sandbox: Sandbox) -> Iterator[None]:
     the whole suite runs in one process) are not the test's.
 
     Other runs on the host use the same uids under the same lock files (another checkout's
-    tests, the cgroup tests): a uid one of them holds now is busy, not leaked. So each uid is
-    looked at under its lock, taken as a run takes it; a uid locked elsewhere is passed over.
+    tests, the cgroup tests, a fleet's sandbox workers): a uid one of them holds now is busy,
+    not leaked. So each uid is looked at under its lock, taken as a run takes it; a uid locked
+    elsewhere is passed over. A worker that dies mid-run gives its lock back at once, while its
+    bubblewrap goes with it a moment later (``--die-with-parent``; the lock says the next holder
+    sweeps): what is left must stay left for a few seconds to be a leak (CI: a sandbox worker of
+    another checkout's fleet, stopped while this test ran).
     """
     before = {child.split()[0] for child in _children()}  # a session fleet's processes, say
     yield
@@ -62,6 +67,14 @@ def _nothing_left_running(sandbox: Sandbox) -> Iterator[None]:
     assert not left_children, "a child process of the test was left running or unreaped"
     if os.geteuid() != 0:
         return
+    deadline = time.monotonic() + 5
+    while (left := _left_running(sandbox)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, left
+
+
+def _left_running(sandbox: Sandbox) -> dict[int, list[int]]:
+    """The processes of each sandbox uid that no run holds now (uids with none left out)."""
     left = {}
     for uid in range(UID_BASE, UID_BASE + UID_COUNT):
         fd = os.open(sandbox.slots.lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
@@ -70,10 +83,11 @@ def _nothing_left_running(sandbox: Sandbox) -> Iterator[None]:
         except BlockingIOError:
             continue  # in a run elsewhere
         else:
-            left[uid] = processes_of(uid)
+            if pids := processes_of(uid):
+                left[uid] = pids
         finally:
             os.close(fd)
-    assert not any(left.values()), left
+    return left
 
 
 def _children() -> list[str]:
