@@ -34,13 +34,25 @@ def _redis_server() -> psutil.Process | None:
     return None
 
 
-def _cpu_seconds(
-    procs: dict[str, list[psutil.Process]], *, system_only: bool = False
-) -> dict[str, float]:
-    """Each role's CPU time so far (user + system; ``system_only``: the kernel's part)."""
+def _cpu_seconds(procs: dict[str, list[psutil.Process]]) -> dict[str, tuple[float, float]]:
+    """Each role's CPU time so far, read once per process: (user + system, system)."""
+    times = {role: [p.cpu_times() for p in ps] for role, ps in procs.items()}
     return {
-        role: sum(p.cpu_times().system + (0.0 if system_only else p.cpu_times().user) for p in ps)
-        for role, ps in procs.items()
+        role: (sum(t.user + t.system for t in ts), sum(t.system for t in ts))
+        for role, ts in times.items()
+    }
+
+
+def _ms_per_response(
+    before: dict[str, tuple[float, float]],
+    after: dict[str, tuple[float, float]],
+    responses: int,
+    part: int,
+) -> dict[str, float]:
+    """Milliseconds per response of each role between two readings (part 0: all, 1: system)."""
+    return {
+        role: round((after[role][part] - before[role][part]) / responses * 1000, 2)
+        for role in after
     }
 
 
@@ -75,16 +87,12 @@ def measure(
         procs["client"] = [psutil.Process()]
         asyncio.run(_stream_all(fleet.gateway_url, tokens, 50, in_flight))  # warm-up
         before, started = _cpu_seconds(procs), time.perf_counter()
-        before_system = _cpu_seconds(procs, system_only=True)
         asyncio.run(_stream_all(fleet.gateway_url, tokens, responses, in_flight))
         elapsed = time.perf_counter() - started
         after = _cpu_seconds(procs)
-        after_system = _cpu_seconds(procs, system_only=True)
     finally:
         fleet.stop()
-    per_response = {
-        role: round((after[role] - before[role]) / responses * 1000, 2) for role in after
-    }
+    per_response = _ms_per_response(before, after, responses, 0)
     return {
         "tokens": tokens,
         "responses": responses,
@@ -92,10 +100,7 @@ def measure(
         "responses_per_s": round(responses / elapsed, 1),
         "cpu_ms_per_response": per_response,
         "cpu_ms_per_response_total": round(sum(per_response.values()), 2),
-        "system_ms_per_response": {
-            role: round((after_system[role] - before_system[role]) / responses * 1000, 2)
-            for role in after_system
-        },
+        "system_ms_per_response": _ms_per_response(before, after, responses, 1),
         "fleet": {"commands": [" ".join(argv) for argv in fleet.commands().values()]},
     }
 
