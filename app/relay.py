@@ -445,9 +445,7 @@ def _follow_live(
         except queue.Empty:
             yield KEEPALIVE
             messages = [_QUIET]
-        events, read_status = _events_of(store, response_id, last, messages)
-        if read_status is not _NOT_READ:
-            status = read_status
+        events, status = _events_of(store, response_id, last, status, messages)
         batch, is_end = _through_terminal(events)
         if batch:
             yield batch
@@ -456,24 +454,23 @@ def _follow_live(
             return
 
 
-_NOT_READ = "-"
-"""The status :func:`_events_of` gives when it did not read the stream (no stored status)."""
-
-
 def _events_of(
-    store: ResponseStore, response_id: str, last: int, messages: list[PublishedLine]
+    store: ResponseStore,
+    response_id: str,
+    last: int,
+    status: str | None,
+    messages: list[PublishedLine],
 ) -> tuple[list[StoredEvent], str | None]:
-    """The events after ``last`` that ``messages`` bring, in order, and the stored status.
+    """The events after ``last`` that ``messages`` bring, in order, and the status known then.
 
     A message out of line (quiet, resubscribed, ended, or after a gap: pub/sub is best
-    effort) is answered from the stream, the truth, and the status read right after it in the
-    same round trip, as a cancelled response has no terminal event; the status is
-    :data:`_NOT_READ` when every message was in line. One already relayed is dropped. Nothing
+    effort) is answered from the stream, the truth, and the stored status read right after it
+    in the same round trip, as a cancelled response has no terminal event; with every message
+    in line, ``status`` comes back as it was given. One already relayed is dropped. Nothing
     after a terminal event is read: the end line published with it would send every follower
     of the response to the stream for nothing.
     """
     events: list[StoredEvent] = []
-    status: str | None = _NOT_READ
     for message in messages:  # RESYNC, _QUIET and the end line are numbered -1
         if message.sequence_number == last + 1:
             event = StoredEvent(

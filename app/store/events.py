@@ -241,7 +241,9 @@ class EventLog(StoreBase):
     def events_and_status(
         self, response_id: str, after: int, *, count: int = 1000
     ) -> tuple[list[StoredEvent], str | None]:
-        """:meth:`events_after`, then the stored status, in one round trip (a relay's start).
+        """:meth:`events_after`, then the stored status, in one round trip.
+
+        A relay's start, and its look at the stream when a message came out of line.
 
         Raises:
             ExpiredCursorError: when trimming removed events the caller has not seen.
