@@ -131,8 +131,7 @@ def _events_until(path: Path, event_type: str, proc: subprocess.Popen[str]) -> l
     """The complete JSON lines written to ``path`` up to the first ``event_type`` event."""
     deadline = time.monotonic() + CHAT_SECONDS
     while time.monotonic() < deadline and proc.poll() is None:
-        complete = path.read_text().rpartition("\n")[0]
-        events = [json.loads(line) for line in complete.splitlines()]
+        events = json_lines(path.read_text().rpartition("\n")[0])  # complete lines only
         for index, event in enumerate(events):
             if event["type"] == event_type:
                 return events[: index + 1]
