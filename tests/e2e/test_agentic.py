@@ -312,8 +312,8 @@ def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet, counters: r
     prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     response = client.responses.create(
         model="antwort-sim",
-        input=f"counted_slow ({uuid.uuid4().hex})",  # call ids hash the input
-        tools=internal("counted_slow"),  # type: ignore[arg-type]
+        input=f"counted_gated ({uuid.uuid4().hex})",  # call ids hash the input
+        tools=internal("counted_gated"),  # type: ignore[arg-type]
         background=True,
     )
     call_id = wait_until_tool_runs(client, counters, prefix, response.id)
@@ -321,8 +321,10 @@ def test_cancel_while_tools_run(client: openai.OpenAI, fleet: Fleet, counters: r
     cancelled = client.responses.cancel(response.id)
 
     assert cancelled.status == "cancelled"
-    # A revoke does not stop a running task: the tool runs to its end and offers its result,
-    # which the store refuses (giving the call's claim back in the same step).
+    # A revoke does not stop a running task: the tool runs to its end (the test lets it end
+    # only now) and offers its result, which the store refuses (giving the call's claim back
+    # in the same step).
+    counters.set(f"{prefix}test:gate:{call_id}", 1)
     deadline = time.monotonic() + 30
     while tool_runs(counters, prefix, call_id)[1] == 0 or counters.exists(
         Keys(prefix).tool_claim(response.id, call_id)

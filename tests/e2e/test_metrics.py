@@ -75,13 +75,14 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
     prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     slow = client.responses.create(
         model="antwort-sim",
-        input=f"counted_slow ({uuid.uuid4().hex})",
-        tools=internal("counted_slow"),  # type: ignore[arg-type]
+        input=f"counted_gated ({uuid.uuid4().hex})",
+        tools=internal("counted_gated"),  # type: ignore[arg-type]
         background=True,
     )
-    wait_until_tool_runs(client, counters, prefix, slow.id)
+    call_id = wait_until_tool_runs(client, counters, prefix, slow.id)
     assert client.responses.cancel(slow.id).status == "cancelled"
-    stopped = {"kind": "internal", "name": "counted_slow", "outcome": "cancelled"}
+    counters.set(f"{prefix}test:gate:{call_id}", 1)  # the tool ends only once cancelled
+    stopped = {"kind": "internal", "name": "counted_gated", "outcome": "cancelled"}
 
     def cancels_counted(samples: Samples) -> tuple[float, float]:
         return (
@@ -144,14 +145,16 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
 
 
 def test_gateway_counts_open_streams_across_its_processes(
-    client: openai.OpenAI, fleet: Fleet
+    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis
 ) -> None:
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     response = client.responses.create(
         model="antwort-sim",
-        input=f"counted_slow ({uuid.uuid4().hex})",
-        tools=internal("counted_slow"),  # type: ignore[arg-type]
+        input=f"counted_gated ({uuid.uuid4().hex})",
+        tools=internal("counted_gated"),  # type: ignore[arg-type]
         background=True,
     )
+    call_id = wait_until_tool_runs(client, counters, prefix, response.id)  # runs till let go
     url = f"{fleet.base_url}/v1/responses/{response.id}?stream=true"
     with httpx.stream("GET", url, timeout=30) as stream:
         lines = stream.iter_lines()  # kept: a dropped iterator would close the stream
@@ -159,6 +162,7 @@ def test_gateway_counts_open_streams_across_its_processes(
         scraped = scrape(f"{fleet.base_url}/metrics")
         assert value(scraped, "antwort_open_streams", transport="sse") >= 1
         client.responses.cancel(response.id)
+    counters.set(f"{prefix}test:gate:{call_id}", 1)
     deadline = time.monotonic() + 10
     while value(scrape(f"{fleet.base_url}/metrics"), "antwort_open_streams", transport="sse"):
         assert time.monotonic() < deadline, "the closed stream is still counted"

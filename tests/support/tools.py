@@ -86,6 +86,27 @@ class Counted:
         return ToolResult(call_id=call.id, output=f"{self.name} done")
 
 
+@dataclass
+class Gated(Counted):
+    """Counted like :class:`Counted`, but runs until the test opens its gate, not for a time.
+
+    The gate is the key ``<ANTWORT_KEY_PREFIX>test:gate:<call_id>``; the call ends when it
+    exists, or after ``seconds`` without it. A test that must act while the call runs (cancel
+    it, say) does so between seeing it start and opening the gate, however slow the machine.
+    """
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self._count(call, "started")
+        deadline = time.monotonic() + self.seconds
+        prefix = os.environ.get("ANTWORT_KEY_PREFIX", "antwort:")
+        while self.client is not None and time.monotonic() < deadline:
+            if self.client.exists(f"{prefix}test:gate:{call.id}"):
+                break
+            time.sleep(0.02)
+        self._count(call, "finished")
+        return ToolResult(call_id=call.id, output=f"{self.name} done")
+
+
 class Shout:
     """Declares the extension tool type ``acme:shout``: answers its ``text`` upper-cased."""
 
@@ -124,4 +145,5 @@ def register(registry: Registry) -> None:
     registry.register(Sleeper("big_output", 0.0, output="x" * 5000))
     registry.register(Sleeper("long_tool", 5.0))
     registry.register(Counted("counted_slow", 3.0))  # the default deadline (a minute)
+    registry.register(Gated("counted_gated", 50.0))  # within the default deadline (a minute)
     registry.register(GilHolder("gil_holder", 0.0, timeout=1.0))
