@@ -468,9 +468,13 @@ def _events_of(
     in the same round trip, as a cancelled response has no terminal event; with every message
     in line, ``status`` comes back as it was given. One already relayed is dropped. Nothing
     after a terminal event is read: the end line published with it would send every follower
-    of the response to the stream for nothing.
+    of the response to the stream for nothing. A message numbered -1 after the stream was read
+    is dropped too: the script that stores an event publishes it, so a read made after the batch
+    arrived holds what came before it (a message further on can still find a gap, where a read
+    stopped at its count).
     """
     events: list[StoredEvent] = []
+    read_stream = False
     for message in messages:  # RESYNC, _QUIET and the end line are numbered -1
         if message.sequence_number == last + 1:
             event = StoredEvent(
@@ -479,11 +483,12 @@ def _events_of(
             events.append(event)
             if event.type in TERMINAL_EVENT_TYPES:
                 break
-        elif 0 <= message.sequence_number <= last:
-            continue  # relayed already, read from the stream with an earlier message
+        elif 0 <= message.sequence_number <= last or (message.sequence_number < 0 and read_stream):
+            continue  # relayed already, or read from the stream with an earlier message
         else:
             read, status = store.events_and_status(response_id, last)
             events += read
+            read_stream = True
         if events:
             last = events[-1].sequence_number
     return events, status

@@ -15,7 +15,15 @@ from app.inbox import Inbox
 from app.keys import Keys
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject, ResponseStatus
-from app.relay import KEEPALIVE, EventHub, Keepalive, each_event, follow_event_batches
+from app.relay import (
+    KEEPALIVE,
+    RESYNC,
+    EventHub,
+    Keepalive,
+    _events_of,
+    each_event,
+    follow_event_batches,
+)
 from app.store import ResponseStore, StoredEvent
 from app.store.events import PublishedLine, publish
 from app.store.status import CANCEL, FINISH
@@ -554,3 +562,21 @@ def test_a_quiet_follower_reads_the_stream_and_the_status_in_one_round_trip_a_ke
     assert follower.finish() == [0, 1]
     assert quiet >= 5
     assert reads <= quiet + 1  # one a keepalive (the one under way when counted, at most)
+
+
+def test_a_batch_with_several_messages_out_of_line_reads_the_stream_once(
+    store: ResponseStore, counting_store: ResponseStore
+) -> None:
+    """One read after the batch arrived covers every message in it: each was published by the
+    script that stored its event, so a second message out of line has nothing more to find."""
+    response = new_response(store)
+    store.emit(response.id, [delta(n) for n in range(4)])
+    gap = PublishedLine(sequence_number=3, type="response.output_text.delta", data="{}")
+    counting_store.events_and_status(response.id, 0)  # connected, the script loaded
+    sent = CountingConnection.sent
+
+    events, status = _events_of(counting_store, response.id, 0, None, [RESYNC, gap, RESYNC])
+
+    assert [event.sequence_number for event in events] == [1, 2, 3]
+    assert status == "in_progress"
+    assert CountingConnection.sent - sent == 1
