@@ -53,33 +53,30 @@ def test_parallel_calls_return_in_call_order(client: openai.OpenAI) -> None:
 
 
 def test_parallel_calls_overlap(client: openai.OpenAI, fleet: Fleet, counters: redis.Redis) -> None:
-    """Two calls of one turn both run at once: seen in the tools' own counters, not the clock
-    (one after the other, the second would start only once the first had finished)."""
+    """Two calls of one turn both run at once: both start while neither may end (their gates
+    stay shut), seen in the tools' own counters, not the clock. One after the other, the second
+    would start only once the first's gate opened."""
     prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     tag = uuid.uuid4().hex  # call ids hash the input
     response = client.responses.create(
         model="antwort-sim",
-        input=" ".join(f'[call counted_slow {{"note": "{n} {tag}"}}]' for n in "ab"),
-        tools=internal("counted_slow"),  # type: ignore[arg-type]
+        input=" ".join(f'[call counted_gated {{"note": "{n} {tag}"}}]' for n in "ab"),
+        tools=internal("counted_gated"),  # type: ignore[arg-type]
         background=True,
     )
-    overlapped = False
-    deadline = time.monotonic() + 60
-    while (current := client.responses.retrieve(response.id)).status not in TERMINAL:
-        assert time.monotonic() < deadline, current.output
+    deadline = time.monotonic() + 40  # the gates' own 50 s would end the calls anyway
+    calls: list[str] = []
+    while len(calls) < 2 or any(tool_runs(counters, prefix, call) != (1, 0) for call in calls):
+        current = client.responses.retrieve(response.id)
+        assert current.status not in TERMINAL, current.output
+        assert time.monotonic() < deadline, "the second call never started beside the first"
         calls = [item.call_id for item in current.output if item.type == "function_call"]  # type: ignore[union-attr]
-        if len(calls) == 2:
-            keys = [
-                f"{prefix}test:runs:{call}:{what}"
-                for call in calls
-                for what in ("started", "finished")
-            ]
-            started_a, finished_a, started_b, finished_b = counters.mget(keys)  # one moment
-            overlapped |= bool(started_a and started_b and not (finished_a or finished_b))
         time.sleep(0.05)
+    for call in calls:
+        counters.set(f"{prefix}test:gate:{call}", 1)
+    current = wait_for_status(client, response.id, TERMINAL, timeout=60)
     assert current.status == "completed", current.error
-    assert current.output_text == "Tool results: counted_slow done; counted_slow done"
-    assert overlapped, "the second call started only once the first had finished"
+    assert current.output_text == "Tool results: counted_gated done; counted_gated done"
 
 
 def test_parallel_tool_calls_false_runs_one_call_per_turn(client: openai.OpenAI) -> None:

@@ -1,21 +1,23 @@
 """The console in a real browser: Debian's headless chromium against a real fleet.
 
-A background response calls two internal tools (one slow, so its bar is seen running); the
-page shows the queues and their workers, then the response's turns, model calls and tool calls
+A background response calls two internal tools (one held until the page saw its bar running);
+the page shows the queues and their workers, then the response's turns, model calls and tool calls
 in the waterfall while it runs and after. The screenshot is kept as bench/results/console.png.
 On a fleet with keys the page asks for one, and a tenant sees only its own responses.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
+import redis
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import internal
+from tests.e2e.helpers import TERMINAL, internal, wait_for_status, wait_until_tool_runs
 from tests.e2e.own_fleet import own_fleet
 from tests.support.browser import CHROMIUM, Browser
 
@@ -43,14 +45,16 @@ def _rows(browser: Browser, selector: str) -> list[str]:
 
 
 def test_console_shows_the_queues_and_a_responses_turns_and_tool_calls_live(
-    fleet: Fleet, client: openai.OpenAI, browser: Browser
+    fleet: Fleet, client: openai.OpenAI, browser: Browser, counters: redis.Redis
 ) -> None:
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     response = client.responses.create(
         model="antwort-sim",
-        input="use long_tool and fast_echo",
-        tools=internal("long_tool", "fast_echo"),  # type: ignore[arg-type]
+        input=f"use counted_gated and fast_echo ({uuid.uuid4().hex})",  # call ids hash the input
+        tools=internal("counted_gated", "fast_echo"),  # type: ignore[arg-type]
         background=True,
     )
+    held = wait_until_tool_runs(client, counters, prefix, response.id)  # runs till let go
     browser.navigate(f"{fleet.base_url}/console#{response.id}")
     # the fleet now: every queue, with the workers the fleet started
     browser.wait_for(
@@ -59,11 +63,13 @@ def test_console_shows_the_queues_and_a_responses_turns_and_tool_calls_live(
     queues = _rows(browser, "#queues tbody tr")
     assert [row.split()[0] for row in queues][:2] == ["inference", "tools.mcp"]
     assert "tools.internal" in " ".join(queues)
-    # live: the slow tool's bar runs while the response does
+    # live: the held tool's bar runs while the response does
     browser.wait_for(
         "document.querySelector('.row[data-type=\"tool\"] .bar.running') !== null", timeout=60
     )
     assert "in_progress" in browser.evaluate("document.querySelector('#summary').innerText")
+    counters.set(f"{prefix}test:gate:{held}", 1)
+    assert wait_for_status(client, response.id, TERMINAL, timeout=60).status == "completed"
     # and then the whole response: two turns, their model calls, both tool calls
     browser.wait_for("document.querySelector('#summary .status.completed') !== null", timeout=60)
     rows = _rows(browser, "#waterfall .row")
@@ -73,7 +79,9 @@ def test_console_shows_the_queues_and_a_responses_turns_and_tool_calls_live(
     assert sum(row.startswith("model call") for row in rows) == 2, rows
     tools = _rows(browser, '#waterfall .row[data-type="tool"]')
     assert len(tools) == 2, labels
-    assert any("internal · long_tool" in row and "tools.internal@" in row for row in tools), tools
+    assert any("internal · counted_gated" in row and "tools.internal@" in row for row in tools), (
+        tools
+    )
     assert any("internal · fast_echo" in row for row in tools), tools
     assert browser.evaluate("document.querySelectorAll('.bar.running').length") == 0
     assert browser.evaluate("document.querySelectorAll('.bar.wait').length") >= 1

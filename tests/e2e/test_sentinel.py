@@ -29,8 +29,9 @@ from tests.support.sentinel import SentinelSet
 
 BOUND = 45.0
 """Seconds after the failover within which every response must have ended."""
-RECOVERY_BOUND = 15.0
-"""Seconds from the kill to each stream's next event (measured: 2.5–3.2)."""
+RECOVERY_BOUND = 20.0
+"""Seconds from the kill to each stream's next event (measured: 2.5–3.2), short of the 30 s a
+command stuck on the dead master's address would take."""
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def test_the_fleet_rides_out_a_sentinel_failover_while_responses_stream(
     chaos = sentinel_fleet
     tags = [f"failover{index}" for index in range(4)]
     baselines = [chaos.baseline(TEXT.format(tag=tag, delay=0)) for tag in tags]
-    ids = [chaos.create(TEXT.format(tag=tag, delay=25)) for tag in tags]
+    ids = [chaos.create(TEXT.format(tag=tag, delay=60)) for tag in tags]  # ~12 s: past the kill
     far = time.monotonic() + 120
     # each stream from one of the two gateways: both pub/sub connections must come back
     watches = [

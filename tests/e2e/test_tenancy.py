@@ -249,18 +249,18 @@ def default_fair_fleet(
 def test_tenancy_e2e_a_flood_waits_its_turn_and_another_tenant_goes_first(fair_fleet: str) -> None:
     a, b = sdk(fair_fleet, "ka"), sdk(fair_fleet, "kb")
     flood = [
-        a.responses.create(model="antwort-sim", input="slow [ttft_ms=1500]", background=True).id
-        for _ in range(3)
+        a.responses.create(model="antwort-sim", input=text, background=True).id
+        for text in ("slow [ttft_ms=10000]", "slow [ttft_ms=1500]", "slow [ttft_ms=1500]")
     ]
 
     theirs = b.responses.create(model="antwort-sim", input="quick")
 
     assert theirs.status == "completed"
-    # A's third can start only once its first two have ended (≥ 3 s: B's create and this look
-    # take a few hundred ms, seconds on a busy machine): it still waits
+    # A's third can start only once its first two have ended (≥ 11.5 s: B's create and this
+    # look take a few hundred ms, seconds on a busy machine): it still waits
     assert a.responses.retrieve(flood[2]).status == "queued"
     for rid in flood:  # each started by the end of the one before it, on the worker
-        assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"
+        assert wait_for_status(a, rid, ["completed"], timeout=60).status == "completed"
 
 
 def test_tenancy_e2e_by_default_another_tenant_starts_while_a_flood_is_parked(
@@ -268,16 +268,16 @@ def test_tenancy_e2e_by_default_another_tenant_starts_while_a_flood_is_parked(
 ) -> None:
     a, b = sdk(default_fair_fleet, "ka"), sdk(default_fair_fleet, "kb")
     flood = [
-        a.responses.create(model="antwort-sim", input="slow [ttft_ms=3000]", background=True).id
-        for _ in range(3)
+        a.responses.create(model="antwort-sim", input=text, background=True).id
+        for text in ("slow [ttft_ms=10000]", "slow [ttft_ms=3000]", "slow [ttft_ms=3000]")
     ]
 
     theirs = b.responses.create(model="antwort-sim", input="quick")
 
     assert theirs.status == "completed"
     # without the fair share A's first two took both threads, and B waited behind its third
-    first = a.responses.retrieve(flood[0])  # still in its 3 s
+    first = a.responses.retrieve(flood[0])  # still in its 10 s
     assert first.status == "in_progress"  # B went on the thread A's flood left free
     assert [a.responses.retrieve(rid).status for rid in flood[1:]] == ["queued", "queued"]
     for rid in flood:  # each started by the end of the one before it, on the worker
-        assert wait_for_status(a, rid, ["completed"], timeout=30).status == "completed"
+        assert wait_for_status(a, rid, ["completed"], timeout=60).status == "completed"

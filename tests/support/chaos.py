@@ -583,8 +583,13 @@ def output_text(body: Mapping[str, Any]) -> str:
     )
 
 
-def problems(outcome: Outcome) -> list[str]:
-    """How ``outcome`` misses issue 16's targets (empty: it meets them)."""
+def problems(outcome: Outcome, *, recovery_max: float = RECOVERY_TARGET_MAX) -> list[str]:
+    """How ``outcome`` misses issue 16's targets (empty: it meets them).
+
+    ``recovery_max``: the most seconds from the fault to the next event (and to ``/readyz``
+    no longer counting a dead worker). ``make chaos`` holds the fleet to the issue's 10 s; the
+    test suite gives a busy machine more, still enough to tell a rescue from none.
+    """
     found = []
     if outcome.status not in outcome.expected:
         found.append(f"status {outcome.status}, expected one of {sorted(outcome.expected)}")
@@ -594,17 +599,15 @@ def problems(outcome: Outcome) -> list[str]:
         found.append(f"{outcome.silent_closes} silent closes of the client's stream")
     if outcome.text_ok is False:
         found.append("final text differs from an undisturbed run's")
-    if outcome.recovery is not None and outcome.recovery > RECOVERY_TARGET_MAX:
-        found.append(f"recovery {outcome.recovery:.1f} s > {RECOVERY_TARGET_MAX:g} s")
+    if outcome.recovery is not None and outcome.recovery > recovery_max:
+        found.append(f"recovery {outcome.recovery:.1f} s > {recovery_max:g} s")
     if outcome.recovery is None and outcome.status == "stuck":
         found.append("no event after the fault")
     if outcome.max_tool_starts is not None and outcome.tool_starts > outcome.max_tool_starts:
         found.append(f"tool started {outcome.tool_starts} times > {outcome.max_tool_starts}")
     if outcome.max_deliveries is not None and outcome.deliveries > outcome.max_deliveries:
         found.append(f"turn delivered {outcome.deliveries} times > {outcome.max_deliveries}")
-    if outcome.measure_readyz and (
-        outcome.readyz_lag is None or outcome.readyz_lag > RECOVERY_TARGET_MAX
-    ):
+    if outcome.measure_readyz and (outcome.readyz_lag is None or outcome.readyz_lag > recovery_max):
         found.append(f"/readyz counted the dead worker too long ({outcome.readyz_lag})")
     if outcome.dead:
         found.append(f"processes exited: {outcome.dead}")
