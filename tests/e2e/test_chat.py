@@ -9,10 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence
@@ -87,8 +89,11 @@ def test_chat_session_chains_previous_response_id(fleet: Fleet) -> None:
     assert created[1]["previous_response_id"] == created[0]["id"]
 
 
-def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet, tmp_path: Path) -> None:
-    """Ctrl+C while a tool runs: the response is cancelled on the server, stdout holds events.
+def test_chat_ctrl_c_cancels_the_response_on_the_server(
+    fleet: Fleet, tmp_path: Path, counters: redis.Redis
+) -> None:
+    """Ctrl+C while a tool runs (held until then): the response is cancelled on the server,
+    stdout holds events.
 
     stdout goes to a file: reading a pipe line by line reads ahead, and ``communicate`` then
     reads the pipe from where that read stopped, which can be inside a line (CI saw a line
@@ -102,8 +107,8 @@ def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet, tmp_path: 
                 "--base-url",
                 f"{fleet.base_url}/v1",
                 "--json",
-                "--internal=long_tool",
-                "run long_tool",
+                "--internal=counted_gated",
+                f"run counted_gated ({uuid.uuid4().hex})",  # call ids hash the input
             ],
             stdout=out_file,
             stderr=subprocess.PIPE,
@@ -117,8 +122,12 @@ def test_chat_ctrl_c_cancels_the_response_on_the_server(fleet: Fleet, tmp_path: 
         proc.communicate()
         raise
     response_id = events[0]["response"]["id"]
+    call_id = events[-1]["item"]["call_id"]  # the tool runs until the test lets it end
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        counters.set(f"{fleet.env['ANTWORT_KEY_PREFIX']}test:gate:{call_id}", 1)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert f"{response_id} is cancelled on the server." in err
