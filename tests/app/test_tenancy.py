@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -155,6 +156,36 @@ def test_tenancy_requests_arriving_together_share_one_read_of_an_entry(
     with ThreadPoolExecutor(20) as pool:
         list(pool.map(lambda _: tenants.resolve(None), range(20)))
     assert reads == 2
+
+
+def test_tenancy_a_stale_entry_serves_while_another_request_reads_it(
+    keystore: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the request that reads waits for Redis; the others take the value it replaces.
+
+    Waiting on the read's lock, the requests of a burst were all woken in one pass of the
+    gateway's loop when the read ended (gevent), and held it for seconds.
+    """
+    is_auth_on = keystore.is_auth_on
+    reading, answer = threading.Event(), threading.Event()
+
+    def held_is_auth_on() -> bool:
+        reading.set()
+        answer.wait(10)
+        return is_auth_on()
+
+    clock = Clock()
+    tenants = directory(keystore, clock, cache_seconds=5.0)
+    assert tenants.is_open()  # read and cached: nothing stored
+    monkeypatch.setattr(keystore, "is_auth_on", held_is_auth_on)
+    clock.now += 5.1
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(tenants.is_open)
+        assert reading.wait(10)
+        assert tenants.is_open()  # the stale value, while the first read is held
+        assert not first.done()
+        answer.set()
+        assert first.result(10)
 
 
 def test_tenancy_tenant_limits_are_the_defaults_under_its_own(keystore: KeyStore) -> None:
