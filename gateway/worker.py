@@ -9,6 +9,9 @@
   and closed, so one client cannot take the whole pool (``worker_connections``) from the rest.
 * **JSON errors.** What gunicorn refuses before the app sees it (a 414 request line, a 400 bad
   header, a 431) is answered in OpenAI's error shape, not gunicorn's HTML page.
+* **New connections in turns.** A connection's first request is served from gevent's callback
+  queue (:func:`await_turn`), so a burst of new connections shares the loop with its timers and
+  the connections already open.
 * **Fewer collections.** The garbage collector's youngest generation runs every
   ``ANTWORT_GATEWAY_GC_THRESHOLD`` allocations (:func:`collect_less_often`).
 """
@@ -21,10 +24,13 @@ import html
 import json
 import socket
 import threading
+import time
 from collections import Counter
 from typing import Any
 
 import gevent
+import gevent.local
+import gevent.socket
 from gunicorn.workers.ggevent import GeventWorker
 
 from app.config import Settings
@@ -87,6 +93,7 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
         self.gc_threshold = settings.gateway_gc_threshold
         self._open: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._first = gevent.local.local()  # a new connection's header deadline (monotonic)
 
     def init_process(self) -> None:
         """Collect less often, then gunicorn's start of the worker (which runs it)."""
@@ -94,8 +101,16 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
         super().init_process()
 
     def timeout_ctx(self) -> gevent.Timeout:
-        """The bound on reading one request's line and headers (gunicorn's hook)."""
-        return gevent.Timeout(self.header_timeout, False)
+        """The bound on reading one request's line and headers (gunicorn's hook).
+
+        A connection's first request counts from the connection's start (:meth:`handle` waited
+        for its first bytes), the others from the end of the request before.
+        """
+        deadline = getattr(self._first, "deadline", None)
+        if deadline is None:
+            return gevent.Timeout(self.header_timeout, False)
+        del self._first.deadline
+        return gevent.Timeout(max(deadline - time.monotonic(), 0.001), False)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         """Serve a connection unless its address holds its share of the pool already."""
@@ -107,6 +122,11 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
             client.close()
             return
         try:
+            deadline = time.monotonic() + self.header_timeout
+            if not await_turn(client, self.header_timeout):
+                client.close()  # nothing came in time, as for a request line too slow
+                return
+            self._first.deadline = deadline
             super().handle(listener, client, addr)
         finally:
             with self._lock:
@@ -130,6 +150,24 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
                 return False
             self._open[address] += 1
             return True
+
+
+def await_turn(client: Any, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``client``'s first bytes, then for a turn in gevent's queue.
+
+    libev resumes every greenlet whose socket became readable in one pass, back to back, and
+    looks at its timers and at other sockets only after the last one. A burst of new
+    connections each costing a millisecond (10,000 WebSocket handshakes: parsing, Flask, the
+    upgrade) held one gateway's loop for 5 s, every open stream and ``/healthz`` waiting. A
+    greenlet that yields here runs from gevent's callback queue instead, which gives the loop
+    back every switch interval (checked every 50 callbacks). False: nothing came in time.
+    """
+    try:
+        gevent.socket.wait_read(client.fileno(), timeout=seconds)
+    except TimeoutError:
+        return False
+    gevent.sleep(0)
+    return True
 
 
 def collect_less_often(threshold: int) -> None:

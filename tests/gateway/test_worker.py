@@ -5,11 +5,14 @@ from __future__ import annotations
 import gc
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterator
 
+import gevent
+import gevent.socket
 import pytest
 
-from gateway.worker import collect_less_often, finish_answer
+from gateway.worker import await_turn, collect_less_often, finish_answer
 
 
 @pytest.fixture
@@ -66,3 +69,53 @@ def test_an_answer_before_a_close_reaches_a_client_that_sent_more_meanwhile(
         received += chunk
 
     assert received == b"HTTP/1.1 429 Too Many Requests\r\n\r\n"
+
+
+def test_a_burst_of_new_connections_is_served_in_turns_with_the_loops_timers() -> None:
+    """Connections readable at once are served a few dozen at a time, timers running between.
+
+    Resumed straight from libev, all of them ran back to back before any timer: 10,000
+    WebSocket handshakes held a gateway's loop (``/healthz`` too) for 5 s.
+    """
+    count, cost = 200, 0.001
+    ticks = 0
+    served_at: list[int] = []
+
+    def ticker() -> None:
+        nonlocal ticks
+        while True:
+            gevent.sleep(0.001)
+            ticks += 1
+
+    def connection(sock: gevent.socket.socket) -> None:
+        assert await_turn(sock, 10)
+        sock.recv(1)
+        end = time.perf_counter() + cost  # a request's CPU, without a switch
+        while time.perf_counter() < end:
+            pass
+        served_at.append(ticks)
+
+    pairs = [gevent.socket.socketpair() for _ in range(count)]
+    clock = gevent.spawn(ticker)
+    try:
+        waiting = [gevent.spawn(connection, ours) for ours, _ in pairs]
+        gevent.sleep(0.05)  # every connection waits for its first bytes
+        for _, theirs in pairs:
+            theirs.send(b"x")  # all readable in the loop's next pass
+        gevent.joinall(waiting, raise_error=True)
+    finally:
+        clock.kill()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+
+    assert len(served_at) == count
+    assert max(Counter(served_at).values()) <= count // 2
+
+
+def test_a_connection_that_sends_nothing_in_time_is_not_served() -> None:
+    ours, theirs = gevent.socket.socketpair()
+    with ours, theirs:
+        assert not await_turn(ours, 0.05)
+        theirs.send(b"G")
+        assert await_turn(ours, 0.05)
