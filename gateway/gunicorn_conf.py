@@ -23,6 +23,10 @@ from app.telemetry import logs  # noqa: E402 - after the patch
 worker_class = "gateway.worker.EdgeWorker"  # gevent's, with the edge bounded
 workers = int(os.environ.get("ANTWORT_GATEWAY_WORKERS", "1"))
 worker_connections = int(os.environ.get("ANTWORT_GATEWAY_CONNECTIONS", "4000"))
+# A burst of connects waits in the listen queue, not dropped (its clients retry 1 s, 3 s later):
+# as long as the connections a worker holds, never below gunicorn's 2048; the kernel caps it
+# (net.core.somaxconn).
+backlog = max(2048, worker_connections)
 bind = f"{os.environ.get('ANTWORT_HOST', '127.0.0.1')}:{os.environ.get('ANTWORT_PORT', '8080')}"
 keepalive = 75  # a keep-alive connection idles at most ANTWORT_HEADER_TIMEOUT_SECONDS (worker)
 timeout = 60  # gevent workers heartbeat between requests; long SSE streams are not cut by this

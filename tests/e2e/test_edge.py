@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -222,3 +226,19 @@ def test_edge_gunicorn_refusals_are_openai_json(
     error = _openai_error(body)
     assert error.type == "invalid_request_error"
     assert len(error.message) <= 200
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_edge_the_listen_queue_is_as_long_as_the_pool(fleet: Fleet) -> None:
+    """The gateway listens with a queue as long as its pool (4,000 by default), as the kernel allows.
+
+    At gunicorn's 2,048, 10,000 WebSockets opened at once overflowed it ~3,000 times
+    (``TcpExtListenOverflows``): each a dropped connect, retried by its client 1 s or 3 s later.
+    """
+    port = urlsplit(fleet.base_url).port
+    listening = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+    assert int(listening[2]) == min(4000, somaxconn)  # a listener's Send-Q is its backlog
