@@ -230,7 +230,7 @@ def test_edge_gunicorn_refusals_are_openai_json(
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 def test_edge_the_listen_queue_is_as_long_as_the_pool(fleet: Fleet) -> None:
-    """The gateway listens with a queue as long as its pool (4,000 by default), as the kernel allows.
+    """The gateway listens with a queue as long as its pool (4,000 by default), kernel permitting.
 
     At gunicorn's 2,048, 10,000 WebSockets opened at once overflowed it ~3,000 times
     (``TcpExtListenOverflows``): each a dropped connect, retried by its client 1 s or 3 s later.
