@@ -12,8 +12,9 @@
 * **New connections in turns.** A connection's first request is served from gevent's callback
   queue (:func:`await_turn`), so a burst of new connections shares the loop with its timers and
   the connections already open.
-* **Fewer collections.** The garbage collector's youngest generation runs every
-  ``ANTWORT_GATEWAY_GC_THRESHOLD`` allocations (:func:`collect_less_often`).
+* **Fewer full collections.** The garbage collector's youngest generation runs every
+  ``ANTWORT_GATEWAY_GC_THRESHOLD`` allocations and the oldest is looked at once every
+  10,000,000 (:func:`collect_less_often`).
 """
 
 from __future__ import annotations
@@ -171,18 +172,26 @@ def await_turn(client: Any, seconds: float) -> bool:
 
 
 def collect_less_often(threshold: int) -> None:
-    """Collect the youngest generation every ``threshold`` allocations, not 700 (0: leave it).
+    """Collect the youngest generation every ``threshold`` allocations (0: leave Python's).
 
     A gateway's streams keep their greenlets, generators and requests alive for minutes, and
     the collector walks every live object in a full collection, which it runs each time the
     heap has grown by a quarter. A process opening 10,000 streams at Python's default ran ten
     of them in its first seconds, of 0.1-0.7 s each, with every request (``/healthz`` too)
-    waiting; at 100,000 the older generations come ~140 times less often, a young collection
-    takes 10-25 ms, and garbage in cycles waits longer (peak RSS +20 % at 10,000 streams).
+    waiting. So the oldest generation is considered once every :data:`OLDEST_EVERY`
+    allocations, whatever ``threshold``, and garbage in cycles that reached it waits that
+    long (peak RSS +20 % at 10,000 streams). The young and middle generations stay small, for
+    a collection walks all of its generation: with 10,000 WebSockets open, a middle one took
+    20-60 ms at 10,000, and 0.3 s at 100,000 (a young one then 25-75 ms).
     """
     if threshold:
         _, older, oldest = gc.get_threshold()
-        gc.set_threshold(threshold, older, oldest)
+        gc.set_threshold(threshold, older, max(oldest, -(-OLDEST_EVERY // (threshold * older))))
+
+
+OLDEST_EVERY = 10_000_000
+"""Allocations between two looks at the oldest generation (Python collects it when the objects
+promoted since its last collection reach a quarter of it)."""
 
 
 def finish_answer(client: socket.socket) -> None:

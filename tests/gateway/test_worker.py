@@ -12,7 +12,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from gateway.worker import await_turn, collect_less_often, finish_answer
+from gateway.worker import OLDEST_EVERY, await_turn, collect_less_often, finish_answer
 
 
 @pytest.fixture
@@ -29,6 +29,15 @@ def test_collect_less_often_sets_the_youngest_generations_threshold(
     collect_less_often(100_000)
 
     assert gc.get_threshold() == (100_000, *thresholds[1:])
+
+
+def test_collect_less_often_looks_at_the_oldest_generation_as_rarely_whatever_the_threshold(
+    thresholds: tuple[int, int, int],
+) -> None:
+    older = thresholds[1]
+    collect_less_often(10_000)
+
+    assert gc.get_threshold() == (10_000, older, OLDEST_EVERY // (10_000 * older))
 
 
 def test_collect_less_often_zero_leaves_pythons_thresholds(
