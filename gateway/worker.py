@@ -9,9 +9,12 @@
   and closed, so one client cannot take the whole pool (``worker_connections``) from the rest.
 * **JSON errors.** What gunicorn refuses before the app sees it (a 414 request line, a 400 bad
   header, a 431) is answered in OpenAI's error shape, not gunicorn's HTML page.
-* **New connections in turns.** A connection's first request is served from gevent's callback
-  queue (:func:`await_turn`), so a burst of new connections shares the loop with its timers and
-  the connections already open.
+* **New connections in turns.** Once its first bytes came, a connection waits for its turn, a
+  few in each pass of gevent's loop (:class:`Turns`), so a burst of new connections shares the
+  loop with its timers and the connections already open. libev resumes every greenlet whose
+  socket became readable in one pass, back to back: 10,000 WebSocket handshakes arriving
+  together (parsing, Flask, the upgrade: up to a millisecond each) held one gateway's loop for
+  5 s, every open stream and ``/healthz`` waiting.
 * **Fewer full collections.** The garbage collector's youngest generation runs every
   ``ANTWORT_GATEWAY_GC_THRESHOLD`` allocations and the oldest is looked at once every
   10,000,000 (:func:`collect_less_often`).
@@ -19,6 +22,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import html
@@ -32,6 +36,7 @@ from typing import Any
 import gevent
 import gevent.local
 import gevent.socket
+from gevent.hub import Waiter, get_hub
 from gunicorn.workers.ggevent import GeventWorker
 
 from app.config import Settings
@@ -105,7 +110,8 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
         """The bound on reading one request's line and headers (gunicorn's hook).
 
         A connection's first request counts from the connection's start (:meth:`handle` waited
-        for its first bytes), the others from the end of the request before.
+        for its first bytes, then for its turn, which does not count), the others from the end
+        of the request before.
         """
         deadline = getattr(self._first, "deadline", None)
         if deadline is None:
@@ -124,10 +130,13 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
             return
         try:
             deadline = time.monotonic() + self.header_timeout
-            if not await_turn(client, self.header_timeout):
+            if not first_bytes(client, self.header_timeout):
                 client.close()  # nothing came in time, as for a request line too slow
                 return
-            self._first.deadline = deadline
+            waited = time.monotonic()
+            TURNS.wait()
+            # the client's time counts, not the time it waited for its turn
+            self._first.deadline = deadline + (time.monotonic() - waited)
             super().handle(listener, client, addr)
         finally:
             with self._lock:
@@ -153,22 +162,66 @@ class EdgeWorker(GeventWorker):  # type: ignore[misc]
             return True
 
 
-def await_turn(client: Any, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``client``'s first bytes, then for a turn in gevent's queue.
-
-    libev resumes every greenlet whose socket became readable in one pass, back to back, and
-    looks at its timers and at other sockets only after the last one. A burst of new
-    connections each costing a millisecond (10,000 WebSocket handshakes: parsing, Flask, the
-    upgrade) held one gateway's loop for 5 s, every open stream and ``/healthz`` waiting. A
-    greenlet that yields here runs from gevent's callback queue instead, which gives the loop
-    back every switch interval (checked every 50 callbacks). False: nothing came in time.
-    """
+def first_bytes(client: Any, seconds: float) -> bool:
+    """Whether ``client`` sent something within ``seconds`` (its request may then be served)."""
     try:
         gevent.socket.wait_read(client.fileno(), timeout=seconds)
     except TimeoutError:
         return False
-    gevent.sleep(0)
     return True
+
+
+class Turns:
+    """New connections' first requests, at most ``per_pass`` in each pass of gevent's loop.
+
+    A waiting greenlet is queued (first come, first served); once per pass, after the loop
+    looked at its sockets, a ``check`` watcher gives the next ``per_pass`` their turn through
+    the callback queue, which the loop runs before it looks again. gevent's callback queue
+    alone gives the loop back only every 50 callbacks, at least 50 handshakes of up to a
+    millisecond each (25-50 ms; a request on an open connection, ``/healthz`` too, waited two
+    or three of them). While any wait, an ``idle`` watcher keeps the loop from sleeping in its
+    poll with nothing else to do.
+    """
+
+    def __init__(self, per_pass: int) -> None:
+        self.per_pass = per_pass
+        self._waiting: collections.deque[Waiter[None]] = collections.deque()
+        self._watchers: tuple[Any, Any] | None = None
+
+    def wait(self) -> None:
+        """Return at this greenlet's turn."""
+        hub = get_hub()
+        waiter: Waiter[None] = Waiter(hub)
+        self._waiting.append(waiter)
+        if self._watchers is None:
+            check, idle = hub.loop.check(), hub.loop.idle()
+            check.start(self._next)
+            idle.start(_nothing)
+            self._watchers = check, idle
+        try:
+            waiter.get()
+        except BaseException:
+            with contextlib.suppress(ValueError):  # killed while queued: not given a turn
+                self._waiting.remove(waiter)
+            raise
+
+    def _next(self) -> None:
+        """Give the next ``per_pass`` their turn (the loop's ``check``, once per pass)."""
+        run_callback = get_hub().loop.run_callback
+        for _ in range(min(self.per_pass, len(self._waiting))):
+            run_callback(self._waiting.popleft().switch, None)
+        if not self._waiting and self._watchers is not None:
+            for watcher in self._watchers:
+                watcher.close()
+            self._watchers = None
+
+
+def _nothing() -> None:
+    """An idle watcher's callback: its being active is what counts."""
+
+
+TURNS = Turns(per_pass=8)
+"""The gateway worker's queue of new connections (8 handshakes: 4-8 ms of a pass)."""
 
 
 def collect_less_often(threshold: int) -> None:
