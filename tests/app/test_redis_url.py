@@ -15,6 +15,7 @@ from kombu import Connection
 from redis.sentinel import SentinelConnectionPool
 
 from app.config import Settings
+from app.fair_queue import FairLifoQueue
 from app.fleet import make_redis
 from app.keys import CLUSTER_SHARDS, Keys
 from app.redis_url import (
@@ -124,6 +125,7 @@ def test_make_redis_finds_a_sentinel_master_through_a_blocking_pool() -> None:
     assert pool.service_name == "mymaster"
     assert pool.max_connections == 7
     assert pool.connection_kwargs["db"] == 3
+    assert isinstance(pool.pool, FairLifoQueue)  # waiters served in the order they came
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +194,8 @@ def test_make_redis_builds_a_cluster_client_that_reaches_every_master(
         client.set(key, "1", ex=60)
     assert all(client.get(key) == b"1" for key in keys)
     client.delete(*keys)
+    pools = [node.redis_connection.connection_pool for node in client.get_primaries()]
+    assert all(isinstance(pool.pool, FairLifoQueue) for pool in pools)
     client.close()
 
 
