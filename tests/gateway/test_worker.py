@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import gevent
 import gevent.socket
 import pytest
+from gevent.hub import get_hub
 
 from gateway.worker import (
     OLDEST_EVERY,
@@ -129,7 +130,21 @@ def test_a_burst_of_new_connections_is_served_in_turns_with_the_loops_timers() -
 
     assert len(served_at) == count
     assert max(Counter(served_at).values()) <= TURNS.per_pass
-    assert served_at == sorted(served_at)  # first come, first served
+
+
+def test_turns_go_first_come_first_served_a_few_a_pass() -> None:
+    turns = Turns(per_pass=3)
+    served: list[tuple[int, int]] = []  # (index, the loop's pass)
+
+    def connection(index: int) -> None:
+        turns.wait()
+        served.append((index, get_hub().loop.iteration))
+
+    waiting = [gevent.spawn(connection, index) for index in range(10)]
+    gevent.joinall(waiting, timeout=5)
+
+    assert [index for index, _ in served] == list(range(10))
+    assert max(Counter(iteration for _, iteration in served).values()) == 3
 
 
 def test_a_connection_killed_while_waiting_for_its_turn_leaves_the_queue() -> None:
