@@ -15,7 +15,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConn
 
 from app.config import Settings
 from app.dispatch import Dispatcher
-from app.fair_queue import FairLifoQueue
+from app.fair_queue import PoolQueue
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.redis_url import ClusterTarget, RedisTarget, SentinelTarget
@@ -85,8 +85,8 @@ def make_redis(
     options: dict[str, Any] = {
         "max_connections": settings.redis_max_connections,
         "timeout": 30,
-        # those who wait for a connection are served in the order they came (app/fair_queue.py)
-        "queue_class": FairLifoQueue,
+        # who waited 5 s for a connection is served in the order they came (app/fair_queue.py)
+        "queue_class": PoolQueue,
         "health_check_interval": 30,
         "socket_keepalive": True,
         "retry": retry,

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from app.config import Settings
-from app.fair_queue import FairLifoQueue
+from app.fair_queue import POOL_PATIENCE_SECONDS, FairLifoQueue, PoolQueue
 from app.fleet import make_redis
 
 
@@ -83,6 +83,45 @@ def test_waiters_are_served_in_the_order_they_came(waiters: Waiters) -> None:
     assert q.qsize() == 0
 
 
+def test_before_its_patience_a_waiter_may_be_passed_by_a_newcomer(waiters: Waiters) -> None:
+    q = FairLifoQueue(2, patience=60)
+    waiters.start(q, "waiter")
+
+    q.put_nowait("first")
+    assert q.get(block=False) == "first"  # the newcomer, as in redis-py's own queue
+    q.put_nowait("second")
+
+    until(lambda: "waiter" in waiters.got)
+    assert waiters.got == {"waiter": "second"}
+
+
+def test_no_newcomer_passes_a_waiter_that_waited_its_patience(waiters: Waiters) -> None:
+    q = FairLifoQueue(1, patience=0.05)
+    waiters.start(q, "waiter")
+    time.sleep(0.1)
+
+    q.put_nowait("connection")
+    with pytest.raises(queue.Empty):
+        q.get(block=False)
+
+    until(lambda: "waiter" in waiters.got)
+    assert waiters.got == {"waiter": "connection"}
+
+
+def test_items_kept_for_waiters_before_their_patience_all_find_one(waiters: Waiters) -> None:
+    q = FairLifoQueue(3, patience=60)
+    for name in ("first", "second", "third"):
+        waiters.start(q, name)
+
+    for item in ("x", "y", "z"):
+        q.put_nowait(item)
+
+    until(lambda: len(waiters.got) == 3)
+    assert sorted(map(str, waiters.got.values())) == ["x", "y", "z"]
+    assert q.qsize() == 0
+    assert q.waiting() == 0
+
+
 def test_a_waiter_whose_time_ran_out_leaves_the_line() -> None:
     q = FairLifoQueue(1)
 
@@ -100,7 +139,8 @@ def test_the_fleets_pool_serves_its_waiters_in_order(
     client = make_redis(make_settings(redis_max_connections=4))
     pool = client.connection_pool
     assert isinstance(pool, redis.BlockingConnectionPool)
-    assert isinstance(pool.pool, FairLifoQueue)
+    assert isinstance(pool.pool, PoolQueue)
+    assert pool.pool.patience == POOL_PATIENCE_SECONDS
     held = [pool.get_connection() for _ in range(4)]
     served: list[str] = []
 
