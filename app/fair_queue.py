@@ -74,20 +74,23 @@ class FairLifoQueue:
                 if self.queue:  # woken to take one as a newcomer would
                     self._waiters.remove(waiter)
                     item = self.queue.pop()
-                    if self.queue and self._waiters:
-                        self._waiters[0].ready.set()
+                    self._wake_for_kept()
                     return item
         with self.mutex:
             if waiter.handed:  # also when it was handed over just as the wait ran out
                 return waiter.item
             self._waiters.remove(waiter)
-            if self.queue and self._waiters:
-                self._waiters[0].ready.set()
+            self._wake_for_kept()
         raise queue.Empty
 
     def _overdue(self) -> bool:
         """Whether the first waiter has waited ``patience`` (then nobody may pass it)."""
         return bool(self._waiters) and time.monotonic() - self._waiters[0].since >= self.patience
+
+    def _wake_for_kept(self) -> None:
+        """Wake the first waiter while an item is kept: it may take it (under ``mutex``)."""
+        if self.queue and self._waiters:
+            self._waiters[0].ready.set()
 
     def get_nowait(self) -> Any:
         return self.get(block=False)
@@ -95,19 +98,16 @@ class FairLifoQueue:
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """To the first waiter once it waited ``patience``; else kept, and that waiter woken."""
         with self.mutex:
-            if self._waiters and self._overdue():
+            if self._overdue():
                 waiter = self._waiters.popleft()
                 waiter.item = item
                 waiter.handed = True
                 waiter.ready.set()
-                if self.queue and self._waiters:  # one kept earlier: the next may take it
-                    self._waiters[0].ready.set()
             elif 0 < self.maxsize <= len(self.queue):
                 raise queue.Full
             else:
                 self.queue.append(item)
-                if self._waiters:
-                    self._waiters[0].ready.set()
+            self._wake_for_kept()  # one kept, now or earlier: the first waiter may take it
 
     def put_nowait(self, item: Any) -> None:
         self.put(item, block=False)
