@@ -59,10 +59,21 @@ RESUME_CODE = "stream_interrupted"
 # -- processes -------------------------------------------------------------------------------
 
 
-def pid_on_port(port: int, candidates: Collection[int]) -> int | None:
-    """The process among ``candidates`` holding the TCP connection whose local port is ``port``."""
+def pid_on_port(port: int, candidates: Collection[int], *, peer_port: int) -> int | None:
+    """The process among ``candidates`` holding the TCP connection from local port ``port`` to
+    ``peer_port``.
+
+    Both ends: Linux gives one local port to several connections when their peers differ, so
+    a worker's connection to Redis can have the port of another worker's model call.
+    """
     for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.raddr and conn.pid in candidates:
+        if (
+            conn.laddr
+            and conn.laddr.port == port
+            and conn.raddr
+            and conn.raddr.port == peer_port
+            and conn.pid in candidates
+        ):
             return int(conn.pid)
     return None
 
@@ -162,7 +173,7 @@ class _ChaosServer(SimulatorServer):
         return None
 
     def kill_caller(self, tag: str, port: int) -> None:
-        pid = pid_on_port(port, set(self.victims()))
+        pid = pid_on_port(port, set(self.victims()), peer_port=self.server_address[1])
         if pid is None:  # not one of the fleet's processes: never signal it
             return
         with self.lock:
@@ -688,7 +699,10 @@ def tool_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
     watch = Watch(chaos.gateways[-1:], response_id, deadline=time.monotonic() + 30 + bound)
     _wait(lambda: chaos.runs(tag)[0] > done_before[0], within=30, what="the tool call")
     port = chaos.runs(tag)[2][done_before[0]]
-    pid = pid_on_port(port, chaos.worker_pids())
+    assert chaos.mcp is not None
+    mcp_port = httpx.URL(chaos.mcp.url).port
+    assert mcp_port is not None
+    pid = pid_on_port(port, chaos.worker_pids(), peer_port=mcp_port)
     assert pid is not None, "no worker of the fleet holds the MCP call's connection"
     time.sleep(0.3)
     os.kill(pid, signal.SIGKILL)
