@@ -33,7 +33,8 @@ test: $(STAMP) $(CODEX_STAMP)  ## the whole suite, lint and types included
 	$(VENV)/bin/ruff check app broker gateway workers programs tests bench examples
 	$(VENV)/bin/mypy app broker gateway workers programs examples/mcp_server.py examples/antwort-example-plugin/src
 	$(PY) -m pytest
-	# the end-to-end suite again with the speed-ups off (Celery's send_task, httpx's transport)
+	# the end-to-end suite again with the speed-ups off (Celery's send_task, httpx's transport,
+	# redis-py's Python parser)
 	$(PY) -m pytest -q tests/e2e --speedups=off
 	$(PY) -m pytest -q $(EXAMPLE_PLUGIN)/tests
 

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     lean_http: bool = True
     """Plain-HTTP model servers are read with the lean transport (``app.providers.http11``);
     off: through httpx's own."""
+    hiredis: bool = True
+    """redis-py parses replies and packs commands with hiredis (C); off: its pure-Python parser
+    and packer, in every client of the process, Celery's included. Read by ``app/__init__``,
+    before anything imports redis."""
     inference_concurrency: int = Field(default=32, ge=1)
     """Threads of an inference worker (model calls are I/O-bound)."""
     gateway_workers: int = Field(default=1, ge=1)

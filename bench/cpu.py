@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from bench.clients import Connection, address, consume
-from bench.fleet import Fleet
+from bench.fleet import Fleet, parse_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -75,9 +75,14 @@ async def _stream_all(url: str, tokens: int, count: int, in_flight: int) -> None
 
 
 def measure(
-    tokens: int, responses: int, in_flight: int = 8, workers: int = 1, threads: int = 32
+    tokens: int,
+    responses: int,
+    in_flight: int = 8,
+    workers: int = 1,
+    threads: int = 32,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    fleet = Fleet(inference_workers=workers, worker_threads=threads)
+    fleet = Fleet(inference_workers=workers, worker_threads=threads, settings=settings or {})
     fleet.start()
     try:
         procs = {role: [psutil.Process(p) for p in pids] for role, pids in fleet.pids().items()}
@@ -101,6 +106,7 @@ def measure(
         "cpu_ms_per_response": per_response,
         "cpu_ms_per_response_total": round(sum(per_response.values()), 2),
         "system_ms_per_response": _ms_per_response(before, after, responses, 1),
+        "settings": fleet.settings,
         "fleet": {"commands": [" ".join(argv) for argv in fleet.commands().values()]},
     }
 
@@ -112,9 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=8, help="concurrent clients")
     parser.add_argument("--workers", type=int, default=1, help="inference worker processes")
     parser.add_argument("--threads", type=int, default=32, help="threads per inference worker")
+    parser.add_argument("--set", action="append", default=[], metavar="ANTWORT_NAME=VALUE")
     parser.add_argument("--out", default="cpu.json", help="file in bench/results/")
     args = parser.parse_args(argv)
-    figures = measure(args.tokens, args.responses, args.in_flight, args.workers, args.threads)
+    settings = dict(parse_setting(text) for text in args.set)
+    figures = measure(
+        args.tokens, args.responses, args.in_flight, args.workers, args.threads, settings
+    )
     figures["command"] = ".venv/bin/python -m bench.cpu " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )

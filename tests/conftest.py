@@ -31,7 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("on", "off"),
         default="on",
         help="off: the processes the e2e tests start run without the speed-ups "
-        "(ANTWORT_FAST_PUBLISH=0, ANTWORT_LEAN_HTTP=0); `make test` runs tests/e2e both ways",
+        "(ANTWORT_FAST_PUBLISH=0, ANTWORT_LEAN_HTTP=0, ANTWORT_HIREDIS=0); "
+        "`make test` runs tests/e2e both ways",
     )
 
 

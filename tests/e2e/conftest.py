@@ -96,7 +96,7 @@ class Fleet:
         )
 
 
-SPEEDUPS_OFF = {"ANTWORT_FAST_PUBLISH": "0", "ANTWORT_LEAN_HTTP": "0"}
+SPEEDUPS_OFF = {"ANTWORT_FAST_PUBLISH": "0", "ANTWORT_LEAN_HTTP": "0", "ANTWORT_HIREDIS": "0"}
 """The switches ``--speedups=off`` sets for every process the e2e tests start."""
 
 
