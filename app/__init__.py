@@ -14,7 +14,19 @@ from __future__ import annotations
 import os
 import sys
 
-_OFF = ("0", "false", "f", "no", "n", "off")  # pydantic's false values (Settings.hiredis)
+from pydantic import TypeAdapter, ValidationError
 
-if os.environ.get("ANTWORT_HIREDIS", "").strip().lower() in _OFF and "redis" not in sys.modules:
+
+def _switched_off(name: str) -> bool:
+    """Whether the boolean setting ``name`` is set false, read as ``Settings`` reads it."""
+    value = os.environ.get(name)
+    if value is None:
+        return False
+    try:
+        return not TypeAdapter(bool).validate_python(value)
+    except ValidationError:
+        return False  # not a boolean: Settings() refuses it when the process starts
+
+
+if _switched_off("ANTWORT_HIREDIS") and "redis" not in sys.modules:
     sys.modules["hiredis"] = None  # type: ignore[assignment] # the import system's "not here"
