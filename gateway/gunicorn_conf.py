@@ -2,10 +2,10 @@
 
 Metrics: every worker process records into files of its own in ``PROMETHEUS_MULTIPROC_DIR``
 (prometheus_client's multiprocess mode), and ``/metrics`` in any of them adds them all up. The
-directory must be in the environment before prometheus_client is imported, which loading this
-file already does (``gateway/__init__``): ``antwort gateway`` makes a fresh one before it starts
-gunicorn (``programs.cli``) and says so (``ANTWORT_METRICS_DIR_OWNED``), and the master removes
-it on exit; an operator's own directory is emptied of a previous run's files. A worker that
+directory must be in the environment before prometheus_client is imported (by the app, which
+gunicorn loads after this file): ``antwort gateway`` makes a fresh one before it starts gunicorn
+(``programs.cli``) and says so (``ANTWORT_METRICS_DIR_OWNED``), and the master removes it on
+exit; an operator's own directory is emptied of a previous run's files. A worker that
 exits has its live gauges dropped (``mark_process_dead``).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from gevent import monkey
 
-monkey.patch_all()  # before anything imports ssl or sockets (gevent/gevent#1016)
+monkey.patch_all()  # before redis or flask is imported (gevent/gevent#1016; gateway/__init__)
 
 from app.telemetry import logs  # noqa: E402 - after the patch
 

@@ -12,7 +12,7 @@ import pytest
 from openai.types.responses import Response
 
 from app.config import Settings
-from gateway import create_app
+from gateway.factory import create_app
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
     assert_error_body,
