@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 EXAMPLE_PLUGIN := examples/antwort-example-plugin
 # Codex CLI for its end-to-end test (tests/e2e/test_codex.py), from the npm registry, pinned.
-CODEX_VERSION := 0.169.0
+CODEX_VERSION := 0.171.0
 CODEX := $(VENV)/node/node_modules/.bin/codex
 CODEX_STAMP := $(VENV)/node/.codex-$(CODEX_VERSION)
 
