@@ -24,7 +24,7 @@ from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import output_text_part
-from app.protocol.options import ECHOED_OPTIONS
+from app.protocol.options import ECHOED_OPTIONS, BackgroundOptions
 from app.protocol.request import CreateResponseRequest
 from app.protocol.response import (
     ACTIVE_STATUSES,
@@ -277,6 +277,7 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     check_tool_choice(request)
+    check_background_options(request)
     if request.prompt is not None:
         raise InvalidRequestError(
             "Stored prompt templates are not available on this server: send the prompt's text "
@@ -285,6 +286,24 @@ def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
             code="unsupported_parameter",
         )
     return model
+
+
+_WINDOWED_TIERS = (None, "auto", "default")
+"""The ``service_tier``s of Standard processing, which the ``2h`` and ``8h`` windows need."""
+
+
+def check_background_options(request: CreateResponseRequest) -> None:
+    """``2h`` and ``8h`` windows need ``background: true``, no stream, Standard processing."""
+    window = (request.background_options or BackgroundOptions()).completion_window
+    if window not in ("2h", "8h"):
+        return
+    if not request.background or request.stream or request.service_tier not in _WINDOWED_TIERS:
+        raise InvalidRequestError(
+            f"The '{window}' completion window requires 'background': true, 'stream': false "
+            "or omitted, and Standard processing ('service_tier' 'auto' or 'default').",
+            param="background_options.completion_window",
+            code="invalid_value",
+        )
 
 
 def _extra(request: CreateResponseRequest) -> dict[str, Any]:

@@ -16,6 +16,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class BackgroundOptions(_Strict):
+    """``background_options``: when a background response must be done (not echoed).
+
+    The fleet starts every response as soon as a worker is free, so it finishes each within
+    any window; ``2h`` and ``8h`` (OpenAI's discounted windows) are checked as OpenAI states
+    them (:func:`app.responses.check_background_options`), and ``continuation_id`` orders
+    nothing here.
+    """
+
+    completion_window: Literal["soonest", "2h", "8h"] | None = None
+    continuation_id: str | None = None
+
+
 class ContextManagement(_Strict):
     """A ``context_management`` entry: compaction past a token threshold (not automatic here)."""
 

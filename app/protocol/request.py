@@ -33,6 +33,7 @@ from app.protocol.conversations import ConversationRef
 from app.protocol.items import InputItem
 from app.protocol.options import (
     AccessPrograms,
+    BackgroundOptions,
     ContextManagement,
     ImageOptions,
     Moderation,
@@ -285,6 +286,7 @@ class CreateResponseRequest(_Strict):
     conversation: str | ConversationRef | None = None
     store: bool = True
     background: bool = False
+    background_options: BackgroundOptions | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     tools: list[Tool] = Field(default_factory=list)

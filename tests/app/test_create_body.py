@@ -18,6 +18,7 @@ from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
 
 CODEX_REQUEST = Path(__file__).parents[1] / "support" / "codex_request.json"
+WINDOW = "background_options.completion_window"
 """Codex CLI 0.169's first request (``codex exec``), captured; long instructions cut."""
 
 CreateResponse = Callable[[dict[str, Any]], Response]
@@ -85,6 +86,14 @@ def test_create_response_echoes_text_verbosity(create: CreateResponse) -> None:
         {"prompt_cache_options": {"ttl": "12h", "mode": "explicit"}},
         {"image": {"context_compression": "auto"}},
         {"moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}},
+        {"background_options": {"completion_window": "soonest", "continuation_id": "batch-7"}},
+        {"background_options": {"completion_window": "8h"}, "background": True},
+        {
+            "background_options": {"completion_window": "2h"},
+            "background": True,
+            "stream": False,
+            "service_tier": "default",
+        },
     ],
 )
 def test_create_response_accepts_options_the_response_does_not_show(
@@ -94,14 +103,41 @@ def test_create_response_accepts_options_the_response_does_not_show(
 
     assert response.status == "queued"
     shown = response.model_dump(exclude_none=True)
-    assert not {"client_metadata", "prompt_cache_options", "image", "moderation"} & set(shown)
+    hidden = {
+        "client_metadata",
+        "prompt_cache_options",
+        "image",
+        "moderation",
+        "background_options",
+    }
+    assert not hidden & set(shown)
     assert response.store is body.get("store", True)
 
 
 @pytest.mark.parametrize(
     ("body", "param", "code"),
     [
-        ({"background_options": {}}, "background_options", "unknown_parameter"),  # not in the SDK
+        ({"background_options": {"completion_window": "1d"}}, WINDOW, None),
+        ({"background_options": {"completion_window": "2h"}}, WINDOW, None),  # not background
+        (
+            {"background_options": {"completion_window": "8h"}, "background": True, "stream": True},
+            WINDOW,
+            None,
+        ),
+        (
+            {
+                "background_options": {"completion_window": "2h"},
+                "background": True,
+                "service_tier": "priority",
+            },
+            WINDOW,
+            None,
+        ),
+        (
+            {"background_options": {"window": "2h"}},
+            "background_options.window",
+            "unknown_parameter",
+        ),
         ({"context_management": [{"type": "truncate"}]}, "context_management.0.type", None),
         ({"client_metadata": {"n": 1}}, "client_metadata.n", None),
         ({"prompt_cache_retention": "1y"}, "prompt_cache_retention", None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import pytest
 
 from tests.e2e.helpers import check_sequence, validate_event, validate_response, wait_for_status
 
@@ -92,3 +93,28 @@ def test_create_background_stream_includes_queued_event(client: openai.OpenAI) -
     retrieved = client.responses.retrieve(final["id"])
     assert retrieved.status == "completed"
     assert retrieved.output_text == final["output"][0]["content"][0]["text"]
+
+
+def test_create_background_in_a_completion_window_completes(client: openai.OpenAI) -> None:
+    created = client.responses.create(
+        model="antwort-sim",
+        input="windowed [tokens=8]",
+        background=True,
+        background_options={"completion_window": "2h", "continuation_id": "nightly-batch"},
+    )
+    assert created.status == "queued"
+    assert "background_options" not in created.to_dict()  # OpenAI's response has no such field
+    done = wait_for_status(client, created.id, {"completed", "failed", "cancelled"})
+    assert done.status == "completed"
+    assert len(done.output_text.split()) == 8
+
+    with pytest.raises(openai.BadRequestError) as caught:  # the 2h and 8h windows never stream
+        client.responses.create(
+            model="antwort-sim",
+            input="windowed stream",
+            background=True,
+            stream=True,
+            background_options={"completion_window": "8h"},
+        )
+    assert caught.value.param == "background_options.completion_window"
+    assert caught.value.code == "invalid_value"
