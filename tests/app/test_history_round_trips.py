@@ -4,11 +4,14 @@ Counted where they happen: every request redis-py sends (a command, a pipeline, 
 ``send_packed_command`` on a connection. The measured steps are the gateway's create, the turn
 task's turns and the tool worker's call of a response that continues a chain (or a
 conversation), run on real Redis with a scripted model, as ``tests/app/test_loop.py`` drives them.
+Only the steps' own thread is counted: another run's lease renewer ticks on a thread of its own
+whenever its time comes (one runs throughout, as on a busy worker), and is not this response's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +20,7 @@ from redis.connection import AbstractConnection
 
 from app.config import Settings
 from app.conversations import add_items, create_conversation
+from app.lease import LeaseKeeper
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
@@ -29,14 +33,16 @@ FIFTY_WORDS = " ".join(f"word{i}" for i in range(50))
 
 
 class RoundTrips:
-    """Counts the requests sent to Redis, by step."""
+    """Counts the requests this thread sends to Redis, by step."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         send = AbstractConnection.send_packed_command
+        steps_thread = threading.get_ident()
 
         def counting(connection: AbstractConnection, *args: Any, **kwargs: Any) -> None:
-            self.count += 1
+            if threading.get_ident() == steps_thread:
+                self.count += 1
             send(connection, *args, **kwargs)
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
@@ -85,6 +91,15 @@ def tool_response_steps(
         assert advance_response(deps, rid, chord.then_turn) == "completed"
     steps["items the model saw"] = len(model.requests[-1].items)
     return steps
+
+
+@pytest.fixture(autouse=True)
+def other_run(store: ResponseStore) -> Iterator[None]:
+    """Another run's lease, renewed every 10 ms while the steps are measured."""
+    keeper = LeaseKeeper(store, lease_seconds=0.03)
+    assert keeper.acquire("resp_other_run", 0).taken
+    yield
+    keeper.release("resp_other_run")
 
 
 @pytest.fixture
