@@ -76,20 +76,28 @@ def script_names() -> dict[str, str]:
     return {hashlib.sha1(lua_source(name).encode()).hexdigest(): name for name in names}
 
 
+def _per_response(totals: dict[str, list[int]], responses: int) -> dict[str, dict[str, float]]:
+    """``name → [calls, usec]`` as calls and microseconds a response, the costliest first."""
+    costs = {
+        name: {"calls": round(calls / responses, 2), "usec": round(usec / responses, 1)}
+        for name, (calls, usec) in totals.items()
+        if calls > 0
+    }
+    return dict(sorted(costs.items(), key=lambda item: -item[1]["usec"]))
+
+
 def command_costs(
     before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], responses: int
 ) -> dict[str, dict[str, float]]:
     """Each command's calls and microseconds a response between two ``INFO commandstats``."""
-    costs = {}
+    totals = {}
     for name, stats in after.items():
         earlier = before.get(name, {"calls": 0, "usec": 0})
-        calls, usec = stats["calls"] - earlier["calls"], stats["usec"] - earlier["usec"]
-        if calls > 0:
-            costs[name.removeprefix("cmdstat_")] = {
-                "calls": round(calls / responses, 2),
-                "usec": round(usec / responses, 1),
-            }
-    return dict(sorted(costs.items(), key=lambda item: -item[1]["usec"]))
+        totals[name.removeprefix("cmdstat_")] = [
+            stats["calls"] - earlier["calls"],
+            stats["usec"] - earlier["usec"],
+        ]
+    return _per_response(totals, responses)
 
 
 def script_costs(
@@ -105,11 +113,7 @@ def script_costs(
             total = totals.setdefault(names.get(words[1].lower(), words[1]), [0, 0])
             total[0] += 1
             total[1] += entry["duration"]
-    costs = {
-        name: {"calls": round(calls / responses, 2), "usec": round(usec / responses, 1)}
-        for name, (calls, usec) in totals.items()
-    }
-    return dict(sorted(costs.items(), key=lambda item: -item[1]["usec"]))
+    return _per_response(totals, responses)
 
 
 class RedisAccount:

@@ -18,8 +18,8 @@ from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
 
 CODEX_REQUEST = Path(__file__).parents[1] / "support" / "codex_request.json"
-WINDOW = "background_options.completion_window"
 """Codex CLI 0.169's first request (``codex exec``), captured; long instructions cut."""
+WINDOW = "background_options.completion_window"
 
 CreateResponse = Callable[[dict[str, Any]], Response]
 
