@@ -33,7 +33,7 @@ import redis
 
 from app.store.scripts import lua_source
 from bench.clients import Connection, address, consume
-from bench.fleet import REDIS_URL, Fleet, parse_setting
+from bench.fleet import REDIS_URL, Fleet, add_settings_option
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=8, help="concurrent clients")
     parser.add_argument("--workers", type=int, default=1, help="inference worker processes")
     parser.add_argument("--threads", type=int, default=32, help="threads per inference worker")
-    parser.add_argument("--set", action="append", default=[], metavar="ANTWORT_NAME=VALUE")
+    add_settings_option(parser)
     parser.add_argument(
         "--redis-scripts",
         action="store_true",
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="cpu.json", help="file in bench/results/")
     args = parser.parse_args(argv)
-    settings = dict(parse_setting(text) for text in args.set)
+    settings = dict(args.settings)
     fleet = Fleet(inference_workers=args.workers, worker_threads=args.threads, settings=settings)
     figures = measure(
         fleet, args.tokens, args.responses, args.in_flight, redis_scripts=args.redis_scripts

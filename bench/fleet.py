@@ -7,6 +7,7 @@ process-group id, so nothing but what the benchmark started is ever signalled.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import resource
@@ -80,6 +81,32 @@ def parse_setting(text: str) -> tuple[str, str]:
         raise ValueError(f"expected NAME=VALUE, got {text!r}")
     checked_settings({name: value})
     return name, value
+
+
+SET_HELP = (
+    "a setting of every fleet process (repeatable), e.g. ANTWORT_FAST_PUBLISH=0 to measure a "
+    "speed-up switch off; the developer's own ANTWORT_* never reach the fleet"
+)
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    """``--set ANTWORT_NAME=VALUE`` (repeatable), as ``args.settings``: a list of pairs."""
+
+    def setting(text: str) -> tuple[str, str]:
+        try:
+            return parse_setting(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="ANTWORT_NAME=VALUE",
+        type=setting,
+        help=SET_HELP,
+    )
 
 
 @dataclass

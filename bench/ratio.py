@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from bench.cpu import _redis_server
-from bench.fleet import Fleet, parse_setting, raise_nofile
+from bench.fleet import Fleet, add_settings_option, raise_nofile
 from bench.run import RESULTS, machine, run_clients
 
 
@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--sdk", action="store_true", help="clients: the official openai SDK")
     parser.add_argument("--client-procs", type=int, default=1, help="load processes")
-    parser.add_argument("--set", action="append", default=[], metavar="ANTWORT_NAME=VALUE")
+    add_settings_option(parser)
     parser.add_argument("--out", default="ratio.json", help="file in bench/results/")
     args = parser.parse_args(argv)
     raise_nofile()
-    settings = dict(parse_setting(text) for text in args.set)
+    settings = dict(args.settings)
     cores = os.cpu_count() or 2
     fleet = Fleet(inference_workers=cores, worker_threads=64, settings=settings)
     fleet.start()

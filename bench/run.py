@@ -40,7 +40,7 @@ import httpx
 import psutil
 
 from bench.agentic import run_section as run_agentic
-from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, parse_setting, raise_nofile
+from bench.fleet import REDIS_URL, ROOT, Fleet, RssSampler, add_settings_option, raise_nofile
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -233,16 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run gateway and workers under bench/redis_pool_fix.py (results/redis-pool-fix/)",
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="ANTWORT_NAME=VALUE",
-        type=_setting,
-        help="a setting of every fleet process (repeatable), e.g. ANTWORT_FAST_PUBLISH=0 to "
-        "measure a speed-up switch off; the developer's own ANTWORT_* never reach the fleet",
-    )
+    add_settings_option(parser)
     parser.add_argument(
         "--no-streams",
         action="store_true",
@@ -260,13 +251,6 @@ def _parser() -> argparse.ArgumentParser:
         "sandbox = bench/sandbox.py (issue 6); mcp = bench/mcp.py (issue 5, §7)",
     )
     return parser
-
-
-def _setting(text: str) -> tuple[str, str]:
-    try:
-        return parse_setting(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

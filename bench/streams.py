@@ -33,7 +33,7 @@ from typing import Any
 
 from app.config import Settings
 from bench.clients import Connection, StreamResult, _Check, address
-from bench.fleet import Fleet, RssSampler, parse_setting, raise_nofile
+from bench.fleet import Fleet, RssSampler, add_settings_option, raise_nofile
 from bench.run import RESULTS, machine
 from bench.stats import percentiles
 
@@ -309,15 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--ramp-ms", type=int, default=20_000)
     run.add_argument("--max-seconds", type=float, default=240.0)
     run.add_argument("--out", default="streams-scale.json", help="file in bench/results/")
-    run.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="ANTWORT_NAME=VALUE",
-        type=parse_setting,
-        help="a setting of every fleet process (repeatable), as bench.run's --set",
-    )
+    add_settings_option(run)
     one = sub.add_parser("client")
     one.add_argument("--url", required=True)
     one.add_argument("--ids", required=True)
