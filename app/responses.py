@@ -24,7 +24,7 @@ from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import output_text_part
-from app.protocol.options import ECHOED_OPTIONS, BackgroundOptions
+from app.protocol.options import ECHOED_OPTIONS
 from app.protocol.request import CreateResponseRequest
 from app.protocol.response import (
     ACTIVE_STATUSES,
@@ -270,7 +270,10 @@ def _enqueue_first_turn(
 
 
 def _model_of(request: CreateResponseRequest, settings: Settings) -> str:
-    """The request's model (else the fleet's default); its ``tool_choice`` checked too."""
+    """The request's model (else the fleet's default), its other fields' checks passed.
+
+    Those are the ones that span fields: ``tool_choice``, ``background_options``, ``prompt``.
+    """
     model = request.model or settings.default_model
     if not model:
         raise InvalidRequestError(
@@ -294,7 +297,8 @@ _WINDOWED_TIERS = (None, "auto", "default")
 
 def check_background_options(request: CreateResponseRequest) -> None:
     """``2h`` and ``8h`` windows need ``background: true``, no stream, Standard processing."""
-    window = (request.background_options or BackgroundOptions()).completion_window
+    options = request.background_options
+    window = options.completion_window if options is not None else None
     if window not in ("2h", "8h"):
         return
     if not request.background or request.stream or request.service_tier not in _WINDOWED_TIERS:
