@@ -183,12 +183,22 @@ class QueuedWatch:
         return self.grace_seconds * float(2**resends)
 
 
+class StaleSweepError(Exception):
+    """A sweep waited on Redis past its time: what it read may predate an outage."""
+
+
+def _check_fresh(fresh_until: float | None) -> None:
+    if fresh_until is not None and time.monotonic() > fresh_until:
+        raise StaleSweepError
+
+
 def sweep(
     store: ResponseStore,
     dispatcher: Dispatcher,
     *,
     lease_seconds: float,
     queued: QueuedWatch = QueuedWatch(),
+    fresh_until: float | None = None,
 ) -> list[str]:
     """Re-enqueue the current turn of every in-progress response whose run or tool call died.
 
@@ -198,18 +208,24 @@ def sweep(
     way the response's current turn runs again; it collects the results there are and
     dispatches the missing calls again. A ``queued`` response stays watched: its turn 0 is
     queued again after each wait (:class:`QueuedWatch`), up to ``queued.max_resends`` times.
+
+    ``fresh_until`` (monotonic seconds): past it, nothing more is sent round
+    (:class:`StaleSweepError`). A read that rode out an outage of Redis finds every lease and
+    claim lapsed, their holders not yet back to take them again.
     """
     keys = store.keys
     requeued: list[str] = []
     for response_id in _lapsed(store, keys.active_sets):
         if store.redis.exists(keys.lease(response_id)):
             continue  # renewed in the meantime
+        _check_fresh(fresh_until)
         if _requeue(store, dispatcher, response_id, lease_seconds=lease_seconds, queued=queued):
             requeued.append(response_id)
     for member in _lapsed(store, keys.running_call_sets):
         response_id, call_id = keys.running_call_of(member)
         if store.is_tool_call_claimed(response_id, call_id):
             continue  # renewed in the meantime, or claimed by another delivery
+        _check_fresh(fresh_until)
         store.redis.zrem(keys.running_calls_of(response_id), member)
         if store.has_tool_result(response_id, call_id) or store.redis.exists(
             keys.lease(response_id)
@@ -295,10 +311,11 @@ def sweep_interval(lease_seconds: float) -> float:
 class Sweeper:
     """Sweeps every :func:`sweep_interval` (a daemon thread of each inference worker).
 
-    When Redis was away (a look failed, or waited on Redis longer than a sweep interval), the
-    sweeper holds off for a lease: the leases and claims of live runs lapsed during the outage,
-    since nobody could renew them, and their holders take them back with their next renewal
-    (``renew_lease.lua``). Only what is still lapsed after that is sent round again.
+    When Redis was away (a look failed, or waited on Redis longer than a sweep interval: the
+    ping before a sweep, or the sweep's own reads), the sweeper holds off for a lease: the
+    leases and claims of live runs lapsed during the outage, since nobody could renew them, and
+    their holders take them back with their next renewal (``renew_lease.lua``). Only what is
+    still lapsed after that is sent round again.
     """
 
     def __init__(
@@ -336,10 +353,15 @@ class Sweeper:
                 self._dispatcher,
                 lease_seconds=self._lease_seconds,
                 queued=self._queued,
+                fresh_until=time.monotonic() + interval,
             )
             if self._fair is not None:
                 self._fair.release_all(self._dispatcher)
             return swept
+        except StaleSweepError:
+            logger.warning("a sweep waited on Redis; sweeping again in %g s", self._lease_seconds)
+            self._hold_until = time.monotonic() + self._lease_seconds
+            return []
         except redis.RedisError:
             self._was_away = True
             logger.warning("sweep failed; trying again", exc_info=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from app import lease as lease_module
 from app.config import Settings
 from app.fleet import make_redis
 from app.keys import Keys
@@ -21,6 +22,7 @@ from app.relay import EventHub, each_event, follow_event_batches
 from app.store import ResponseStore
 from app.store.status import ResponseStatus
 from broker.celery_app import make_celery
+from tests.app.test_lease import lapse_claim
 from tests.app.test_relay import Follower, _MutedKeys, complete, delta, new_response
 from tests.support.chaos import PrivateRedis
 from tests.support.dispatch import RecordingDispatcher
@@ -217,3 +219,31 @@ def test_a_follower_cut_off_from_redis_is_told_where_to_resume(
     assert (told["code"], told["sequence_number"]) == ("stream_interrupted", 1)
     assert "starting_after=1" in told["message"]
     hub.stop()
+
+
+def test_a_sweep_that_waited_on_redis_sends_nothing_round_and_holds_off(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis went away while a sweep was reading: its reads came back after the restart, when
+    # every claim had lapsed and the holders had not yet taken theirs back (a running MCP call
+    # ran twice in the chaos suite). Only the reads' wait stands in for the outage here.
+    rid = stored_response(store).id
+    store.redis.zadd(store.keys.active_of(rid), {rid: time.time() + 60})
+    assert store.open_tool_call(rid, "c1", token="live", claim_seconds=30).claim == "claimed"
+    lapse_claim(store, rid, "c1")  # as the restart finds it: expired, its watch due
+    dispatcher = RecordingDispatcher()
+    sweeper = Sweeper(store, dispatcher, lease_seconds=0.3)  # a sweep is fresh for 0.1 s
+    read = lease_module._lapsed
+
+    def waited_out_an_outage(*args: Any) -> list[str]:
+        time.sleep(0.2)
+        return read(*args)
+
+    monkeypatch.setattr(lease_module, "_lapsed", waited_out_an_outage)
+    assert sweeper.tick() == []
+    monkeypatch.setattr(lease_module, "_lapsed", read)
+    assert sweeper.tick() == []  # holding off: the holder may take its claim back meanwhile
+    assert dispatcher.turns == []
+
+    time.sleep(0.35)
+    assert sweeper.tick() == [rid]  # nobody did
