@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import Any
 
 from celery import Task, signals
@@ -29,6 +28,14 @@ from broker.telemetry import SENT_AT
 logger = logging.getLogger("antwort.task")
 
 _StampToken = Token[stamps.TaskStamp | None]
+_Running = tuple[float, Token[dict[str, Any] | None], _StampToken]
+
+_RUNNING: ContextVar[_Running | None] = ContextVar("antwort_task_running", default=None)
+"""The task this context runs: when it started and the tokens that undo its context.
+
+Kept in the context, not by task id: Celery may hand a message out again to the worker still
+running it (after the broker connection dropped), and both runs then share one id.
+"""
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
@@ -71,10 +78,6 @@ def _ids(task: Task, args: tuple[Any, ...]) -> dict[str, Any]:  # type: ignore[t
 class TaskRecorder:
     """Connects to Celery's task signals; one per worker process."""
 
-    def __init__(self) -> None:
-        self._running: dict[str, tuple[float, Token[dict[str, Any] | None], _StampToken]] = {}
-        self._lock = threading.Lock()
-
     def install(self) -> None:
         """Start recording tasks in this process."""
         signals.task_prerun.connect(self.started, weak=False, dispatch_uid="antwort.prerun")
@@ -82,7 +85,6 @@ class TaskRecorder:
 
     def started(
         self,
-        task_id: str = "",
         task: Task | None = None,  # type: ignore[type-arg]
         args: Any = (),
         **_: Any,
@@ -108,22 +110,20 @@ class TaskRecorder:
                 started_at=now,
             )
         )
-        with self._lock:
-            self._running[task_id] = (time.perf_counter(), token, stamp)
+        _RUNNING.set((time.perf_counter(), token, stamp))
 
     def ended(
         self,
-        task_id: str = "",
         task: Task | None = None,  # type: ignore[type-arg]
         retval: Any = None,
         state: str | None = None,
         **_: Any,
     ) -> None:
         """A task ended: its duration by outcome, and its one log line."""
-        with self._lock:
-            running = self._running.pop(task_id, None)
+        running = _RUNNING.get()
         if task is None or running is None:
             return
+        _RUNNING.set(None)
         started, token, stamp = running
         seconds = time.perf_counter() - started
         outcome = retval if isinstance(retval, str) else str(state or "unknown").lower()
