@@ -34,7 +34,7 @@ from app.protocol.response import (
 )
 from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
-from app.run import fail_response, unanswered_calls
+from app.run import NO_OUTPUT_EXTRA, fail_response, unanswered_calls
 from app.sealing import check_sealed_items
 from app.store import ResponseStore, StoredEvent, StoredResponse
 from app.store.status import CANCEL
@@ -140,7 +140,7 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
     return is_after_branch and part in _DISCRIMINATOR_TAGS
 
 
-def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's own
+def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     store: ResponseStore,
     dispatcher: Dispatcher,
     settings: Settings,
@@ -150,6 +150,7 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     kinds: ToolKinds = KINDS,
     caller: Caller | None = None,
     on_stored: Callable[[str, list[StoredEvent]], None] | None = None,
+    generate: bool = True,
 ) -> tuple[ResponseObject, CreateResponseRequest]:
     """Validate, store and enqueue a new response; returns it as first stored (``queued``).
 
@@ -167,6 +168,9 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     ``previous_response_id`` chain's history is extended with the previous response's items
     and referenced as this response's (:mod:`app.store.history`): a snapshot no later write
     changes, stored once per chain, read by a turn in one round trip however long it is.
+
+    ``generate``: False (WebSocket mode's ``"generate": false``) to store the request's state
+    only: its first turn completes it with no output and calls no model.
     """
     caller = caller or Caller(Tenant(name=OPEN_TENANT))
     tenant = caller.tenant.name
@@ -189,6 +193,8 @@ def create_response(  # noqa: PLR0913 - three optional keywords, each a caller's
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
+    if not generate:
+        extra[NO_OUTPUT_EXTRA] = True
     trace_headers = tracing.carrier()
     if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
         extra["trace"] = trace_headers

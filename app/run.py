@@ -8,7 +8,8 @@ committed (N). Each call takes the response's lease, loads its state and takes o
 2. the results of turn N's server-side calls are collected from the store in call order, as
    their kinds present them; calls still without a result are dispatched again (``RunTools``);
 3. calls the client must answer pause the response (``PauseForClient``), and the turn limit
-   stops it (``StopIncomplete``);
+   stops it (``StopIncomplete``); a response that only stores its request's state (WebSocket
+   mode's ``"generate": false``) completes here with no output (``Complete``);
 4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the model is called
    for turn N+1 and its calls are planned (:mod:`app.plan`).
 
@@ -89,6 +90,10 @@ from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
 
 logger = logging.getLogger(__name__)
+
+NO_OUTPUT_EXTRA = "no_output"
+"""Set in a response's extra when it stores its request's state only (WebSocket mode's
+``"generate": false``): its first step completes it with no output and calls no model."""
 
 
 class ModelProvider(Protocol):
@@ -260,6 +265,8 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         return PauseForClient(status=status)
     if state.turn >= deps.settings.max_turns:
         return StopIncomplete(reason="max_turns")
+    if state.extra.get(NO_OUTPUT_EXTRA):  # the request's state only ("generate": false)
+        return Complete()
     state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(

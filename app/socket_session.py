@@ -1,10 +1,15 @@
 """WebSocket mode of ``/v1/responses``: one connection, ``response.create`` after another.
 
 A :class:`SocketSession` serves one connection. Each ``response.create`` message is a create
-body (without ``stream``, ``stream_options`` and ``background``); the response is created and
-queued exactly like an HTTP one, and its events are relayed from the event log as they are —
-same events, same order, same ``sequence_number``s as SSE. One response is in flight at a time;
-messages that arrive meanwhile wait their turn.
+body (without ``stream_options`` and ``background``; ``stream`` is implicit, and ``true`` is
+accepted as Codex CLI sends it); the response is created and queued exactly like an HTTP one,
+and its events are relayed from the event log as they are — same events, same order, same
+``sequence_number``s as SSE. One response is in flight at a time; messages that arrive meanwhile
+wait their turn.
+
+``"generate": false`` prepares a response without calling the model: it completes with no
+output, and a later ``response.create`` continues from it with ``previous_response_id``
+(Codex CLI's warm-up sends the whole prompt this way, then only the new items).
 
 The connection remembers its most recent response. Continuing from it with
 ``previous_response_id`` works even when it was created with ``store: false``: the connection
@@ -43,7 +48,9 @@ from app.tenancy import OPEN_TENANT, Tenant
 logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
-_TRANSPORT_FIELDS = ("stream", "stream_options", "background")
+_TRANSPORT_FIELDS = ("stream_options", "background")
+_ENVELOPE = frozenset({"type", "stream", "generate"})
+"""A message's fields that are not the create body's."""
 _CONTINUABLE = frozenset({"completed", "incomplete", "requires_action"})
 
 
@@ -97,11 +104,21 @@ def error_message(error: AppError) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
-def parse_create_message(message: str | bytes) -> dict[str, Any]:
-    """The create body of a ``response.create`` message.
+@dataclass(frozen=True, slots=True)
+class CreateMessage:
+    """A ``response.create`` message: the create body, and whether the model is called."""
+
+    body: dict[str, Any]
+    generate: bool = True
+    """False: store the request's state, complete with no output, call no model."""
+
+
+def parse_create_message(message: str | bytes) -> CreateMessage:
+    """The create body of a ``response.create`` message, and its ``generate``.
 
     Raises:
-        InvalidRequestError: not JSON, not a ``response.create``, or an HTTP-only field.
+        InvalidRequestError: not JSON, not a ``response.create``, an HTTP-only field,
+            ``stream`` other than true, or ``generate`` not a boolean.
     """
     event = load_json(message)
     if not isinstance(event, dict):
@@ -119,7 +136,21 @@ def parse_create_message(message: str | bytes) -> dict[str, Any]:
                 param=name,
                 code="unsupported_parameter",
             )
-    return {name: value for name, value in event.items() if name != "type"}
+    if event.get("stream", True) is not True:
+        raise InvalidRequestError(
+            "Invalid value for 'stream': WebSocket mode always streams; send true or leave it out.",
+            param="stream",
+            code="invalid_value",
+        )
+    generate = event.get("generate", True)
+    if not isinstance(generate, bool):
+        raise InvalidRequestError(
+            f"Invalid value for 'generate': expected a boolean, got {quoted(generate)}.",
+            param="generate",
+            code="invalid_value",
+        )
+    body = {name: value for name, value in event.items() if name not in _ENVELOPE}
+    return CreateMessage(body, generate)
 
 
 def _unexpected() -> ServerError:
@@ -176,8 +207,9 @@ class SocketSession:
         """Answer one message; False when the connection must end."""
         body: dict[str, Any] = {}
         try:
-            body = parse_create_message(message)
-            self.run(transport, body)
+            create = parse_create_message(message)
+            body = create.body
+            self.run(transport, body, generate=create.generate)
         except AppError as error:
             self.forget(body.get("previous_response_id"))
             transport.send(error_message(error))
@@ -188,8 +220,10 @@ class SocketSession:
             transport.send(error_message(_unexpected()))
         return True
 
-    def run(self, transport: Transport, body: dict[str, Any]) -> None:
+    def run(self, transport: Transport, body: dict[str, Any], *, generate: bool = True) -> None:
         """Create the response, relay its events, and remember it when it can be continued.
+
+        ``generate``: False to complete it with no output (the request's state only).
 
         Raises:
             AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
@@ -203,7 +237,13 @@ class SocketSession:
         if caller.limiter is not None:
             caller.limiter.admit_request(caller.tenant)
         response, request = create_response(
-            self.store, self.dispatcher, self.settings, body, context=context, caller=caller
+            self.store,
+            self.dispatcher,
+            self.settings,
+            body,
+            context=context,
+            caller=caller,
+            generate=generate,
         )
         before: list[dict[str, Any]] | None = None
         if not request.store:

@@ -10,7 +10,7 @@ from app.errors import InvalidRequestError
 from app.limits import Caller
 from app.relay import EventHub
 from app.run import RunDeps, advance_response
-from app.socket_session import SocketSession, parse_create_message
+from app.socket_session import CreateMessage, SocketSession, parse_create_message
 from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
@@ -203,6 +203,10 @@ def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSe
         ("1", "invalid_event"),
         ('{"input": "x"}', "invalid_event_type"),
         ('{"type": "response.create", "stream_options": {}}', "unsupported_parameter"),
+        ('{"type": "response.create", "background": false}', "unsupported_parameter"),
+        ('{"type": "response.create", "stream": false}', "invalid_value"),
+        ('{"type": "response.create", "generate": "no"}', "invalid_value"),
+        ('{"type": "response.create", "generate": null}', "invalid_value"),
         ('{"type": "response.create", "input": ' + "[" * 9_999 + "]" * 9_999 + "}", "invalid_json"),
         ('{"type": "response.create", "input": "\\udc00"}', "invalid_value"),
         ('{"type": "response.create", "metadata": ' + "[" * 100 + "]" * 100 + "}", "invalid_value"),
@@ -215,7 +219,47 @@ def test_parse_create_message_refuses_what_is_not_a_create(message: str, code: s
 
 
 def test_parse_create_message_returns_the_create_body() -> None:
-    assert parse_create_message(create(input="x", store=False)) == {"input": "x", "store": False}
+    assert parse_create_message(create(input="x", store=False)) == CreateMessage(
+        {"input": "x", "store": False}
+    )
+
+
+def test_parse_create_message_takes_codex_clis_warm_up() -> None:
+    """``stream: true`` is implicit in WebSocket mode (Codex sends it); ``generate`` is kept."""
+    warm_up = create(input="x", stream=True, generate=False)
+    assert parse_create_message(warm_up) == CreateMessage({"input": "x"}, generate=False)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_warm_up_completes_with_no_output_and_its_successor_continues_from_it(
+    make_session: Callable[..., SocketSession], stored: bool
+) -> None:
+    model = answer("Noted.")
+    session = make_session(model)
+    transport = ScriptedTransport(
+        create(input="Remember papaya", instructions="Be brief.", store=stored, generate=False)
+    )
+    serve(session, transport)
+
+    [warm] = transport.finals()
+    assert [e["type"] for e in transport.sent] == [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ]
+    assert (warm["status"], warm["output"], warm["instructions"]) == ("completed", [], "Be brief.")
+    assert model.requests == []  # no model was called
+
+    transport = ScriptedTransport(
+        create(input="Which fruit?", store=stored, previous_response_id=warm["id"])
+    )
+    serve(session, transport)
+
+    [final] = transport.finals()
+    assert final["output"][0]["content"][0]["text"] == "Noted."
+    [request] = model.requests
+    texts = [json.dumps(item["content"]) for item in request.items]
+    assert "Remember papaya" in texts[0] and "Which fruit?" in texts[1] and len(texts) == 2
 
 
 def test_session_continues_only_its_own_tenants_responses(
@@ -257,7 +301,7 @@ def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
     session = make_session(FakeModel([]))
     calls: list[str] = []
 
-    def run(transport: object, body: dict[str, Any]) -> None:
+    def run(transport: object, body: dict[str, Any], **_: object) -> None:
         calls.append(body["input"])
         raise RuntimeError("secret internals")
 

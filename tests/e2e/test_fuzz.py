@@ -83,6 +83,7 @@ MESSAGES = st.one_of(
                 "metadata",
                 "store",
                 "stream",
+                "generate",
             ]
         ),
         JSON_VALUES,
@@ -94,6 +95,8 @@ MESSAGES = st.one_of(
             "input": JSON_VALUES,
             "previous_response_id": st.text(max_size=80),
             "metadata": JSON_VALUES,
+            "stream": JSON_VALUES,
+            "generate": JSON_VALUES,
         },
     ).map(json.dumps),
 )

@@ -222,10 +222,11 @@ def test_websocket_function_call_round_trip_on_unstored_responses(ws: ClientConn
         ('["a list"]', "invalid_event", None),
         ('{"type": "response.cancel"}', "invalid_event_type", "type"),
         (
-            '{"type": "response.create", "input": "x", "stream": true}',
-            "unsupported_parameter",
+            '{"type": "response.create", "input": "x", "stream": false}',
+            "invalid_value",
             "stream",
         ),
+        ('{"type": "response.create", "generate": 0}', "invalid_value", "generate"),
         ('{"type": "response.create", "background": true}', "unsupported_parameter", "background"),
         (
             '{"type": "response.create", "input": "x", "temperature": 9}',
@@ -287,6 +288,45 @@ def test_websocket_with_the_openai_sdk(fleet: Fleet, client: openai.OpenAI) -> N
 
     assert types[:2] == ["response.created", "response.in_progress"]
     assert text.startswith("Simulated answer to: Hello from the SDK")
+
+
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager")
+def test_websocket_generate_false_prepares_a_response_the_next_continues(
+    fleet: Fleet, client: openai.OpenAI
+) -> None:
+    """The SDK's ``generate: false``: stored state, no output; its successor sees its input."""
+    with client.responses.connect() as connection:
+        connection.response.create(
+            model="antwort-sim", input="The code word is papaya", generate=False, stream=True
+        )
+        warm = [event.to_dict() for event in until_terminal(connection)]
+        connection.response.create(
+            model="antwort-sim", input="Say it", previous_response_id=warm[-1]["response"]["id"]
+        )
+        final = check_response_events([event.to_dict() for event in until_terminal(connection)])
+        connection.response.create(model="antwort-sim", input="Say it")
+        alone = check_response_events([event.to_dict() for event in until_terminal(connection)])
+
+    prepared = check_response_events(warm)
+    assert [e["type"] for e in warm] == [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ]
+    assert prepared["output"] == []
+    stored = client.responses.retrieve(prepared["id"])
+    assert (stored.status, stored.output) == ("completed", [])
+    assert final["previous_response_id"] == prepared["id"]
+    # the model saw the prepared input before "Say it"
+    assert final["usage"]["input_tokens"] > alone["usage"]["input_tokens"]
+
+
+def until_terminal(connection: Any) -> Iterator[Any]:
+    """The SDK connection's events until the response's terminal one."""
+    for event in connection:
+        yield event
+        if event.type in TERMINAL or event.type == "error":
+            return
 
 
 @pytest.fixture(scope="module")
