@@ -1,7 +1,9 @@
 """The OpenAI Agents SDK, unmodified, against the fleet (``OpenAIResponsesModel``).
 
 The simulator calls the function tools named in the last user message, all in one turn, and
-answers ``Tool results: …`` once their outputs come back.
+answers ``Tool results: …`` once their outputs come back. The SDK's WebSocket transport
+(``OpenAIResponsesWSModel``: ``response.create`` frames with ``"stream": true`` on one socket)
+runs the same agent.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from agents import (
     ModelSettings,
     OpenAIConversationsSession,
     OpenAIResponsesModel,
+    OpenAIResponsesWSModel,
     RawResponsesStreamEvent,
     RunConfig,
     Runner,
@@ -64,19 +67,43 @@ def run(fleet: Fleet, body: Callable[[AsyncOpenAI], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-def agent(client: AsyncOpenAI, **settings: Any) -> Agent[Any]:
+def agent(
+    client: AsyncOpenAI, *, model: OpenAIResponsesModel | None = None, **settings: Any
+) -> Agent[Any]:
     return Agent(
         name="assistant",
         instructions="Answer briefly.",
-        model=OpenAIResponsesModel(model="antwort-sim", openai_client=client),
+        model=model or OpenAIResponsesModel(model="antwort-sim", openai_client=client),
         tools=[get_weather, get_time],
         model_settings=ModelSettings(**settings),
     )
 
 
-def test_agents_run_with_two_function_tools_in_one_turn(fleet: Fleet) -> None:
+TRANSPORTS = pytest.mark.parametrize("transport", ["http", "websocket"])
+
+
+def model_for(transport: str, client: AsyncOpenAI) -> OpenAIResponsesModel:
+    """The SDK's model over ``transport``."""
+    if transport == "websocket":
+        return OpenAIResponsesWSModel(model="antwort-sim", openai_client=client)
+    return OpenAIResponsesModel(model="antwort-sim", openai_client=client)
+
+
+async def closing(model: OpenAIResponsesModel, work: Awaitable[T]) -> T:
+    """``work``, then the model's socket closed (a WebSocket model keeps one open)."""
+    try:
+        return await work
+    finally:
+        if isinstance(model, OpenAIResponsesWSModel):
+            await model.close()
+
+
+@TRANSPORTS
+def test_agents_run_with_two_function_tools_in_one_turn(fleet: Fleet, transport: str) -> None:
     async def body(client: AsyncOpenAI) -> Any:
-        return await Runner.run(agent(client), "Use get_weather and get_time for city=Oslo")
+        model = model_for(transport, client)
+        prompt = "Use get_weather and get_time for city=Oslo"
+        return await closing(model, Runner.run(agent(client, model=model), prompt))
 
     result = run(fleet, body)
 
@@ -87,15 +114,22 @@ def test_agents_run_with_two_function_tools_in_one_turn(fleet: Fleet) -> None:
     assert result.final_output == "Tool results: rain in Oslo; noon in Oslo"
 
 
-def test_agents_run_streamed_consumes_the_fleet_s_events(fleet: Fleet) -> None:
+@TRANSPORTS
+def test_agents_run_streamed_consumes_the_fleet_s_events(fleet: Fleet, transport: str) -> None:
     async def body(client: AsyncOpenAI) -> tuple[Any, list[str]]:
-        streamed = Runner.run_streamed(agent(client), "Use get_weather for city=Bergen")
-        types = [
-            event.data.type
-            async for event in streamed.stream_events()
-            if isinstance(event, RawResponsesStreamEvent)
-        ]
-        return streamed, types
+        model = model_for(transport, client)
+        streamed = Runner.run_streamed(
+            agent(client, model=model), "Use get_weather for city=Bergen"
+        )
+
+        async def consume() -> list[str]:
+            return [
+                event.data.type
+                async for event in streamed.stream_events()
+                if isinstance(event, RawResponsesStreamEvent)
+            ]
+
+        return streamed, await closing(model, consume())
 
     streamed, types = run(fleet, body)
 
