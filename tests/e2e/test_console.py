@@ -2,12 +2,15 @@
 
 A background response calls two internal tools (one held until the page saw its bar running);
 the page shows the queues and their workers, then the response's turns, model calls and tool calls
-in the waterfall while it runs and after. The screenshot is kept as bench/results/console.png.
+in the waterfall while it runs and after. The screenshot goes to ``CONSOLE_SCREENSHOT``
+when set (bench/results/console.png was taken so), else to the test's tmp dir: a test run
+leaves the checkout as it was.
 On a fleet with keys the page asks for one, and a tenant sees only its own responses.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +24,7 @@ from tests.e2e.helpers import TERMINAL, internal, wait_for_status, wait_until_to
 from tests.e2e.own_fleet import own_fleet
 from tests.support.browser import CHROMIUM, Browser
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "bench" / "results" / "console.png"
+SCREENSHOT_SETTING = "CONSOLE_SCREENSHOT"
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
@@ -45,7 +48,7 @@ def _rows(browser: Browser, selector: str) -> list[str]:
 
 
 def test_console_shows_the_queues_and_a_responses_turns_and_tool_calls_live(
-    fleet: Fleet, client: openai.OpenAI, browser: Browser, counters: redis.Redis
+    fleet: Fleet, client: openai.OpenAI, browser: Browser, counters: redis.Redis, tmp_path: Path
 ) -> None:
     prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     response = client.responses.create(
@@ -85,8 +88,9 @@ def test_console_shows_the_queues_and_a_responses_turns_and_tool_calls_live(
     assert any("internal · fast_echo" in row for row in tools), tools
     assert browser.evaluate("document.querySelectorAll('.bar.running').length") == 0
     assert browser.evaluate("document.querySelectorAll('.bar.wait').length") >= 1
-    browser.screenshot(SCREENSHOT)
-    assert SCREENSHOT.stat().st_size > 10_000
+    screenshot = Path(os.environ.get(SCREENSHOT_SETTING) or tmp_path / "console.png")
+    browser.screenshot(screenshot)
+    assert screenshot.stat().st_size > 10_000
 
 
 def test_console_asks_for_a_key_and_shows_a_tenant_only_its_own_responses(
