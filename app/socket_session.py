@@ -1,8 +1,8 @@
 """WebSocket mode of ``/v1/responses``: one connection, ``response.create`` after another.
 
 A :class:`SocketSession` serves one connection. Each ``response.create`` message is a create
-body (without ``stream_options`` and ``background``; ``stream`` is implicit, and ``true`` is
-accepted as Codex CLI sends it); the response is created and queued exactly like an HTTP one,
+body (``background`` only false; ``stream`` is implicit, and ``true`` is accepted as Codex CLI
+and the Agents SDK send it); the response is created and queued exactly like an HTTP one,
 and its events are relayed from the event log as they are — same events, same order, same
 ``sequence_number``s as SSE. One response is in flight at a time; messages that arrive meanwhile
 wait their turn.
@@ -48,7 +48,6 @@ from app.tenancy import OPEN_TENANT, Tenant
 logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
-_TRANSPORT_FIELDS = ("stream_options", "background")
 _ENVELOPE = frozenset({"type", "stream", "generate"})
 """A message's fields that are not the create body's."""
 _CONTINUABLE = frozenset({"completed", "incomplete", "requires_action"})
@@ -117,8 +116,8 @@ def parse_create_message(message: str | bytes) -> CreateMessage:
     """The create body of a ``response.create`` message, and its ``generate``.
 
     Raises:
-        InvalidRequestError: not JSON, not a ``response.create``, an HTTP-only field,
-            ``stream`` other than true, or ``generate`` not a boolean.
+        InvalidRequestError: not JSON, not a ``response.create``, ``background`` other than
+            false, ``stream`` other than true, or ``generate`` not a boolean.
     """
     event = load_json(message)
     if not isinstance(event, dict):
@@ -129,13 +128,12 @@ def parse_create_message(message: str | bytes) -> CreateMessage:
             param="type",
             code="invalid_event_type",
         )
-    for name in _TRANSPORT_FIELDS:
-        if name in event:
-            raise InvalidRequestError(
-                f"'{name}' is not supported in WebSocket mode (responses always stream).",
-                param=name,
-                code="unsupported_parameter",
-            )
+    if event.get("background", False) is not False:
+        raise InvalidRequestError(
+            "'background' is not supported in WebSocket mode (responses always stream).",
+            param="background",
+            code="unsupported_parameter",
+        )
     if event.get("stream", True) is not True:
         raise InvalidRequestError(
             "Invalid value for 'stream': WebSocket mode always streams; send true or leave it out.",

@@ -202,8 +202,8 @@ def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSe
         ("{", "invalid_json"),
         ("1", "invalid_event"),
         ('{"input": "x"}', "invalid_event_type"),
-        ('{"type": "response.create", "stream_options": {}}', "unsupported_parameter"),
-        ('{"type": "response.create", "background": false}', "unsupported_parameter"),
+        ('{"type": "response.create", "background": true}', "unsupported_parameter"),
+        ('{"type": "response.create", "background": null}', "unsupported_parameter"),
         ('{"type": "response.create", "stream": false}', "invalid_value"),
         ('{"type": "response.create", "generate": "no"}', "invalid_value"),
         ('{"type": "response.create", "generate": null}', "invalid_value"),
@@ -228,6 +228,14 @@ def test_parse_create_message_takes_codex_clis_warm_up() -> None:
     """``stream: true`` is implicit in WebSocket mode (Codex sends it); ``generate`` is kept."""
     warm_up = create(input="x", stream=True, generate=False)
     assert parse_create_message(warm_up) == CreateMessage({"input": "x"}, generate=False)
+
+
+def test_parse_create_message_leaves_stream_options_and_background_false_to_the_body() -> None:
+    """The SDK's WebSocket create has both; the create body validates them as HTTP does."""
+    message = create(input="x", stream=True, stream_options={"include_obfuscation": False})
+    body = {"input": "x", "stream_options": {"include_obfuscation": False}}
+    assert parse_create_message(message) == CreateMessage(body)
+    assert parse_create_message(create(background=False)) == CreateMessage({"background": False})
 
 
 @pytest.mark.parametrize("stored", [True, False])

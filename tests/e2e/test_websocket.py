@@ -276,9 +276,16 @@ def test_websocket_new_chain_from_compact_output(fleet: Fleet, ws: ClientConnect
 # openai 3.51 opens its socket with websockets' connect() outside a ``with``, which newer websockets
 # (17.x) deprecate: not ours to fix.
 @pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager")
-def test_websocket_with_the_openai_sdk(fleet: Fleet, client: openai.OpenAI) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"stream": True, "stream_options": {"include_obfuscation": False}}],
+    ids=["bare", "stream-options"],
+)
+def test_websocket_with_the_openai_sdk(
+    fleet: Fleet, client: openai.OpenAI, extra: dict[str, Any]
+) -> None:
     with client.responses.connect() as connection:
-        connection.response.create(model="antwort-sim", input="Hello from the SDK")
+        connection.response.create(model="antwort-sim", input="Hello from the SDK", **extra)
         types = []
         for event in connection:
             types.append(event.type)
