@@ -6,6 +6,9 @@ task's turns and the tool worker's call of a response that continues a chain (or
 conversation), run on real Redis with a scripted model, as ``tests/app/test_loop.py`` drives them.
 Only the steps' own thread is counted: another run's lease renewer ticks on a thread of its own
 whenever its time comes (one runs throughout, as on a busy worker), and is not this response's.
+Nor is a connection's upkeep (a new connection's handshake, a health-check PING): it comes with
+the pool whenever a step finds no idle connection (the renewer may hold the one there is), not
+with the history.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from redis.connection import AbstractConnection
 
 from app.config import Settings
@@ -33,19 +37,34 @@ FIFTY_WORDS = " ".join(f"word{i}" for i in range(50))
 
 
 class RoundTrips:
-    """Counts the requests this thread sends to Redis, by step."""
+    """Counts the requests this thread sends to Redis, by step, but for connection upkeep."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         send = AbstractConnection.send_packed_command
         steps_thread = threading.get_ident()
+        upkeep = threading.local()
 
         def counting(connection: AbstractConnection, *args: Any, **kwargs: Any) -> None:
-            if threading.get_ident() == steps_thread:
+            if threading.get_ident() == steps_thread and not getattr(upkeep, "on", False):
                 self.count += 1
             send(connection, *args, **kwargs)
 
+        def uncounted(method: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                outer, upkeep.on = getattr(upkeep, "on", False), True  # a handshake checks health
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    upkeep.on = outer
+
+            return run
+
         monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+        for name in ("on_connect_check_health", "check_health"):  # a handshake, a health PING
+            monkeypatch.setattr(
+                AbstractConnection, name, uncounted(getattr(AbstractConnection, name))
+            )
 
     @contextlib.contextmanager
     def step(self, steps: dict[str, int], name: str) -> Iterator[None]:
@@ -145,3 +164,22 @@ def test_a_conversation_of_200_items_costs_the_round_trips_of_one_of_5(
     assert at_5.pop("items the model saw") == 5 + 4 + 3
     assert at_200.pop("items the model saw") == 200 + 3
     assert at_200 == at_5, (at_5, at_200)
+
+
+def test_a_new_connections_handshake_is_not_a_round_trip_of_the_step(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trips = RoundTrips(monkeypatch)
+    pool = store.redis.connection_pool
+    fresh = redis.Redis(  # the store's Redis, no connection made yet
+        connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, **pool.connection_kwargs
+        )
+    )
+    steps: dict[str, int] = {}
+    with trips.step(steps, "ping"):
+        assert fresh.ping()
+    with trips.step(steps, "ping again"):
+        assert fresh.ping()
+    fresh.close()
+    assert steps == {"ping": 1, "ping again": 1}
