@@ -385,6 +385,17 @@ def test_check_input_items_query_refuses_out_of_bounds(
     assert (caught.value.param, caught.value.code) == (param, "invalid_value")
 
 
+def test_a_counting_clients_new_connection_counts_only_the_command(redis_url: str) -> None:
+    """Its handshake (CLIENT SETINFO, SELECT …) is the pool's, not what a test measures."""
+    client = counting_client(redis_url)
+    try:
+        before = CountingConnection.sent
+        assert client.ping()  # opens the connection
+        assert CountingConnection.sent - before == 1
+    finally:
+        client.close()
+
+
 def test_create_response_stores_watches_and_emits_in_one_round_trip(
     redis_url: str, key_prefix: str, make_settings: Callable[..., Settings]
 ) -> None:
