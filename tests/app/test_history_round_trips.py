@@ -32,6 +32,7 @@ from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
 from tests.app.test_loop import Loop, internal
 from tests.support.model import ScriptedModel, calls, text
+from tests.support.round_trips import UPKEEP_METHODS, Upkeep
 
 FIFTY_WORDS = " ".join(f"word{i}" for i in range(50))
 
@@ -43,25 +44,22 @@ class RoundTrips:
         self.count = 0
         send = AbstractConnection.send_packed_command
         steps_thread = threading.get_ident()
-        upkeep = threading.local()
+        upkeep = Upkeep()
 
         def counting(connection: AbstractConnection, *args: Any, **kwargs: Any) -> None:
-            if threading.get_ident() == steps_thread and not getattr(upkeep, "on", False):
+            if threading.get_ident() == steps_thread and not upkeep.on:
                 self.count += 1
             send(connection, *args, **kwargs)
 
         def uncounted(method: Callable[..., Any]) -> Callable[..., Any]:
             def run(*args: Any, **kwargs: Any) -> Any:
-                outer, upkeep.on = getattr(upkeep, "on", False), True  # a handshake checks health
-                try:
+                with upkeep.held():
                     return method(*args, **kwargs)
-                finally:
-                    upkeep.on = outer
 
             return run
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
-        for name in ("on_connect_check_health", "check_health"):  # a handshake, a health PING
+        for name in UPKEEP_METHODS:
             monkeypatch.setattr(
                 AbstractConnection, name, uncounted(getattr(AbstractConnection, name))
             )
