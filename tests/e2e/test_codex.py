@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.test_metrics import scrape, value
+from tests.support.sentinel import wait_for
 
 CODEX = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules" / ".bin" / "codex"
 
@@ -84,7 +84,9 @@ def test_codex_exec_runs_the_command_the_model_asked_for(
     assert answer.startswith("Tool results: ") and marker in answer  # the fleet saw its output
     # and it spoke the transport asked (the gateway counts a socket once it has closed)
     if websockets:
-        assert wait_for_handshakes(fleet, more_than=sockets_before)
+        wait_for(
+            lambda: handshakes(fleet) > sockets_before, timeout=30, what="Codex's WebSocket counted"
+        )
     else:
         assert handshakes(fleet) == sockets_before
 
@@ -93,13 +95,3 @@ def handshakes(fleet: Fleet) -> float:
     """WebSocket connections the gateway served to their end so far (its metrics)."""
     samples = scrape(f"{fleet.base_url}/metrics")
     return value(samples, "antwort_http_request_duration_seconds_count", method="GET", route=ROUTE)
-
-
-def wait_for_handshakes(fleet: Fleet, *, more_than: float, seconds: float = 30) -> bool:
-    """Whether the gateway counts more sockets than ``more_than`` within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while handshakes(fleet) <= more_than:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
