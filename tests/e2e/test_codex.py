@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Fleet
+from tests.e2e.own_fleet import own_fleet
 from tests.e2e.test_metrics import scrape, value
 from tests.support.sentinel import wait_for
 
@@ -44,20 +45,61 @@ supports_websockets = {websockets}
 """
 
 
-@pytest.mark.skipif(not CODEX.exists(), reason="Codex CLI not installed: `make codex`")
+needs_codex = pytest.mark.skipif(not CODEX.exists(), reason="Codex CLI not installed: `make codex`")
+
+
+@needs_codex
 @pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
 def test_codex_exec_runs_the_command_the_model_asked_for(
     fleet: Fleet, tmp_path: Path, websockets: bool
 ) -> None:
+    sockets_before = handshakes(fleet)
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+
+    work, answer = codex_exec(
+        fleet, tmp_path, f"echo {marker} > proof.txt && cat proof.txt", websockets=websockets
+    )
+
+    assert (work / "proof.txt").read_text().strip() == marker  # Codex ran it, on this machine
+    assert answer.startswith("Tool results: ") and marker in answer  # the fleet saw its output
+    # and it spoke the transport asked (the gateway counts a socket once it has closed)
+    if websockets:
+        wait_for(
+            lambda: handshakes(fleet) > sockets_before, timeout=30, what="Codex's WebSocket counted"
+        )
+    else:
+        assert handshakes(fleet) == sockets_before
+
+
+@needs_codex
+def test_codex_opens_a_new_socket_when_the_gateway_closed_its_idle_one(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The gateway closes a socket idle for ``ANTWORT_WEBSOCKET_IDLE_SECONDS``; while Codex runs a
+    command longer than that, its socket goes, and Codex carries on over a new one (its source
+    resends the whole history there, with no ``previous_response_id``)."""
+    with own_fleet(
+        fleet.env, tmp_path, queues=("inference",), ANTWORT_WEBSOCKET_IDLE_SECONDS="1"
+    ) as own:
+        marker = f"codex-{uuid.uuid4().hex[:8]}"
+
+        _, answer = codex_exec(own, tmp_path, f"sleep 3 && echo {marker}", websockets=True)
+
+        assert answer.startswith("Tool results: ") and marker in answer
+        # the first socket closed while the command ran, the last once Codex was done (a busy
+        # machine may make one more gap between two of Codex's messages outlast the second)
+        wait_for(lambda: handshakes(own) >= 2, timeout=30, what="Codex's second WebSocket")
+        assert requests(own, "POST") == 0  # no fallback to HTTP
+
+
+def codex_exec(fleet: Fleet, tmp_path: Path, command: str, *, websockets: bool) -> tuple[Path, str]:
+    """``codex exec`` against ``fleet``, scripted to run ``command``: its work dir and answer."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     config = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
     (home / "config.toml").write_text(config)
-    sockets_before = handshakes(fleet)
-    marker = f"codex-{uuid.uuid4().hex[:8]}"
-    command = f"echo {marker} > proof.txt && cat proof.txt"
-    prompt = f'Write the proof. [call exec_command {{"cmd": "{command}"}}]'
+    prompt = f'Do it. [call exec_command {{"cmd": "{command}"}}]'
 
     done = subprocess.run(
         [
@@ -79,19 +121,15 @@ def test_codex_exec_runs_the_command_the_model_asked_for(
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (work / "proof.txt").read_text().strip() == marker  # Codex ran it, on this machine
-    answer = (tmp_path / "answer.txt").read_text()
-    assert answer.startswith("Tool results: ") and marker in answer  # the fleet saw its output
-    # and it spoke the transport asked (the gateway counts a socket once it has closed)
-    if websockets:
-        wait_for(
-            lambda: handshakes(fleet) > sockets_before, timeout=30, what="Codex's WebSocket counted"
-        )
-    else:
-        assert handshakes(fleet) == sockets_before
+    return work, (tmp_path / "answer.txt").read_text()
 
 
 def handshakes(fleet: Fleet) -> float:
     """WebSocket connections the gateway served to their end so far (its metrics)."""
+    return requests(fleet, "GET")
+
+
+def requests(fleet: Fleet, method: str) -> float:
+    """Requests to ``/v1/responses`` by ``method`` the gateway answered so far (its metrics)."""
     samples = scrape(f"{fleet.base_url}/metrics")
-    return value(samples, "antwort_http_request_duration_seconds_count", method="GET", route=ROUTE)
+    return value(samples, "antwort_http_request_duration_seconds_count", method=method, route=ROUTE)
