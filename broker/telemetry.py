@@ -1,6 +1,7 @@
-"""What a task message carries for observability: when it was sent (the queue wait).
+"""What a task message carries for observability: when it was sent, and its trace.
 
-:func:`read_message` reads it back from a waiting message (``antwort status``).
+The send time gives the queue wait; the trace context (:func:`instrument_celery`) the task's
+place in the response's trace. :func:`read_message` reads a waiting message (``antwort status``).
 
 Celery's own sends (chords, links, ``ANTWORT_FAST_PUBLISH=0``) get the header from the
 ``before_task_publish`` signal; :class:`broker.publish.TaskPublisher` writes it itself.
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import signals
+
+from app.telemetry import tracing
 
 SENT_AT = "antwort_sent_at"
 """Header: when the message was sent (epoch seconds)."""
@@ -63,15 +66,21 @@ def read_message(raw: str) -> QueuedTask | None:
     )
 
 
+def _carry_trace(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    if headers is not None:
+        headers.update(tracing.carrier())
+
+
 def instrument_celery() -> None:
-    """Trace Celery's sends and task runs (opentelemetry-instrumentation-celery).
+    """Carry the current trace context in every message Celery itself sends from this process.
 
-    Its ``before_task_publish`` hook puts the current context in the headers of every message
-    Celery sends (a chord's callback, a link); its ``task_prerun`` hook starts each task's span
-    under the context its message carries, ours (:mod:`broker.publish`) included.
+    Those are a chord's callback, a link, every send with ``ANTWORT_FAST_PUBLISH=0``;
+    :mod:`broker.publish` does the same in ours. A worker's task runs in a span under it
+    (:class:`workers.telemetry.TaskRecorder`).
     """
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    signals.before_task_publish.connect(_carry_trace, weak=False, dispatch_uid="antwort.trace")
 
-    instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument()
+
+def uninstrument_celery() -> None:
+    """Stop carrying the trace context in Celery's sends (tests)."""
+    signals.before_task_publish.disconnect(dispatch_uid="antwort.trace")

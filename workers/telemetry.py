@@ -2,8 +2,9 @@
 
 Celery's task signals mark each task's start and end, so the tasks stay thin: the start
 observes the queue wait (from the ``antwort_sent_at`` header, :mod:`broker.telemetry`) and
-redeliveries and binds the task's ids to the log context; the end observes the task's
-duration by outcome and logs one line with both.
+redeliveries, binds the task's ids to the log context and, when tracing is on, starts the task's
+span under the trace its message carries; the end observes the task's duration by outcome, logs
+one line with both (in the task's span) and ends the span.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import time
 from contextvars import ContextVar, Token
 from typing import Any
 
-from celery import Task, signals
+from celery import Task, signals, states
 from prometheus_client import start_http_server
 
 from app.config import Settings
 from app.store import ResponseStore
-from app.telemetry import logs, stamps
+from app.telemetry import logs, stamps, tracing
 from app.telemetry import metrics as m
 from broker.routing import RUN_TOOL_CALL, RUN_TURN
 from broker.telemetry import SENT_AT
@@ -28,10 +29,10 @@ from broker.telemetry import SENT_AT
 logger = logging.getLogger("antwort.task")
 
 _StampToken = Token[stamps.TaskStamp | None]
-_Running = tuple[float, Token[dict[str, Any] | None], _StampToken]
+_Running = tuple[float, Token[dict[str, Any] | None], _StampToken, tracing.Entered | None]
 
 _RUNNING: ContextVar[_Running | None] = ContextVar("antwort_task_running", default=None)
-"""The task this context runs: when it started and the tokens that undo its context.
+"""The task this context runs: when it started, the tokens that undo its context, its span.
 
 Kept in the context, not by task id: Celery may hand a message out again to the worker still
 running it (after the broker connection dropped), and both runs then share one id.
@@ -110,7 +111,18 @@ class TaskRecorder:
                 started_at=now,
             )
         )
-        _RUNNING.set((time.perf_counter(), token, stamp))
+        span = tracing.enter(
+            f"run/{task.name}",
+            request.get,  # protocol 2 headers are the request's attributes
+            {
+                "messaging.system": "celery",
+                "messaging.operation.type": "process",
+                "messaging.message.id": str(request.id),
+                "messaging.destination.name": queue,
+                "celery.task_name": task.name,
+            },
+        )
+        _RUNNING.set((time.perf_counter(), token, stamp, span))
 
     def ended(
         self,
@@ -124,7 +136,7 @@ class TaskRecorder:
         if task is None or running is None:
             return
         _RUNNING.set(None)
-        started, token, stamp = running
+        started, token, stamp, span = running
         seconds = time.perf_counter() - started
         outcome = retval if isinstance(retval, str) else str(state or "unknown").lower()
         m.TASK_SECONDS.labels(task.name, outcome).observe(seconds)
@@ -135,6 +147,10 @@ class TaskRecorder:
             seconds * 1000,
             extra={"outcome": outcome, "duration_ms": round(seconds * 1000, 1)},
         )
+        if span is not None:  # after the line, which carries its trace id
+            span.span.set_attribute("celery.state", str(state))
+            failed = state == states.FAILURE and isinstance(retval, BaseException)
+            span.leave(retval if failed else None)  # a retry is not a failure
         stamps.pop(stamp)
         logs.pop(token)
 

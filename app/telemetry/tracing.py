@@ -6,22 +6,25 @@ it off): then :func:`setup` installs the SDK's tracer provider with a batching e
 over HTTP/protobuf, the SDK reading the other ``OTEL_*`` variables itself). Off, :func:`span`
 is a shared null context: a flag test per span, nothing else.
 
-The context travels as W3C ``traceparent``: in the Celery task headers (the Celery
-instrumentation for Celery's own sends, :mod:`broker.publish` for ours) and with the response
+The context travels as W3C ``traceparent``: in the Celery task headers (:mod:`broker.publish`
+for our sends, :func:`broker.telemetry.instrument_celery` for Celery's own) and with the response
 (:func:`carrier`, stored in its ``extra`` at create), so a turn the sweeper queues again joins
-the response's trace (:func:`resumed`).
+the response's trace (:func:`resumed`). A worker runs each task in a span under the context its
+message carried (:func:`enter`, from :class:`workers.telemetry.TaskRecorder`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.trace import Status, StatusCode
 
 TRACER = trace.get_tracer("antwort")
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()
@@ -117,3 +120,43 @@ def resumed(headers: Mapping[str, str] | None) -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
+
+
+@dataclass(frozen=True, slots=True)
+class Entered:
+    """A span made current by :func:`enter`; :meth:`leave` ends it and puts the context back."""
+
+    span: trace.Span
+    token: object
+
+    def leave(self, error: BaseException | None = None) -> None:
+        """End the span (marked failed by ``error``, if any) and detach its context."""
+        if error is not None:
+            self.span.record_exception(error)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        otel_context.detach(self.token)  # type: ignore[arg-type]
+        self.span.end()
+
+
+def enter(
+    name: str,
+    lookup: Callable[[str], object],
+    attributes: Mapping[str, Any],
+    *,
+    kind: trace.SpanKind = trace.SpanKind.CONSUMER,
+) -> Entered | None:
+    """A span under the context ``lookup`` (a message's headers) carries, current till it leaves.
+
+    None when tracing is off. The caller keeps what this returns in its own context, not by a
+    message's id: one message may run twice at once in one process, each run ending its own span.
+    """
+    if not _enabled:
+        return None
+    headers = {
+        field: value
+        for field in propagate.get_global_textmap().fields
+        if isinstance(value := lookup(field), str)
+    }
+    parent = propagate.extract(headers)
+    span = TRACER.start_span(name, context=parent, kind=kind, attributes=dict(attributes))
+    return Entered(span, otel_context.attach(trace.set_span_in_context(span, parent)))
