@@ -126,6 +126,9 @@ _DISCRIMINATOR_TAGS = frozenset(
     }
 )
 _BRANCH_PREFIXES = ("function-", "list[", "literal[", "tagged-union[", "union[", "dict[")
+# A field whose own value is a tagged union puts its tag after the field's name:
+# ``("text", "format", "json_schema", "name")`` means ``text.format.name``.
+_TAGGED_FIELDS = {"format": frozenset({"text", "grammar", "json_object", "json_schema"})}
 
 
 def _is_union_tag(part: Any, previous: Any) -> bool:
@@ -135,6 +138,8 @@ def _is_union_tag(part: Any, previous: Any) -> bool:
     if part in ("str", "int", "float", "bool") or part.startswith(_BRANCH_PREFIXES):
         return True
     if part[:1].isupper():  # a model's name: a branch of a plain union
+        return True
+    if part in _TAGGED_FIELDS.get(str(previous), ()):
         return True
     is_after_branch = isinstance(previous, int) or str(previous).startswith("tagged-union[")
     return is_after_branch and part in _DISCRIMINATOR_TAGS

@@ -243,21 +243,40 @@ ToolChoice = (
 )
 
 
-class TextFormat(BaseModel):
-    """``text.format``: plain text, a JSON object, or a named JSON schema."""
+class PlainText(_Strict):
+    """``text.format`` ``text``: the answer is plain text."""
 
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["text", "json_object", "json_schema"]
-    name: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    type: Literal["text"]
+
+
+class JsonObject(_Strict):
+    """``text.format`` ``json_object``: the answer is a JSON object (older JSON mode)."""
+
+    type: Literal["json_object"]
+
+
+class JsonSchema(BaseModel):
+    """``text.format`` ``json_schema``: the answer follows a named JSON schema.
+
+    Told to the model as Chat Completions' ``response_format``; enforced as far as the model
+    server does.
+    """
+
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+    type: Literal["json_schema"]
+    name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    schema_: dict[str, Any] = Field(alias="schema")
     description: str | None = None
     strict: bool | None = None
+
+
+TextFormat = Annotated[PlainText | JsonObject | JsonSchema, Field(discriminator="type")]
 
 
 class TextConfig(_Strict):
     """``text``: the output format and verbosity."""
 
-    format: TextFormat = Field(default_factory=lambda: TextFormat(type="text"))
+    format: TextFormat = Field(default_factory=lambda: PlainText(type="text"))
     verbosity: Literal["low", "medium", "high"] | None = None
 
 

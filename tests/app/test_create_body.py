@@ -76,6 +76,30 @@ def test_create_response_echoes_text_verbosity(create: CreateResponse) -> None:
 
 
 @pytest.mark.parametrize(
+    "text_format",
+    [
+        {"type": "text"},
+        {"type": "json_object"},
+        {"type": "json_schema", "name": "event", "schema": {"type": "object"}},
+        {
+            "type": "json_schema",
+            "name": "Event_2",
+            "description": "a calendar event",
+            "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+            "strict": True,
+        },
+    ],
+)
+def test_create_response_echoes_the_text_format_as_sent(
+    create: CreateResponse, text_format: dict[str, Any]
+) -> None:
+    response = create({"text": {"format": text_format}})  # validated by the SDK's own model
+
+    assert response.text is not None and response.text.format is not None
+    assert response.text.format.model_dump(by_alias=True, exclude_none=True) == text_format
+
+
+@pytest.mark.parametrize(
     "body",
     [
         {"stream_options": {"include_obfuscation": False}, "background": True},

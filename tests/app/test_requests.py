@@ -22,6 +22,12 @@ from tests.support.dispatch import RecordingDispatcher
 from tests.support.round_trips import CountingConnection, counting_client
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+JSON_SCHEMA = {
+    "type": "json_schema",
+    "name": "event",
+    "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+    "strict": True,
+}
 
 
 def rejection(body: Any) -> InvalidRequestError:
@@ -80,6 +86,40 @@ def rejection(body: Any) -> InvalidRequestError:
             {"model": "m", "include": ["reasoning.encrypted_content", "everything"]},
             "include.1",
             "invalid_value",
+        ),
+        (
+            {"model": "m", "text": {"format": {"type": "json_schema", "schema": {}}}},
+            "text.format.name",
+            "missing_required_parameter",
+        ),
+        (
+            {"model": "m", "text": {"format": {"type": "json_schema", "name": "event"}}},
+            "text.format.schema",
+            "missing_required_parameter",
+        ),
+        (
+            {"model": "m", "text": {"format": {**JSON_SCHEMA, "name": "an event"}}},
+            "text.format.name",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "text": {"format": {**JSON_SCHEMA, "schema": ["object"]}}},
+            "text.format.schema",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "text": {"format": {"type": "json_object", "schema": {}}}},
+            "text.format.schema",
+            "unknown_parameter",
+        ),
+        ({"model": "m", "text": {"format": {"type": "xml"}}}, "text.format", "invalid_value"),
+        (
+            {
+                "model": "m",
+                "tools": [{"type": "custom", "name": "c", "format": {"type": "grammar"}}],
+            },
+            "tools.0.format.syntax",
+            "missing_required_parameter",
         ),
     ],
 )
