@@ -27,6 +27,7 @@ from agents import (
     set_tracing_disabled,
 )
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from tests.e2e.conftest import Fleet
 
@@ -139,6 +140,32 @@ def test_agents_run_streamed_consumes_the_fleet_s_events(fleet: Fleet, transport
     assert "response.function_call_arguments.done" in types
     assert "response.output_text.delta" in types
     assert streamed.final_output == "Tool results: rain in Bergen"
+
+
+class Forecast(BaseModel):
+    city: str
+    summary: str
+
+
+@TRANSPORTS
+def test_agents_output_type_is_parsed_from_the_fleet_s_structured_answer(
+    fleet: Fleet, client: openai.OpenAI, transport: str
+) -> None:
+    """``output_type`` asks for ``text.format`` ``json_schema`` (strict); the answer after the
+    tool's result is an instance of it (the simulator's, from ``name=value`` in the prompt)."""
+
+    async def body(sdk: AsyncOpenAI) -> Any:
+        model = model_for(transport, sdk)
+        typed = agent(sdk, model=model).clone(output_type=Forecast)
+        return await closing(model, Runner.run(typed, "Use get_weather for city=Oslo summary=wet"))
+
+    result = run(fleet, body)
+
+    assert CALLS == ["weather:Oslo"]
+    assert result.final_output == Forecast(city="Oslo", summary="wet")
+    stored = client.responses.retrieve(result.last_response_id)
+    assert stored.text is not None and stored.text.format is not None
+    assert stored.text.format.type == "json_schema" and stored.text.format.strict is True
 
 
 def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: openai.OpenAI) -> None:

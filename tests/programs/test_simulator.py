@@ -195,6 +195,48 @@ def test_max_completion_tokens_stops_with_length() -> None:
     assert (plan.content, plan.finish_reason) == (("Simulated",), "length")
 
 
+EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "day": {"type": "string", "enum": ["mon", "tue"]},
+        "guests": {"type": "array", "items": {"$ref": "#/$defs/guest"}},
+    },
+    "required": ["title", "day", "guests"],
+    "$defs": {"guest": {"type": "object", "properties": {"name": {"type": "string"}}}},
+}
+
+
+def test_a_json_schema_response_format_answers_an_instance_of_it(client: httpx.Client) -> None:
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "event", "schema": EVENT_SCHEMA, "strict": True},
+    }
+    chunks = _stream(
+        client,
+        messages=[_user('plan it title="Team lunch" [tokens=3]')],
+        response_format=response_format,
+    )
+
+    assert json.loads(_text(chunks)) == {
+        "title": "Team lunch",
+        "day": "mon",
+        "guests": [{"name": "sim"}],
+    }
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    after_tools = _plan(
+        messages=[_user("go"), {"role": "tool", "tool_call_id": "c", "content": "42"}],
+        response_format=response_format,
+    )
+    assert json.loads("".join(after_tools.content))["title"] == "sim"  # every text answer
+
+
+def test_a_json_object_response_format_wraps_the_answer() -> None:
+    plan = _plan(messages=[_user("hi [tokens=4]")], response_format={"type": "json_object"})
+
+    assert json.loads("".join(plan.content)) == {"answer": "Simulated answer to: hi"}
+
+
 def test_tool_calls_follow_order_of_mention(client: httpx.Client) -> None:
     chunks = _stream(
         client,
