@@ -130,21 +130,23 @@ class LeaseKeeper:
             self._held.pop(response_id, None)
 
     def _start_renewer(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        """Under the lock: a renewer runs while a lease is held (one at a time)."""
+        if self._thread is None:
             self._thread = threading.Thread(
-                target=self._renew_forever, name="lease-renewer", daemon=True
+                target=self._renew_while_held, name="lease-renewer", daemon=True
             )
             self._thread.start()
 
-    def _renew_forever(self) -> None:
+    def _renew_while_held(self) -> None:
         while True:
             time.sleep(self._lease_seconds / 3)
             # The lock is held over the round trip: a lease released meanwhile is never taken
             # back by a renewal that started before (renew_lease.lua takes back lapsed leases).
             with self._lock:
                 held = dict(self._held)
-                if not held:
-                    continue
+                if not held:  # nothing to renew: the next acquire starts another renewer
+                    self._thread = None
+                    return
                 try:
                     self.renew(held)
                 except redis.RedisError:

@@ -1,3 +1,4 @@
+import threading
 import time
 
 import pytest
@@ -6,6 +7,7 @@ from app.lease import LeaseKeeper, sweep, sweep_interval
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
+from tests.support.sentinel import wait_for
 
 
 @pytest.fixture
@@ -91,6 +93,27 @@ def test_renew_extends_every_held_lease_in_one_round_trip(store: ResponseStore) 
     )  # type: ignore[operator]
     for rid in rids:
         keeper.release(rid)
+
+
+def test_the_renewer_runs_while_a_lease_is_held_and_again_for_the_next(
+    store: ResponseStore,
+) -> None:
+    """A process holding no lease has no renewer waking (a test's keeper would linger)."""
+    first, second = stored_response(store).id, stored_response(store).id
+    keeper = LeaseKeeper(store, lease_seconds=0.3)
+    before = set(threading.enumerate())
+
+    assert keeper.acquire(first, 0).taken
+    [renewer] = set(threading.enumerate()) - before
+    keeper.release(first)
+    renewer.join(timeout=5)
+    assert not renewer.is_alive()  # nothing held: it ended
+
+    assert keeper.acquire(second, 0).taken  # and another starts with the next lease
+    lease = store.keys.lease(second)
+    store.redis.pexpire(lease, 60_000)  # a renewal sets it back to the lease's 300 ms
+    wait_for(lambda: 0 < store.redis.pttl(lease) <= 300, timeout=10, what="a renewal")
+    keeper.release(second)
 
 
 def test_sweep_requeues_the_turn_of_a_tool_call_whose_worker_died(store: ResponseStore) -> None:
