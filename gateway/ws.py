@@ -4,6 +4,13 @@ The handshake is an ordinary request, so bearer auth applies to it; the connecti
 served by ``app.socket_session``. Under gunicorn's gevent worker simple-websocket's reader thread
 is a greenlet, like the SSE relay's waits.
 
+**Whole frames.** simple-websocket writes each frame with one ``socket.send``, which under gevent
+sends what the socket's buffer takes at that moment and returns the count, which it does not look
+at: a large event (a long answer's ``response.completed``) to a client that reads slower than the
+fleet writes lost its tail, and the stream was garbage from there on. The gateway hands it the
+client's socket wrapped (:class:`WholeFrames`): every send whole, one at a time, so the reader's
+pings and pongs never land inside one of the session's frames either.
+
 **Keepalive.** The reader pings its socket every ``keepalive_seconds`` and closes one whose
 client left the last ping unanswered (1008). Under gevent it waits for its socket with a watcher
 of its own (:class:`ReadableOrTimeout`) rather than gevent's general selector: an idle socket's
@@ -25,10 +32,11 @@ import time
 import weakref
 from typing import Any
 
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, request
 from flask_sock import Sock
 from gevent import monkey
 from gevent.hub import Waiter, get_hub
+from gevent.lock import Semaphore
 from simple_websocket import Server
 from wsproto.frame_protocol import CloseReason
 
@@ -126,6 +134,34 @@ class ReadableOrTimeout:
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
+
+
+class WholeFrames:
+    """The client's socket as simple-websocket writes to it: each send whole, one at a time.
+
+    Everything else (``recv``, ``fileno``, ``close`` …) is the socket's own.
+    """
+
+    def __init__(self, sock: Any):
+        self.raw = sock
+        self._sending = Semaphore()  # a greenlet's wait for the client lets the others run
+
+    def send(self, data: bytes, flags: int = 0) -> int:
+        """Send all of ``data`` (waiting for the client as long as it takes); its length."""
+        with self._sending:
+            self.raw.sendall(data, flags)
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@blueprint.before_request
+def _whole_frames() -> None:
+    """The upgrade's socket, before simple-websocket takes it from the environment."""
+    environ = request.environ
+    if "gunicorn.socket" in environ and not isinstance(environ["gunicorn.socket"], WholeFrames):
+        environ["gunicorn.socket"] = WholeFrames(environ["gunicorn.socket"])
 
 
 @_sock.route("/v1/responses", bp=blueprint)  # type: ignore[untyped-decorator]

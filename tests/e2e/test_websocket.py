@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,7 +18,7 @@ from openai.types.responses.responses_server_event import ResponseWsError
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, CloseConnection, Ping, Request
+from wsproto.events import AcceptConnection, CloseConnection, Ping, Request, TextMessage
 
 from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
@@ -414,7 +415,10 @@ def test_websocket_idle_connection_is_closed(idle_gateway: str) -> None:
 
 
 class SilentClient:
-    """A WebSocket client spoken with wsproto over a plain socket that never answers a ping."""
+    """A WebSocket client spoken with wsproto over a plain socket that never answers a ping.
+
+    It reads only when told to: nothing of the socket is read meanwhile.
+    """
 
     def __init__(self, base_url: str) -> None:
         split = urlsplit(base_url)
@@ -424,6 +428,8 @@ class SilentClient:
         self.pings = 0
         self.close_code: int | None = None
         self.accepted = False
+        self.messages: list[str] = []
+        self._parts: list[str] = []
         self.sock.sendall(self.ws.send(Request(host=f"{host}:{port}", target="/v1/responses")))
         while not self.accepted:
             self.read()
@@ -439,8 +445,16 @@ class SilentClient:
                 self.pings += 1
             elif isinstance(event, CloseConnection):
                 self.close_code = event.code
+            elif isinstance(event, TextMessage):
+                self._parts.append(event.data)
+                if event.message_finished:
+                    self.messages.append("".join(self._parts))
+                    self._parts.clear()
         if not data and self.close_code is None:
             self.close_code = -1  # the server closed the socket without a close frame
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(self.ws.send(TextMessage(data=json.dumps(message))))
 
 
 def test_websocket_client_that_stops_answering_pings_is_closed(fleet: Fleet) -> None:
@@ -454,3 +468,47 @@ def test_websocket_client_that_stops_answering_pings_is_closed(fleet: Fleet) -> 
 
     assert client.close_code == 1008  # policy violation: the ping went unanswered
     assert client.pings == 1
+
+
+@pytest.fixture(scope="module")
+def patient_gateway(fleet: Fleet) -> Iterator[str]:
+    """A second gateway of the fleet whose keepalive lets a client read nothing for 30 s."""
+    port = free_port()
+    fleet.spawn(
+        "gateway-patient",
+        [sys.executable, "-m", "programs.cli", "gateway"],
+        ANTWORT_PORT=str(port),
+        ANTWORT_KEEPALIVE_SECONDS="30",
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url)
+        yield base_url
+    finally:
+        fleet.stop("gateway-patient")
+
+
+def test_websocket_large_events_reach_a_client_that_reads_late_whole(patient_gateway: str) -> None:
+    """Three long answers (the last events of each ~640 KB) while the client reads nothing.
+
+    The socket's buffers fill up and a frame meets one with less room than it needs: it must go
+    out whole all the same (one ``send`` under gevent took what fitted; the rest was lost and
+    the stream garbage from there on).
+    """
+    client = SilentClient(patient_gateway)
+    try:
+        for _ in range(3):
+            client.send(
+                {"type": "response.create", "model": "antwort-sim", "input": "long [tokens=100000]"}
+            )
+        time.sleep(3)  # the fleet writes on; nothing is read
+        while sum(json.loads(m)["type"] in TERMINAL for m in client.messages) < 3:
+            assert client.close_code is None, client.close_code
+            client.read()
+    finally:
+        client.sock.close()
+
+    events = [json.loads(message) for message in client.messages]
+    finals = [event["response"] for event in events if event["type"] in TERMINAL]
+    assert [final["status"] for final in finals] == ["completed"] * 3
+    assert all(len(final["output"][0]["content"][0]["text"].split()) == 100_000 for final in finals)

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import gevent
+import gevent.socket
 import pytest
 from flask import Flask
 from gevent import monkey
 
 from app.config import Settings
-from gateway.ws import ReadableOrTimeout, register
+from gateway.ws import ReadableOrTimeout, WholeFrames, register
 
 
 @dataclass
@@ -143,3 +144,48 @@ def test_ws_readers_woken_together_leave_room_for_a_waiting_request() -> None:
 
     gaps = [later - earlier for earlier, later in itertools.pairwise([0, *answers])]
     assert max(gaps) < 800, f"{max(gaps)} readers ran between two answers to the probe"
+
+
+def _small_buffered_pair() -> tuple[gevent.socket.socket, gevent.socket.socket]:
+    ours, theirs = gevent.socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    return ours, theirs
+
+
+def _read(sock: gevent.socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        data += sock.recv(size - len(data))
+    return bytes(data)
+
+
+def test_ws_a_gevent_socket_sends_only_what_its_buffer_takes() -> None:
+    """Why :class:`WholeFrames` is there: one ``send`` of a frame can send part of it."""
+    ours, theirs = _small_buffered_pair()
+    with ours, theirs:
+        assert ours.send(b"x" * 1_000_000) < 1_000_000
+
+
+def test_ws_whole_frames_sends_a_frame_larger_than_the_socket_takes() -> None:
+    ours, theirs = _small_buffered_pair()
+    frame = bytes(range(256)) * 4000
+    with ours, theirs:
+        reading = gevent.spawn(_read, theirs, len(frame))
+
+        assert WholeFrames(ours).send(frame) == len(frame)
+        assert reading.get(timeout=30) == frame
+
+
+def test_ws_whole_frames_sends_one_frame_at_a_time() -> None:
+    """The session's event and the reader's ping, sent at once, arrive one after the other."""
+    ours, theirs = _small_buffered_pair()
+    sock, size = WholeFrames(ours), 500_000
+    with ours, theirs:
+        reading = gevent.spawn(_read, theirs, 2 * size)
+        senders = [gevent.spawn(sock.send, letter * size) for letter in (b"a", b"b")]
+        gevent.joinall(senders, timeout=30, raise_error=True)
+
+        received = reading.get(timeout=30)
+    assert received in (b"a" * size + b"b" * size, b"b" * size + b"a" * size)
+    assert sock.fileno() == ours.fileno()  # the rest is the socket's own
