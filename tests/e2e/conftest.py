@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,19 @@ class Fleet:
             *extra,
         ]
         return self.spawn(name, argv)
+
+    @contextmanager
+    def extra_gateway(self, name: str, **env: str) -> Iterator[str]:
+        """Another gateway process of this fleet (its Redis, its workers) with ``env``; its URL."""
+        port = free_port()
+        gateway = [sys.executable, "-m", "programs.cli", "gateway"]
+        self.spawn(name, gateway, ANTWORT_PORT=str(port), **env)
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(base_url)
+            yield base_url
+        finally:
+            self.stop(name)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         proc = self.procs.pop(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import llm_comply.result as comply_result
 from llm_comply import ComplianceConfig, SpecLoader
 from llm_comply.tests import get_tests
 
-from programs.supervisor import free_port
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet
 
 # Module attributes, not imported names: pytest would try to collect ``Test*`` classes.
 FAILED = comply_result.TestStatus.FAILED
@@ -37,16 +35,7 @@ def test_compliance_open_responses_suite_passes(fleet: Fleet) -> None:
     that model instead. So the suite talks to a second gateway process on the same Redis and
     workers, started with an empty default model.
     """
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    fleet.spawn(
-        "gateway-no-default-model",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        ANTWORT_DEFAULT_MODEL="",
-    )
-    try:
-        wait_ready(base_url)
+    with fleet.extra_gateway("gateway-no-default-model", ANTWORT_DEFAULT_MODEL="") as base_url:
         spec = Path(llm_comply.__file__).parent / "specs" / "openresponses.json"
         config = ComplianceConfig(base_url=f"{base_url}/v1", api_key="x", model="antwort-sim")
         with warnings.catch_warnings():
@@ -55,8 +44,6 @@ def test_compliance_open_responses_suite_passes(fleet: Fleet) -> None:
                 config, get_tests("open-responses"), SpecLoader(str(spec))
             )
             suite = runner.run_all()
-    finally:
-        fleet.stop("gateway-no-default-model")
 
     report = "\n".join(_describe(result) for result in suite.results)
     failed = [r.id for r in suite.results if r.status is FAILED]

@@ -26,20 +26,9 @@ from tests.e2e.test_websocket import open_socket, receive_response, socket_error
 @pytest.fixture(scope="module")
 def tenants_gateway(fleet: Fleet) -> Iterator[str]:
     """A second gateway of the fleet with two tenants' keys and a metrics key."""
-    port = free_port()
-    fleet.spawn(
-        "gateway-tenants",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        ANTWORT_API_KEYS="team-a:ka,team-b:kb",
-        ANTWORT_METRICS_KEY="scrape",
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base_url)
+    keys = {"ANTWORT_API_KEYS": "team-a:ka,team-b:kb", "ANTWORT_METRICS_KEY": "scrape"}
+    with fleet.extra_gateway("gateway-tenants", **keys) as base_url:
         yield base_url
-    finally:
-        fleet.stop("gateway-tenants")
 
 
 def sdk(base_url: str, key: str) -> openai.OpenAI:

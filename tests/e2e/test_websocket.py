@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,8 +19,7 @@ from websockets.sync.client import ClientConnection, connect
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Ping, Request, TextMessage
 
-from programs.supervisor import free_port
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence, raw_events, validate_event
 
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
@@ -340,20 +338,9 @@ def until_terminal(connection: Any) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def guarded_gateway(fleet: Fleet) -> Iterator[str]:
     """A second gateway of the fleet with a bearer key and a 3-second connection limit."""
-    port = free_port()
-    fleet.spawn(
-        "gateway-guarded",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        ANTWORT_API_KEYS="sekrit",
-        ANTWORT_WEBSOCKET_MAX_SECONDS="3",
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base_url)
+    limits = {"ANTWORT_API_KEYS": "sekrit", "ANTWORT_WEBSOCKET_MAX_SECONDS": "3"}
+    with fleet.extra_gateway("gateway-guarded", **limits) as base_url:
         yield base_url
-    finally:
-        fleet.stop("gateway-guarded")
 
 
 def test_websocket_handshake_needs_the_bearer_key(guarded_gateway: str) -> None:
@@ -389,19 +376,8 @@ def test_websocket_connection_limit_reached_ends_the_connection(guarded_gateway:
 @pytest.fixture(scope="module")
 def idle_gateway(fleet: Fleet) -> Iterator[str]:
     """A second gateway of the fleet that closes a socket idle for 1 s."""
-    port = free_port()
-    fleet.spawn(
-        "gateway-idle",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        ANTWORT_WEBSOCKET_IDLE_SECONDS="1",
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base_url)
+    with fleet.extra_gateway("gateway-idle", ANTWORT_WEBSOCKET_IDLE_SECONDS="1") as base_url:
         yield base_url
-    finally:
-        fleet.stop("gateway-idle")
 
 
 def test_websocket_idle_connection_is_closed(idle_gateway: str) -> None:
@@ -473,19 +449,8 @@ def test_websocket_client_that_stops_answering_pings_is_closed(fleet: Fleet) -> 
 @pytest.fixture(scope="module")
 def patient_gateway(fleet: Fleet) -> Iterator[str]:
     """A second gateway of the fleet whose keepalive lets a client read nothing for 30 s."""
-    port = free_port()
-    fleet.spawn(
-        "gateway-patient",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        ANTWORT_KEEPALIVE_SECONDS="30",
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base_url)
+    with fleet.extra_gateway("gateway-patient", ANTWORT_KEEPALIVE_SECONDS="30") as base_url:
         yield base_url
-    finally:
-        fleet.stop("gateway-patient")
 
 
 def test_websocket_large_events_reach_a_client_that_reads_late_whole(patient_gateway: str) -> None:
