@@ -329,6 +329,10 @@ class Settings(BaseSettings):
     """How long a WebSocket connection may wait for the client's next message (none of its
     responses running); then ``websocket_idle_timeout`` and a close frame. An idle socket holds
     one of the gateway's connections (``ANTWORT_GATEWAY_CONNECTIONS``) like a busy one."""
+    websocket_max_pending: int = Field(default=16, ge=1)
+    """``response.create`` messages one WebSocket connection may have queued or running, all its
+    lanes (``stream_id``) together; beyond that the gateway reads no more of its messages until
+    one is done."""
     compaction_key: str | None = None
     """Secret that seals ``compaction`` items (any string; hashed to an AES-256 key). Unset: one
     derived from the key in ``secrets_file``."""

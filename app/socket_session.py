@@ -4,30 +4,40 @@ A :class:`SocketSession` serves one connection. Each ``response.create`` message
 body (``background`` only false; ``stream`` is implicit, and ``true`` is accepted as Codex CLI
 and the Agents SDK send it); the response is created and queued exactly like an HTTP one,
 and its events are relayed from the event log as they are — same events, same order, same
-``sequence_number``s as SSE. One response is in flight at a time; messages that arrive meanwhile
-wait their turn.
+``sequence_number``s as SSE.
+
+**Lanes.** A message's ``stream_id`` names its lane: a lane runs its messages one after another
+(FIFO), and lanes run side by side; every event and error of a lane's response carries its
+``stream_id``. Messages without one share the default lane, whose events carry none (one
+response at a time, as clients that know no lanes expect). ``previous_response_id`` may name a
+response of any lane (a new lane forks from it). The reader takes up to
+``websocket_max_pending`` messages ahead (queued or running, all lanes); beyond that it reads
+no more until one is done, so a client cannot queue without bound.
 
 ``"generate": false`` prepares a response without calling the model: it completes with no
 output, and a later ``response.create`` continues from it with ``previous_response_id``
 (Codex CLI's warm-up sends the whole prompt this way, then only the new items).
 
-The connection remembers its most recent response. Continuing from it with
+Each lane remembers its most recent response. Continuing from it with
 ``previous_response_id`` works even when it was created with ``store: false``: the connection
 hands the conversation it holds (``context``) to the new response. Another connection knows
 nothing of it (``previous_response_not_found``), and a continuation that fails forgets it.
 The connection belongs to the tenant of its handshake's key: it continues only that tenant's
 stored responses, and its creates count against that tenant's limits.
-Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}``; after
-``websocket_max_seconds`` the connection ends with ``websocket_connection_limit_reached``, and
-after ``websocket_idle_seconds`` without a message from the client (while none of its responses
-runs) with ``websocket_idle_timeout``: an idle socket holds a gateway connection all the same.
+Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}`` (and
+the lane's ``stream_id``); after ``websocket_max_seconds`` the connection ends with
+``websocket_connection_limit_reached``, and after ``websocket_idle_seconds`` without a message
+from the client (while none of its responses runs) with ``websocket_idle_timeout``: an idle
+socket holds a gateway connection all the same.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -48,9 +58,13 @@ from app.tenancy import OPEN_TENANT, Tenant
 logger = logging.getLogger(__name__)
 
 CREATE_EVENT = "response.create"
-_ENVELOPE = frozenset({"type", "stream", "generate"})
+_ENVELOPE = frozenset({"type", "stream", "generate", "stream_id"})
 """A message's fields that are not the create body's."""
 _CONTINUABLE = frozenset({"completed", "incomplete", "requires_action"})
+_MAX_STREAM_ID = 64
+
+Lane = str | None
+"""A message's ``stream_id``; None: the default lane."""
 
 
 class Transport(Protocol):
@@ -88,9 +102,9 @@ class CachedResponse:
     """Everything the model saw and said, for an unstored response; None: read the store."""
 
 
-def error_message(error: AppError) -> str:
-    """The WebSocket form of an error."""
-    body = {
+def error_message(error: AppError, lane: Lane = None) -> str:
+    """The WebSocket form of an error (of ``lane``'s message)."""
+    body: dict[str, Any] = {
         "type": "error",
         "status": error.status,
         "error": {
@@ -100,7 +114,16 @@ def error_message(error: AppError) -> str:
             "param": error.param,
         },
     }
+    if lane is not None:
+        body["stream_id"] = lane
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def in_lane(data: str, lane: Lane) -> str:
+    """An event's JSON with the lane's ``stream_id`` added (as it is in the default lane)."""
+    if lane is None:
+        return data
+    return f'{data[:-1]},"stream_id":{json.dumps(lane, ensure_ascii=False)}}}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +133,29 @@ class CreateMessage:
     body: dict[str, Any]
     generate: bool = True
     """False: store the request's state, complete with no output, call no model."""
+    lane: Lane = None
+    """Its ``stream_id``."""
 
 
 def parse_create_message(message: str | bytes) -> CreateMessage:
-    """The create body of a ``response.create`` message, and its ``generate``.
+    """The create body of a ``response.create`` message, its ``generate`` and its lane.
 
     Raises:
         InvalidRequestError: not JSON, not a ``response.create``, ``background`` other than
-            false, ``stream`` other than true, or ``generate`` not a boolean.
+            false, ``stream`` other than true, ``generate`` not a boolean, or a ``stream_id``
+            that is not a string of 1 to 64 characters.
     """
-    event = load_json(message)
+    return parse_create_event(load_json(message))
+
+
+def lane_of(event: Any) -> Lane:
+    """The lane a decoded message goes to (one with a bad ``stream_id``: the default lane's)."""
+    lane = event.get("stream_id") if isinstance(event, dict) else None
+    return lane if isinstance(lane, str) and 0 < len(lane) <= _MAX_STREAM_ID else None
+
+
+def parse_create_event(event: Any) -> CreateMessage:
+    """:func:`parse_create_message` of a decoded message."""
     if not isinstance(event, dict):
         raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
     if event.get("type") != CREATE_EVENT:
@@ -147,16 +183,32 @@ def parse_create_message(message: str | bytes) -> CreateMessage:
             param="generate",
             code="invalid_value",
         )
+    if "stream_id" in event and lane_of(event) is None:
+        raise InvalidRequestError(
+            "Invalid value for 'stream_id': expected a string of 1 to "
+            f"{_MAX_STREAM_ID} characters, got {quoted(event['stream_id'])}.",
+            param="stream_id",
+            code="invalid_value",
+        )
     body = {name: value for name, value in event.items() if name not in _ENVELOPE}
-    return CreateMessage(body, generate)
+    return CreateMessage(body, generate, lane_of(event))
 
 
 def _unexpected() -> ServerError:
     return ServerError("The server had an error while processing your request.")
 
 
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """A message as the reader took it: decoded (or the raw text that failed to decode)."""
+
+    event: Any
+    raw: str | bytes | None = None
+    """The text, when it was not JSON (its lane gives the error, in its turn)."""
+
+
 class SocketSession:
-    """Serves one WebSocket connection; keeps its most recent response."""
+    """Serves one WebSocket connection: a reader, and a worker for each lane with messages."""
 
     def __init__(
         self,
@@ -177,48 +229,157 @@ class SocketSession:
         limits are taken for every ``response.create``."""
         self.clock = clock
         self.deadline = clock() + settings.websocket_max_seconds
-        self.cached: CachedResponse | None = None
+        self.cached: dict[Lane, CachedResponse] = {}
+        """Each lane's most recent response."""
+        self._state = threading.Condition()  # lanes, cache, counts (gevent's under the gateway)
+        self._lanes: dict[Lane, deque[_Message]] = {}
+        self._pending = 0
+        """Messages taken and not yet done, all lanes (the running ones included)."""
+        self._last_done = self.clock()
+        self._ended = False
+        self._sending = threading.Lock()
 
     def serve(self, transport: Transport) -> str:
-        """Answer messages until the client leaves, the connection's time is up, or it idles.
+        """Read messages until the client leaves, the connection's time is up, or it idles.
 
         Returns why the connection ends (the code of the error event it was sent last), for the
         close frame.
         """
         idle_until = self.clock() + self.settings.websocket_idle_seconds
-        while True:
-            now = self.clock()
-            if now >= self.deadline:
-                transport.send(error_message(_limit_reached()))
-                return ConnectionLimitError.default_code
-            if now >= idle_until:
-                transport.send(error_message(_idle()))
-                return IdleTimeoutError.default_code
-            message = transport.receive(timeout=min(self.deadline, idle_until) - now)
-            if message is None:
-                continue
-            if not self.handle(transport, message):
-                return ConnectionLimitError.default_code
-            idle_until = self.clock() + self.settings.websocket_idle_seconds
+        try:
+            while True:
+                now = self.clock()
+                if now >= self.deadline:
+                    return self._end(transport, _limit_reached())
+                if now >= idle_until:
+                    with self._state:  # not idle while a response runs, nor since one ended
+                        busy, last_done = self._pending > 0, self._last_done
+                    idle_until = max(now if busy else 0.0, last_done)
+                    idle_until += self.settings.websocket_idle_seconds
+                    if idle_until <= now:
+                        return self._end(transport, _idle())
+                    continue
+                if not self._room():
+                    continue
+                message = transport.receive(timeout=min(self.deadline, idle_until) - now)
+                if message is None:
+                    continue
+                self._take(transport, message)
+                idle_until = self.clock() + self.settings.websocket_idle_seconds
+        except BaseException:  # the client left: what it sent before is answered
+            self._drain()
+            raise
 
-    def handle(self, transport: Transport, message: str | bytes) -> bool:
-        """Answer one message; False when the connection must end."""
+    def busy(self) -> bool:
+        """Whether a message is queued or running."""
+        with self._state:
+            return self._pending > 0
+
+    def _room(self) -> bool:
+        """Whether fewer than ``websocket_max_pending`` messages are pending.
+
+        Waits for one to be done, at most until the connection's time is up.
+        """
+        with self._state:
+            while self._pending >= self.settings.websocket_max_pending:
+                left = self.deadline - self.clock()
+                if left <= 0:
+                    return False
+                self._state.wait(timeout=left)
+            return True
+
+    def _take(self, transport: Transport, message: str | bytes) -> None:
+        """Queue ``message`` on its lane, and start the lane's worker if none runs."""
+        try:
+            taken = _Message(load_json(message))
+        except AppError:
+            taken = _Message(None, raw=message)
+        lane = lane_of(taken.event)
+        with self._state:
+            self._pending += 1
+            queue = self._lanes.get(lane)
+            if queue is not None:
+                queue.append(taken)
+                return
+            self._lanes[lane] = deque([taken])
+        threading.Thread(target=self._work, args=(transport, lane), daemon=True).start()
+
+    def _work(self, transport: Transport, lane: Lane) -> None:
+        """A lane's worker: its messages in order, then it ends (a new one starts with the next)."""
+        while True:
+            with self._state:
+                queue = self._lanes[lane]
+                if not queue or self._ended:
+                    self._pending -= len(queue)
+                    del self._lanes[lane]
+                    self._state.notify_all()
+                    return
+                message = queue[0]
+            try:
+                alive = self.handle(transport, message, lane)
+            finally:
+                with self._state:
+                    queue.popleft()
+                    self._pending -= 1
+                    self._last_done = self.clock()
+                    self._state.notify_all()
+            if not alive:
+                with self._state:
+                    self._ended = True
+
+    def _drain(self) -> None:
+        """Wait until every lane is done, at most until the connection's time is up."""
+        with self._state:
+            while self._pending and (left := self.deadline - self.clock()) > 0:
+                self._state.wait(timeout=left)
+
+    def _end(self, transport: Transport, error: AppError) -> str:
+        """End the connection with ``error``: lanes take nothing more; the error's code."""
+        with self._state:
+            self._ended = True
+        self._send(transport, error_message(error))
+        return error.code or error.type
+
+    def _send(self, transport: Transport, data: str) -> None:
+        with self._sending:  # one message at a time, whichever lane sends it
+            transport.send(data)
+
+    def handle(
+        self, transport: Transport, message: str | bytes | _Message, lane: Lane = None
+    ) -> bool:
+        """Answer one message; False when the connection can take no more."""
+        if not isinstance(message, _Message):
+            message = _Message(message)
         body: dict[str, Any] = {}
         try:
-            create = parse_create_message(message)
-            body = create.body
-            self.run(transport, body, generate=create.generate)
-        except AppError as error:
-            self.forget(body.get("previous_response_id"))
-            transport.send(error_message(error))
-            return not isinstance(error, ConnectionLimitError)
-        except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
-            logger.exception("unexpected error in a WebSocket session")
-            self.forget(body.get("previous_response_id"))
-            transport.send(error_message(_unexpected()))
+            try:
+                if message.raw is not None:
+                    create = parse_create_message(message.raw)  # its JSON error
+                else:
+                    create = parse_create_event(message.event)
+                body = create.body
+                self.run(transport, body, generate=create.generate, lane=lane)
+            except ConnectionLimitError:
+                return False  # the reader says why, once
+            except AppError as error:
+                self.forget(body.get("previous_response_id"))
+                self._send(transport, error_message(error, lane))
+            except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
+                logger.exception("unexpected error in a WebSocket session")
+                self.forget(body.get("previous_response_id"))
+                self._send(transport, error_message(_unexpected(), lane))
+        except Exception:  # sending failed: the client left
+            return False
         return True
 
-    def run(self, transport: Transport, body: dict[str, Any], *, generate: bool = True) -> None:
+    def run(
+        self,
+        transport: Transport,
+        body: dict[str, Any],
+        *,
+        generate: bool = True,
+        lane: Lane = None,
+    ) -> None:
         """Create the response, relay its events, and remember it when it can be continued.
 
         ``generate``: False to complete it with no output (the request's state only).
@@ -228,7 +389,7 @@ class SocketSession:
                 when the connection's time ran out while the response ran.
         """
         previous = body.get("previous_response_id")
-        context = self.cached.context if self.is_cached(previous) and self.cached else None
+        context = self.context_of(previous)
         caller = Caller(  # this create's headers
             self.caller.tenant, self.caller.limiter, tenants=self.caller.tenants
         )
@@ -247,16 +408,19 @@ class SocketSession:
         if not request.store:
             history = context if context is not None else self._history(previous)
             before = [*history, *self.store.inputs(response.id)]
-        final = self.relay(transport, response.id)
+        final = self.relay(transport, response.id, lane)
         if final is None:
             raise ConnectionLimitError(_limit_reached().message)
         if final["status"] in _CONTINUABLE:
             context_after = None if before is None else [*before, *final["output"]]
-            self.cached = CachedResponse(response_id=response.id, context=context_after)
+            with self._state:
+                self.cached[lane] = CachedResponse(response_id=response.id, context=context_after)
         else:
             self.forget(previous)
 
-    def relay(self, transport: Transport, response_id: str) -> dict[str, Any] | None:
+    def relay(
+        self, transport: Transport, response_id: str, lane: Lane = None
+    ) -> dict[str, Any] | None:
         """Send the response's events; its final object, or None when time ran out first."""
         events = each_event(
             follow_event_batches(
@@ -266,23 +430,34 @@ class SocketSession:
         with closing(events):
             for event in events:
                 if isinstance(event, Keepalive):
-                    if self.clock() >= self.deadline:
+                    if self.clock() >= self.deadline or self._ended:
                         return None
                     continue
-                transport.send(event.data)
+                self._send(transport, in_lane(event.data, lane))
                 if event.type in TERMINAL_EVENT_TYPES:
                     final: dict[str, Any] = json.loads(event.data)["response"]
                     return final
         raise NotFoundError(f"Response {response_id} was deleted while it ran.")
 
-    def is_cached(self, response_id: str | None) -> bool:
-        """Whether ``response_id`` is the connection's most recent response."""
-        return self.cached is not None and self.cached.response_id == response_id
+    def context_of(self, response_id: str | None) -> list[dict[str, Any]] | None:
+        """The conversation a lane holds for ``response_id`` (its most recent, unstored).
+
+        None: read it from the store.
+        """
+        with self._state:
+            for cached in self.cached.values():
+                if cached.response_id == response_id:
+                    return cached.context
+        return None
 
     def forget(self, response_id: Any) -> None:
-        """Evict ``response_id`` from the connection's cache (a failed continuation)."""
-        if isinstance(response_id, str) and self.is_cached(response_id):
-            self.cached = None
+        """Evict ``response_id`` from every lane's cache (a failed continuation)."""
+        if not isinstance(response_id, str):
+            return
+        with self._state:
+            for lane, cached in list(self.cached.items()):
+                if cached.response_id == response_id:
+                    del self.cached[lane]
 
     def _history(self, previous: str | None) -> list[dict[str, Any]]:
         return load_history(self.store, previous, owner=self.caller.tenant.name) if previous else []

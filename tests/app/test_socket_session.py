@@ -1,5 +1,6 @@
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
 from tests.app.test_run import FakeModel, answer
+from tests.support.sentinel import wait_for
 
 
 class ThreadDispatcher:
@@ -107,8 +109,9 @@ def test_session_continues_an_unstored_response_from_its_cache(
     assert second["previous_response_id"] == first["id"]
     texts = [json.dumps(item["content"]) for item in model.requests[-1].items]
     assert "Remember papaya" in texts[0] and "Noted." in texts[1] and "Which fruit?" in texts[2]
-    assert session.cached is not None and session.cached.response_id == second["id"]
-    assert session.cached.context is not None and len(session.cached.context) == 4
+    cached = session.cached[None]  # the default lane's
+    assert cached.response_id == second["id"]
+    assert cached.context is not None and len(cached.context) == 4
 
 
 def test_session_forgets_after_a_failed_continuation(
@@ -128,7 +131,7 @@ def test_session_forgets_after_a_failed_continuation(
 
     codes = [error["error"]["code"] for error in transport.errors()]
     assert codes == ["invalid_value", "previous_response_not_found"]
-    assert session.cached is None
+    assert session.cached == {}
 
 
 def test_session_stored_responses_continue_through_the_store(
@@ -139,7 +142,7 @@ def test_session_stored_responses_continue_through_the_store(
     serve(session, transport)
     [first] = transport.finals()
 
-    assert session.cached is not None and session.cached.context is None
+    assert session.cached[None].context is None
     other = make_session(answer("Again."))
     transport = ScriptedTransport(create(input="go on", previous_response_id=first["id"]))
     serve(other, transport)
@@ -181,6 +184,7 @@ def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSe
         assert timeout is not None
         waits.append(timeout)
         after, message = steps.pop(0) if steps else (None, None)
+        wait_for(lambda: not session.busy(), timeout=10, what="the create answered")
         now[0] += timeout if after is None else after
         return message
 
@@ -323,3 +327,155 @@ def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
     error = transport.sent[0]
     assert (error["status"], error["error"]["type"]) == (500, "server_error")
     assert "secret" not in error["error"]["message"]
+
+
+class HeldModel(FakeModel):
+    """Answers "Done."; a request whose input says "hold" first waits for :attr:`release`."""
+
+    def __init__(self) -> None:
+        super().__init__(*answer("Done.").script)
+        self.release = threading.Event()
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        if "hold" in json.dumps([item.get("content") for item in request.items]):
+            assert self.release.wait(10), "never released"
+        yield from super().stream(request)
+
+
+class LeavingTransport(ScriptedTransport):
+    """After its messages, waits until ``ready()`` (the model released meanwhile), then leaves."""
+
+    def __init__(self, *messages: str, ready: Callable[["LeavingTransport"], bool]):
+        super().__init__(*messages)
+        self.ready = ready
+        self.lock = threading.Lock()
+
+    def send(self, data: str) -> None:
+        with self.lock:
+            super().send(data)
+
+    def receive(self, timeout: float | None = None) -> str | None:
+        if not self.messages:
+            wait_for(lambda: self.ready(self), timeout=10, what="the transport's moment to leave")
+        return super().receive(timeout)
+
+    def of_lane(self, lane: str | None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [event for event in self.sent if event.get("stream_id") == lane]
+
+
+def completed(transport: LeavingTransport, lane: str | None) -> bool:
+    return any(e["type"] == "response.completed" for e in transport.of_lane(lane))
+
+
+def test_session_lanes_run_side_by_side_each_event_naming_its_lane(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    model = HeldModel()
+    session = make_session(model)
+
+    def b_done_then_release_a(transport: LeavingTransport) -> bool:
+        if completed(transport, "b"):
+            model.release.set()
+            return True
+        return False
+
+    transport = LeavingTransport(
+        create(input="hold on", stream_id="a"),
+        create(input="go", stream_id="b"),
+        ready=b_done_then_release_a,
+    )
+    serve(session, transport)  # the client left: what it sent is answered first
+
+    a, b = transport.of_lane("a"), transport.of_lane("b")
+    assert len(a) + len(b) == len(transport.sent)  # every event names its lane
+    assert transport.sent.index(b[-1]) < transport.sent.index(a[-1])  # b passed a, held
+    for events in (a, b):
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert events[-1]["response"]["status"] == "completed"
+    assert set(session.cached) == {"a", "b"}
+
+
+def test_session_a_lane_runs_its_messages_in_order_and_a_new_lane_forks(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    model = answer("Noted.")
+    session = make_session(model)
+    transport = ScriptedTransport(
+        create(input="Remember papaya", store=False, stream_id="main"),
+        create(input="And kiwi", store=False, stream_id="main"),
+    )
+    serve(session, transport)
+    first, second = transport.finals()
+    created = [i for i, e in enumerate(transport.sent) if e["type"] == "response.created"]
+    ended = [i for i, e in enumerate(transport.sent) if e["type"] == "response.completed"]
+    assert ended[0] < created[1]  # the lane's second began after its first ended
+
+    fork = ScriptedTransport(
+        create(input="Which fruit?", store=False, previous_response_id=second["id"], stream_id="f")
+    )
+    serve(session, fork)
+
+    [forked] = fork.finals()
+    assert forked["previous_response_id"] == second["id"]
+    texts = [json.dumps(item["content"]) for item in model.requests[-1].items]
+    assert "And kiwi" in texts[0] and "Which fruit?" in texts[-1]  # the main lane's conversation
+    assert {e["stream_id"] for e in fork.sent} == {"f"}
+
+
+@pytest.mark.parametrize("stream_id", [5, "", "x" * 65, None])
+def test_session_a_bad_stream_id_is_an_error_of_the_default_lane(
+    make_session: Callable[..., SocketSession], stream_id: Any
+) -> None:
+    session = make_session(answer("x"))
+    transport = ScriptedTransport(create(input="hi", stream_id=stream_id))
+
+    serve(session, transport)
+
+    [error] = transport.sent
+    assert "stream_id" not in error
+    assert (error["status"], error["error"]["param"], error["error"]["code"]) == (
+        400,
+        "stream_id",
+        "invalid_value",
+    )
+
+
+def test_session_an_error_in_a_lane_names_its_lane(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    session = make_session(answer("x"))
+    transport = ScriptedTransport(create(input="hi", background=True, stream_id="side"))
+
+    serve(session, transport)
+
+    [error] = transport.sent
+    assert (error["stream_id"], error["error"]["code"]) == ("side", "unsupported_parameter")
+
+
+def test_session_reads_no_further_than_its_pending_limit(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    model = HeldModel()
+    session = make_session(model, websocket_max_pending=1)
+    unread: list[int] = []
+    transport = LeavingTransport(
+        create(input="hold on", stream_id="a"),
+        create(input="go", stream_id="b"),
+        ready=lambda _: True,
+    )
+
+    def look_then_release() -> None:
+        wait_for(session.busy, timeout=10, what="a's create taken")
+        time.sleep(0.2)  # room for a reader that would read on
+        unread.append(len(transport.messages))
+        model.release.set()
+
+    looker = threading.Thread(target=look_then_release)
+    looker.start()
+    serve(session, transport)
+    looker.join(timeout=10)
+
+    assert unread == [1]  # b's create stayed unread while a's ran
+    a, b = transport.of_lane("a"), transport.of_lane("b")
+    assert transport.sent.index(a[-1]) < transport.sent.index(b[0])

@@ -327,6 +327,37 @@ def test_websocket_generate_false_prepares_a_response_the_next_continues(
     assert final["usage"]["input_tokens"] > alone["usage"]["input_tokens"]
 
 
+def test_websocket_lanes_with_the_openai_sdk(client: openai.OpenAI) -> None:
+    """OpenAI's guide: ``stream_id`` lanes on one socket, side by side, a third forking one."""
+    with client.responses.connect() as connection:
+        connection.response.create(
+            model="antwort-sim", input="slowly [tokens=40] [delay_ms=50]", stream_id="slow"
+        )
+        connection.response.create(model="antwort-sim", input="Hello", stream_id="main")
+        lanes: dict[str, list[dict[str, Any]]] = {"slow": [], "main": []}
+        finished: list[str] = []
+        while len(finished) < 2:
+            event = next(iter(connection)).to_dict()
+            lane = event.pop("stream_id")
+            lanes[lane].append(event)
+            if event["type"] in TERMINAL:
+                finished.append(lane)
+        connection.response.create(
+            model="antwort-sim",
+            input="And then?",
+            previous_response_id=lanes["main"][-1]["response"]["id"],
+            stream_id="fork",
+        )
+        fork = [event.to_dict() for event in until_terminal(connection)]
+
+    assert finished == ["main", "slow"]  # the short answer did not wait for the long one
+    for events in lanes.values():
+        check_response_events(events)
+    assert {event.pop("stream_id") for event in fork} == {"fork"}
+    forked = check_response_events(fork)
+    assert forked["previous_response_id"] == lanes["main"][-1]["response"]["id"]
+
+
 def until_terminal(connection: Any) -> Iterator[Any]:
     """The SDK connection's events until the response's terminal one."""
     for event in connection:
