@@ -84,6 +84,7 @@ MESSAGES = st.one_of(
                 "store",
                 "stream",
                 "generate",
+                "stream_id",
             ]
         ),
         JSON_VALUES,
@@ -97,6 +98,7 @@ MESSAGES = st.one_of(
             "metadata": JSON_VALUES,
             "stream": JSON_VALUES,
             "generate": JSON_VALUES,
+            "stream_id": st.one_of(st.text(max_size=80), JSON_VALUES),
         },
     ).map(json.dumps),
 )
