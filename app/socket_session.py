@@ -133,12 +133,10 @@ class CreateMessage:
     body: dict[str, Any]
     generate: bool = True
     """False: store the request's state, complete with no output, call no model."""
-    lane: Lane = None
-    """Its ``stream_id``."""
 
 
 def parse_create_message(message: str | bytes) -> CreateMessage:
-    """The create body of a ``response.create`` message, its ``generate`` and its lane.
+    """The create body of a ``response.create`` message, and its ``generate``.
 
     Raises:
         InvalidRequestError: not JSON, not a ``response.create``, ``background`` other than
@@ -191,7 +189,7 @@ def parse_create_event(event: Any) -> CreateMessage:
             code="invalid_value",
         )
     body = {name: value for name, value in event.items() if name not in _ENVELOPE}
-    return CreateMessage(body, generate, lane_of(event))
+    return CreateMessage(body, generate)
 
 
 def _unexpected() -> ServerError:
@@ -200,11 +198,11 @@ def _unexpected() -> ServerError:
 
 @dataclass(frozen=True, slots=True)
 class _Message:
-    """A message as the reader took it: decoded (or the raw text that failed to decode)."""
+    """A message as the reader took it: decoded, or why it could not be."""
 
     event: Any
-    raw: str | bytes | None = None
-    """The text, when it was not JSON (its lane gives the error, in its turn)."""
+    error: AppError | None = None
+    """Not JSON: the error its lane sends, in its turn."""
 
 
 class SocketSession:
@@ -292,8 +290,8 @@ class SocketSession:
         """Queue ``message`` on its lane, and start the lane's worker if none runs."""
         try:
             taken = _Message(load_json(message))
-        except AppError:
-            taken = _Message(None, raw=message)
+        except AppError as error:
+            taken = _Message(None, error=error)
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1
@@ -344,19 +342,14 @@ class SocketSession:
         with self._sending:  # one message at a time, whichever lane sends it
             transport.send(data)
 
-    def handle(
-        self, transport: Transport, message: str | bytes | _Message, lane: Lane = None
-    ) -> bool:
+    def handle(self, transport: Transport, message: _Message, lane: Lane) -> bool:
         """Answer one message; False when the connection can take no more."""
-        if not isinstance(message, _Message):
-            message = _Message(message)
         body: dict[str, Any] = {}
         try:
             try:
-                if message.raw is not None:
-                    create = parse_create_message(message.raw)  # its JSON error
-                else:
-                    create = parse_create_event(message.event)
+                if message.error is not None:
+                    raise message.error
+                create = parse_create_event(message.event)
                 body = create.body
                 self.run(transport, body, generate=create.generate, lane=lane)
             except ConnectionLimitError:
