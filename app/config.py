@@ -10,6 +10,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.keys import CLUSTER_SHARDS, Keys
 from app.redis_url import ClusterTarget, RedisTarget, parse_redis_url
 
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+"""``reasoning.effort``'s values, least effort first."""
+
+
+def _comma_list(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
 HostedToolPolicy = Literal["drop", "reject"]
 
@@ -134,6 +142,11 @@ class Settings(BaseSettings):
     llm_reasoning_replay: bool = False
     """The model server takes earlier reasoning back as ``reasoning_content`` on assistant
     messages (vLLM): reasoning items of the conversation go back to it. Off: left out."""
+    llm_reasoning_efforts: str = "low,medium,high"
+    """Comma-separated ``reasoning.effort`` values the model server takes as
+    ``reasoning_effort`` (vLLM: low, medium, high; Ollama also none; OpenAI: none, minimal, low,
+    medium, high, xhigh). A request's effort outside them goes as the nearest one of them (the
+    lower of two as near); empty: the field is never sent."""
     task_visibility_timeout_seconds: int = Field(default=3600, ge=60)
     """Redis broker visibility timeout; above the longest task."""
     max_task_deliveries: int = Field(default=3, ge=1)
@@ -288,7 +301,7 @@ class Settings(BaseSettings):
     @property
     def internal_tool_module_list(self) -> list[str]:
         """``internal_tool_modules`` as a list."""
-        return [m.strip() for m in (self.internal_tool_modules or "").split(",") if m.strip()]
+        return _comma_list(self.internal_tool_modules)
 
     @property
     def fetch_allowed_host_list(self) -> list[str]:
@@ -315,6 +328,20 @@ class Settings(BaseSettings):
             if pair.strip() and (not model.strip() or protocol.strip() not in ("native", "json")):
                 raise ValueError(f"expected model=native|json, got {pair.strip()!r}")
         return value
+
+    @field_validator("llm_reasoning_efforts")
+    @classmethod
+    def _check_reasoning_efforts(cls, value: str) -> str:
+        for effort in _comma_list(value):
+            if effort not in REASONING_EFFORTS:
+                raise ValueError(f"expected some of {', '.join(REASONING_EFFORTS)}, got {effort!r}")
+        return value
+
+    @property
+    def reasoning_effort_list(self) -> tuple[str, ...]:
+        """``llm_reasoning_efforts`` as a tuple, least effort first."""
+        named = set(_comma_list(self.llm_reasoning_efforts))
+        return tuple(effort for effort in REASONING_EFFORTS if effort in named)
 
     @property
     def tool_protocol_map(self) -> dict[str, str]:

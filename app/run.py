@@ -71,7 +71,7 @@ from app.protocol.response import (
 )
 from app.providers.chunks import Chunk
 from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
-from app.providers.translate import ModelRequest
+from app.providers.translate import ModelRequest, reasoning_effort_param
 from app.replay import ReplayGuard
 from app.sealing import ENCRYPTED_REASONING, fleet_sealer
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
@@ -400,6 +400,15 @@ def append_result(deps: RunDeps, state: RunState, sink: EventSink, result: ToolR
     state.response = state.response.model_copy(update={"output": output})
 
 
+def _model_params(deps: RunDeps, state: RunState) -> dict[str, Any]:
+    """The request's sampling parameters, and its reasoning effort as the model server takes it."""
+    params: dict[str, Any] = state.extra.get("params", {})
+    if effort := (state.response.reasoning or {}).get("effort"):
+        accepted = deps.settings.reasoning_effort_list
+        params = {**params, **reasoning_effort_param(effort, accepted)}
+    return params
+
+
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response, kinds = state.response, deps.kinds
@@ -419,7 +428,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         tools=kinds.model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
-        params=state.extra.get("params", {}),
+        params=_model_params(deps, state),
     )
     builder = OutputBuilder(
         response_id=response.id,

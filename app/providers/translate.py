@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config import REASONING_EFFORTS
 from app.protocol.items import is_turn_break
 
 ChatMessage = dict[str, Any]
@@ -224,6 +225,20 @@ def _append_tool_call(messages: list[ChatMessage], item: dict[str, Any]) -> None
         last["tool_calls"] = [call]
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def reasoning_effort_param(effort: str | None, accepted: Sequence[str]) -> dict[str, str]:
+    """``reasoning_effort`` for a request's ``reasoning.effort``, in the model server's terms.
+
+    ``accepted`` is what the server takes, least effort first (``Settings.reasoning_effort_list``);
+    an effort it lacks goes as the nearest it has, the lower of two as near. Nothing without an
+    effort or with nothing accepted.
+    """
+    if effort not in REASONING_EFFORTS or not accepted:
+        return {}
+    rank = REASONING_EFFORTS.index
+    nearest = min(accepted, key=lambda other: (abs(rank(other) - rank(effort)), rank(other)))
+    return {"reasoning_effort": nearest}
 
 
 def chat_params(

@@ -66,6 +66,10 @@ Structured answers
     last user text sets a property), written with ``json.dumps`` default spacing; ``json_object``
     makes it ``{"answer": <the text answer>}``. ``max_completion_tokens`` still cuts it.
 
+Reasoning effort
+    A ``reasoning_effort`` must be ``low``, ``medium`` or ``high``, the values vLLM takes;
+    anything else is a 400. It changes nothing in the answer.
+
 Usage
     prompt_tokens = words in all message contents (strings or text parts) + 1 per message.
     completion_tokens = reasoning tokens + content tokens, or for tool calls reasoning tokens +
@@ -245,6 +249,7 @@ def plan_answer(request: Mapping[str, Any], config: SimConfig) -> Plan:
 
 
 def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
+    _check_effort(request)
     messages = _messages(request)
     if is_json_protocol(messages):
         return _plan_json(request, messages, config)
@@ -337,6 +342,12 @@ def _plan_json(
         _Emitted(reasoning=reasoning, content=content, finish_reason=finish),
         completion_tokens=len(reasoning) + len(content),
     )
+
+
+def _check_effort(request: Mapping[str, Any]) -> None:
+    effort = request.get("reasoning_effort")
+    if effort is not None and effort not in ("low", "medium", "high"):
+        raise SimRequestError(f"'reasoning_effort' must be low, medium or high, not {effort!r}")
 
 
 def _messages(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -139,3 +139,43 @@ def test_altered_encrypted_reasoning_is_a_400(
         "input.1.encrypted_content",
         "invalid_encrypted_content",
     )
+
+
+@pytest.mark.parametrize(
+    ("accepted", "sent"), [("low,medium,high", "high"), ("", None)], ids=["vllm", "none-taken"]
+)
+def test_the_effort_reaches_the_model_as_its_server_takes_it(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
+    accepted: str,
+    sent: str | None,
+) -> None:
+    marker = uuid.uuid4().hex
+    seen = sim_recorder.watch(marker)
+    settings = make_settings(llm_reasoning_efforts=accepted)
+    body = {"input": f"{marker} [tokens=3]", "reasoning": {"effort": "xhigh"}}
+    rid = run(store, settings, model, body)  # the simulator, like vLLM, refuses xhigh
+
+    assert seen[0].get("reasoning_effort") == sent
+    assert store.get(rid).response.reasoning == {"effort": "xhigh", "summary": None}
+
+
+def test_no_effort_is_sent_unless_asked(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
+) -> None:
+    marker = uuid.uuid4().hex
+    seen = sim_recorder.watch(marker)
+    run(store, make_settings(), model, {"input": f"{marker} [tokens=3]"})
+
+    assert "reasoning_effort" not in seen[0]
+
+
+def test_the_model_servers_efforts_are_checked() -> None:
+    with pytest.raises(pydantic.ValidationError, match="expected some of none, minimal"):
+        Settings(llm_reasoning_efforts="low,extreme")
+    assert Settings(llm_reasoning_efforts=" high, low ,").reasoning_effort_list == ("low", "high")

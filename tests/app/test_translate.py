@@ -6,6 +6,7 @@ from app.providers.translate import (
     ModelRequest,
     build_chat_body,
     chat_params,
+    reasoning_effort_param,
     to_chat_messages,
     to_chat_tool,
     to_chat_tool_choice,
@@ -247,3 +248,27 @@ def test_build_chat_body_streams_with_usage_and_sends_tools_only_when_declared()
     assert with_tools["tools"] == [to_chat_tool({"type": "function", "name": "f"})]
     assert with_tools["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert with_tools["parallel_tool_calls"] is False
+
+
+VLLM_EFFORTS = ("low", "medium", "high")
+
+
+@pytest.mark.parametrize(
+    ("effort", "accepted", "sent"),
+    [
+        ("high", VLLM_EFFORTS, "high"),
+        ("xhigh", VLLM_EFFORTS, "high"),
+        ("minimal", VLLM_EFFORTS, "low"),
+        ("none", VLLM_EFFORTS, "low"),
+        ("none", ("none", *VLLM_EFFORTS), "none"),
+        ("medium", ("low", "high"), "low"),  # the lower of two as near
+        ("minimal", ("none", "xhigh"), "none"),
+        ("high", (), None),  # a model server that takes no effort gets none
+        (None, VLLM_EFFORTS, None),
+    ],
+)
+def test_reasoning_effort_goes_as_the_nearest_the_server_takes(
+    effort: str | None, accepted: tuple[str, ...], sent: str | None
+) -> None:
+    expected = {} if sent is None else {"reasoning_effort": sent}
+    assert reasoning_effort_param(effort, accepted) == expected

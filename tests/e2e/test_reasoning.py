@@ -78,3 +78,22 @@ def test_resent_encrypted_reasoning_reaches_the_model_again(
     assistant = sent[1]["messages"][1]
     assert assistant["reasoning_content"] == first.output[0].content[0].text  # type: ignore[union-attr,index]
     assert assistant["content"] == first.output_text
+
+
+def test_the_effort_reaches_a_vllm_like_model_server_in_its_terms(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    stream = client.responses.create(
+        model="antwort-sim",
+        input=f"{marker} why [reason]",
+        reasoning={"effort": "minimal", "summary": "auto"},
+        stream=True,
+        **STATELESS,
+    )
+    done = list(stream)[-1]
+
+    assert done.type == "response.completed"
+    assert done.response.reasoning and done.response.reasoning.effort == "minimal"  # as asked
+    assert sent[0]["reasoning_effort"] == "low"  # the least of vLLM's low, medium and high

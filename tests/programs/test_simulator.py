@@ -586,7 +586,14 @@ def test_bad_json_is_400_json(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize(
-    "body", [{}, {"messages": []}, {"messages": ["hi"]}, {"messages": [_user("x")], "tools": {}}]
+    "body",
+    [
+        {},
+        {"messages": []},
+        {"messages": ["hi"]},
+        {"messages": [_user("x")], "tools": {}},
+        {"messages": [_user("x")], "reasoning_effort": "xhigh"},  # vLLM takes low/medium/high
+    ],
 )
 def test_malformed_request_is_400(client: httpx.Client, body: dict[str, Any]) -> None:
     response = client.post("/chat/completions", json=body)
