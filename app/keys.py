@@ -182,6 +182,10 @@ class Keys:
         """String with TTL: when a client cancelled the response (epoch seconds)."""
         return f"{self._r(response_id)}:cancelled-at"
 
+    def steered(self, response_id: str) -> str:
+        """String with TTL: a WebSocket client steered the response (its next turn stops it)."""
+        return f"{self._r(response_id)}:steered"
+
     def tool_claim(self, response_id: str, call_id: str) -> str:
         """String with TTL: a tool task is executing this call right now."""
         return f"{self._r(response_id)}:tool:{call_id}:claim"

@@ -8,8 +8,10 @@ committed (N). Each call takes the response's lease, loads its state and takes o
 2. the results of turn N's server-side calls are collected from the store in call order, as
    their kinds present them; calls still without a result are dispatched again (``RunTools``);
 3. calls the client must answer pause the response (``PauseForClient``), and the turn limit
-   stops it (``StopIncomplete``); a response that only stores its request's state (WebSocket
-   mode's ``"generate": false``) completes here with no output (``Complete``);
+   stops it (``StopIncomplete``), as does a WebSocket client's ``response.steer`` once the model
+   has spoken (reason ``steered``: the connection continues in a successor); a response that
+   only stores its request's state (WebSocket mode's ``"generate": false``) completes here with
+   no output (``Complete``);
 4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the model is called
    for turn N+1 and its calls are planned (:mod:`app.plan`).
 
@@ -153,6 +155,8 @@ class RunState:
     """Where this turn's events begin (the last sequence number before it first started)."""
     is_rerun: bool = False
     """The turn was started before: its events so far are not emitted again."""
+    steered: bool = False
+    """A WebSocket client steered the response: it stops before its next model call."""
     waiting_until: float | None = None
     """Set when the run hands calls to tool workers: by then the next run must have started."""
     finished: bool = False
@@ -265,6 +269,8 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         return PauseForClient(status=status)
     if state.turn >= deps.settings.max_turns:
         return StopIncomplete(reason="max_turns")
+    if state.steered and state.turn > 0:  # a safe boundary: the model has spoken, tools are done
+        return StopIncomplete(reason="steered")
     if state.extra.get(NO_OUTPUT_EXTRA):  # the request's state only ("generate": false)
         return Complete()
     state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
@@ -357,6 +363,7 @@ def load_state(
         ),
         start_sequence_number=loaded.start_sequence_number,
         is_rerun=loaded.is_rerun,
+        steered=loaded.steered,
         fence=fence,
     )
 

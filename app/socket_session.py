@@ -22,6 +22,17 @@ Each lane remembers its most recent response. Continuing from it with
 ``previous_response_id`` works even when it was created with ``store: false``: the connection
 hands the conversation it holds (``context``) to the new response. Another connection knows
 nothing of it (``previous_response_not_found``), and a continuation that fails forgets it.
+**Steering.** ``response.steer`` queues user input for a response of the connection that is
+still running (:mod:`app.steering`); the reader answers it at once with
+``response.steer.accepted`` (or ``.failed``), in the target's lane. The run stops the response
+before its next model call (``incomplete``, reason ``steered``); when it ends ``incomplete`` or
+``completed``, its lane creates a successor from it with the queued input and the steered
+response's own request, whose ``response.created`` commits the input. A response that paused
+for its client's tool results or approvals keeps the input (``response.steer.pending``, with
+the stubs it waits for) and puts it before the input of the client's next ``response.create``
+from it; one that failed or was cancelled returns it (``response.steer.failed``). Steering
+events count their own ``sequence_number``, one series for the connection.
+
 The connection belongs to the tenant of its handshake's key: it continues only that tenant's
 stored responses, and its creates count against that tenant's limits.
 Errors are ``{"type": "error", "status", "error": {"code", "message", "param", "type"}}`` (and
@@ -37,7 +48,7 @@ import json
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -52,6 +63,20 @@ from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
 from app.relay import EventHub, Keepalive, each_event, follow_event_batches
 from app.responses import create_response
+from app.steering import (
+    MAX_STEERS,
+    STEER_EVENT,
+    Steer,
+    SteerRefused,
+    accepted_event,
+    encoded,
+    failed_event,
+    parse_steer,
+    pending_event,
+    required_input,
+    successor_body,
+    with_queued,
+)
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT, Tenant
 
@@ -62,6 +87,8 @@ _ENVELOPE = frozenset({"type", "stream", "generate", "stream_id"})
 """A message's fields that are not the create body's."""
 _CONTINUABLE = frozenset({"completed", "incomplete", "requires_action"})
 _MAX_STREAM_ID = 64
+_ENDED_KEPT = 256
+"""Ended responses a connection remembers, to answer a late ``response.steer`` for them."""
 
 Lane = str | None
 """A message's ``stream_id``; None: the default lane."""
@@ -126,6 +153,38 @@ def in_lane(data: str, lane: Lane) -> str:
     return f'{data[:-1]},"stream_id":{json.dumps(lane, ensure_ascii=False)}}}'
 
 
+@dataclass(slots=True, kw_only=True)
+class _Running:
+    """A response of the connection whose events are being relayed."""
+
+    lane: Lane
+    steerable: bool
+    """Not bound to a conversation (those cannot be steered)."""
+    steers: list[Steer]
+    """Accepted for it, not yet committed to a successor."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Ended:
+    """A response of the connection that ended."""
+
+    lane: Lane
+    status: str
+    required: list[dict[str, Any]]
+    """The results and approvals its client owes it (:func:`app.steering.required_input`);
+    empty once the client continued it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Created:
+    """A response the connection created, before its events are relayed."""
+
+    response_id: str
+    previous: str | None
+    before: list[dict[str, Any]] | None
+    """Unstored: the conversation up to its output."""
+
+
 @dataclass(frozen=True, slots=True)
 class CreateMessage:
     """A ``response.create`` message: the create body, and whether the model is called."""
@@ -158,7 +217,8 @@ def parse_create_event(event: Any) -> CreateMessage:
         raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
     if event.get("type") != CREATE_EVENT:
         raise InvalidRequestError(
-            f"Unsupported event type {quoted(event.get('type'))}; send '{CREATE_EVENT}'.",
+            f"Unsupported event type {quoted(event.get('type'))}; send '{CREATE_EVENT}' "
+            f"or '{STEER_EVENT}'.",
             param="type",
             code="invalid_event_type",
         )
@@ -203,6 +263,19 @@ class _Message:
     event: Any
     error: AppError | None = None
     """Not JSON: the error its lane sends, in its turn."""
+    claimed: _Claimed | None = None
+    """A create from a paused response: what the reader took from it for this continuation."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Claimed:
+    """What a continuation of a paused response takes over from it."""
+
+    previous: str
+    steers: list[Steer]
+    """Its queued steers, to go before the continuation's input."""
+    required: list[dict[str, Any]]
+    """What it waited for (put back should the continuation be refused)."""
 
 
 class SocketSession:
@@ -236,6 +309,11 @@ class SocketSession:
         self._last_done = self.clock()
         self._ended = False
         self._sending = threading.Lock()
+        self._running: dict[str, _Running] = {}
+        self._ended_responses: OrderedDict[str, _Ended] = OrderedDict()
+        self._queued: dict[str, list[Steer]] = {}
+        """A paused response's accepted steers, for the client's continuation of it."""
+        self._steer_events = 0
 
     def serve(self, transport: Transport) -> str:
         """Read messages until the client leaves, the connection's time is up, or it idles.
@@ -292,6 +370,12 @@ class SocketSession:
             taken = _Message(load_json(message))
         except AppError as error:
             taken = _Message(None, error=error)
+        if isinstance(taken.event, dict) and taken.event.get("type") == STEER_EVENT:
+            self._steer(transport, taken.event)
+            return
+        if isinstance(taken.event, dict) and taken.event.get("type") == CREATE_EVENT:
+            # in message order: a steer read after this create finds its response continued
+            taken = _Message(taken.event, claimed=self._claim(taken.event))
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1
@@ -351,7 +435,9 @@ class SocketSession:
                     raise message.error
                 create = parse_create_event(message.event)
                 body = create.body
-                self.run(transport, body, generate=create.generate, lane=lane)
+                self.run(
+                    transport, body, generate=create.generate, lane=lane, claimed=message.claimed
+                )
             except ConnectionLimitError:
                 return False  # the reader says why, once
             except AppError as error:
@@ -372,15 +458,44 @@ class SocketSession:
         *,
         generate: bool = True,
         lane: Lane = None,
+        claimed: _Claimed | None = None,
     ) -> None:
         """Create the response, relay its events, and remember it when it can be continued.
 
-        ``generate``: False to complete it with no output (the request's state only).
+        Then its successors, while steering input arrives for them.
+
+        ``generate``: False to complete it with no output (the request's state only);
+        ``claimed``: what it continues a paused response with (its queued steers go first).
 
         Raises:
             AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
                 when the connection's time ran out while the response ran.
         """
+        steers = claimed.steers if claimed is not None else []
+        try:
+            created = self._create(with_queued(body, steers) if steers else body, generate, lane)
+        except AppError:
+            if claimed is not None:
+                self._put_back(claimed)
+            raise
+        while True:
+            final = self._follow(transport, created, lane)
+            steers = self._settle(transport, created.response_id, final, lane)
+            if not steers:
+                return
+            body = successor_body(body, created.response_id, steers)
+            try:
+                created = self._create(body, True, lane)
+            except AppError as error:
+                refused = SteerRefused(
+                    f"The successor response could not be created: {error.message}",
+                    code="successor_creation_failed",
+                )
+                for steer in steers:
+                    self._send_steer_event(transport, lane, refused, steer)
+                return
+
+    def _create(self, body: dict[str, Any], generate: bool, lane: Lane) -> _Created:
         previous = body.get("previous_response_id")
         context = self.context_of(previous)
         caller = Caller(  # this create's headers
@@ -401,15 +516,184 @@ class SocketSession:
         if not request.store:
             history = context if context is not None else self._history(previous)
             before = [*history, *self.store.inputs(response.id)]
-        final = self.relay(transport, response.id, lane)
-        if final is None:
-            raise ConnectionLimitError(_limit_reached().message)
+        with self._state:
+            self._running[response.id] = _Running(
+                lane=lane, steerable=request.conversation_id is None, steers=[]
+            )
+        return _Created(response_id=response.id, previous=previous, before=before)
+
+    def _follow(self, transport: Transport, created: _Created, lane: Lane) -> dict[str, Any]:
+        """Relay the response's events; its final object, which the lane remembers."""
+        try:
+            final = self.relay(transport, created.response_id, lane)
+            if final is None:
+                raise ConnectionLimitError(_limit_reached().message)
+        except BaseException:
+            with self._state:
+                self._running.pop(created.response_id, None)
+            raise
         if final["status"] in _CONTINUABLE:
+            before = created.before
             context_after = None if before is None else [*before, *final["output"]]
             with self._state:
-                self.cached[lane] = CachedResponse(response_id=response.id, context=context_after)
+                self.cached[lane] = CachedResponse(
+                    response_id=created.response_id, context=context_after
+                )
         else:
-            self.forget(previous)
+            self.forget(created.previous)
+        return final
+
+    def _settle(
+        self, transport: Transport, response_id: str, final: dict[str, Any], lane: Lane
+    ) -> list[Steer]:
+        """The response ended: the steers to continue it with.
+
+        None when it waits for its client, or cannot be continued: their events say so.
+        """
+        status = final["status"]
+        required = required_input(final.get("output") or []) if status in _CONTINUABLE else []
+        with self._state:
+            running = self._running.pop(response_id, None)
+            steers = running.steers if running is not None else []
+            self._ended_responses[response_id] = _Ended(lane=lane, status=status, required=required)
+            while len(self._ended_responses) > _ENDED_KEPT:
+                forgotten, _ = self._ended_responses.popitem(last=False)
+                self._queued.pop(forgotten, None)
+            if steers and required:
+                self._queued.setdefault(response_id, []).extend(steers)
+        if not steers:
+            return []
+        if required:
+            for steer in steers:
+                self._send_steer_event(transport, lane, required, steer)
+            return []
+        if status in ("completed", "incomplete"):
+            return steers
+        refused = SteerRefused(
+            f"Response {response_id} ended {status} before the steering input was applied.",
+            code="response_not_active",
+        )
+        for steer in steers:
+            self._send_steer_event(transport, lane, refused, steer)
+        return []
+
+    def _steer(self, transport: Transport, event: dict[str, Any]) -> None:
+        """Answer a ``response.steer`` (the reader, at once)."""
+        try:
+            steer = parse_steer(event)
+        except SteerRefused as refused:
+            assert refused.steer is not None
+            lane = self._lane_of_response(refused.steer.previous_response_id)
+            self._send_steer_event(transport, lane, refused, refused.steer, known=False)
+            return
+        except InvalidRequestError as error:
+            self._send(transport, error_message(error))
+            return
+        with self._state:
+            lane, answer, first = self._queue_steer(steer)
+        if isinstance(answer, SteerRefused):
+            self._send_steer_event(transport, lane, answer, steer, known=False)
+            return
+        if first:
+            self.store.mark_steered(steer.previous_response_id)
+        self._send_steer_event(transport, lane, None, steer)
+        if answer:
+            self._send_steer_event(transport, lane, answer, steer)
+
+    def _queue_steer(
+        self, steer: Steer
+    ) -> tuple[Lane, SteerRefused | list[dict[str, Any]] | None, bool]:
+        """Under the lock: queue ``steer`` where its response takes it.
+
+        Returns the response's lane; why it is refused, or the stubs a paused response waits
+        for (``response.steer.pending``), or None; and whether it is the running response's
+        first steer (the run is told then).
+        """
+        target = steer.previous_response_id
+        running = self._running.get(target)
+        if running is not None:
+            if not running.steerable:
+                refusal = "A response bound to a conversation cannot be steered."
+                return running.lane, SteerRefused(refusal, code="steering_not_supported"), False
+            if len(running.steers) >= MAX_STEERS:
+                return running.lane, _too_many(target), False
+            running.steers.append(steer)
+            return running.lane, None, len(running.steers) == 1
+        ended = self._ended_responses.get(target)
+        if ended is None:
+            refusal = f"No response {target} is running on this connection."
+            return None, SteerRefused(refusal, code="response_not_found"), False
+        if ended.required:  # paused for its client: queued for the client's continuation
+            queued = self._queued.setdefault(target, [])
+            if len(queued) >= MAX_STEERS:
+                return ended.lane, _too_many(target), False
+            queued.append(steer)
+            return ended.lane, ended.required, False
+        if ended.status in _CONTINUABLE:
+            refusal = f"Response {target} has completed; continue it with 'response.create'."
+            return ended.lane, SteerRefused(refusal, code="response_already_completed"), False
+        refusal = f"Response {target} ended {ended.status} and takes no steering input."
+        return ended.lane, SteerRefused(refusal, code="response_not_active"), False
+
+    def _claim(self, event: dict[str, Any]) -> _Claimed | None:
+        """A create from a paused response takes its queued steers, and it waits no more.
+
+        A later steer for it is ``response_already_completed``.
+        """
+        previous = event.get("previous_response_id")
+        if not isinstance(previous, str):
+            return None
+        with self._state:
+            ended = self._ended_responses.get(previous)
+            if ended is None or not ended.required:
+                return None
+            self._ended_responses[previous] = _Ended(
+                lane=ended.lane, status=ended.status, required=[]
+            )
+            steers = self._queued.pop(previous, [])
+        return _Claimed(previous=previous, steers=steers, required=ended.required)
+
+    def _put_back(self, claimed: _Claimed) -> None:
+        """The continuation was refused: the paused response waits, its steers queued, again."""
+        with self._state:
+            ended = self._ended_responses.get(claimed.previous)
+            if ended is not None:
+                self._ended_responses[claimed.previous] = _Ended(
+                    lane=ended.lane, status=ended.status, required=claimed.required
+                )
+            if claimed.steers:
+                queued = self._queued.get(claimed.previous, [])
+                self._queued[claimed.previous] = [*claimed.steers, *queued]
+
+    def _lane_of_response(self, response_id: str) -> Lane:
+        with self._state:
+            known = self._running.get(response_id) or self._ended_responses.get(response_id)
+            return None if known is None else known.lane
+
+    def _send_steer_event(
+        self,
+        transport: Transport,
+        lane: Lane,
+        answer: SteerRefused | list[dict[str, Any]] | None,
+        steer: Steer,
+        *,
+        known: bool = True,
+    ) -> None:
+        """Send ``steer``'s event in ``lane``.
+
+        ``response.steer.accepted`` without an ``answer``, ``.pending`` with the stubs, or
+        ``.failed`` with why; ``known``: its id was given out.
+        """
+        with self._state:
+            sequence_number = self._steer_events
+            self._steer_events += 1
+        if answer is None:
+            event = accepted_event(steer, sequence_number)
+        elif isinstance(answer, list):
+            event = pending_event(steer, answer, sequence_number)
+        else:
+            event = failed_event(answer, steer, sequence_number, known=known)
+        self._send(transport, in_lane(encoded(event), lane))
 
     def relay(
         self, transport: Transport, response_id: str, lane: Lane = None
@@ -454,6 +738,13 @@ class SocketSession:
 
     def _history(self, previous: str | None) -> list[dict[str, Any]]:
         return load_history(self.store, previous, owner=self.caller.tenant.name) if previous else []
+
+
+def _too_many(response_id: str) -> SteerRefused:
+    return SteerRefused(
+        f"Response {response_id} has {MAX_STEERS} steering inputs queued already.",
+        code="too_many_pending_steers",
+    )
 
 
 def _limit_reached() -> ConnectionLimitError:

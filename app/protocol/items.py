@@ -102,14 +102,34 @@ class FunctionCallItem(_Strict):
     """The ``namespace`` tool the function belongs to."""
 
 
+class DirectCaller(_Strict):
+    """``caller`` of a call the model made itself."""
+
+    type: Literal["direct"]
+
+
+class ProgramCaller(_Strict):
+    """``caller`` of a call a program item made."""
+
+    type: Literal["program"]
+    caller_id: str
+
+
 class FunctionCallOutputItem(_Strict):
-    """The result of a function call, sent back by whoever ran it."""
+    """The result of a function call, sent back by whoever ran it.
+
+    ``name``, ``namespace`` and ``caller`` are the SDK's (a ``response.steer.pending`` stub
+    carries the name); they go no further.
+    """
 
     type: Literal["function_call_output"]
     call_id: str = Field(min_length=1)
     output: str | list[InputText | InputImage | InputFile]
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: Annotated[DirectCaller | ProgramCaller, Field(discriminator="type")] | None = None
 
 
 class ReasoningSummaryText(_Strict):

@@ -148,6 +148,13 @@ class Fleet(StoreBase):
         """Note when a client cancelled the response (for the cancel latency metric)."""
         self.redis.set(self.keys.cancelled_at(response_id), repr(time.time()), ex=3600)
 
+    def mark_steered(self, response_id: str) -> None:
+        """Ask the response to stop before its next model call (``response.steer``).
+
+        The run of its next turn reads the mark (:meth:`~app.store.turns.Turns.load_turn`).
+        """
+        self.redis.set(self.keys.steered(response_id), "1", ex=self.ttl_seconds)
+
     def cancelled_since(self, response_id: str) -> float | None:
         """Seconds since the client's cancel, when one was noted."""
         raw = self.redis.get(self.keys.cancelled_at(response_id))

@@ -369,6 +369,7 @@ class Records(StoreBase):
             self.keys.lease(response_id),
             self.keys.tool_results(response_id),
             self.keys.queued_resends(response_id),
+            self.keys.steered(response_id),
         )
         self.redis.zrem(self.keys.active_of(response_id), response_id)
         if removed:

@@ -34,6 +34,8 @@ class LoadedTurn:
     """The last sequence number before the turn first started (-1: none)."""
     is_rerun: bool
     """The turn was started before (its mark was there): a redelivery or a sweep."""
+    steered: bool = False
+    """A WebSocket client steered the response (:meth:`~app.store.fleet.Fleet.mark_steered`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +76,7 @@ class LoadTurnCall:
     lease: str = key()
     active: str = key()
     starts: str = key()
+    steered: str = key()
     turn_field: str
     """The record's field that marks where the turn's events begin."""
     channel: str
@@ -154,6 +157,7 @@ class Turns(StoreBase):
                 lease=self.keys.lease(response_id),
                 active=self.keys.active_of(response_id),
                 starts=self.keys.turn_starts(response_id, turn),
+                steered=self.keys.steered(response_id),
                 turn_field=turn_mark_field(turn),
                 channel=self.keys.channel(response_id),
                 maxlen=self.stream_maxlen,
@@ -180,10 +184,11 @@ class Turns(StoreBase):
 
 
 def _loaded_turn(raw: list[Any]) -> LoadedTurn:
-    fields, inputs, start, rerun = raw
+    fields, inputs, start, rerun, steered = raw
     return LoadedTurn(
         stored=stored_response(fields),
         inputs=[json.loads(item) for item in inputs],
         start_sequence_number=int(start),
         is_rerun=bool(rerun),
+        steered=bool(steered),
     )

@@ -83,6 +83,16 @@ def rejection(body: Any) -> InvalidRequestError:
         ),
         ({"model": "m", "reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
         (
+            {
+                "model": "m",
+                "input": [
+                    {"type": "function_call_output", "call_id": "c", "output": "x", "caller": {}}
+                ],
+            },
+            "input.0.caller",
+            "invalid_value",
+        ),
+        (
             {"model": "m", "include": ["reasoning.encrypted_content", "everything"]},
             "include.1",
             "invalid_value",
@@ -276,7 +286,14 @@ def test_normalise_input_gives_every_item_an_id() -> None:
                     "name": "get_weather",
                     "arguments": "{}",
                 },
-                {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+                {  # the SDK's newer fields, as a response.steer.pending stub carries them
+                    "type": "function_call_output",
+                    "call_id": "c1",
+                    "output": "rain",
+                    "name": "get_weather",
+                    "namespace": None,
+                    "caller": {"type": "direct"},
+                },
                 {"type": "reasoning", "summary": []},
             ],
         }

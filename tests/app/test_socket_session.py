@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ class ThreadDispatcher:
     """Runs each queued turn in a thread of this process: a fleet of one, for the session."""
 
     def __init__(self, deps: RunDeps):
-        self.deps = deps
+        self.deps = dataclasses.replace(deps, dispatcher=self)  # its turns queue the next here
         self.threads: list[threading.Thread] = []
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:

@@ -22,6 +22,8 @@ from wsproto.events import AcceptConnection, CloseConnection, Ping, Request, Tex
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import check_sequence, raw_events, validate_event
 
+LOCAL_MCP: Any = {"type": "mcp", "server_label": "local", "require_approval": "never"}
+"""The fleet's configured stdio MCP server (tests/support/mcp_servers.py: ``slow`` sleeps)."""
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 WEATHER_TOOL = {
     "type": "function",
@@ -356,6 +358,46 @@ def test_websocket_lanes_with_the_openai_sdk(client: openai.OpenAI) -> None:
     assert {event.pop("stream_id") for event in fork} == {"fork"}
     forked = check_response_events(fork)
     assert forked["previous_response_id"] == lanes["main"][-1]["response"]["id"]
+
+
+def test_steering_a_running_response_with_the_openai_sdk(client: openai.OpenAI) -> None:
+    """``connection.response.steer`` while the response runs an MCP tool: it stops after the
+    tool (``incomplete``, ``steered``) and a successor answers the steering input."""
+    events: list[dict[str, Any]] = []
+    with client.responses.connect() as connection:
+        connection.response.create(
+            model="antwort-sim",
+            input="use slow seconds=1",
+            tools=[LOCAL_MCP],
+            stream_id="agent",
+        )
+        for event in connection:
+            events.append(event.to_dict())
+            if event.type == "response.created" and len(events) == 1:
+                connection.response.steer(
+                    previous_response_id=event.response.id, input="Answer in one word."
+                )
+            if event.type == "response.completed":
+                break
+
+    assert {event.pop("stream_id") for event in events} == {"agent"}
+    steering = [e for e in events if e["type"].startswith("response.steer")]
+    [accepted] = steering
+    assert accepted["type"] == "response.steer.accepted"
+    responses = [e for e in events if not e["type"].startswith("response.steer")]
+    cut = next(i for i, e in enumerate(responses) if e["type"] == "response.incomplete") + 1
+    for events_of_one in (responses[:cut], responses[cut:]):  # the SDK parsed each already
+        check_sequence(events_of_one)
+        assert events_of_one[0]["type"] == "response.created"
+    first, second = responses[cut - 1]["response"], responses[-1]["response"]
+    assert accepted["steer"]["previous_response_id"] == first["id"]
+    assert first["incomplete_details"] == {"reason": "steered"}
+    assert [item["type"] for item in first["output"]] == ["mcp_list_tools", "mcp_call"]
+    assert second["previous_response_id"] == first["id"]
+    assert second["output"][-1]["content"][0]["text"].startswith(
+        "Simulated answer to: Answer in one word."
+    )
+    assert [i.role for i in client.responses.input_items.list(second["id"])] == ["user"]  # type: ignore[union-attr]
 
 
 def until_terminal(connection: Any) -> Iterator[Any]:

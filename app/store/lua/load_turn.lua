@@ -14,8 +14,11 @@
 -- Taking the lease records its token as the record's `holder` (app/store/fence.py), and the
 -- run's task stamp (`run_stamp`, app/telemetry/stamps.py) goes to `run_field`.
 --
+-- `steered` is there when a WebSocket client steered the response (app/socket_session.py).
+--
 -- Returns {1 when the lease was taken (or none was asked for), the start count (0: none
--- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run}}.
+-- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run, 1 when
+-- steered}}.
 --- @include operands
 --- @include events
 local record = KEYS[1]
@@ -25,6 +28,7 @@ local stream = KEYS[4]
 local lease = KEYS[5]
 local active = KEYS[6]
 local starts = KEYS[7]
+local steered = KEYS[8]
 local turn_field = ARGV[1]
 local channel = ARGV[2]
 local maxlen = ARGV[3]
@@ -59,7 +63,7 @@ local function load_turn()
     'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started', 'history')
   local inputs = redis.call('LRANGE', inputs_key, 0, -1)
   local read = {fields[1], fields[2], fields[3], fields[4], fields[7]}
-  if not fields[1] then return {read, inputs, -1, 0} end
+  if not fields[1] then return {read, inputs, -1, 0, 0} end
   -- Which worker runs the turn, and when its message was sent and taken (the last run's).
   if run_stamp ~= '' then redis.call('HSET', record, run_field, run_stamp) end
   -- The run's writes are fenced with its token; `holder` tells them whether another run took
@@ -76,7 +80,7 @@ local function load_turn()
     start(fields)
     read[1], read[2] = fields[1], fields[2]
   end
-  return {read, inputs, mark, rerun}
+  return {read, inputs, mark, rerun, redis.call('EXISTS', steered)}
 end
 
 -- A lease that holds this call's own token was taken by this very call, whose reply was lost
