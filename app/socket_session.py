@@ -22,6 +22,7 @@ Each lane remembers its most recent response. Continuing from it with
 ``previous_response_id`` works even when it was created with ``store: false``: the connection
 hands the conversation it holds (``context``) to the new response. Another connection knows
 nothing of it (``previous_response_not_found``), and a continuation that fails forgets it.
+
 **Steering.** ``response.steer`` queues user input for a response of the connection that is
 still running (:mod:`app.steering`); the reader answers it at once with
 ``response.steer.accepted`` (or ``.failed``), in the target's lane. The run stops the response
@@ -29,9 +30,10 @@ before its next model call (``incomplete``, reason ``steered``); when it ends ``
 ``completed``, its lane creates a successor from it with the queued input and the steered
 response's own request, whose ``response.created`` commits the input. A response that paused
 for its client's tool results or approvals keeps the input (``response.steer.pending``, with
-the stubs it waits for) and puts it before the input of the client's next ``response.create``
-from it; one that failed or was cancelled returns it (``response.steer.failed``). Steering
-events count their own ``sequence_number``, one series for the connection.
+the stubs it waits for) and puts it into the client's next ``response.create`` from it, after
+the results and approvals that input starts with; one that failed or was cancelled returns
+it (``response.steer.failed``). Steering events count their own ``sequence_number``, one
+series for the connection.
 
 The connection belongs to the tenant of its handshake's key: it continues only that tenant's
 stored responses, and its creates count against that tenant's limits.
@@ -465,7 +467,7 @@ class SocketSession:
         Then its successors, while steering input arrives for them.
 
         ``generate``: False to complete it with no output (the request's state only);
-        ``claimed``: what it continues a paused response with (its queued steers go first).
+        ``claimed``: what it continues a paused response with (its queued steers join the input).
 
         Raises:
             AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``

@@ -152,14 +152,27 @@ def successor_body(body: dict[str, Any], response_id: str, steers: list[Steer]) 
 
 
 def with_queued(body: dict[str, Any], steers: list[Steer]) -> dict[str, Any]:
-    """A client's own continuation with the queued steering input before its input."""
+    """A client's own continuation with the queued steering input.
+
+    The input goes after the results and approvals the continuation starts with (OpenAI puts it
+    first): a chat model server takes no message between a turn's calls and their results.
+    """
     own = body.get("input", [])
     own_items = (
         [{"type": "message", "role": "user", "content": own}] if isinstance(own, str) else own
     )
     if not isinstance(own_items, list):  # the create refuses it, naming `input`
         return body
-    return {**body, "input": [*(item for s in steers for item in s.items), *own_items]}
+    answers = 0
+    while answers < len(own_items) and _is_answer(own_items[answers]):
+        answers += 1
+    steered = [item for steer in steers for item in steer.items]
+    return {**body, "input": [*own_items[:answers], *steered, *own_items[answers:]]}
+
+
+def _is_answer(item: Any) -> bool:
+    kind = item.get("type") if isinstance(item, dict) else None
+    return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_approval_response")
 
 
 def accepted_event(steer: Steer, sequence_number: int) -> dict[str, Any]:

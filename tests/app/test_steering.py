@@ -12,7 +12,7 @@ from openai.types.responses import ResponsesServerEvent
 
 from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta, UsageReport
 from app.socket_session import SocketSession
-from app.steering import MAX_STEERS, parse_steer, required_input
+from app.steering import MAX_STEERS, parse_steer, required_input, with_queued
 from app.store import ResponseStore
 from tests.app import test_socket_session
 from tests.app.test_run import USAGE, WEATHER_TOOL
@@ -223,8 +223,8 @@ def test_a_paused_response_keeps_the_input_for_its_clients_continuation(
         {"type": "function_call_output", "call_id": "call_1", "name": "get_weather"}
     ]
     kinds = [item["type"] for item in model.requests[1].items]
-    assert kinds[-2:] == ["message", "function_call_output"]  # the steer first
-    assert "Also tomorrow?" in model.texts(1)[-2]
+    assert kinds[-2:] == ["function_call_output", "message"]  # the steer after the result
+    assert "Also tomorrow?" in model.texts(1)[-1]
     [late] = client.of_type("response.steer.failed")
     assert late["error"]["code"] == "response_already_completed"
     validated(client.sent)
@@ -330,3 +330,23 @@ def test_parse_steer_takes_user_messages_as_items() -> None:
 def serve_until_left(session: SocketSession, transport: ScriptedTransport) -> None:
     with pytest.raises(ConnectionAbortedError):
         session.serve(transport)
+
+
+def test_queued_input_goes_after_the_results_a_continuation_starts_with() -> None:
+    steer = parse_steer({"type": "response.steer", "previous_response_id": "r", "input": "Hi"})
+    result = {"type": "function_call_output", "call_id": "c", "output": "20 C"}
+    approval = {"type": "mcp_approval_response", "approval_request_id": "a", "approve": True}
+    own = {"role": "user", "content": "Go on."}
+
+    def roles(input_: Any) -> list[str]:
+        items = with_queued({"input": input_}, [steer])["input"]
+        return [item.get("role") or item["type"] for item in items]
+
+    assert roles([result, approval, own]) == [
+        "function_call_output",
+        "mcp_approval_response",
+        "user",
+        "user",
+    ]
+    assert with_queued({"input": [result, own]}, [steer])["input"][1] == steer.items[0]
+    assert roles("Go on.") == ["user", "user"]  # no results: the steer first, as OpenAI has it
