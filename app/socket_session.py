@@ -316,6 +316,7 @@ class SocketSession:
         self._queued: dict[str, list[Steer]] = {}
         """A paused response's accepted steers, for the client's continuation of it."""
         self._steer_events = 0
+        """Steering events sent (their ``sequence_number``s); under ``_sending``."""
 
     def serve(self, transport: Transport) -> str:
         """Read messages until the client leaves, the connection's time is up, or it idles.
@@ -686,16 +687,16 @@ class SocketSession:
         ``response.steer.accepted`` without an ``answer``, ``.pending`` with the stubs, or
         ``.failed`` with why; ``known``: its id was given out.
         """
-        with self._state:
+        with self._sending:  # numbered as sent, whichever thread sends it
             sequence_number = self._steer_events
             self._steer_events += 1
-        if answer is None:
-            event = accepted_event(steer, sequence_number)
-        elif isinstance(answer, list):
-            event = pending_event(steer, answer, sequence_number)
-        else:
-            event = failed_event(answer, steer, sequence_number, known=known)
-        self._send(transport, in_lane(encoded(event), lane))
+            if answer is None:
+                event = accepted_event(steer, sequence_number)
+            elif isinstance(answer, list):
+                event = pending_event(steer, answer, sequence_number)
+            else:
+                event = failed_event(answer, steer, sequence_number, known=known)
+            transport.send(in_lane(encoded(event), lane))
 
     def relay(
         self, transport: Transport, response_id: str, lane: Lane = None
