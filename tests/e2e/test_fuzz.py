@@ -101,6 +101,14 @@ MESSAGES = st.one_of(
             "stream_id": st.one_of(st.text(max_size=80), JSON_VALUES),
         },
     ).map(json.dumps),
+    st.fixed_dictionaries(  # no response of the socket runs: each is refused, none breaks it
+        {"type": st.just("response.steer")},
+        optional={
+            "previous_response_id": st.one_of(st.text(max_size=80), JSON_VALUES),
+            "input": JSON_VALUES,
+            "stream_id": JSON_VALUES,
+        },
+    ).map(json.dumps),
 )
 
 
@@ -117,4 +125,8 @@ def test_fuzz_websocket_messages_get_events_not_a_broken_stream(fleet: Fleet, me
                 assert {"type", "code", "message", "param"} <= set(event["error"]), event
                 return
             if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                return
+            if event["type"] == "response.steer.failed":
+                assert event["error"]["type"] == "invalid_request_error", event
+                assert event["error"]["code"] in ("response_not_found", "invalid_input"), event
                 return
