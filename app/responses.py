@@ -53,6 +53,10 @@ _ITEM_PREFIX = {
     "compaction": "cmp",
     "code_interpreter_call": "ci",
     "mcp_approval_response": "mcpa",
+    "mcp_list_tools": "mcpl",
+    "mcp_call": "mcp",
+    "mcp_approval_request": "mcpr",
+    "web_search_call": "ws",
     **CLIENT_ITEM_PREFIXES,
 }
 

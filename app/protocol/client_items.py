@@ -35,6 +35,8 @@ class CustomToolCallItem(_Strict):
     namespace: str | None = None
     id: str | None = None
     caller: Caller | None = None
+    async_: bool | None = Field(default=None, alias="async", exclude=True)
+    """The SDK's, taken and dropped: the fleet runs every call in its turn."""
 
 
 class CustomToolCallOutputItem(_Strict):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapt
 from app.protocol.client_items import (
     ApplyPatchCallItem,
     ApplyPatchCallOutputItem,
+    Caller,
     ComputerCallItem,
     ComputerCallOutputItem,
     CustomToolCallItem,
@@ -100,19 +101,9 @@ class FunctionCallItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     namespace: str | None = None
     """The ``namespace`` tool the function belongs to."""
-
-
-class DirectCaller(_Strict):
-    """``caller`` of a call the model made itself."""
-
-    type: Literal["direct"]
-
-
-class ProgramCaller(_Strict):
-    """``caller`` of a call a program item made."""
-
-    type: Literal["program"]
-    caller_id: str
+    caller: Caller | None = None
+    async_: bool | None = Field(default=None, alias="async", exclude=True)
+    """The SDK's, taken and dropped: the fleet runs every call in its turn."""
 
 
 class FunctionCallOutputItem(_Strict):
@@ -129,7 +120,7 @@ class FunctionCallOutputItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     name: str | None = None
     namespace: str | None = None
-    caller: Annotated[DirectCaller | ProgramCaller, Field(discriminator="type")] | None = None
+    caller: Caller | None = None
 
 
 class ReasoningSummaryText(_Strict):
@@ -165,6 +156,69 @@ class McpApprovalResponseItem(_Strict):
     approve: bool
     reason: str | None = None
     id: str | None = None
+
+
+class McpListedTool(_Strict):
+    """One tool of an ``mcp_list_tools`` item."""
+
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class McpListToolsItem(_Strict):
+    """A server's tool listing, sent back as input (a stateless client's history).
+
+    Context only: the fleet lists the server again rather than trust a client's listing.
+    """
+
+    type: Literal["mcp_list_tools"]
+    id: str = Field(min_length=1)
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None
+
+
+class McpCallItem(_Strict):
+    """An MCP call with its result, sent back as input (a stateless client's history)."""
+
+    type: Literal["mcp_call"]
+    id: str = Field(min_length=1)
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    """The SDK's ``McpToolCallError`` (``mcp_protocol_error``, ``http_error`` …)."""
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+    approval_request_id: str | None = None
+    content: list[dict[str, Any]] | None = None
+    """The fleet's: the MCP result's content blocks (``app.tools.mcp.presenter``)."""
+    structured_content: Any = None
+    """The fleet's: the MCP result's structured content."""
+
+
+class McpApprovalRequestItem(_Strict):
+    """An approval request sent back as input, before the client's answer to it.
+
+    A stateless client's history: the answer may follow it in the same input.
+    """
+
+    type: Literal["mcp_approval_request"]
+    id: str = Field(min_length=1)
+    server_label: str
+    name: str
+    arguments: str
+
+
+class WebSearchCallItem(_Strict):
+    """A web search call, sent back as input (a stateless client's history); context only."""
+
+    type: Literal["web_search_call"]
+    id: str = Field(min_length=1)
+    status: Literal["in_progress", "searching", "completed", "failed"]
+    action: dict[str, Any] | None = None
 
 
 class CompactionItem(_Strict):
@@ -215,6 +269,10 @@ InputItem = Annotated[
     | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
+    | Annotated[McpListToolsItem, Tag("mcp_list_tools")]
+    | Annotated[McpCallItem, Tag("mcp_call")]
+    | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
+    | Annotated[WebSearchCallItem, Tag("web_search_call")]
     # the client-executed kinds' calls and outputs (app/protocol/client_items.py)
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
     | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]

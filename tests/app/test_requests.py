@@ -18,6 +18,7 @@ from app.responses import (
     parse_request,
 )
 from app.store import ResponseStore
+from app.tools.mcp.requests import check_approval_responses
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.round_trips import CountingConnection, counting_client
 
@@ -89,8 +90,8 @@ def rejection(body: Any) -> InvalidRequestError:
                     {"type": "function_call_output", "call_id": "c", "output": "x", "caller": {}}
                 ],
             },
-            "input.0.caller",
-            "invalid_value",
+            "input.0.caller.type",
+            "missing_required_parameter",
         ),
         (
             {"model": "m", "include": ["reasoning.encrypted_content", "everything"]},
@@ -470,3 +471,61 @@ def test_create_response_stores_watches_and_emits_in_one_round_trip(
         assert watch is not None and started + 29 < watch < time.time() + 31
     finally:
         client.close()
+
+
+def test_a_stateless_clients_history_items_are_taken_as_input() -> None:
+    """What the fleet's own output holds comes back as input from a client that sends the
+    whole history (the Agents SDK's default): MCP listings, calls and approval requests, web
+    search calls, and the SDK's newer call fields."""
+    history = [
+        {"role": "user", "content": "Echo papaya"},
+        {
+            "type": "mcp_list_tools",
+            "id": "mcpl_1",
+            "server_label": "local",
+            "tools": [{"name": "echo", "input_schema": {"type": "object"}, "annotations": None}],
+            "error": None,
+        },
+        {
+            "type": "mcp_approval_request",
+            "id": "mcpr_1",
+            "server_label": "local",
+            "name": "echo",
+            "arguments": "{}",
+        },
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        {
+            "type": "mcp_call",
+            "id": "mcp_1",
+            "server_label": "local",
+            "name": "echo",
+            "arguments": "{}",
+            "output": "papaya",
+            "error": None,
+            "status": "completed",
+            "approval_request_id": "mcpr_1",
+            "content": [{"type": "text", "text": "papaya"}],
+        },
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "papaya"},
+        },
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "async": False},
+    ]
+
+    items = normalise_input(parse_request({"model": "m", "input": history}))
+
+    assert [item["type"] for item in items[1:]] == [entry["type"] for entry in history[1:]]
+    assert "async" not in items[-1] and "async_" not in items[-1]  # taken, not kept
+
+
+def test_mcp_approval_answers_may_follow_their_request_in_the_same_input() -> None:
+    request = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "s", "name": "n"}
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+
+    check_approval_responses([], [request, answer])  # the whole history, no chain
+    with pytest.raises(InvalidRequestError) as refused:
+        check_approval_responses([], [answer, request])  # an answer before its request
+    assert refused.value.param == "input.0.approval_request_id"

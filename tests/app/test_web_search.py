@@ -91,9 +91,11 @@ def test_a_request_without_web_search_reads_no_tool_definition(
         built.append("test_search")
         return definition(self)
 
-    monkeypatch.setattr(search_tools.Searcher, "definition", counted)
     settings = make_settings(internal_tool_modules="tests.support.search_tools")
     function = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    # the process's first request loads the registry (once): alone, this test ran first
+    create_response(store, RecordingDispatcher(), settings, {"input": "hi", "tools": [function]})
+    monkeypatch.setattr(search_tools.Searcher, "definition", counted)
     create_response(store, RecordingDispatcher(), settings, {"input": "hi", "tools": [function]})
     assert built == []
     create_response(

@@ -9,6 +9,7 @@ runs the same agent.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -16,6 +17,9 @@ import openai
 import pytest
 from agents import (
     Agent,
+    HostedMCPTool,
+    MCPToolApprovalFunctionResult,
+    MCPToolApprovalRequest,
     ModelSettings,
     OpenAIConversationsSession,
     OpenAIResponsesModel,
@@ -30,6 +34,7 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from tests.e2e.conftest import Fleet
+from tests.support.recording import Recorder
 
 T = TypeVar("T")
 CALLS: list[str] = []
@@ -280,3 +285,55 @@ def test_agents_run_in_a_server_side_conversation(fleet: Fleet, client: openai.O
     for response in [*first.raw_responses, *second.raw_responses]:
         stored = client.responses.retrieve(response.response_id or "")
         assert stored.conversation is not None and stored.conversation.id == conversation.id
+
+
+LOCAL_MCP: Any = {"type": "mcp", "server_label": "local"}
+"""The fleet's configured stdio MCP server (tests/support/mcp_servers.py's tools)."""
+
+
+def test_agents_hosted_mcp_across_runs_of_the_whole_history(
+    fleet: Fleet, sim_recorder: Recorder
+) -> None:
+    """The SDK's default: no ``previous_response_id``, the whole history as input each run,
+    the fleet's ``mcp_list_tools`` and ``mcp_call`` items in it."""
+
+    async def body(client: AsyncOpenAI) -> Any:
+        model = OpenAIResponsesModel(model="antwort-sim", openai_client=client)
+        tool = HostedMCPTool(tool_config={**LOCAL_MCP, "require_approval": "never"})
+        mcp_agent = Agent(name="assistant", model=model, tools=[tool])
+        first = await Runner.run(mcp_agent, "use echo text=papaya")
+        history = [*first.to_input_list(), {"role": "user", "content": f"{marker} and then?"}]
+        return first, await Runner.run(mcp_agent, history)
+
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    first, second = run(fleet, body)
+
+    assert first.final_output == "Tool results: local: papaya"
+    assert second.final_output.startswith(f"Simulated answer to: {marker} and then?")
+    messages = sent[0]["messages"]  # the model sees the earlier MCP call and its result
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert messages[2]["content"] == "local: papaya"
+
+
+def test_agents_hosted_mcp_approval_in_the_whole_history(fleet: Fleet) -> None:
+    """An approval the SDK answers itself (``on_approval_request``), sent with the whole
+    history: the request item, then the SDK's answer to it."""
+    asked: list[str] = []
+
+    def approve(request: MCPToolApprovalRequest) -> MCPToolApprovalFunctionResult:
+        asked.append(request.data.name)
+        return {"approve": True}
+
+    async def body(client: AsyncOpenAI) -> Any:
+        model = OpenAIResponsesModel(model="antwort-sim", openai_client=client)
+        config = {**LOCAL_MCP, "require_approval": "always"}
+        tool = HostedMCPTool(tool_config=config, on_approval_request=approve)
+        return await Runner.run(
+            Agent(name="assistant", model=model, tools=[tool]), "use echo text=kiwi"
+        )
+
+    result = run(fleet, body)
+
+    assert asked == ["echo"]
+    assert result.final_output == "Tool results: local: kiwi"

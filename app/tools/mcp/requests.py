@@ -101,7 +101,10 @@ def _configured(configured: Mapping[str, ConfiguredServer], tool: Item, param: s
 
 
 def check_approval_responses(history: Sequence[Item], inputs: Sequence[Item]) -> None:
-    """Every ``mcp_approval_response`` answers an open approval request of the chain.
+    """Every ``mcp_approval_response`` answers an open approval request.
+
+    The request is the chain's, or one the input carries before it (a stateless client's
+    history).
 
     Raises:
         InvalidRequestError: an answer to no request, or to one answered already.
@@ -113,6 +116,9 @@ def check_approval_responses(history: Sequence[Item], inputs: Sequence[Item]) ->
         i["approval_request_id"] for i in history if i.get("type") == APPROVAL_RESPONSE_ITEM
     }
     for index, item in enumerate(inputs):
+        if item.get("type") == APPROVAL_REQUEST_ITEM:
+            requests.add(item["id"])
+            continue
         if item.get("type") != APPROVAL_RESPONSE_ITEM:
             continue
         request_id = item["approval_request_id"]

@@ -107,12 +107,16 @@ def start_approved_calls(
 ) -> ResponseObject:
     """The response with an ``mcp_call`` item for every approval in its input (once each).
 
-    (The calls run on ``tools.mcp`` workers: ``mcp`` is not needed here.)
+    The calls run on ``tools.mcp`` workers. Servers not listed yet are listed first (with
+    ``mcp``): an approval sent with the whole history, not on a chain, finds no listing there.
     """
     response, inputs = step.response, step.inputs
     if not any(i.get("type") == APPROVAL_RESPONSE_ITEM and i.get("approve") for i in inputs):
         return response  # the chain is not read
-    requests = {i["id"]: i for i in step.history if i.get("type") == APPROVAL_REQUEST_ITEM}
+    response = list_servers(mcp, step, sink)
+    requests = {  # the chain's, or the input's own (a stateless client's history)
+        i["id"]: i for i in [*step.history, *inputs] if i.get("type") == APPROVAL_REQUEST_ITEM
+    }
     started = {i.get("approval_request_id") for i in response.output if i["type"] == CALL_ITEM}
     output = list(response.output)
     for answer in inputs:
