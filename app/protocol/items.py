@@ -218,7 +218,9 @@ class WebSearchCallItem(_Strict):
     type: Literal["web_search_call"]
     id: str = Field(min_length=1)
     status: Literal["in_progress", "searching", "completed", "failed"]
-    action: dict[str, Any] | None = None
+    action: dict[str, Any]
+    output: str | None = None
+    """The fleet's: the search's answer (``app.tools.web_search``)."""
 
 
 class CompactionItem(_Strict):

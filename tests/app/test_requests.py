@@ -511,6 +511,7 @@ def test_a_stateless_clients_history_items_are_taken_as_input() -> None:
             "id": "ws_1",
             "status": "completed",
             "action": {"type": "search", "query": "papaya"},
+            "output": "Papaya is a fruit.",  # the fleet's own field
         },
         {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "async": False},
     ]

@@ -102,3 +102,28 @@ def test_a_request_without_web_search_reads_no_tool_definition(
         store, RecordingDispatcher(), settings, {"input": "hi", "tools": [{"type": "web_search"}]}
     )
     assert built  # a declared web search still finds its plugin
+
+
+def test_a_search_sent_back_with_the_whole_history_reaches_the_model(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    loop = Loop(
+        store=store,
+        settings=make_settings(internal_tool_modules="tests.support.search_tools"),
+        model=ScriptedModel(calls(("call_1", "web_search", '{"query": "antwort"}')), text("Ok.")),
+    )
+    rid = loop.create(tools=[{"type": "web_search"}])
+    loop.drive(rid)
+    history = [{"role": "user", "content": "go"}, *loop.response(rid).output]
+
+    then = {"role": "user", "content": "And then?"}
+    again = loop.create(tools=[{"type": "web_search"}], input=[*history, then])
+    assert loop.drive(again) == "completed"
+
+    search = history[1]
+    assert loop.model.requests[-1].items[1:3] == [
+        {"id": search["id"], "type": "function_call", "call_id": search["id"], "name": "web_search"}
+        | {"arguments": '{"query": "antwort"}'},
+        {"id": search["id"], "type": "function_call_output", "call_id": search["id"]}
+        | {"output": search["output"]},
+    ]
