@@ -163,20 +163,26 @@ def test_a_steered_response_stops_after_its_turn_and_a_successor_takes_the_input
     validated(client.sent)
 
 
+@pytest.mark.parametrize("is_stored", [True, False], ids=["stored", "unstored"])
 def test_a_response_that_completes_first_is_followed_by_a_successor(
-    make_session: Callable[..., SocketSession],
+    make_session: Callable[..., SocketSession], is_stored: bool
 ) -> None:
     model = StepModel(text("Sunny."), text("In Celsius: 20."))
     session = make_session(model)
 
     client = Client(
-        create(input="hold on"), steer_the_first(), ready=release_once_accepted(model, ended(2))
+        create(input="hold on", store=is_stored),
+        steer_the_first(),
+        ready=release_once_accepted(model, ended(2)),
     )
     serve_until_left(session, client)
 
     first, second = (e["response"] for e in client.of_type("response.completed"))
     assert second["previous_response_id"] == first["id"]
+    assert second["store"] is is_stored
     assert second["output"][0]["content"][0]["text"] == "In Celsius: 20."
+    said = ["hold on", "Sunny.", "Use Celsius."]  # the whole conversation reached the model
+    assert [json.loads(text)[0]["text"] for text in model.texts(1)] == said
     assert session.cached[None].response_id == second["id"]
     validated(client.sent)
 
