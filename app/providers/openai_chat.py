@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -51,6 +52,10 @@ class ChatCompletionsProvider:
 
     Retries happen only before the first byte of an answer arrives: a call that failed halfway
     cannot be retried without repeating what the client already saw.
+
+    A model that refuses the request with ``reasoning_effort`` in it (Ollama: "does not support
+    thinking") is asked again without it, once; the provider then leaves the field out for that
+    model (:attr:`refuses_effort`).
     """
 
     def __init__(
@@ -67,6 +72,8 @@ class ChatCompletionsProvider:
         self.max_retries = max_retries
         self.retry_max_wait = retry_max_wait
         self._client = client or model_http_client(api_key=api_key, timeout=timeout)
+        self.refuses_effort: set[str] = set()
+        """Models that refused a request with ``reasoning_effort`` and took it without."""
 
     def close(self) -> None:
         """Release pooled connections."""
@@ -86,6 +93,27 @@ class ChatCompletionsProvider:
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Call the model and yield its answer as it arrives."""
+        if "reasoning_effort" not in request.params:
+            yield from self._stream(request)
+            return
+        if request.model in self.refuses_effort:
+            yield from self._stream(_without_effort(request))
+            return
+        try:
+            yield from self._stream(request)
+        except RequestRefusedError as refused:  # before any answer: nothing was yielded
+            try:
+                yield from self._stream(_without_effort(request))
+            except RequestRefusedError:
+                raise refused from None  # refused for another reason: say the first one
+            logger.warning(
+                "model %s refused reasoning_effort (%s); sending it without from now on",
+                request.model,
+                refused.message,
+            )
+            self.refuses_effort.add(request.model)
+
+    def _stream(self, request: ModelRequest) -> Iterator[Chunk]:
         body = encode_chat_body(request)
         attempt = 0
         while True:
@@ -118,6 +146,15 @@ class ChatCompletionsProvider:
             raise _Retry(f"Model server at {self.base_url} is unreachable: {exc}", 0.5) from exc
 
 
+class RequestRefusedError(UpstreamError):
+    """The model server refused the request as it was (400, 422): no retry helps."""
+
+
+def _without_effort(request: ModelRequest) -> ModelRequest:
+    params = {k: v for k, v in request.params.items() if k != "reasoning_effort"}
+    return dataclasses.replace(request, params=params)
+
+
 class _Retry(Exception):
     def __init__(self, message: str, wait: float):
         super().__init__(message)
@@ -131,6 +168,8 @@ def _raise_for_status(response: httpx.Response) -> None:
     message = f"Model server answered {response.status_code}: {detail}"
     if response.status_code in _RETRYABLE_STATUS:
         raise _Retry(message, _retry_after(response))
+    if response.status_code in (400, 422):
+        raise RequestRefusedError(message)
     raise UpstreamError(message)
 
 

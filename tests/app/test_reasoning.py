@@ -179,3 +179,46 @@ def test_the_model_servers_efforts_are_checked() -> None:
     with pytest.raises(pydantic.ValidationError, match="expected some of none, minimal"):
         Settings(llm_reasoning_efforts="low,extreme")
     assert Settings(llm_reasoning_efforts=" high, low ,").reasoning_effort_list == ("low", "high")
+
+
+def test_a_model_that_refuses_the_effort_is_asked_again_without_it(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
+) -> None:
+    """As Ollama answers a model that does not think; here the simulator refuses ``xhigh``
+    (vLLM's values only) from a fleet told its server takes it."""
+    marker = uuid.uuid4().hex
+    seen = sim_recorder.watch(marker)
+    settings = make_settings(llm_reasoning_efforts="low,medium,high,xhigh")
+    body = {"input": f"{marker} [tokens=3]", "reasoning": {"effort": "xhigh"}}
+
+    run(store, settings, model, body)  # completes
+    run(store, settings, model, body)
+
+    assert [request.get("reasoning_effort") for request in seen] == ["xhigh", None, None]
+    assert model.refuses_effort == {"m"}  # the second run asked once, without it
+
+
+def test_a_request_refused_for_another_reason_fails_as_it_did(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    model: ChatCompletionsProvider,
+    sim_recorder: Recorder,
+) -> None:
+    marker = uuid.uuid4().hex
+    seen = sim_recorder.watch(marker)
+    settings = make_settings()
+    body = {"model": "m", "input": f"{marker} [error=400]", "reasoning": {"effort": "high"}}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+
+    outcome = advance_response(
+        RunDeps(store=store, provider=model, settings=settings), response.id, 0
+    )
+
+    assert outcome == "failed"
+    assert [request.get("reasoning_effort") for request in seen] == ["high", None]
+    assert model.refuses_effort == set()  # the effort was not what it refused
+    error = store.get(response.id).response.error
+    assert error is not None and "Simulated error 400" in error.message
