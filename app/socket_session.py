@@ -66,6 +66,7 @@ from app.protocol.json_text import load_json
 from app.relay import EventHub, Keepalive, each_event, follow_event_batches
 from app.responses import create_response
 from app.steering import (
+    MAX_STEER_BYTES,
     MAX_STEERS,
     STEER_EVENT,
     Steer,
@@ -374,7 +375,7 @@ class SocketSession:
         except AppError as error:
             taken = _Message(None, error=error)
         if isinstance(taken.event, dict) and taken.event.get("type") == STEER_EVENT:
-            self._steer(transport, taken.event)
+            self._steer(transport, taken.event, size=len(message))
             return
         if isinstance(taken.event, dict) and taken.event.get("type") == CREATE_EVENT:
             # in message order: a steer read after this create finds its response continued
@@ -580,10 +581,10 @@ class SocketSession:
             self._send_steer_event(transport, lane, refused, steer)
         return []
 
-    def _steer(self, transport: Transport, event: dict[str, Any]) -> None:
+    def _steer(self, transport: Transport, event: dict[str, Any], *, size: int = 0) -> None:
         """Answer a ``response.steer`` (the reader, at once)."""
         try:
-            steer = parse_steer(event)
+            steer = parse_steer(event, size=size)
         except SteerRefused as refused:
             assert refused.steer is not None
             lane = self._lane_of_response(refused.steer.previous_response_id)
@@ -618,7 +619,7 @@ class SocketSession:
             if not running.steerable:
                 refusal = "A response bound to a conversation cannot be steered."
                 return running.lane, SteerRefused(refusal, code="steering_not_supported"), False
-            if len(running.steers) >= MAX_STEERS:
+            if len(running.steers) >= MAX_STEERS or self._over_budget(steer):
                 return running.lane, _too_many(target), False
             running.steers.append(steer)
             return running.lane, None, len(running.steers) == 1
@@ -628,7 +629,7 @@ class SocketSession:
             return None, SteerRefused(refusal, code="response_not_found"), False
         if ended.required:  # paused for its client: queued for the client's continuation
             queued = self._queued.setdefault(target, [])
-            if len(queued) >= MAX_STEERS:
+            if len(queued) >= MAX_STEERS or self._over_budget(steer):
                 return ended.lane, _too_many(target), False
             queued.append(steer)
             return ended.lane, ended.required, False
@@ -637,6 +638,12 @@ class SocketSession:
             return ended.lane, SteerRefused(refusal, code="response_already_completed"), False
         refusal = f"Response {target} ended {ended.status} and takes no steering input."
         return ended.lane, SteerRefused(refusal, code="response_not_active"), False
+
+    def _over_budget(self, steer: Steer) -> bool:
+        """Under the lock: whether queuing ``steer`` would hold more than ``MAX_STEER_BYTES``."""
+        held = sum(s.size for running in self._running.values() for s in running.steers)
+        held += sum(s.size for queued in self._queued.values() for s in queued)
+        return held + steer.size > MAX_STEER_BYTES
 
     def _claim(self, event: dict[str, Any]) -> _Claimed | None:
         """A create from a paused response takes its queued steers, and it waits no more.
@@ -745,7 +752,8 @@ class SocketSession:
 
 def _too_many(response_id: str) -> SteerRefused:
     return SteerRefused(
-        f"Response {response_id} has {MAX_STEERS} steering inputs queued already.",
+        f"Too much steering input is queued: at most {MAX_STEERS} messages for response "
+        f"{response_id}, and {MAX_STEER_BYTES // (1024 * 1024)} MiB on this connection.",
         code="too_many_pending_steers",
     )
 

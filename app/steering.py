@@ -25,6 +25,9 @@ _PART_TYPES = frozenset({"input_text", "input_image", "input_file"})
 
 MAX_STEERS = 8
 """Steering messages queued for one response at once (``too_many_pending_steers`` after)."""
+MAX_STEER_BYTES = 16 * 1024 * 1024
+"""Steering messages' bytes one connection holds queued, all its responses together (one
+message of the largest body the gateway takes fits; ``too_many_pending_steers`` after)."""
 
 _STUB_OF_CALL = {
     "function_call": "function_call_output",
@@ -46,6 +49,8 @@ class Steer:
     """As the client sent it (returned as is in ``response.steer.failed``)."""
     items: list[dict[str, Any]]
     """The input as input items (user messages)."""
+    size: int = 0
+    """The message's length: what the connection holds for it while it is queued."""
 
 
 class SteerRefused(InvalidRequestError):
@@ -56,8 +61,8 @@ class SteerRefused(InvalidRequestError):
         self.steer = steer
 
 
-def parse_steer(event: dict[str, Any]) -> Steer:
-    """A ``response.steer`` message as a :class:`Steer` with a new id.
+def parse_steer(event: dict[str, Any], *, size: int = 0) -> Steer:
+    """A ``response.steer`` message (``size`` long) as a :class:`Steer` with a new id.
 
     Raises:
         InvalidRequestError: no ``previous_response_id`` string (an ``error`` event answers).
@@ -89,7 +94,9 @@ def parse_steer(event: dict[str, Any]) -> Steer:
         items = _items(steer.input)
     except ValueError as error:
         raise SteerRefused(str(error), code="invalid_input", steer=steer) from None
-    return Steer(id=steer.id, previous_response_id=previous, input=steer.input, items=items)
+    return Steer(
+        id=steer.id, previous_response_id=previous, input=steer.input, items=items, size=size
+    )
 
 
 def _items(raw: Any) -> list[dict[str, Any]]:

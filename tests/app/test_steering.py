@@ -10,6 +10,7 @@ import pydantic
 import pytest
 from openai.types.responses import ResponsesServerEvent
 
+from app import socket_session
 from app.providers.chunks import Chunk, Finish, TextDelta, ToolCallDelta, UsageReport
 from app.socket_session import SocketSession
 from app.steering import MAX_STEERS, parse_steer, required_input, with_queued
@@ -278,32 +279,35 @@ def test_a_steer_without_a_response_id_is_an_error(
     assert (error["type"], error["error"]["param"]) == ("error", "previous_response_id")
 
 
-def test_a_response_takes_a_bounded_number_of_steers(
-    make_session: Callable[..., SocketSession],
+@pytest.mark.parametrize("bound", ["messages", "bytes"])
+def test_a_response_takes_a_bounded_amount_of_steering(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
     model = StepModel(text("Sunny."), text("Later."))
     session = make_session(model)
-    steers = [steer_the_first(f"note {n}") for n in range(MAX_STEERS + 1)]
+    taken = MAX_STEERS
+    if bound == "bytes":  # room for two and a half messages on the connection
+        size = len(steer(previous_response_id="resp_" + "0" * 48, input="note 0"))
+        monkeypatch.setattr(socket_session, "MAX_STEER_BYTES", size * 5 // 2)
+        taken = 2
+    steers = [steer_the_first(f"note {n}") for n in range(taken + 1)]
 
     def answered_then_release(client: Client) -> bool:
         kinds = client.types()
-        if (
-            kinds.count("response.steer.accepted") + kinds.count("response.steer.failed")
-            > MAX_STEERS
-        ):
+        if kinds.count("response.steer.accepted") + kinds.count("response.steer.failed") > taken:
             model.release.set()
         return ended(2)(client)
 
     client = Client(create(input="hold on"), *steers, ready=answered_then_release)
     serve_until_left(session, client)
 
-    assert len(client.of_type("response.steer.accepted")) == MAX_STEERS
+    assert len(client.of_type("response.steer.accepted")) == taken
     [refused] = client.of_type("response.steer.failed")
     assert refused["error"]["code"] == "too_many_pending_steers"
     successor_input = json.dumps(model.texts(1))
-    assert "note 7" in successor_input and "note 8" not in successor_input
+    assert f"note {taken - 1}" in successor_input and f"note {taken}" not in successor_input
     numbers = [e["sequence_number"] for e in client.sent if e["type"].startswith("response.steer")]
-    assert numbers == list(range(MAX_STEERS + 1))  # the connection's own series
+    assert numbers == list(range(taken + 1))  # the connection's own series
 
 
 def test_required_input_names_what_the_client_owes() -> None:
