@@ -276,7 +276,7 @@ class _Claimed:
 
     previous: str
     steers: list[Steer]
-    """Its queued steers, to go before the continuation's input."""
+    """Its queued steers, to join the continuation's input (:func:`app.steering.with_queued`)."""
     required: list[dict[str, Any]]
     """What it waited for (put back should the continuation be refused)."""
 

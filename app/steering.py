@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRequestError, quoted
+from app.tools.mcp.catalog import APPROVAL_REQUEST_ITEM, APPROVAL_RESPONSE_ITEM
+from app.tools.presenters import PresenterIndex
+from app.tools.registry import KINDS
 
 STEER_EVENT = "response.steer"
 _FIELDS = frozenset({"type", "previous_response_id", "input"})
@@ -126,19 +129,20 @@ def _message(item: Any, index: int) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": content}
 
 
-def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def required_input(
+    output: list[dict[str, Any]], presenters: PresenterIndex = KINDS.presenters
+) -> list[dict[str, Any]]:
     """Stubs of the results and approvals the client owes a response that ended with ``output``.
 
-    A call of the client's without its result in the output, and every approval request (its
-    answer comes in the next request).
+    Its calls still without a result (``presenters.unanswered_calls``: a paused response's are
+    the client's), and its approval requests (answered in the next request).
     """
-    answered = {item.get("call_id") for item in output if str(item.get("type")).endswith("_output")}
     stubs: list[dict[str, Any]] = []
-    for item in output:
-        kind = item.get("type")
-        if kind == "mcp_approval_request":
-            stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
-        elif kind in _STUB_OF_CALL and item.get("call_id") not in answered:
+    for item in presenters.unanswered_calls(output):
+        kind = item["type"]
+        if kind == APPROVAL_REQUEST_ITEM:
+            stubs.append({"type": APPROVAL_RESPONSE_ITEM, "approval_request_id": item["id"]})
+        elif kind in _STUB_OF_CALL:
             stub = {"type": _STUB_OF_CALL[kind], "call_id": item["call_id"]}
             if kind == "function_call":
                 stub["name"] = item["name"]
@@ -154,7 +158,7 @@ def successor_body(body: dict[str, Any], response_id: str, steers: list[Steer]) 
     return {
         **{name: value for name, value in body.items() if name != "input"},
         "previous_response_id": response_id,
-        "input": [item for steer in steers for item in steer.items],
+        "input": _items_of(steers),
     }
 
 
@@ -173,13 +177,16 @@ def with_queued(body: dict[str, Any], steers: list[Steer]) -> dict[str, Any]:
     answers = 0
     while answers < len(own_items) and _is_answer(own_items[answers]):
         answers += 1
-    steered = [item for steer in steers for item in steer.items]
-    return {**body, "input": [*own_items[:answers], *steered, *own_items[answers:]]}
+    return {**body, "input": [*own_items[:answers], *_items_of(steers), *own_items[answers:]]}
+
+
+def _items_of(steers: list[Steer]) -> list[dict[str, Any]]:
+    return [item for steer in steers for item in steer.items]
 
 
 def _is_answer(item: Any) -> bool:
     kind = item.get("type") if isinstance(item, dict) else None
-    return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_approval_response")
+    return isinstance(kind, str) and (kind.endswith("_output") or kind == APPROVAL_RESPONSE_ITEM)
 
 
 def accepted_event(steer: Steer, sequence_number: int) -> dict[str, Any]:

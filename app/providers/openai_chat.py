@@ -93,11 +93,10 @@ class ChatCompletionsProvider:
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Call the model and yield its answer as it arrives."""
+        if "reasoning_effort" in request.params and request.model in self.refuses_effort:
+            request = _without_effort(request)
         if "reasoning_effort" not in request.params:
             yield from self._stream(request)
-            return
-        if request.model in self.refuses_effort:
-            yield from self._stream(_without_effort(request))
             return
         try:
             yield from self._stream(request)
