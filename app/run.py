@@ -508,11 +508,21 @@ def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:
 
 
 def _is_fresh_request(state: RunState) -> bool:
-    """The first model turn of a response that asks something new (not only tool outputs)."""
-    return state.turn == 0 and any(
-        not str(i.get("type")).endswith("_output")
-        for i in state.inputs  # every kind's result
-    )
+    """The first model turn of a response that asks something new.
+
+    Something new is a message that no model item (a call, an answer) follows in the input:
+    results alone continue, and so does a client's whole history that ends with the results
+    of the model's calls (the request in it was answered by those calls).
+    """
+    if state.turn != 0:
+        return False
+    for item in reversed(state.inputs):
+        kind = str(item.get("type", "message"))
+        if kind == "message":
+            return bool(item.get("role") != "assistant")
+        if not kind.endswith("_output") and kind != "mcp_approval_response":
+            return False  # the model's own item: what came before it was acted on
+    return False
 
 
 def cancel_by_model(

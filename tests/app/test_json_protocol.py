@@ -401,8 +401,10 @@ def _close_providers() -> Iterator[None]:
         _PROVIDERS.pop().close()
 
 
-def start(store: ResponseStore, settings: Settings, text: str, **body: Any) -> tuple[str, RunDeps]:
-    body = {"input": text, "metadata": JSON_MODE, "background": True, **body}
+def start(
+    store: ResponseStore, settings: Settings, prompt: str, **body: Any
+) -> tuple[str, RunDeps]:
+    body = {"input": prompt, "metadata": JSON_MODE, "background": True, **body}
     response, _ = create_response(store, RecordingDispatcher(), settings, body)
     provider = ChatCompletionsProvider(base_url=str(settings.llm_base_url), max_retries=0)
     _PROVIDERS.append(provider)
@@ -547,3 +549,27 @@ def test_turn_lists_only_the_tools_allowed_tools_lets_run(
 
     system = model.requests[0].instructions or ""
     assert '"clock"' in system and '"get_weather"' not in system
+
+
+def test_a_stateless_continuation_after_a_client_call_is_not_a_new_request(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A client that sends the whole history (the Agents SDK's default) continues after its
+    function's result: the request was planned for already, so no second plan is asked for."""
+    history = [
+        {"type": "message", "role": "user", "content": "get_weather city=Oslo"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+    ]
+    rid, deps = start(store, make_settings(), "", input=history, tools=[WEATHER])
+    assert advance_response(deps, rid, 0) == "completed"
+    [message] = store.get(rid).response.output
+    assert message["content"][0]["text"] == "Tool results: rain"
+    # A new question after an answered one is a new request: it is planned for.
+    history += [
+        {"type": "message", "role": "assistant", "content": "It rains."},
+        {"type": "message", "role": "user", "content": "get_weather city=Bergen"},
+    ]
+    rid, deps = start(store, make_settings(), "", input=history, tools=[WEATHER])
+    assert advance_response(deps, rid, 0) == "completed"
+    assert store.get(rid).extra["plan"] == ["Run get_weather", "Write the answer"]
