@@ -61,6 +61,8 @@ EXCHANGES_EXTRA = "exchanges"
 """The record's ``extra`` field that keeps each turn's :class:`Exchange`, by turn tag."""
 TOOLS_OPEN = "<tools>"
 TOOLS_CLOSE = "</tools>"
+FORMAT_OPEN = "<format>"
+FORMAT_CLOSE = "</format>"
 
 _MAX_CONTINUATIONS = 4
 """Plans and interim replies one model turn may take before its answer is taken as final."""
@@ -97,7 +99,8 @@ class Directive(_Strict):
     """One answer of a model on the JSON tool protocol."""
 
     type: Literal["plan", "tool_request", "reply", "cancel"]
-    message: str | None = None
+    message: str | dict[str, Any] | list[Any] | None = None
+    """Text; under an :class:`AnswerFormat`, a final reply's may be the JSON value itself."""
     step_title: str | None = None
     tool: ToolRequest | None = None
     steps: list[str] | None = None
@@ -111,7 +114,7 @@ class Directive(_Strict):
             raise ValueError('a "tool_request" needs "tool": {"name": ..., "args": {...}}')
         if self.type != "tool_request" and self.tool is not None:
             raise ValueError(f'"tool" belongs to a "tool_request", not to a "{self.type}"')
-        if self.type == "reply" and not self.message:
+        if self.type == "reply" and self.message in (None, ""):
             raise ValueError('a "reply" needs a non-empty "message"')
         return self
 
@@ -142,6 +145,77 @@ class Manifest:
     tools: dict[str, ManifestTool]
     is_required: bool = False
     """``tool_choice`` demands a call: a reply is refused."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerFormat:
+    """What a final reply's message must be under ``text.format``: JSON that fits a schema.
+
+    The protocol's own JSON is what the model writes, so the model server cannot be given the
+    format (``response_format``). It is told in the prompt and checked here instead, a mismatch
+    repaired like any broken answer; and only the final reply's message is shown (the messages
+    of plans, tool requests and interim replies are not), so the answer's text is the document
+    alone, as a client parsing it expects.
+    """
+
+    schema: dict[str, Any]
+    """``json_schema``'s schema; ``{"type": "object"}`` for ``json_object``."""
+    name: str | None = None
+
+    @classmethod
+    def of(cls, response_format: object) -> AnswerFormat | None:
+        """The format a request's ``response_format`` asks for (None: plain text)."""
+        if not isinstance(response_format, Mapping):
+            return None
+        kind = response_format.get("type")
+        if kind == "json_object":
+            return cls(schema={"type": "object"})
+        spec = response_format.get("json_schema")
+        if kind != "json_schema" or not isinstance(spec, Mapping):
+            return None
+        schema = spec.get("schema")
+        return cls(
+            schema=dict(schema) if isinstance(schema, Mapping) else {},
+            name=str(spec.get("name") or "output"),
+        )
+
+    def prompt(self) -> str:
+        """The system prompt's section that tells the model the format."""
+        named = f' "{self.name}"' if self.name else ""
+        listed = json.dumps(self.schema, indent=1)
+        return (
+            "# Answer format\n"
+            f'The "message" of your final "reply" must be JSON that matches the schema{named} '
+            'below: put the JSON value itself in "message", not a string around it. The '
+            'messages of plans, tool requests and replies with "more" are not shown to the user.'
+            f"\n{FORMAT_OPEN}\n{listed}\n{FORMAT_CLOSE}"
+        )
+
+    def answer(self, message: object) -> str:
+        """The final reply's message as the answer's text.
+
+        Raises:
+            ProtocolViolation: the message is not JSON, or does not match the schema.
+        """
+        value = message
+        if isinstance(message, str):
+            text = message.strip()
+            fenced = _FENCE.match(text)
+            try:
+                value = json.loads(fenced.group(1) if fenced else text)
+            except ValueError as exc:
+                raise ProtocolViolation(
+                    f'the "message" of your reply is not JSON ({exc}): the answer format asks '
+                    "for a JSON value that matches its schema"
+                ) from None
+        mismatch = schema_mismatch(self.schema, value)
+        if mismatch is not None:
+            where, problem = mismatch
+            raise ProtocolViolation(
+                f'the "message" of your reply does not match the answer format at '
+                f"'{where or 'message'}': {problem}"
+            )
+        return json.dumps(value, ensure_ascii=False)
 
 
 class ProtocolViolation(Exception):
@@ -245,8 +319,9 @@ def system_prompt(
     *,
     needs_plan: bool,
     plan: Sequence[str] | None = None,
+    answer_format: AnswerFormat | None = None,
 ) -> str:
-    """The protocol's rules, the plan so far, the manifest, then the developer's instructions."""
+    """The rules, the plan so far, the manifest, the answer format, then the instructions."""
     parts = [PROTOCOL_HEADER, _RULES]
     if needs_plan:
         parts.append('Your first answer to a new request must be a "plan".')
@@ -263,6 +338,8 @@ def system_prompt(
             parts.append("You must call a tool now: answer with a tool_request.")
     else:
         parts.append(f"{TOOLS_OPEN}\n[]\n{TOOLS_CLOSE}\nNo tool may be called now.")
+    if answer_format is not None:
+        parts.append(answer_format.prompt())
     if instructions:
         parts.append(f"# Instructions\n{instructions}")
     return "\n\n".join(parts)
@@ -367,9 +444,18 @@ def _text(content: Any) -> str:
 
 
 def parse_directive(
-    text: str, manifest: Manifest, *, must_plan: bool, may_plan: bool = True
+    text: str,
+    manifest: Manifest,
+    *,
+    must_plan: bool,
+    may_plan: bool = True,
+    may_continue: bool = True,
+    answer_format: AnswerFormat | None = None,
 ) -> Directive:
-    """Validate one answer against the protocol and the manifest.
+    """Validate one answer against the protocol, the manifest and the answer format.
+
+    ``may_continue`` False takes a reply's ``"more"`` as final. A final reply's message comes
+    back as the answer's text (under ``answer_format``, the JSON it must be).
 
     Raises:
         ProtocolViolation: what is wrong, said so that the model can fix it.
@@ -390,7 +476,18 @@ def parse_directive(
         problem = f"your answer does not fit the directive schema: {_errors(exc)}"
         raise ProtocolViolation(problem) from None
     _check_against_manifest(directive, manifest, must_plan=must_plan, may_plan=may_plan)
+    if not may_continue:
+        directive.more = False
+    if is_final_reply(directive) and answer_format is not None:
+        directive.message = answer_format.answer(directive.message)
+    elif directive.message is not None and not isinstance(directive.message, str):
+        raise ProtocolViolation(f'the "message" of a "{directive.type}" must be a string')
     return directive
+
+
+def is_final_reply(directive: Directive) -> bool:
+    """Whether the directive is the answer that ends the model's work."""
+    return directive.type == "reply" and not directive.more
 
 
 def _errors(exc: ValidationError) -> str:
@@ -420,24 +517,35 @@ def _check_against_manifest(
 
 
 def _check_tool(request: ToolRequest, manifest: Manifest) -> None:
-    import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock; ~3 MB, used here only
-
     tool = manifest.tools.get(request.name)
     if tool is None:
         known = ", ".join(manifest.tools) or "none (no tool may be called now)"
         raise ProtocolViolation(f"there is no tool named '{request.name}'; the tools are: {known}")
-    try:
-        validator_class = jsonschema.validators.validator_for(tool.parameters)
-        validator_class.check_schema(tool.parameters)
-    except jsonschema.SchemaError:
-        return  # the tool's own schema is broken: nothing to hold the model to
-    errors = validator_class(tool.parameters).iter_errors(request.args)
-    error = jsonschema.exceptions.best_match(errors)
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "args"
+    mismatch = schema_mismatch(tool.parameters, request.args)
+    if mismatch is not None:
+        where, problem = mismatch
         raise ProtocolViolation(
-            f"the args for '{request.name}' do not match its schema at '{where}': {error.message}"
+            f"the args for '{request.name}' do not match its schema at '{where or 'args'}': "
+            f"{problem}"
         )
+
+
+def schema_mismatch(schema: Mapping[str, Any], value: object) -> tuple[str, str] | None:
+    """Where ``value`` breaks ``schema`` (a ``/`` path, empty at the root) and how.
+
+    None if it fits, or if the schema itself is broken (nothing to hold the model to).
+    """
+    import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock; ~3 MB, used here only
+
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError:
+        return None
+    error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(value))
+    if error is None:
+        return None
+    return "/".join(str(part) for part in error.absolute_path), error.message
 
 
 @dataclass(slots=True)
@@ -474,16 +582,17 @@ class JsonToolProtocol:
             items=render_transcript(request.items, self._exchanges),
             must_plan=self._needs_plan,
             plan=self._plan,
+            answer_format=AnswerFormat.of(request.params.get("response_format")),
         )
         finish = "stop"
         for continuation in range(_MAX_CONTINUATIONS + 1):
-            directive, raw = yield from self._directive(turn)
-            if directive.message:
-                yield TextDelta(text=("\n\n" if turn.has_said else "") + directive.message)
+            directive, raw = yield from self._directive(
+                turn, may_continue=continuation < _MAX_CONTINUATIONS
+            )
+            if directive.message and turn.shows(directive):
+                yield TextDelta(text=("\n\n" if turn.has_said else "") + str(directive.message))
                 turn.has_said = True
-            if directive.type == "plan" or (
-                directive.type == "reply" and directive.more and continuation < _MAX_CONTINUATIONS
-            ):
+            if directive.type == "plan" or (directive.type == "reply" and directive.more):
                 if directive.type == "plan":
                     turn.plan = list(directive.steps or ())
                     yield PlanUpdate(steps=tuple(turn.plan))
@@ -507,7 +616,9 @@ class JsonToolProtocol:
             return MODEL_CANCELLED
         return "tool_calls" if directive.type == "tool_request" else "stop"
 
-    def _directive(self, turn: _Turn) -> Generator[Chunk, None, tuple[Directive, str]]:
+    def _directive(
+        self, turn: _Turn, *, may_continue: bool
+    ) -> Generator[Chunk, None, tuple[Directive, str]]:
         """One valid directive, with one repair call if the first answer breaks the protocol."""
         problems: list[str] = []
         for _ in range(2):
@@ -520,6 +631,8 @@ class JsonToolProtocol:
                     turn.manifest,
                     must_plan=turn.must_plan,
                     may_plan=not turn.has_planned,
+                    may_continue=may_continue,
+                    answer_format=turn.answer_format,
                 )
             except ProtocolViolation as violation:
                 problems.append(violation.message)
@@ -542,6 +655,7 @@ class JsonToolProtocol:
                 request.instructions,
                 needs_plan=turn.must_plan,
                 plan=turn.plan,
+                answer_format=turn.answer_format,
             ),
             items=list(turn.items),
             params=params,
@@ -578,11 +692,19 @@ class _Turn:
     items: list[dict[str, Any]]
     must_plan: bool
     plan: list[str] = field(default_factory=list)
+    answer_format: AnswerFormat | None = None
+    """``text.format``'s JSON, which the final reply must be (None: plain text)."""
     has_planned: bool = False
     has_said: bool = False
     usage: Usage = field(default_factory=Usage)
     exchange: list[dict[str, Any]] = field(default_factory=list)
     """The valid directives of the turn and the notes between them (repairs left out)."""
+
+    def shows(self, directive: Directive) -> bool:
+        """Whether the message is shown: under an answer format, the answer's or a cancel's."""
+        if self.answer_format is None:
+            return True
+        return is_final_reply(directive) or directive.type == "cancel"
 
 
 def _call_chunk(directive: Directive, tool: ToolRequest) -> ToolCallDelta:

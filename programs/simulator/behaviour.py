@@ -85,6 +85,7 @@ tool) are a 400 ``invalid_request_error``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -93,6 +94,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from programs.simulator.json_mode import (
+    answer_schema,
+    formatted,
     is_json_protocol,
     json_answer,
     manifest_tools,
@@ -317,9 +320,11 @@ def _plan_json(
     directives = parse_directives(text)
     if directives.error is not None:
         return _error_plan(directives.error)
-    tools = manifest_tools(content_text(messages[0].get("content")))
+    system = content_text(messages[0].get("content"))
+    tools = manifest_tools(system)
     named = select_tools({"tool_choice": "auto"}, tools, directives.text)
     overrides = parse_assignments(directives.text)
+    schema = answer_schema(system)
     length = config.default_tokens if directives.tokens is None else directives.tokens
     answer = json_answer(
         messages[index + 1 :] if index is not None else messages,
@@ -329,6 +334,8 @@ def _plan_json(
         faults=faults,
         fallback="".join(_padded(tokenize(f"Simulated answer to: {directives.text}"), length)),
     )
+    if schema is not None:
+        answer = formatted(answer, functools.partial(_structured, schema, overrides))
     reasoning = tokenize(f"Thinking about: {directives.text}") if directives.is_reasoning else ()
     content = tokenize(answer)
     limit = _max_tokens(request)
@@ -464,6 +471,17 @@ def _formatted(
     root = schema if isinstance(schema, Mapping) else {}
     scope = _SchemaScope(root=root, overrides=parse_assignments(directives.text))
     return tokenize(json.dumps(_generate(root, scope, 0)))
+
+
+def _structured(schema: Mapping[str, Any], overrides: Mapping[str, str], text: str) -> object:
+    """An answer as structured answers make it.
+
+    An instance of ``schema``; for a schema without properties (``json_object``'s),
+    ``{"answer": text}``.
+    """
+    if not isinstance(schema.get("properties"), Mapping):
+        return {"answer": text}
+    return _generate(schema, _SchemaScope(root=schema, overrides=overrides), 0)
 
 
 def _trailing_tool_messages(

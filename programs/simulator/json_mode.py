@@ -16,6 +16,9 @@ JSON mode
        as for native calls (``name=value`` in the request text included);
     3. otherwise a ``reply``: ``"Tool results: "`` + the outputs of the result messages after
        the request joined with ``"; "``, or, when there are none, the usual simulated answer.
+       Under an answer format (the system prompt's ``<format>`` schema) the reply's message is
+       that answer as structured answers make it (see :mod:`programs.simulator.behaviour`):
+       the JSON value itself.
 
 Scripted mistakes
     ``[json_fault=KIND]`` or ``[json_fault=KIND,KIND,…]`` in the request: the *n*-th mistake is
@@ -23,7 +26,8 @@ Scripted mistakes
     the answer it replaces: ``bad_json`` (JSON cut off), ``bad_schema`` (a ``tool_request``
     without ``tool``) and ``no_plan`` (a ``reply`` first) replace the plan; ``unknown_tool``
     (``sim_fault_tool``), ``bad_args`` (the first argument of the wrong type) and ``cancel`` (a
-    ``cancel`` directive) replace the first ``tool_request``. So one listed mistake is repaired
+    ``cancel`` directive) replace the first ``tool_request``; ``bad_format`` (a message that is
+    not JSON) replaces the final ``reply``. So one listed mistake is repaired
     by the next call, and the same mistake listed twice makes the repair fail too.
 """
 
@@ -31,10 +35,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.providers.json_protocol import (
+    FORMAT_CLOSE,
+    FORMAT_OPEN,
     NOTE_PREFIX,
     PROTOCOL_HEADER,
     RESULT_PREFIX,
@@ -95,6 +101,18 @@ def manifest_tools(system: str) -> dict[str, Mapping[str, Any]]:
     }
 
 
+def answer_schema(system: str) -> Mapping[str, Any] | None:
+    """The schema of the system prompt's answer format, if it has one."""
+    start, end = system.find(FORMAT_OPEN), system.find(FORMAT_CLOSE)
+    if start < 0 or end < start:
+        return None
+    try:
+        schema = json.loads(system[start + len(FORMAT_OPEN) : end])
+    except ValueError:
+        return None
+    return schema if isinstance(schema, Mapping) else None
+
+
 def json_answer(
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -130,9 +148,19 @@ def json_answer(
         name = named[requested]
         request = {"name": name, "args": arguments[name]}
         return json.dumps({"type": "tool_request", "step_title": f"Run {name}", "tool": request})
+    if fault == "bad_format":
+        return json.dumps({"type": "reply", "message": f"{FAULT_MARKER}: not the format"})
     results = [_result(m) for m in messages if _result(m) is not None]
     message = "Tool results: " + "; ".join(r for r in results if r is not None)
     return json.dumps({"type": "reply", "message": message if results else fallback})
+
+
+def formatted(answer: str, shape: Callable[[str], object]) -> str:
+    """``answer`` with a reply's message made the JSON value ``shape`` makes of its text."""
+    directive = json.loads(answer)
+    if directive.get("type") != "reply" or FAULT_MARKER in str(directive.get("message")):
+        return answer
+    return json.dumps({**directive, "message": shape(directive["message"])})
 
 
 def _directive(message: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from app.providers.chunks import (
 from app.providers.json_protocol import (
     PROTOCOL_HEADER,
     RESULT_PREFIX,
+    AnswerFormat,
     JsonToolProtocol,
     ProtocolViolation,
     build_manifest,
@@ -51,6 +52,16 @@ WEATHER = {
 }
 CLOCK = {"type": "function", "name": "clock", "parameters": {"type": "object", "properties": {}}}
 JSON_MODE = {"antwort_tool_protocol": "json"}
+FORECAST = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "summary": {"type": "string"}},
+    "required": ["city", "summary"],
+    "additionalProperties": False,
+}
+FORECAST_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "Forecast", "schema": FORECAST, "strict": True},
+}
 
 
 class ScriptedModel:
@@ -232,6 +243,83 @@ def test_step_title_is_derived_from_tool_and_arguments() -> None:
 
 
 # -- the wrapper --------------------------------------------------------------------------------
+
+
+def test_answer_format_holds_a_final_reply_to_its_schema() -> None:
+    manifest = build_manifest(model_request())
+    forecast = AnswerFormat.of(FORECAST_FORMAT)
+    assert forecast is not None and forecast.name == "Forecast"
+
+    def message(text: str, answer_format: AnswerFormat | None = forecast) -> Any:
+        return parse_directive(text, manifest, must_plan=False, answer_format=answer_format).message
+
+    def problem(text: str, answer_format: AnswerFormat | None = forecast) -> str:
+        with pytest.raises(ProtocolViolation) as caught:
+            message(text, answer_format)
+        return caught.value.message
+
+    oslo = '{"city": "Oslo", "summary": "wet"}'
+    # The value itself, or the same as a string (fenced too): the answer's text is the JSON.
+    assert message('{"type": "reply", "message": ' + oslo + "}") == oslo
+    assert message(json.dumps({"type": "reply", "message": oslo})) == oslo
+    assert message(json.dumps({"type": "reply", "message": f"```json\n{oslo}\n```"})) == oslo
+    assert problem('{"type": "reply", "message": {"city": 5, "summary": "wet"}}') == (
+        "the \"message\" of your reply does not match the answer format at 'city': "
+        "5 is not of type 'string'"
+    )
+    assert "'summary' is a required property" in problem(
+        '{"type": "reply", "message": {"city": "Oslo"}}'
+    )
+    assert problem('{"type": "reply", "message": "It rains."}').startswith(
+        'the "message" of your reply is not JSON ('
+    )
+    # Interim messages are text; json_object asks for an object; no format, no JSON values.
+    assert message('{"type": "reply", "message": "Looking.", "more": true}') == "Looking."
+    assert problem('{"type": "reply", "message": {"a": 1}, "more": true}') == (
+        'the "message" of a "reply" must be a string'
+    )
+    json_object = AnswerFormat.of({"type": "json_object"})
+    assert message('{"type": "reply", "message": {"a": 1}}', json_object) == '{"a": 1}'
+    assert "is not of type 'object'" in problem('{"type": "reply", "message": [1]}', json_object)
+    assert problem('{"type": "reply", "message": {"a": 1}}', None) == (
+        'the "message" of a "reply" must be a string'
+    )
+    assert AnswerFormat.of({"type": "text"}) is None and AnswerFormat.of(None) is None
+
+
+def test_wrapper_shows_only_the_formatted_answer_and_repairs_a_mismatch() -> None:
+    model = ScriptedModel(
+        '{"type": "plan", "steps": ["Answer"], "message": "Let me see."}',
+        '{"type": "reply", "message": "Still looking.", "more": true}',
+        '{"type": "reply", "message": {"city": 5, "summary": "wet"}}',
+        '{"type": "reply", "message": {"city": "Oslo", "summary": "wet"}}',
+    )
+    request = model_request()
+    request.params["response_format"] = FORECAST_FORMAT
+    chunks = run(JsonToolProtocol(model, needs_plan=True), request)
+
+    texts = [c.text for c in chunks if isinstance(c, TextDelta)]
+    assert texts == ['{"city": "Oslo", "summary": "wet"}']
+    assert chunks[-1] == Finish(reason="stop")
+    # The model server is not given the format (the protocol's JSON is its answer), the prompt is.
+    assert all("response_format" not in r.params for r in model.requests)
+    instructions = model.requests[0].instructions or ""
+    assert '# Answer format\nThe "message" of your final "reply" must be JSON' in instructions
+    assert f"<format>\n{json.dumps(FORECAST, indent=1)}\n</format>" in instructions
+    assert instructions.index("# Answer format") < instructions.index("# Instructions")
+    repair = model.requests[3].items[-1]["content"]
+    assert "does not match the answer format at 'city': 5 is not of type 'string'" in repair
+
+
+def test_wrapper_takes_the_last_interim_reply_as_the_formatted_answer() -> None:
+    more = '{"type": "reply", "message": "Working.", "more": true}'
+    model = ScriptedModel(*[more] * 5, '{"type": "reply", "message": {"a": 1}, "more": true}')
+    request = model_request()
+    request.params["response_format"] = {"type": "json_object"}
+    chunks = run(JsonToolProtocol(model, needs_plan=False), request)
+    # The fifth interim reply is taken as final, so it is held to the format and repaired.
+    assert "is not JSON" in model.requests[5].items[-1]["content"]
+    assert [c.text for c in chunks if isinstance(c, TextDelta)] == ['{"a": 1}']
 
 
 def test_wrapper_sends_no_native_tools_and_a_manifest_each_call() -> None:
@@ -549,6 +637,31 @@ def test_turn_lists_only_the_tools_allowed_tools_lets_run(
 
     system = model.requests[0].instructions or ""
     assert '"clock"' in system and '"get_weather"' not in system
+
+
+def test_text_format_on_json_protocol_makes_the_answer_the_schema_s_json(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    forecast = {"format": {"type": "json_schema", "name": "Forecast", "schema": FORECAST}}
+    rid, deps = start(
+        store, make_settings(), "[json_fault=bad_format] city=Oslo summary=wet", text=forecast
+    )
+    assert advance_response(deps, rid, 0) == "completed"
+    response = store.get(rid).response
+    [message] = response.output
+    assert json.loads(message["content"][0]["text"]) == {"city": "Oslo", "summary": "wet"}
+
+
+def test_a_twice_unformatted_answer_fails_the_response_with_the_reason(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    json_object = {"format": {"type": "json_object"}}
+    rid, deps = start(
+        store, make_settings(), "[json_fault=bad_format,bad_format] hi", text=json_object
+    )
+    assert advance_response(deps, rid, 0) == "failed"
+    error = store.get(rid).response.error
+    assert error is not None and 'the "message" of your reply is not JSON' in error.message
 
 
 def test_a_stateless_continuation_after_a_client_call_is_not_a_new_request(

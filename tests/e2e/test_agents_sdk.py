@@ -173,6 +173,24 @@ def test_agents_output_type_is_parsed_from_the_fleet_s_structured_answer(
     assert stored.text.format.type == "json_schema" and stored.text.format.strict is True
 
 
+def test_agents_output_type_holds_on_the_json_tool_protocol(
+    fleet: Fleet, client: openai.OpenAI
+) -> None:
+    """A model without native tool calling (``antwort_tool_protocol: json``) is told the format
+    in its prompt and held to it; only the answer is text, so the SDK parses it."""
+
+    async def body(sdk: AsyncOpenAI) -> Any:
+        typed = agent(sdk, metadata={"antwort_tool_protocol": "json"}).clone(output_type=Forecast)
+        return await Runner.run(typed, "Use get_weather for city=Oslo summary=wet")
+
+    result = run(fleet, body)
+
+    assert CALLS == ["weather:Oslo"]
+    assert result.final_output == Forecast(city="Oslo", summary="wet")
+    stored = client.responses.retrieve(result.last_response_id)
+    assert stored.metadata == {"antwort_tool_protocol": "json"}
+
+
 def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: openai.OpenAI) -> None:
     async def body(sdk: AsyncOpenAI) -> tuple[Any, Any]:
         first = await Runner.run(agent(sdk), "Remember the word kiwi.")

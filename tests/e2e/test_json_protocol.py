@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from pydantic import BaseModel
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
@@ -52,6 +53,25 @@ def test_json_plan_then_single_tool(client: openai.OpenAI) -> None:
     assert (call.name, json.loads(call.arguments)) == ("calculator", {"expression": "6*7"})  # type: ignore[union-attr]
     assert result.call_id == call.call_id and result.output == "42"  # type: ignore[union-attr]
     assert response.output_text == "Tool results: 42"
+
+
+class Forecast(BaseModel):
+    city: str
+    summary: str
+
+
+def test_json_structured_answer_parses_with_the_sdk(client: openai.OpenAI) -> None:
+    """``text.format`` reaches a model on the protocol through its prompt, an answer that is not
+    the format is repaired, and only the answer is text: ``responses.parse`` takes it."""
+    response = client.responses.parse(
+        model="antwort-sim",
+        input="[json_fault=bad_format] the forecast city=Oslo summary=wet",
+        metadata=JSON_MODE,
+        text_format=Forecast,
+    )
+    assert response.status == "completed"
+    assert kinds(response) == ["message"]
+    assert response.output_parsed == Forecast(city="Oslo", summary="wet")
 
 
 def test_json_multi_step_loop_runs_one_tool_per_turn(client: openai.OpenAI) -> None:
