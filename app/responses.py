@@ -188,6 +188,13 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
     history = _history_of(store, request, context, tenant)
+    if generate and not inputs and not request.instructions and history.is_empty():
+        raise InvalidRequestError(
+            "Invalid 'input': empty. The model would be sent nothing: give 'input', "
+            "'instructions', or a 'previous_response_id' or 'conversation' with items.",
+            param="input",
+            code="empty_array",
+        )
     tools = kinds.prepare_request(
         RequestContext(
             settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant

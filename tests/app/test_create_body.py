@@ -217,3 +217,28 @@ def test_create_response_names_the_param_of_a_bad_new_shape(
         create(body)
 
     assert caught.value.param == param
+
+
+@pytest.mark.parametrize("body", [{"input": []}, {"input": [], "instructions": ""}, {}])
+def test_create_response_refuses_a_request_that_gives_the_model_nothing(
+    store: ResponseStore, make_settings: Callable[..., Settings], body: dict[str, Any]
+) -> None:
+    """The model server would refuse an empty conversation: the client hears it at once, not as
+    a failed response with a ``server_error``."""
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), {"model": "m", **body})
+
+    assert (caught.value.param, caught.value.code) == ("input", "empty_array")
+
+
+def test_create_response_takes_an_empty_input_with_something_else_for_the_model(
+    store: ResponseStore, make_settings: Callable[..., Settings], create: CreateResponse
+) -> None:
+    assert create({"input": [], "instructions": "Say hello."}).instructions == "Say hello."
+    previous = create({"input": "hi"})
+    assert create({"input": [], "previous_response_id": previous.id}).status == "queued"
+    # A WebSocket's "generate": false only stores state: no model is called.
+    response, _ = create_response(
+        store, RecordingDispatcher(), make_settings(), {"model": "m"}, generate=False
+    )
+    assert response.status == "queued"
