@@ -188,13 +188,8 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
     history = _history_of(store, request, context, tenant)
-    if generate and not inputs and not request.instructions and history.is_empty():
-        raise InvalidRequestError(
-            "Invalid 'input': empty. The model would be sent nothing: give 'input', "
-            "'instructions', or a 'previous_response_id' or 'conversation' with items.",
-            param="input",
-            code="empty_array",
-        )
+    if generate and not request.instructions and history.is_empty():
+        _check_input_says_something(inputs)
     tools = kinds.prepare_request(
         RequestContext(
             settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant
@@ -232,6 +227,26 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     _enqueue_first_turn(fair, dispatcher, tenant, response.id)
     caller.confirm(response.id)
     return response, request
+
+
+def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:
+    """Without instructions or history, the input must hold an item the model is shown.
+
+    Reasoning goes with the assistant message after it; alone, the model would be sent no
+    message at all, which a model server refuses.
+
+    Raises:
+        InvalidRequestError: the input is empty, or holds reasoning only.
+    """
+    if any(item.get("type") != "reasoning" for item in inputs):
+        return
+    what = "empty" if not inputs else "it holds reasoning items only"
+    raise InvalidRequestError(
+        f"Invalid 'input': {what}, so the model would be sent nothing. Give a message, "
+        "'instructions', or a 'previous_response_id' or 'conversation' with items.",
+        param="input",
+        code="empty_array" if not inputs else "invalid_value",
+    )
 
 
 def _history_of(

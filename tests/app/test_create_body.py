@@ -231,6 +231,18 @@ def test_create_response_refuses_a_request_that_gives_the_model_nothing(
     assert (caught.value.param, caught.value.code) == ("input", "empty_array")
 
 
+def test_create_response_refuses_an_input_of_reasoning_alone(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """Reasoning goes with the assistant message after it: alone, no message is left."""
+    body = {"model": "m", "input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), body)
+
+    assert (caught.value.param, caught.value.code) == ("input", "invalid_value")
+    assert "reasoning items only" in caught.value.message
+
+
 def test_create_response_takes_an_empty_input_with_something_else_for_the_model(
     store: ResponseStore, make_settings: Callable[..., Settings], create: CreateResponse
 ) -> None:
