@@ -1,8 +1,9 @@
 """``GET /openapi.json``: the gateway's routes, their bodies described by the models it validates.
 
 The request schemas are the pydantic models the views validate with (``CreateResponseRequest``
-for create and compact, ``ResponseObject`` for what comes back), so the document cannot drift
-from what the gateway accepts. Every error is OpenAI's ``{"error": {...}}``.
+for create and compact, ``ResponseObject`` for what comes back, the Conversations API's bodies),
+so the document cannot drift from what the gateway accepts. Every error is OpenAI's
+``{"error": {...}}``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 from pydantic import BaseModel
 
+from app.protocol.conversations import (
+    AddItemsRequest,
+    CreateConversationRequest,
+    UpdateConversationRequest,
+)
 from app.protocol.request import CreateResponseRequest
 from app.protocol.response import ResponseObject
 
@@ -59,12 +65,85 @@ _RESPONSE_ID = {
 }
 
 
+_CONVERSATION_ID = {
+    "name": "conversation_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^conv_[A-Za-z0-9]{1,64}$"},
+}
+_ITEM_ID = {
+    "name": "item_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[a-z]+_[A-Za-z0-9]{1,64}$"},
+}
+
+
 def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
-def _create_body() -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": _ref("CreateResponse")}}}
+def _body(model: str, *, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+_PAGE = [
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+    _query("order", {"type": "string", "enum": ["asc", "desc"]}),
+    _query("after", {"type": "string"}),
+]
+_INCLUDE = _query("include", {"type": "string"})
+
+
+def _conversation_paths() -> dict[str, Any]:
+    """``/v1/conversations``: the conversation object and its items."""
+    conversation = _json({"type": "object"})
+    items = _json({"type": "object"})
+    return {
+        "/v1/conversations": {
+            "post": {
+                "operationId": "createConversation",
+                "requestBody": _body("CreateConversation", required=False),
+                "responses": _answers(conversation),
+            }
+        },
+        "/v1/conversations/{conversation_id}": {
+            "parameters": [_CONVERSATION_ID],
+            "get": {"operationId": "getConversation", "responses": _answers(conversation)},
+            "post": {
+                "operationId": "updateConversation",
+                "requestBody": _body("UpdateConversation"),
+                "responses": _answers(conversation),
+            },
+            "delete": {"operationId": "deleteConversation", "responses": _answers(conversation)},
+        },
+        "/v1/conversations/{conversation_id}/items": {
+            "parameters": [_CONVERSATION_ID],
+            "get": {
+                "operationId": "listConversationItems",
+                "parameters": [*_PAGE, _INCLUDE],
+                "responses": _answers(items),
+            },
+            "post": {
+                "operationId": "addConversationItems",
+                "parameters": [_INCLUDE],
+                "requestBody": _body("AddConversationItems"),
+                "responses": _answers(items),
+            },
+        },
+        "/v1/conversations/{conversation_id}/items/{item_id}": {
+            "parameters": [_CONVERSATION_ID, _ITEM_ID],
+            "get": {
+                "operationId": "getConversationItem",
+                "parameters": [_INCLUDE],
+                "responses": _answers(items),
+            },
+            "delete": {
+                "operationId": "deleteConversationItem",
+                "responses": _answers(conversation),
+            },
+        },
+    }
 
 
 def _paths() -> dict[str, Any]:
@@ -74,7 +153,7 @@ def _paths() -> dict[str, Any]:
         "/v1/responses": {
             "post": {
                 "operationId": "createResponse",
-                "requestBody": _create_body(),
+                "requestBody": _body("CreateResponse"),
                 "responses": _answers(response),
             }
         },
@@ -101,24 +180,31 @@ def _paths() -> dict[str, Any]:
             "parameters": [_RESPONSE_ID],
             "get": {
                 "operationId": "listInputItems",
-                "parameters": [
-                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
-                    _query("order", {"type": "string", "enum": ["asc", "desc"]}),
-                    _query("after", {"type": "string"}),
-                ],
+                "parameters": _PAGE,
                 "responses": _answers(_json({"type": "object"})),
             },
         },
         "/v1/responses/compact": {
             "post": {
                 "operationId": "compactResponse",
-                "requestBody": _create_body(),
+                "requestBody": _body("CreateResponse"),
                 "responses": _answers(_json({"type": "object"})),
             }
         },
         "/v1/models": {"get": {"operationId": "listModels", "responses": _answers(status)}},
         "/healthz": {"get": {"operationId": "healthz", "responses": _answers(status)}},
         "/readyz": {"get": {"operationId": "readyz", "responses": _answers(status)}},
+        "/v1/console/fleet": {
+            "get": {"operationId": "consoleFleet", "responses": _answers(_json({"type": "object"}))}
+        },
+        "/v1/console/responses/{response_id}/timeline": {
+            "parameters": [_RESPONSE_ID],
+            "get": {
+                "operationId": "consoleTimeline",
+                "responses": _answers(_json({"type": "object"})),
+            },
+        },
+        **_conversation_paths(),
     }
 
 
@@ -134,6 +220,9 @@ def _schemas(models: dict[str, type[BaseModel]]) -> dict[str, Any]:
 _MODELS: dict[str, type[BaseModel]] = {
     "CreateResponse": CreateResponseRequest,
     "Response": ResponseObject,
+    "CreateConversation": CreateConversationRequest,
+    "UpdateConversation": UpdateConversationRequest,
+    "AddConversationItems": AddItemsRequest,
 }
 
 
@@ -144,11 +233,7 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Antwort Fleet", "version": "1"},
         "paths": _paths(),
-        "components": {
-            "schemas": _schemas(
-                {"CreateResponse": CreateResponseRequest, "Response": ResponseObject}
-            )
-        },
+        "components": {"schemas": _schemas(_MODELS)},
     }
 
 
