@@ -38,6 +38,8 @@ Item = dict[str, Any]
 
 PREFIX_CACHE_ITEMS = 20_000
 """How many history items the prepared prefixes of a process stand for, at most."""
+PREFIX_CACHE_BYTES = 32 * 2**20
+"""How large the prepared prefixes of a process are, at most, counted as their messages' JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +63,26 @@ PrefixKey = tuple[str, PresenterIndex, bool]
 
 
 class PreparedPrefixes:
-    """Prepared prefixes of history lists, least recently used first out."""
+    """Prepared prefixes of history lists, least recently used first out.
 
-    def __init__(self, capacity: int = PREFIX_CACHE_ITEMS) -> None:
+    Bounded by the items they stand for and by their messages' JSON bytes; a prefix larger than
+    the bytes allowed is not kept at all.
+    """
+
+    def __init__(
+        self, capacity: int = PREFIX_CACHE_ITEMS, capacity_bytes: int = PREFIX_CACHE_BYTES
+    ) -> None:
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self._prefixes: OrderedDict[PrefixKey, Prefix] = OrderedDict()
         self._held = 0
+        self._held_bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        """The JSON bytes of the prefixes kept now."""
+        return self._held_bytes
 
     def get(self, key: PrefixKey) -> Prefix:
         with self._lock:
@@ -82,12 +97,22 @@ class PreparedPrefixes:
             known = self._prefixes.get(key)
             if known is not None and known.length >= prefix.length:
                 return
-            self._held += prefix.length - (known.length if known is not None else 0)
+            if known is not None:
+                self._forget(key)
+            if len(prefix.encoded) > self.capacity_bytes:
+                return  # it would push every other prefix out, and still be too much
             self._prefixes[key] = prefix
-            self._prefixes.move_to_end(key)
-            while self._held > self.capacity and len(self._prefixes) > 1:
-                _, dropped = self._prefixes.popitem(last=False)
-                self._held -= dropped.length
+            self._held += prefix.length
+            self._held_bytes += len(prefix.encoded)
+            while (self._held > self.capacity or self._held_bytes > self.capacity_bytes) and len(
+                self._prefixes
+            ) > 1:
+                self._forget(next(iter(self._prefixes)))
+
+    def _forget(self, key: PrefixKey) -> None:
+        dropped = self._prefixes.pop(key)
+        self._held -= dropped.length
+        self._held_bytes -= len(dropped.encoded)
 
 
 PREFIXES = PreparedPrefixes()

@@ -30,6 +30,8 @@ from app.store.scripts import LuaScript, counted, key
 
 HISTORY_CACHE_ITEMS = 20_000
 """How many items of history lists a process keeps, at most (:class:`ReadItems`)."""
+HISTORY_CACHE_BYTES = 32 * 2**20
+"""How much of history lists a process keeps, at most, counted as their items' JSON."""
 HISTORY_SLACK_SECONDS = 24 * 3600
 """How much longer than a record a history list lives: a record's last write may come a turn
 after the last read of its history."""
@@ -80,46 +82,82 @@ class ReadHistoryCall:
     ttl: int
 
 
+@dataclass(slots=True)
+class _Read:
+    items: list[dict[str, Any]]
+    ends: list[int]
+    """The JSON bytes of the items up to each one (its own included)."""
+
+    @property
+    def size(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+
 class ReadItems:
     """The first items of history lists read by this process, least recently used first out.
 
     A list's items never change (:mod:`app.store.history`), so the items read of it stay true;
-    the items are shared by every reader, which must not change them.
+    the items are shared by every reader, which must not change them. Bounded by items and by
+    their JSON's bytes (a few long items weigh as much as many short ones); a list larger than
+    the bytes allowed is not kept at all.
     """
 
-    def __init__(self, capacity: int = HISTORY_CACHE_ITEMS) -> None:
+    def __init__(
+        self, capacity: int = HISTORY_CACHE_ITEMS, capacity_bytes: int = HISTORY_CACHE_BYTES
+    ) -> None:
         self.capacity = capacity
-        self._lists: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self.capacity_bytes = capacity_bytes
+        self._lists: OrderedDict[str, _Read] = OrderedDict()
         self._held = 0
+        self._held_bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> list[dict[str, Any]]:
-        """The first items of the list ``key`` known (none: empty)."""
-        with self._lock:
-            items = self._lists.get(key)
-            if items is None:
-                return []
-            self._lists.move_to_end(key)
-            return items
+    @property
+    def held_bytes(self) -> int:
+        """The JSON bytes of the items kept now."""
+        return self._held_bytes
 
-    def put(self, key: str, items: list[dict[str, Any]]) -> None:
-        """Keep ``items`` as the first items of the list ``key`` (when more than known)."""
+    def get(self, key: str, length: int | None = None) -> tuple[list[dict[str, Any]], list[int]]:
+        """The first (up to ``length``) items of the list ``key`` known, with their byte ends."""
+        with self._lock:
+            read = self._lists.get(key)
+            if read is None:
+                return [], []
+            self._lists.move_to_end(key)
+            return read.items[:length], read.ends[:length]
+
+    def put(self, key: str, items: list[dict[str, Any]], ends: list[int]) -> None:
+        """Keep ``items`` as the first items of the list ``key`` (when more than known).
+
+        ``ends``: the JSON bytes of ``items`` up to each one.
+        """
+        read = _Read(items, ends)
         with self._lock:
             known = self._lists.get(key)
-            if known is not None and len(known) >= len(items):
+            if known is not None and len(known.items) >= len(items):
                 return
-            self._held += len(items) - (len(known) if known is not None else 0)
-            self._lists[key] = items
-            self._lists.move_to_end(key)
-            while self._held > self.capacity and len(self._lists) > 1:
-                _, dropped = self._lists.popitem(last=False)
-                self._held -= len(dropped)
+            if known is not None:
+                self._forget(key)
+            if read.size > self.capacity_bytes:
+                return  # it would push every other list out, and still be too much
+            self._lists[key] = read
+            self._held += len(items)
+            self._held_bytes += read.size
+            while (self._held > self.capacity or self._held_bytes > self.capacity_bytes) and len(
+                self._lists
+            ) > 1:
+                self._forget(next(iter(self._lists)))
 
     def drop(self, key: str) -> None:
         """Forget the list ``key`` (it expired)."""
         with self._lock:
-            dropped = self._lists.pop(key, None)
-            self._held -= len(dropped) if dropped is not None else 0
+            if key in self._lists:
+                self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        read = self._lists.pop(key)
+        self._held -= len(read.items)
+        self._held_bytes -= read.size
 
 
 EXTEND_HISTORY = LuaScript("extend_history", ExtendHistoryCall)
@@ -172,7 +210,7 @@ class Histories(StoreBase):
         One round trip, which reads the items after those this process knows already.
         """
         key = self.keys.history(ref.chain, ref.list)
-        known = self.read_items.get(key)[: ref.length]
+        known, ends = self.read_items.get(key, ref.length)
         raw: list[bytes | str] = self.script(READ_HISTORY)(
             ReadHistoryCall(history=key, start=len(known), length=ref.length, ttl=self.history_ttl)
         )
@@ -186,7 +224,11 @@ class Histories(StoreBase):
         else:
             joined = "[" + ",".join(map(text, raw)) + "]"
         items = [*known, *json.loads(joined)]
-        self.read_items.put(key, items)
+        size = ends[-1] if ends else 0
+        for entry in raw:
+            size += len(entry)
+            ends.append(size)
+        self.read_items.put(key, items, ends)
         return list(items)
 
 

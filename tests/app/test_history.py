@@ -17,7 +17,7 @@ from app.errors import PreviousResponseNotFoundError
 from app.providers.translate import ModelRequest
 from app.responses import delete_response
 from app.store import ResponseStore
-from app.store.history import HistoryRef
+from app.store.history import Histories, HistoryRef, ReadItems
 from tests.app.test_loop import Loop
 from tests.support.model import ScriptedModel, text
 
@@ -152,3 +152,31 @@ def test_a_history_lives_at_least_as_long_as_the_store_keeps_responses(
     store.redis.expire(key, 10)
     assert store.history(ref) == [{"type": "message"}]  # a turn's read keeps it
     assert store.redis.ttl(key) > store.ttl_seconds
+
+
+def test_a_process_keeps_history_it_read_up_to_a_bound_in_bytes(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The items a process keeps are bounded by their JSON's bytes, not only by their number:
+    a few long items (a pasted document, a tool's long output) weigh as much as many short ones.
+    A list larger than the bound is read whole each time and not kept."""
+    kept = ReadItems(capacity_bytes=300_000)
+    monkeypatch.setattr(Histories, "read_items", property(lambda _: kept))
+    long_item = {"type": "message", "role": "user", "content": "x" * 100_000}
+
+    refs = [store.extend_history(None, [long_item], response_id=f"resp_{n}") for n in range(5)]
+    for ref in refs:
+        assert ref is not None and store.history(ref) == [long_item]
+
+    assert 200_000 < kept.held_bytes <= 300_000  # the two lists read last
+    too_long = store.extend_history(None, [long_item] * 4, response_id="resp_long")
+    assert too_long is not None and store.history(too_long) == [long_item] * 4
+    assert kept.held_bytes <= 300_000
+    assert kept.get(store.keys.history(too_long.chain, too_long.list)) == ([], [])
+    # a list read again in part and then in full counts its bytes once
+    [ref] = refs[-1:]
+    first = store.extend_history(ref, [long_item], response_id="resp_more")
+    assert first is not None and store.history(first) == [long_item] * 2
+    key = store.keys.history(first.chain, first.list)
+    items, ends = kept.get(key)
+    assert len(items) == 2 and ends[1] == 2 * ends[0] and kept.held_bytes <= 300_000

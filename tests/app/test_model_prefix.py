@@ -16,7 +16,7 @@ import pytest
 
 from app.config import Settings
 from app.conversation import history_of
-from app.model_prefix import PREFIXES, prepared_items
+from app.model_prefix import EMPTY, PREFIXES, Prefix, PrefixKey, PreparedPrefixes, prepared_items
 from app.protocol.items import item_id
 from app.providers.translate import (
     ModelRequest,
@@ -304,3 +304,24 @@ def _output_seen(output: list[Item], request: ModelRequest) -> int:
             break
         count += 1
     return count
+
+
+def test_kept_prefixes_are_bounded_by_their_bytes_too() -> None:
+    """A few prefixes of long messages weigh as much as many of short ones; one larger than the
+    bound is not kept (a later turn prepares it again)."""
+    kept = PreparedPrefixes(capacity=1_000, capacity_bytes=250)
+
+    def prefix(length: int, size: int) -> Prefix:
+        return Prefix(length, [], [], [], b"x" * size)
+
+    def key(name: str) -> PrefixKey:
+        return (name, KINDS.presenters, False)
+
+    for name in ("a", "b", "c"):
+        kept.put(key(name), prefix(2, 100))
+    assert kept.get(key("a")) is EMPTY  # pushed out by c's bytes, not by its items
+    assert kept.get(key("c")).length == 2 and kept.held_bytes == 200
+    kept.put(key("c"), prefix(4, 120))  # the same list, grown: counted once
+    assert kept.held_bytes == 220
+    kept.put(key("d"), prefix(9, 300))
+    assert kept.get(key("d")) is EMPTY and kept.held_bytes == 220
