@@ -1,0 +1,226 @@
+"""Memory under a long mixed load: ``.venv/bin/python -m bench.soak [--minutes 15]``.
+
+Starts its own fleet (see ``bench.fleet``: the machine's Redis db 14, the simulator at zero
+delay, one gateway, one inference worker, one ``tools.internal`` worker with ``bench.tools``)
+and keeps ``--clients`` clients busy with a mix of what users do, each result checked:
+
+- a streamed answer, read to its terminal event;
+- a sync create whose model calls the ``instant`` tool, then answers;
+- a background create, polled to its end, then deleted;
+- a slow background create, cancelled while it streams;
+- a ``previous_response_id`` chain, up to 8 deep, then a new one;
+- a WebSocket ``response.create``, read to its terminal event.
+
+Every process's RSS is sampled every ``--interval`` seconds. The first ``--warmup`` minutes are
+left out (pools, caches and the allocator fill up there); over the rest each process gets its
+growth and a least-squares slope in MB an hour. Writes ``bench/results/soak.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import shlex
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import psutil
+from websockets.sync.client import connect
+
+from bench.fleet import Fleet
+from bench.run import RESULTS, machine
+
+TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+INSTANT = [{"type": "internal", "name": "instant"}]
+CHAIN_DEPTH = 8
+
+
+def slope_mb_per_hour(samples: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(seconds, MB)`` samples, in MB an hour (0 for < 2)."""
+    if len(samples) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in samples) / len(samples)
+    mean_m = sum(m for _, m in samples) / len(samples)
+    spread = sum((t - mean_t) ** 2 for t, _ in samples)
+    if spread == 0:
+        return 0.0
+    covariance = sum((t - mean_t) * (m - mean_m) for t, m in samples)
+    return round(covariance / spread * 3600, 2)
+
+
+class Mix:
+    """One client's loop over the user actions; outcomes are counted by action."""
+
+    def __init__(self, url: str, deadline: float, outcomes: Counter[str], lock: threading.Lock):
+        self.url = url
+        self.deadline = deadline
+        self.outcomes = outcomes
+        self.lock = lock
+        self.client = httpx.Client(base_url=url, timeout=60)
+        self.previous: str | None = None
+        self.depth = 0
+
+    def run(self) -> None:
+        actions: list[Callable[[], bool]] = [
+            self.streamed,
+            self.tool,
+            self.background,
+            self.cancelled,
+            self.chain,
+            self.websocket,
+        ]
+        while time.time() < self.deadline:
+            action = random.choice(actions)
+            try:
+                ok = action()
+            except (httpx.HTTPError, OSError, ValueError, KeyError, TimeoutError):
+                ok = False
+            with self.lock:
+                self.outcomes[f"{action.__name__} {'ok' if ok else 'failed'}"] += 1
+        self.client.close()
+
+    def streamed(self) -> bool:
+        body = {"input": "hello [tokens=50]", "stream": True}
+        last: dict[str, Any] = {}
+        with self.client.stream("POST", "/v1/responses", json=body) as answer:
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    last = json.loads(line[6:])
+        return last.get("type") == "response.completed"
+
+    def tool(self) -> bool:
+        body = {"input": "use instant", "tools": INSTANT}
+        response = self.client.post("/v1/responses", json=body).json()
+        kinds = [item["type"] for item in response["output"]]
+        return response["status"] == "completed" and kinds == [
+            "function_call",
+            "function_call_output",
+            "message",
+        ]
+
+    def background(self) -> bool:
+        body = {"input": "later [tokens=20]", "background": True}
+        response = self.client.post("/v1/responses", json=body).json()
+        for _ in range(600):
+            response = self.client.get(f"/v1/responses/{response['id']}").json()
+            if response["status"] not in ("queued", "in_progress"):
+                break
+            time.sleep(0.02)
+        self.client.delete(f"/v1/responses/{response['id']}")
+        return bool(response["status"] == "completed")
+
+    def cancelled(self) -> bool:
+        body = {"input": "slow [tokens=200] [delay_ms=5]", "background": True}
+        response = self.client.post("/v1/responses", json=body).json()
+        time.sleep(0.1)
+        cancelled = self.client.post(f"/v1/responses/{response['id']}/cancel").json()
+        return cancelled["status"] in ("cancelled", "completed")
+
+    def chain(self) -> bool:
+        body: dict[str, Any] = {"input": f"turn {self.depth} [tokens=10]"}
+        if self.previous is not None and self.depth < CHAIN_DEPTH:
+            body["previous_response_id"] = self.previous
+        else:
+            self.depth = 0
+        response = self.client.post("/v1/responses", json=body).json()
+        self.previous, self.depth = response["id"], self.depth + 1
+        return bool(response["status"] == "completed")
+
+    def websocket(self) -> bool:
+        socket_url = self.url.replace("http://", "ws://") + "/v1/responses"
+        with connect(socket_url, proxy=None, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "response.create", "input": "socket [tokens=20]"}))
+            while True:
+                event = json.loads(ws.recv(timeout=60))
+                if event["type"] in (*TERMINAL, "error"):
+                    return bool(event["type"] == "response.completed")
+
+
+def sample(fleet: Fleet) -> dict[str, float]:
+    """RSS in MB of every process of the fleet, by role (a role's children numbered)."""
+    found: dict[str, float] = {}
+    for role, pids in fleet.pids().items():
+        for index, pid in enumerate(pids):
+            label = role if index == 0 else f"{role} child {index}"
+            try:
+                found[label] = round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+            except psutil.NoSuchProcess:
+                continue
+    return found
+
+
+def summary(samples: list[tuple[float, dict[str, float]]], warmup_s: float) -> dict[str, Any]:
+    """Per process: RSS after the warm-up, at the end, its peak, and its slope after warm-up."""
+    start = samples[0][0]
+    kept = [(t - start, rss) for t, rss in samples if t - start >= warmup_s] or [
+        (samples[-1][0] - start, samples[-1][1])
+    ]
+    labels = sorted({label for _, rss in samples for label in rss})
+    return {
+        label: {
+            "after_warmup_mb": kept[0][1].get(label),
+            "end_mb": kept[-1][1].get(label),
+            "peak_mb": max(rss.get(label, 0.0) for _, rss in samples),
+            "slope_mb_per_hour": slope_mb_per_hour(
+                [(t, rss[label]) for t, rss in kept if label in rss]
+            ),
+        }
+        for label in labels
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.soak")
+    parser.add_argument("--minutes", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=2.0, help="minutes left out")
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--interval", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument("--out", default="soak.json")
+    args = parser.parse_args(argv)
+    fleet = Fleet(inference_workers=1, worker_threads=16, tool_workers=1, tool_threads=8)
+    outcomes: Counter[str] = Counter()
+    samples: list[tuple[float, dict[str, float]]] = []
+    try:
+        fleet.start()
+        deadline = time.time() + args.minutes * 60
+        lock = threading.Lock()
+        clients = [
+            threading.Thread(target=Mix(fleet.gateway_url, deadline, outcomes, lock).run)
+            for _ in range(args.clients)
+        ]
+        for client in clients:
+            client.start()
+        while time.time() < deadline:
+            samples.append((time.time(), sample(fleet)))
+            time.sleep(min(args.interval, max(0.0, deadline - time.time())))
+        for client in clients:
+            client.join(120)
+        samples.append((time.time(), sample(fleet)))
+    finally:
+        fleet.stop()
+    result = {
+        "command": shlex.join([".venv/bin/python", "-m", "bench.soak", *sys.argv[1:]]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        "minutes": args.minutes,
+        "warmup_minutes": args.warmup,
+        "clients": args.clients,
+        "outcomes": dict(sorted(outcomes.items())),
+        "rss": summary(samples, args.warmup * 60),
+        "samples": [{"t": round(t - samples[0][0], 1), "rss_mb": rss} for t, rss in samples],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({"outcomes": result["outcomes"], "rss": result["rss"]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
