@@ -62,7 +62,7 @@ from app.plan import (
 from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
-from app.protocol.items import turn_tag_of
+from app.protocol.items import is_answer, is_turn_break, turn_tag_of
 from app.protocol.response import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -517,10 +517,9 @@ def _is_fresh_request(state: RunState) -> bool:
     if state.turn != 0:
         return False
     for item in reversed(state.inputs):
-        kind = str(item.get("type", "message"))
-        if kind == "message":
-            return bool(item.get("role") != "assistant")
-        if not kind.endswith("_output") and kind != "mcp_approval_response":
+        if is_turn_break(item):
+            return True
+        if not is_answer(item):
             return False  # the model's own item: what came before it was acted on
     return False
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRequestError, quoted
+from app.protocol.items import is_answer
 from app.tools.mcp.catalog import APPROVAL_REQUEST_ITEM, APPROVAL_RESPONSE_ITEM
 from app.tools.presenters import PresenterIndex
 from app.tools.registry import KINDS
@@ -185,8 +186,7 @@ def _items_of(steers: list[Steer]) -> list[dict[str, Any]]:
 
 
 def _is_answer(item: Any) -> bool:
-    kind = item.get("type") if isinstance(item, dict) else None
-    return isinstance(kind, str) and (kind.endswith("_output") or kind == APPROVAL_RESPONSE_ITEM)
+    return isinstance(item, dict) and is_answer(item)  # the input is not validated yet
 
 
 def accepted_event(steer: Steer, sequence_number: int) -> dict[str, Any]:

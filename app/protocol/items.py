@@ -365,6 +365,12 @@ def is_turn_break(item: dict[str, Any]) -> bool:
     return item.get("type", "message") == "message" and item.get("role") != "assistant"
 
 
+def is_answer(item: dict[str, Any]) -> bool:
+    """Whether ``item`` answers the model: a result (``…_output``) or an approval's decision."""
+    kind = item.get("type")
+    return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_approval_response")
+
+
 def turn_tag(item_id: object) -> str | None:
     """The model turn an item id of :func:`item_id` names; None for any other id."""
     found = _ITEM_ID.fullmatch(item_id) if isinstance(item_id, str) else None
