@@ -21,8 +21,6 @@ The kept start (:class:`Prefix`) is correct by construction, not by checking lat
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +30,7 @@ from app.protocol.items import is_turn_break
 from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
 from app.sealing import is_sealed, model_items
 from app.store import ResponseStore
+from app.store.lru import BoundedLru
 from app.tools.presenters import PresenterIndex
 
 Item = dict[str, Any]
@@ -63,7 +62,7 @@ PrefixKey = tuple[str, PresenterIndex, bool]
 
 
 class PreparedPrefixes:
-    """Prepared prefixes of history lists, least recently used first out.
+    """Prepared prefixes of history lists (a :class:`BoundedLru`).
 
     Bounded by the items they stand for and by their messages' JSON bytes; a prefix larger than
     the bytes allowed is not kept at all.
@@ -72,47 +71,23 @@ class PreparedPrefixes:
     def __init__(
         self, capacity: int = PREFIX_CACHE_ITEMS, capacity_bytes: int = PREFIX_CACHE_BYTES
     ) -> None:
-        self.capacity = capacity
-        self.capacity_bytes = capacity_bytes
-        self._prefixes: OrderedDict[PrefixKey, Prefix] = OrderedDict()
-        self._held = 0
-        self._held_bytes = 0
-        self._lock = threading.Lock()
+        self._prefixes: BoundedLru[PrefixKey, Prefix] = BoundedLru(
+            capacity=capacity,
+            capacity_bytes=capacity_bytes,
+            count=lambda prefix: prefix.length,
+            size=lambda prefix: len(prefix.encoded),
+        )
 
     @property
     def held_bytes(self) -> int:
         """The JSON bytes of the prefixes kept now."""
-        return self._held_bytes
+        return self._prefixes.held_bytes
 
     def get(self, key: PrefixKey) -> Prefix:
-        with self._lock:
-            prefix = self._prefixes.get(key)
-            if prefix is None:
-                return EMPTY
-            self._prefixes.move_to_end(key)
-            return prefix
+        return self._prefixes.get(key) or EMPTY
 
     def put(self, key: PrefixKey, prefix: Prefix) -> None:
-        with self._lock:
-            known = self._prefixes.get(key)
-            if known is not None and known.length >= prefix.length:
-                return
-            if known is not None:
-                self._forget(key)
-            if len(prefix.encoded) > self.capacity_bytes:
-                return  # it would push every other prefix out, and still be too much
-            self._prefixes[key] = prefix
-            self._held += prefix.length
-            self._held_bytes += len(prefix.encoded)
-            while (self._held > self.capacity or self._held_bytes > self.capacity_bytes) and len(
-                self._prefixes
-            ) > 1:
-                self._forget(next(iter(self._prefixes)))
-
-    def _forget(self, key: PrefixKey) -> None:
-        dropped = self._prefixes.pop(key)
-        self._held -= dropped.length
-        self._held_bytes -= len(dropped.encoded)
+        self._prefixes.put(key, prefix)
 
 
 PREFIXES = PreparedPrefixes()

@@ -19,13 +19,12 @@ what was added since.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.store.base import StoreBase, text
+from app.store.lru import BoundedLru
 from app.store.scripts import LuaScript, counted, key
 
 HISTORY_CACHE_ITEMS = 20_000
@@ -94,7 +93,7 @@ class _Read:
 
 
 class ReadItems:
-    """The first items of history lists read by this process, least recently used first out.
+    """The first items of history lists read by this process (a :class:`BoundedLru`).
 
     A list's items never change (:mod:`app.store.history`), so the items read of it stay true;
     the items are shared by every reader, which must not change them. Bounded by items and by
@@ -105,59 +104,35 @@ class ReadItems:
     def __init__(
         self, capacity: int = HISTORY_CACHE_ITEMS, capacity_bytes: int = HISTORY_CACHE_BYTES
     ) -> None:
-        self.capacity = capacity
-        self.capacity_bytes = capacity_bytes
-        self._lists: OrderedDict[str, _Read] = OrderedDict()
-        self._held = 0
-        self._held_bytes = 0
-        self._lock = threading.Lock()
+        self._lists: BoundedLru[str, _Read] = BoundedLru(
+            capacity=capacity,
+            capacity_bytes=capacity_bytes,
+            count=lambda read: len(read.items),
+            size=lambda read: read.size,
+        )
 
     @property
     def held_bytes(self) -> int:
         """The JSON bytes of the items kept now."""
-        return self._held_bytes
+        return self._lists.held_bytes
 
     def get(self, key: str, length: int | None = None) -> tuple[list[dict[str, Any]], list[int]]:
         """The first (up to ``length``) items of the list ``key`` known, with their byte ends."""
-        with self._lock:
-            read = self._lists.get(key)
-            if read is None:
-                return [], []
-            self._lists.move_to_end(key)
-            return read.items[:length], read.ends[:length]
+        read = self._lists.get(key)
+        if read is None:
+            return [], []
+        return read.items[:length], read.ends[:length]
 
     def put(self, key: str, items: list[dict[str, Any]], ends: list[int]) -> None:
         """Keep ``items`` as the first items of the list ``key`` (when more than known).
 
         ``ends``: the JSON bytes of ``items`` up to each one.
         """
-        read = _Read(items, ends)
-        with self._lock:
-            known = self._lists.get(key)
-            if known is not None and len(known.items) >= len(items):
-                return
-            if known is not None:
-                self._forget(key)
-            if read.size > self.capacity_bytes:
-                return  # it would push every other list out, and still be too much
-            self._lists[key] = read
-            self._held += len(items)
-            self._held_bytes += read.size
-            while (self._held > self.capacity or self._held_bytes > self.capacity_bytes) and len(
-                self._lists
-            ) > 1:
-                self._forget(next(iter(self._lists)))
+        self._lists.put(key, _Read(items, ends))
 
     def drop(self, key: str) -> None:
         """Forget the list ``key`` (it expired)."""
-        with self._lock:
-            if key in self._lists:
-                self._forget(key)
-
-    def _forget(self, key: str) -> None:
-        read = self._lists.pop(key)
-        self._held -= len(read.items)
-        self._held_bytes -= read.size
+        self._lists.drop(key)
 
 
 EXTEND_HISTORY = LuaScript("extend_history", ExtendHistoryCall)
