@@ -199,10 +199,8 @@ class AnswerFormat:
         """
         value = message
         if isinstance(message, str):
-            text = message.strip()
-            fenced = _FENCE.match(text)
             try:
-                value = json.loads(fenced.group(1) if fenced else text)
+                value = json.loads(_unfenced(message))
             except ValueError as exc:
                 raise ProtocolViolation(
                     f'the "message" of your reply is not JSON ({exc}): the answer format asks '
@@ -460,10 +458,7 @@ def parse_directive(
     Raises:
         ProtocolViolation: what is wrong, said so that the model can fix it.
     """
-    stripped = text.strip()
-    fenced = _FENCE.match(stripped)
-    if fenced:
-        stripped = fenced.group(1)
+    stripped = _unfenced(text)
     try:
         value = json.loads(stripped)
     except ValueError as exc:
@@ -483,6 +478,13 @@ def parse_directive(
     elif directive.message is not None and not isinstance(directive.message, str):
         raise ProtocolViolation(f'the "message" of a "{directive.type}" must be a string')
     return directive
+
+
+def _unfenced(text: str) -> str:
+    """``text`` stripped, and out of its Markdown code fence if it has one."""
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    return fenced.group(1) if fenced else stripped
 
 
 def is_final_reply(directive: Directive) -> bool:
