@@ -87,12 +87,8 @@ def parse_faults(text: str) -> tuple[list[str], str]:
 
 def manifest_tools(system: str) -> dict[str, Mapping[str, Any]]:
     """The tools of the system prompt's manifest: name → parameters schema, in order."""
-    start, end = system.find(TOOLS_OPEN), system.find(TOOLS_CLOSE)
-    if start < 0 or end < start:
-        return {}
-    try:
-        listed = json.loads(system[start + len(TOOLS_OPEN) : end])
-    except ValueError:
+    listed = _tagged_json(system, TOOLS_OPEN, TOOLS_CLOSE)
+    if not isinstance(listed, list):
         return {}
     return {
         str(tool["name"]): tool.get("parameters") or {}
@@ -103,14 +99,19 @@ def manifest_tools(system: str) -> dict[str, Mapping[str, Any]]:
 
 def answer_schema(system: str) -> Mapping[str, Any] | None:
     """The schema of the system prompt's answer format, if it has one."""
-    start, end = system.find(FORMAT_OPEN), system.find(FORMAT_CLOSE)
+    schema = _tagged_json(system, FORMAT_OPEN, FORMAT_CLOSE)
+    return schema if isinstance(schema, Mapping) else None
+
+
+def _tagged_json(system: str, opening: str, closing: str) -> Any:
+    """The JSON between the system prompt's ``opening`` and ``closing`` tags (None: none)."""
+    start, end = system.find(opening), system.find(closing)
     if start < 0 or end < start:
         return None
     try:
-        schema = json.loads(system[start + len(FORMAT_OPEN) : end])
+        return json.loads(system[start + len(opening) : end])
     except ValueError:
         return None
-    return schema if isinstance(schema, Mapping) else None
 
 
 def json_answer(
