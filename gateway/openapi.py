@@ -57,26 +57,14 @@ def _answers(ok: dict[str, Any]) -> dict[str, Any]:
     return {"200": ok, "default": _json(_ref("Error"), "An error, in OpenAI's shape")}
 
 
-_RESPONSE_ID = {
-    "name": "response_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^resp_[A-Za-z0-9]{1,64}$"},
-}
+def _path(name: str, pattern: str) -> dict[str, Any]:
+    schema = {"type": "string", "pattern": pattern}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
-_CONVERSATION_ID = {
-    "name": "conversation_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^conv_[A-Za-z0-9]{1,64}$"},
-}
-_ITEM_ID = {
-    "name": "item_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^[a-z]+_[A-Za-z0-9]{1,64}$"},
-}
+_RESPONSE_ID = _path("response_id", "^resp_[A-Za-z0-9]{1,64}$")
+_CONVERSATION_ID = _path("conversation_id", "^conv_[A-Za-z0-9]{1,64}$")
+_ITEM_ID = _path("item_id", "^[a-z]+_[A-Za-z0-9]{1,64}$")
 
 
 def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +85,7 @@ _INCLUDE = _query("include", {"type": "string"})
 
 def _conversation_paths() -> dict[str, Any]:
     """``/v1/conversations``: the conversation object and its items."""
-    conversation = _json({"type": "object"})
-    items = _json({"type": "object"})
+    conversation = items = _json({"type": "object"})
     return {
         "/v1/conversations": {
             "post": {
