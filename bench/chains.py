@@ -24,12 +24,9 @@ stretch as it stretches wall time. Writes ``bench/results/chains.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import http.client
 import json
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +37,7 @@ import psutil
 
 from app.providers.translate import ModelRequest, build_chat_body
 from bench.fleet import Fleet
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, provenance
 
 WORDS = " ".join(f"w{i}" for i in range(44))
 BAND = 10
@@ -244,10 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         fleet.stop()
     record = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.chains", *sys.argv[1:]]),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        **provenance("bench.chains", fleet=fleet),
         "measure": "fleet time minus the same model calls made directly, p50 ms per depth band",
         "cpu_measure": "gateway + workers' CPU time (user + system) per response, mean ms per band",
         "target": f"band {args.depth - BAND}-{args.depth - 1} <= {TARGET_RATIO} x band 0-9",

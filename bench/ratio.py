@@ -22,10 +22,8 @@ Written to ``bench/results/ratio.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import shlex
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +33,7 @@ import psutil
 
 from bench.cpu import _redis_server
 from bench.fleet import Fleet, add_settings_option, raise_nofile
-from bench.run import RESULTS, machine, run_clients
+from bench.run import RESULTS, provenance, run_clients
 
 
 def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
@@ -113,10 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         fleet.stop()
     record = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.ratio", *(argv or sys.argv[1:])]),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "fleet": {role: shlex.join(cmd) for role, cmd in fleet.commands().items()},
+        **provenance("bench.ratio", fleet=fleet, argv=argv),
         "settings": settings,
         "rounds": rounds,
         "ratio_median": statistics.median(r["ratio"] for r in rounds),

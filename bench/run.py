@@ -60,6 +60,28 @@ def machine() -> dict[str, Any]:
     }
 
 
+def provenance(
+    module: str, *, fleet: Fleet | None = None, argv: list[str] | None = None
+) -> dict[str, Any]:
+    """Where a benchmark's figures come from: its command, when, the machine, the fleet's commands.
+
+    ``argv``: the benchmark's arguments (its command line's when none are given).
+    """
+    found: dict[str, Any] = {
+        "command": shlex.join([".venv/bin/python", "-m", module, *(argv or sys.argv[1:])]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }
+    if fleet is not None:
+        found["fleet"] = fleet_commands(fleet)
+    return found
+
+
+def fleet_commands(fleet: Fleet) -> dict[str, str]:
+    """Each of the fleet's roles with its exact command line."""
+    return {role: shlex.join(command) for role, command in fleet.commands().items()}
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -331,7 +353,7 @@ def run_core(
 
     def described(fleet: Fleet, workers: int, threads: int) -> dict[str, Any]:
         return {
-            "commands": {role: shlex.join(a) for role, a in fleet.commands().items()},
+            "commands": fleet_commands(fleet),
             "key_prefix": fleet.prefix,
             "inference_workers": workers,
             "threads_per_worker": threads,

@@ -19,11 +19,8 @@ growth and a least-squares slope in MB an hour. Writes ``bench/results/soak.json
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import random
-import shlex
-import sys
 import threading
 import time
 from collections import Counter
@@ -35,7 +32,7 @@ import psutil
 from websockets.sync.client import connect
 
 from bench.fleet import Fleet
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, provenance
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 INSTANT = [{"type": "internal", "name": "instant"}]
@@ -206,10 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         fleet.stop()
     result = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.soak", *sys.argv[1:]]),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        **provenance("bench.soak", fleet=fleet),
         "minutes": args.minutes,
         "warmup_minutes": args.warmup,
         "clients": args.clients,

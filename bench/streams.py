@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import http.client
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -34,7 +32,7 @@ from typing import Any
 from app.config import Settings
 from bench.clients import Connection, StreamResult, _Check, address
 from bench.fleet import Fleet, RssSampler, add_settings_option, raise_nofile
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, provenance
 from bench.stats import percentiles
 
 
@@ -284,10 +282,7 @@ def driver(args: argparse.Namespace) -> None:
     finally:
         fleet.stop()
     record = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.streams", *sys.argv[1:]]),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        **provenance("bench.streams", fleet=fleet),
         "gateway_env": {k: v for k, v in fleet.env().items() if Fleet.env(fleet).get(k) != v},
         "runs": runs,
     }

@@ -16,11 +16,8 @@ Per-turn time = send → terminal event. Writes ``bench/results/websocket.json``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +26,7 @@ import httpx
 from websockets.sync.client import ClientConnection, connect
 
 from bench.fleet import Fleet
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, provenance
 
 TOOL = {
     "type": "function",
@@ -122,10 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         fleet.stop()
     result = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.websocket", *sys.argv[1:]]),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "fleet": {role: shlex.join(argv) for role, argv in fleet.commands().items()},
+        **provenance("bench.websocket", fleet=fleet),
         "per_turn": {mode: summary(seconds) for mode, seconds in measured.items()},
     }
     RESULTS.mkdir(exist_ok=True)

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
-import shlex
-import sys
 import time
 from typing import Any
 
@@ -29,7 +26,7 @@ import psutil
 
 from app.config import Settings
 from bench.fleet import raise_nofile
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, fleet_commands, provenance
 from bench.streams import HealthProbe, ScaleFleet, healthz_phase
 
 
@@ -106,7 +103,7 @@ def measure(sockets: int, idle_seconds: float) -> dict[str, Any]:
             f"healthz_ms_{phase}": healthz_phase(probe, after=marks[index], before=marks[index + 1])
             for index, phase in enumerate(("open", "idle", "close"))
         },
-        "fleet": {role: shlex.join(cmd) for role, cmd in fleet.commands().items()},
+        "fleet": fleet_commands(fleet),
     }
 
 
@@ -118,11 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     raise_nofile()
     record = {
-        "command": shlex.join(
-            [".venv/bin/python", "-m", "bench.ws_keepalive", *(argv or sys.argv[1:])]
-        ),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **provenance("bench.ws_keepalive", argv=argv),
         **measure(args.sockets, args.idle_seconds),
     }
     RESULTS.mkdir(exist_ok=True)
