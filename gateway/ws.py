@@ -50,7 +50,8 @@ from gateway.context import gateway
 blueprint = Blueprint("websocket", __name__)
 _sock = Sock()
 _SELECTORS: weakref.WeakKeyDictionary[Any, ReadableOrTimeout] = weakref.WeakKeyDictionary()
-"""Each reader's selector, by its socket (for :func:`close` to hold its pings)."""
+"""Each reader's selector, by its socket (for :func:`close` to hold its pings), until the
+selector closes. The selector's key holds the socket, so an entry never goes by itself."""
 
 _CLOSE_TIMEOUT_SECONDS = 5.0
 """How long the client has to answer our close frame before the socket is closed anyway."""
@@ -134,6 +135,8 @@ class ReadableOrTimeout:
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
+        if self._key is not None and not isinstance(self._key.fileobj, int):
+            _SELECTORS.pop(self._key.fileobj, None)
 
 
 class WholeFrames:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import resource
 import selectors
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -88,6 +90,21 @@ def test_ws_selector_held_while_it_waits_keeps_waiting(reader: Reader) -> None:
 
     assert waiting.get(timeout=10) == []
     assert time.monotonic() - started >= 0.29
+
+
+def test_ws_selector_closed_lets_its_socket_go() -> None:
+    ours, theirs = socket.socketpair()
+    selector = ReadableOrTimeout()
+    selector.register(ours, selectors.EVENT_READ, True)
+    gone = weakref.ref(ours)
+
+    selector.close()
+    ours.close()
+    theirs.close()
+    del ours, selector
+    gc.collect()
+
+    assert gone() is None
 
 
 def test_ws_register_gives_the_reader_this_selector_where_gevent_patched_sockets(
