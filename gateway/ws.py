@@ -1,4 +1,4 @@
-"""WebSocket mode of ``/v1/responses`` (flask-sock).
+"""WebSocket mode of ``/v1/responses`` (simple-websocket).
 
 The handshake is an ordinary request, so bearer auth applies to it; the connection is then
 served by ``app.socket_session``. Under gunicorn's gevent worker simple-websocket's reader thread
@@ -27,17 +27,17 @@ made the reader close the socket before the client's frame came in.
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import time
 import weakref
 from typing import Any
 
-from flask import Blueprint, Flask, request
-from flask_sock import Sock
+from flask import Blueprint, Flask, Response, current_app, request
 from gevent import monkey
 from gevent.hub import Waiter, get_hub
 from gevent.lock import Semaphore
-from simple_websocket import Server
+from simple_websocket import ConnectionClosed, Server
 from wsproto.frame_protocol import CloseReason
 
 from app.config import Settings
@@ -48,7 +48,8 @@ from gateway.auth import current_tenant
 from gateway.context import gateway
 
 blueprint = Blueprint("websocket", __name__)
-_sock = Sock()
+_OPTIONS = "WEBSOCKET_SERVER_OPTIONS"
+"""The app's config key for simple-websocket's ``Server`` options (:func:`register`)."""
 _SELECTORS: weakref.WeakKeyDictionary[Any, ReadableOrTimeout] = weakref.WeakKeyDictionary()
 """Each reader's selector, by its socket (for :func:`close` to hold its pings), until the
 selector closes. The selector's key holds the socket, so an entry never goes by itself."""
@@ -167,9 +168,33 @@ def _whole_frames() -> None:
         environ["gunicorn.socket"] = WholeFrames(environ["gunicorn.socket"])
 
 
-@_sock.route("/v1/responses", bp=blueprint)  # type: ignore[untyped-decorator]
-def responses_socket(ws: Server) -> None:
+class Served(Response):
+    """The upgrade's answer once its connection is over (the socket was the answer).
+
+    Under gunicorn, ``StopIteration`` from the app tells the worker the socket was taken: it
+    closes it and writes nothing. Under werkzeug's server an empty answer does. One class for
+    every connection, holding only its mode: a class made per connection whose method closes
+    over the connection (flask-sock's) puts the connection, its compressor's buffers with it, in
+    a reference cycle, which in the gateway often waits for the collector's rare full collection
+    (:func:`gateway.worker.collect_less_often`).
+    """
+
+    def __init__(self, mode: str):
+        super().__init__()
+        self.mode = mode
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self.mode == "gunicorn":
+            raise StopIteration()
+        if self.mode == "werkzeug":
+            return super().__call__(environ, start_response)
+        return []
+
+
+@blueprint.route("/v1/responses", websocket=True)
+def responses_socket() -> Served:
     """Serve ``response.create`` messages until the client leaves or the time limit."""
+    ws = Server(request.environ, **current_app.config[_OPTIONS])
     gw = gateway()
     session = SocketSession(
         store=gw.store,
@@ -178,9 +203,10 @@ def responses_socket(ws: Server) -> None:
         settings=gw.settings,
         caller=Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count),
     )
-    with OPEN_STREAMS.labels("websocket").track_inprogress():
-        reason = session.serve(ws)  # time up or idle (a client that left ends it by raising)
-        close(ws, reason=reason)
+    # A client that left ends the session by raising; time up or idle, it returns why.
+    with OPEN_STREAMS.labels("websocket").track_inprogress(), contextlib.suppress(ConnectionClosed):
+        close(ws, reason=session.serve(ws))
+    return Served(ws.mode)
 
 
 def close(ws: Server, *, reason: str) -> None:
@@ -195,7 +221,7 @@ def close(ws: Server, *, reason: str) -> None:
 
 def register(app: Flask, settings: Settings) -> None:
     """Accept WebSocket upgrades on ``/v1/responses`` (POST stays the HTTP create)."""
-    app.config["SOCK_SERVER_OPTIONS"] = {
+    app.config[_OPTIONS] = {
         "max_message_size": settings.max_body_bytes,
         "ping_interval": settings.keepalive_seconds,
         # register() runs in the serving process: under gunicorn, after gevent patched sockets

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 OURS = ("app", "broker", "gateway", "workers", "programs")
-WEB = frozenset({"flask", "flask_sock", "gunicorn", "werkzeug", "simple_websocket"})
+WEB = frozenset({"flask", "gunicorn", "werkzeug", "simple_websocket"})
 FRAMEWORKS = WEB | {"celery", "kombu", "gevent"}
 # The loop: what drives a response, turn by turn. The layers under it serve it.
 LOOP = frozenset(
