@@ -197,17 +197,6 @@ class CreateMessage:
     """False: store the request's state, complete with no output, call no model."""
 
 
-def parse_create_message(message: str | bytes) -> CreateMessage:
-    """The create body of a ``response.create`` message, and its ``generate``.
-
-    Raises:
-        InvalidRequestError: not JSON, not a ``response.create``, ``background`` other than
-            false, ``stream`` other than true, ``generate`` not a boolean, or a ``stream_id``
-            that is not a string of 1 to 64 characters.
-    """
-    return parse_create_event(load_json(message))
-
-
 def lane_of(event: Any) -> Lane:
     """The lane a decoded message goes to (one with a bad ``stream_id``: the default lane's)."""
     lane = event.get("stream_id") if isinstance(event, dict) else None
@@ -215,7 +204,13 @@ def lane_of(event: Any) -> Lane:
 
 
 def parse_create_event(event: Any) -> CreateMessage:
-    """:func:`parse_create_message` of a decoded message."""
+    """The create body of a decoded ``response.create`` message, and its ``generate``.
+
+    Raises:
+        InvalidRequestError: not an object, not a ``response.create``, ``background`` other
+            than false, ``stream`` other than true, ``generate`` not a boolean, or a
+            ``stream_id`` that is not a string of 1 to 64 characters.
+    """
     if not isinstance(event, dict):
         raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
     if event.get("type") != CREATE_EVENT:

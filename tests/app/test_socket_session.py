@@ -10,9 +10,10 @@ import pytest
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.limits import Caller
+from app.protocol.json_text import load_json
 from app.relay import EventHub
 from app.run import RunDeps, advance_response
-from app.socket_session import CreateMessage, SocketSession, parse_create_message
+from app.socket_session import CreateMessage, SocketSession, parse_create_event
 from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
@@ -199,6 +200,11 @@ def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSe
     assert transport.finals()[0]["status"] == "completed"
     [error] = transport.errors()
     assert (error["status"], error["error"]["code"]) == (400, "websocket_idle_timeout")
+
+
+def parse_create_message(message: str) -> CreateMessage:
+    """What the session makes of a message: its JSON, then its create."""
+    return parse_create_event(load_json(message))
 
 
 @pytest.mark.parametrize(
