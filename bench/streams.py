@@ -5,7 +5,8 @@ worker with a thread per response). For each count N: ``N / --per-response`` bac
 responses whose model waits ``--ramp-seconds`` before its first token and then sends ``--tokens``
 tokens ``--token-ms`` apart; then ``--procs`` client processes (asyncio, hand-spoken HTTP/1.1,
 loopback) open N SSE streams on them (``GET /v1/responses/{id}?stream=true``: replay, then live)
-and hold ``--websockets`` idle WebSockets besides, while this process asks ``/healthz`` every
+and hold ``--websockets`` idle WebSockets besides (each after ``--websocket-turns`` responses of
+its own; none by default), while this process asks ``/healthz`` every
 50 ms and samples the gateway's RSS and CPU. Every stream is checked: sequence numbers 0, 1, 2 …
 without a gap or a repeat, ``response.completed`` last, then ``data: [DONE]``. A WebSocket counts
 as held when it still answers a ping at the end. The relay's cost per event = the gateway's CPU
@@ -97,24 +98,40 @@ async def _read(connection: Connection, result: StreamResult, check: _Check) -> 
     check.finish()
 
 
-async def hold_websocket(url: str, seconds: float, stop: asyncio.Event) -> bool:
-    """Open an idle WebSocket, hold it until ``stop``; whether it still answers a ping."""
+TURN = json.dumps(
+    {"type": "response.create", "input": "Hi [tokens=20] [delay_ms=0] [ttft_ms=0]", "store": True}
+)
+"""A WebSocket's turn before it idles (``--websocket-turns``): a short answer, all at once."""
+
+
+async def hold_websocket(
+    url: str, seconds: float, stop: asyncio.Event, turns: int = 0
+) -> tuple[bool, float | None]:
+    """Open a WebSocket (it offers permessage-deflate, as the Agents SDK's does), take ``turns``
+    responses on it, then hold it idle until ``stop``: whether every turn completed and it still
+    answers a ping, and when its turns were done."""
     from websockets.asyncio.client import connect
 
     try:
         async with connect(url, proxy=None, open_timeout=seconds, ping_interval=None) as ws:
+            for _ in range(turns):
+                await ws.send(TURN)
+                while (kind := json.loads(await ws.recv())["type"]) != "response.completed":
+                    if kind in ("error", "response.failed", "response.incomplete"):
+                        return False, None
+            done = time.monotonic()
             await stop.wait()
             await asyncio.wait_for(await ws.ping(), 30)
-            return True
+            return True, done
     except Exception:  # a hold that failed in any way is the result
-        return False
+        return False, None
 
 
 async def client(args: argparse.Namespace, ids: list[str]) -> dict[str, Any]:
     stop = asyncio.Event()
     ws_url = args.url.replace("http://", "ws://") + "/v1/responses"
     sockets = [
-        asyncio.ensure_future(hold_websocket(ws_url, args.seconds, stop))
+        asyncio.ensure_future(hold_websocket(ws_url, args.seconds, stop, args.websocket_turns))
         for _ in range(args.websockets)
     ]
     streams = await asyncio.gather(
@@ -127,7 +144,8 @@ async def client(args: argparse.Namespace, ids: list[str]) -> dict[str, Any]:
             [r.ok, r.events, r.error, r.t_start, r.t_headers, r.t_first_event, r.t_end]
             for r in streams
         ],
-        "websockets_held": sum(held),
+        "websockets_held": sum(ok for ok, _ in held),
+        "websocket_turns_done": [done for _, done in held if done is not None],
         "client_cpu_s": round(time.process_time(), 2),
     }
 
@@ -186,7 +204,8 @@ def run_clients(
         sockets = args.websockets // args.procs + (index < args.websockets % args.procs)
         argv = [sys.executable, "-m", "bench.streams", "client", "--url", fleet.gateway_url,
                 "--ids", str(ids_file), "--count", str(share), "--websockets", str(sockets),
-                "--seconds", str(args.max_seconds)]  # fmt: skip
+                "--seconds", str(args.max_seconds),
+                "--websocket-turns", str(args.websocket_turns)]  # fmt: skip
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True))
     outputs = []
     for proc in procs:
@@ -213,6 +232,10 @@ def summarise(
         "peak_open_streams": peak,
         "events_delivered": sum(r[1] for r in rows),
         "websockets_held": sum(out["websockets_held"] for out in outputs),
+        # when the WebSockets' own turns were done, in s from the streams' first token
+        "websocket_turns_done_s": _seconds_from(
+            events_from, [at for out in outputs for at in out["websocket_turns_done"]]
+        ),
         "healthz_ms": healthz_phase(probe),
         "healthz_samples": len(probe.latencies),
         # the streams opening (the model silent) and then the events flowing, apart
@@ -226,6 +249,15 @@ def summarise(
         "healthz_failures": probe.failures,
         "client_cpu_s": sum(out["client_cpu_s"] for out in outputs),
     }
+
+
+def _seconds_from(origin: float, times: list[float]) -> dict[str, float]:
+    """``times`` as seconds from ``origin``: first, median, last."""
+    if not times:
+        return {}
+    ordered = sorted(at - origin for at in times)
+    middle = ordered[len(ordered) // 2]
+    return {"first": round(ordered[0], 2), "p50": round(middle, 2), "last": round(ordered[-1], 2)}
 
 
 def healthz_phase(
@@ -258,6 +290,7 @@ def run_count(fleet: Fleet, count: int, args: argparse.Namespace) -> dict[str, A
     events = max(1, result["events_delivered"])
     result |= {
         "websockets": args.websockets,
+        "websocket_turns": args.websocket_turns,
         "elapsed_s": round(time.monotonic() - start, 1),
         "gateway_worker_rss_peak_mb": sampler.peaks_mb().get("gateway (gevent worker)"),
         "gateway_worker_cpu_s": gateway_cpu,
@@ -297,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     run = sub.add_parser("run")
     run.add_argument("--counts", default="1000,10000")
     run.add_argument("--websockets", type=int, default=10_000)
+    run.add_argument("--websocket-turns", type=int, default=0, help="responses on each first")
     run.add_argument("--per-response", type=int, default=100)
     run.add_argument("--procs", type=int, default=4)
     run.add_argument("--tokens", type=int, default=20)
@@ -311,6 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--count", type=int, required=True)
     one.add_argument("--websockets", type=int, default=0)
     one.add_argument("--seconds", type=float, default=240.0)
+    one.add_argument("--websocket-turns", type=int, default=0)
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["run"]))
     if args.mode == "client":
         raise_nofile()

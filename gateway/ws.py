@@ -194,8 +194,11 @@ class Served(Response):
 @blueprint.route("/v1/responses", websocket=True)
 def responses_socket() -> Served:
     """Serve ``response.create`` messages until the client leaves or the time limit."""
-    ws = Server(request.environ, **current_app.config[_OPTIONS])
     gw = gateway()
+    environ = request.environ
+    if not gw.settings.websocket_deflate:  # no offer seen, none accepted
+        environ = {k: v for k, v in environ.items() if k != "HTTP_SEC_WEBSOCKET_EXTENSIONS"}
+    ws = Server(environ, **current_app.config[_OPTIONS])
     session = SocketSession(
         store=gw.store,
         hub=gw.hub,

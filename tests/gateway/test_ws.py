@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import gevent
 import gevent.socket
@@ -214,14 +215,42 @@ def test_ws_whole_frames_sends_one_frame_at_a_time() -> None:
 
 
 @pytest.fixture
-def served(make_app: Callable[..., Flask]) -> Iterator[str]:
+def serve(make_app: Callable[..., Flask]) -> Iterator[Callable[..., str]]:
+    """Serve a gateway (settings as keywords) on werkzeug's threaded server; its WebSocket URL."""
+    servers: list[tuple[Any, threading.Thread]] = []
+
+    def start(**overrides: Any) -> str:
+        server = make_server("127.0.0.1", 0, make_app(**overrides), threaded=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"ws://127.0.0.1:{server.server_port}/v1/responses"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(serve: Callable[..., str]) -> str:
     """The gateway on werkzeug's threaded server; its WebSocket URL."""
-    server = make_server("127.0.0.1", 0, make_app(), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"ws://127.0.0.1:{server.server_port}/v1/responses"
-    server.shutdown()
-    thread.join(timeout=10)
+    return serve()
+
+
+@pytest.mark.parametrize("deflate", [True, False])
+def test_ws_compresses_messages_only_where_deflate_is_on(
+    serve: Callable[..., str], deflate: bool
+) -> None:
+    """Off (the default): the client's permessage-deflate offer is declined
+    (a connection that carried a message would hold its compressor for its whole life)."""
+    with connect(
+        serve(websocket_deflate=deflate), additional_headers={"Authorization": "Bearer x"}
+    ) as ws:
+        accepted = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+        ws.send(json.dumps({"type": "response.nonsense", "padding": "x" * 10_000}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "error"
+    assert accepted.startswith("permessage-deflate") is deflate
 
 
 def _connections() -> list[Server]:
