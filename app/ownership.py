@@ -10,6 +10,7 @@ it into a record with an ``owner`` attribute, and call :func:`require_owned` whe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from app.errors import AppError
@@ -27,13 +28,17 @@ class Owned(Protocol):
 OwnedT = TypeVar("OwnedT", bound=Owned)
 
 
-def require_owned(record: OwnedT | None, tenant: str, *, missing: AppError) -> OwnedT:
+def require_owned(record: OwnedT | None, tenant: str, *, missing: Callable[[], AppError]) -> OwnedT:
     """``record`` when it exists and ``tenant`` owns it.
 
+    ``missing`` makes the error when it is raised: an error a frame's variable holds while it
+    is raised is in a reference cycle with that frame (through its traceback), and with it the
+    whole request's stack waits for the garbage collector, in the gateway a rare one.
+
     Raises:
-        AppError: ``missing`` (the error of an unknown id: 404) when there is no record or
+        AppError: ``missing()`` (the error of an unknown id: 404) when there is no record or
             another tenant owns it, so a tenant cannot tell the two apart.
     """
     if record is None or record.owner != tenant:
-        raise missing
+        raise missing()
     return record

@@ -458,7 +458,8 @@ def owned_response(store: ResponseStore, response_id: str, tenant: str) -> Store
         NotFoundError: no such response, or another tenant's (the same answer).
     """
     check_response_id(response_id)  # before any key is made of it
-    return require_owned(store.load(response_id), tenant, missing=_not_found(response_id))
+    record = store.load(response_id)
+    return require_owned(record, tenant, missing=lambda: _not_found(response_id))
 
 
 def _not_found(response_id: str) -> NotFoundError:

@@ -368,7 +368,10 @@ class SocketSession:
         try:
             taken = _Message(load_json(message))
         except AppError as error:
-            taken = _Message(None, error=error)
+            # kept for its lane, so without its traceback and the parser's error: their frames
+            # (this one among them) would hold it, and the session with them, in a cycle
+            error.__context__ = None
+            taken = _Message(None, error=error.with_traceback(None))
         if isinstance(taken.event, dict) and taken.event.get("type") == STEER_EVENT:
             self._steer(transport, taken.event, size=len(message))
             return
@@ -429,9 +432,10 @@ class SocketSession:
         """Answer one message; False when the connection can take no more."""
         body: dict[str, Any] = {}
         try:
+            if message.error is not None:  # sent, not raised: this frame holds it
+                self._send(transport, error_message(message.error, lane))
+                return True
             try:
-                if message.error is not None:
-                    raise message.error
                 create = parse_create_event(message.event)
                 body = create.body
                 self.run(

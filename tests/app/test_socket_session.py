@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from app.errors import InvalidRequestError
+from app.errors import AppError, InvalidRequestError
 from app.limits import Caller
 from app.protocol.json_text import load_json
 from app.relay import EventHub
@@ -18,6 +18,7 @@ from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
 from tests.app.test_run import FakeModel, answer
+from tests.support.cycles import left_in_cycles
 from tests.support.sentinel import wait_for
 
 
@@ -200,6 +201,21 @@ def test_session_ends_when_the_client_idles(make_session: Callable[..., SocketSe
     assert transport.finals()[0]["status"] == "completed"
     [error] = transport.errors()
     assert (error["status"], error["error"]["code"]) == (400, "websocket_idle_timeout")
+
+
+def test_session_a_message_that_is_not_json_leaves_no_error_in_a_cycle(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    """The reader's error for it was kept with the frame it was caught in (which held it), and
+    raised again by the lane (whose frame held it too): each a cycle with the session in it."""
+    session = make_session(answer("Noted."))
+    transport = ScriptedTransport("{", create(input="hi", store=False))
+
+    garbage = left_in_cycles(lambda: serve(session, transport))
+
+    assert [e["error"]["code"] for e in transport.errors()] == ["invalid_json"]
+    assert len(transport.finals()) == 1
+    assert [o for o in garbage if isinstance(o, AppError)] == []
 
 
 def parse_create_message(message: str) -> CreateMessage:

@@ -43,8 +43,8 @@ def claim_container(
     _, raw = pipe.execute()
     owner = raw.decode() if isinstance(raw, bytes) else str(raw)
     claim = ContainerClaim(container_id=container_id, owner=owner)
-    missing = NotFoundError(f"No container found with id '{container_id}'.", param="container")
-    require_owned(claim, tenant, missing=missing)
+    message = f"No container found with id '{container_id}'."
+    require_owned(claim, tenant, missing=lambda: NotFoundError(message, param="container"))
     client.expire(key, ttl_seconds)
     return claim
 
