@@ -100,6 +100,9 @@ Lane = str | None
 class Transport(Protocol):
     """The connection as the session sees it (``simple_websocket.Server`` in the gateway)."""
 
+    connected: bool
+    """False once the client closed the connection or its socket failed."""
+
     def send(self, data: str) -> None:
         """Send one text message."""
 
@@ -707,7 +710,12 @@ class SocketSession:
     def relay(
         self, transport: Transport, response_id: str, lane: Lane = None
     ) -> dict[str, Any] | None:
-        """Send the response's events; its final object, or None when time ran out first."""
+        """Send the response's events; its final object, or None when time ran out first.
+
+        Also None when the client has gone, found at a keepalive: a response that says nothing
+        for a while (queued, parked behind its tenant's others, in a long tool call) would
+        otherwise hold the connection, and the gateway's slot for it, until it spoke again.
+        """
         events = each_event(
             follow_event_batches(
                 self.store, self.hub, response_id, keepalive_seconds=self.settings.keepalive_seconds
@@ -716,7 +724,7 @@ class SocketSession:
         with closing(events):
             for event in events:
                 if isinstance(event, Keepalive):
-                    if self.clock() >= self.deadline or self._ended:
+                    if self.clock() >= self.deadline or self._ended or not transport.connected:
                         return None
                     continue
                 self._send(transport, in_lane(event.data, lane))

@@ -46,6 +46,8 @@ class ThreadDispatcher:
 class ScriptedTransport:
     """Hands out the scripted messages, then says the client left; records what was sent."""
 
+    connected = True  # sends still work after "leaving": what was sent is answered
+
     def __init__(self, *messages: str):
         self.messages = list(messages)
         self.sent: list[dict[str, Any]] = []
@@ -385,6 +387,31 @@ class LeavingTransport(ScriptedTransport):
     def of_lane(self, lane: str | None) -> list[dict[str, Any]]:
         with self.lock:
             return [event for event in self.sent if event.get("stream_id") == lane]
+
+
+class ClosingTransport(ScriptedTransport):
+    """A client that closes the connection after its messages: its socket then says so."""
+
+    def receive(self, timeout: float | None = None) -> str | None:
+        if not self.messages:
+            self.connected = False
+        return super().receive(timeout)
+
+
+def test_session_stops_following_for_a_client_that_closed(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    """The lane stops at its next keepalive, not when the silent response next speaks."""
+    model = HeldModel()
+    session = make_session(model)  # keepalives every 0.2 s
+    transport = ClosingTransport(create(input="hold on"))
+    try:
+        serve(session, transport)  # before: until the model gave up waiting (10 s), then failed
+    finally:
+        model.release.set()  # the response goes on, in the worker
+
+    sent = [event["type"] for event in transport.sent]
+    assert sent in (["response.created"], ["response.created", "response.in_progress"])
 
 
 def completed(transport: LeavingTransport, lane: str | None) -> bool:
