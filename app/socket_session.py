@@ -310,6 +310,8 @@ class SocketSession:
         self._last_done = self.clock()
         self._ended = False
         self._sending = threading.Lock()
+        self._send_failed = False
+        """A send failed: the client has gone (closed, reset), and nobody hears of any error."""
         self._running: dict[str, _Running] = {}
         self._ended_responses: OrderedDict[str, _Ended] = OrderedDict()
         self._queued: dict[str, list[Steer]] = {}
@@ -429,7 +431,11 @@ class SocketSession:
 
     def _send(self, transport: Transport, data: str) -> None:
         with self._sending:  # one message at a time, whichever lane sends it
-            transport.send(data)
+            try:
+                transport.send(data)
+            except Exception:
+                self._send_failed = True
+                raise
 
     def handle(self, transport: Transport, message: _Message, lane: Lane) -> bool:
         """Answer one message; False when the connection can take no more."""
@@ -450,6 +456,8 @@ class SocketSession:
                 self.forget(body.get("previous_response_id"))
                 self._send(transport, error_message(error, lane))
             except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
+                if self._send_failed:
+                    return False  # the client left while its events went out: not an error
                 logger.exception("unexpected error in a WebSocket session")
                 self.forget(body.get("previous_response_id"))
                 self._send(transport, error_message(_unexpected(), lane))

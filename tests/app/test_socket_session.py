@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -412,6 +413,36 @@ def test_session_stops_following_for_a_client_that_closed(
 
     sent = [event["type"] for event in transport.sent]
     assert sent in (["response.created"], ["response.created", "response.in_progress"])
+
+
+class ResetTransport(ScriptedTransport):
+    """A client that leaves once its messages are read, before the first event: every send
+    fails, as a closed socket's does (and waits for the client to be gone first)."""
+
+    def __init__(self, *messages: str):
+        super().__init__(*messages)
+        self.gone = threading.Event()
+
+    def receive(self, timeout: float | None = None) -> str | None:
+        if not self.messages:
+            self.connected = False
+            self.gone.set()
+        return super().receive(timeout)
+
+    def send(self, data: str) -> None:
+        assert self.gone.wait(10), "the client never left"
+        raise ConnectionResetError("the client closed the connection")
+
+
+def test_session_a_client_gone_mid_stream_is_not_an_error(
+    make_session: Callable[..., SocketSession], caplog: pytest.LogCaptureFixture
+) -> None:
+    """It logged "unexpected error in a WebSocket session", with the send's traceback."""
+    session = make_session(answer("Done."))
+
+    serve(session, ResetTransport(create(input="hi")))
+
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def completed(transport: LeavingTransport, lane: str | None) -> bool:
