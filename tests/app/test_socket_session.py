@@ -364,7 +364,7 @@ class HeldModel(FakeModel):
 
     def stream(self, request: Any) -> Iterator[Any]:
         if "hold" in json.dumps([item.get("content") for item in request.items]):
-            assert self.release.wait(10), "never released"
+            assert self.release.wait(60), "never released"  # a bound for a test gone wrong
         yield from super().stream(request)
 
 
@@ -407,7 +407,7 @@ def test_session_stops_following_for_a_client_that_closed(
     session = make_session(model)  # keepalives every 0.2 s
     transport = ClosingTransport(create(input="hold on"))
     try:
-        serve(session, transport)  # before: until the model gave up waiting (10 s), then failed
+        serve(session, transport)  # before: until the model gave up waiting (60 s), then failed
     finally:
         model.release.set()  # the response goes on, in the worker
 
