@@ -393,9 +393,14 @@ class LeavingTransport(ScriptedTransport):
 class ClosingTransport(ScriptedTransport):
     """A client that closes the connection after its messages: its socket then says so."""
 
+    def __init__(self, *messages: str):
+        super().__init__(*messages)
+        self.gone = threading.Event()
+
     def receive(self, timeout: float | None = None) -> str | None:
         if not self.messages:
             self.connected = False
+            self.gone.set()
         return super().receive(timeout)
 
 
@@ -415,19 +420,9 @@ def test_session_stops_following_for_a_client_that_closed(
     assert sent in (["response.created"], ["response.created", "response.in_progress"])
 
 
-class ResetTransport(ScriptedTransport):
+class ResetTransport(ClosingTransport):
     """A client that leaves once its messages are read, before the first event: every send
     fails, as a closed socket's does (and waits for the client to be gone first)."""
-
-    def __init__(self, *messages: str):
-        super().__init__(*messages)
-        self.gone = threading.Event()
-
-    def receive(self, timeout: float | None = None) -> str | None:
-        if not self.messages:
-            self.connected = False
-            self.gone.set()
-        return super().receive(timeout)
 
     def send(self, data: str) -> None:
         assert self.gone.wait(10), "the client never left"
