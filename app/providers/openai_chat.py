@@ -250,8 +250,9 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
     arrives a token at a time still leaves a token at a time. A malformed field ends the stream
     with :class:`UpstreamError`, after the chunks before it.
     """
+    calls = _CallNumbers()
     for fields in pieces:
-        piece = _Piece()
+        piece = _Piece(calls)
         for data in fields:
             if data == b"[DONE]":
                 yield from piece.chunks()
@@ -276,9 +277,10 @@ class _Piece:
     A run's texts are joined when it ends, so a token costs a list append, not a chunk object.
     """
 
-    __slots__ = ("_chunks", "_kind", "_texts")
+    __slots__ = ("_calls", "_chunks", "_kind", "_texts")
 
-    def __init__(self) -> None:
+    def __init__(self, calls: _CallNumbers) -> None:
+        self._calls = calls
         self._chunks: list[Chunk] = []
         self._kind: type[TextDelta | ReasoningDelta] = TextDelta
         self._texts: list[str] = []
@@ -295,12 +297,13 @@ class _Piece:
                 self._text(TextDelta, content)
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") or {}
+                call_id = call.get("id")
                 self._other(
                     ToolCallDelta(
-                        index=int(call.get("index", 0)),
-                        call_id=call.get("id"),
+                        index=self._calls.index_of(call.get("index"), call_id),
+                        call_id=call_id,
                         name=function.get("name"),
-                        arguments=function.get("arguments") or "",
+                        arguments=_arguments_text(function.get("arguments")),
                     )
                 )
             if choice.get("finish_reason"):
@@ -327,6 +330,54 @@ class _Piece:
         if self._texts:
             self._chunks.append(self._kind(text="".join(self._texts)))
             self._texts = []
+
+
+class _CallNumbers:
+    """One index per tool call of a stream, whatever the model server numbers them.
+
+    OpenAI numbers a turn's calls 0, 1, 2 and sends a call's ``id`` with its first fragment
+    only. Ollama numbers every call 0 (ollama/ollama#15457, still so for models without a
+    parser of their own, #15497) and before 0.4.7 sent no index at all (#7881): read as
+    numbered, a turn's parallel calls would be one call with their arguments run together. A
+    fragment whose ``id`` is not that of the call open at its number starts a new call.
+    """
+
+    __slots__ = ("_open", "_taken")
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[int, str | None]] = {}  # server's number: ours, its id
+        self._taken = 0
+
+    def index_of(self, number: Any, call_id: str | None) -> int:
+        """Our index for a fragment the server numbered ``number`` (None: unnumbered).
+
+        Raises:
+            UpstreamError: the number is not an integer.
+        """
+        if number is None:
+            number = 0
+        elif type(number) is not int:
+            raise UpstreamError(
+                f"Model server sent a tool call index that is not an integer: {number!r}"
+            )
+        held = self._open.get(number)
+        if held is not None and (call_id is None or held[1] in (None, call_id)):
+            if held[1] is None and call_id is not None:
+                self._open[number] = (held[0], call_id)
+            return held[0]
+        ours = self._taken
+        self._taken += 1
+        self._open[number] = (ours, call_id)
+        return ours
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A fragment's arguments as text: a server that sends them as a JSON object, encoded."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments)
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

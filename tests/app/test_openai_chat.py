@@ -412,3 +412,69 @@ def test_provider_a_field_that_is_not_one_json_object_is_upstream_error(
             received.append(chunk)
 
     assert received == [TextDelta(text="ok")]
+
+
+def _call(call_id: str | None, name: str, arguments: Any, **numbered: Any) -> dict[str, Any]:
+    call = {"function": {"name": name, "arguments": arguments}, **numbered}
+    return {**call, "id": call_id} if call_id is not None else call
+
+
+@pytest.mark.parametrize(
+    "numbered",
+    [{"index": 0}, {}, {"index": None}],
+    ids=["every-call-0", "unnumbered", "null"],
+)
+def test_provider_tells_apart_calls_a_server_numbers_alike(
+    make_provider: Callable[..., ChatCompletionsProvider], numbered: dict[str, Any]
+) -> None:
+    """Ollama numbers every parallel call 0 (ollama/ollama#15457, #15497), and sent no index
+    before 0.4.7 (#7881): each call arrives whole with an id of its own. Read by number, two
+    calls were one, named after the first, its arguments both objects run together."""
+    body = sse(
+        choice({"tool_calls": [_call("call_a", "add", '{"a": 1}', **numbered)]}),
+        choice({"tool_calls": [_call("call_b", "mul", '{"b": 2}', **numbered)]}),
+        choice({"tool_calls": [_call(None, "", ', "c": 3}', **numbered)]}),
+        choice({}, finish_reason="tool_calls"),
+    )
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert list(provider.stream(REQUEST)) == [
+        ToolCallDelta(index=0, call_id="call_a", name="add", arguments='{"a": 1}'),
+        ToolCallDelta(index=1, call_id="call_b", name="mul", arguments='{"b": 2}'),
+        ToolCallDelta(index=1, name="", arguments=', "c": 3}'),
+        Finish(reason="tool_calls"),
+    ]
+
+
+def test_provider_keeps_a_call_whose_fragments_repeat_its_id(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = sse(
+        choice({"tool_calls": [_call("call_a", "add", '{"a": ', index=0)]}),
+        choice({"tool_calls": [_call("call_a", "", "1}", index=0)]}),
+    )
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert [chunk.index for chunk in provider.stream(REQUEST)] == [0, 0]  # type: ignore[union-attr]
+
+
+def test_provider_encodes_arguments_sent_as_an_object(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = sse(choice({"tool_calls": [_call("call_a", "add", {"a": 1}, index=0)]}))
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert list(provider.stream(REQUEST)) == [
+        ToolCallDelta(index=0, call_id="call_a", name="add", arguments='{"a": 1}')
+    ]
+
+
+@pytest.mark.parametrize("index", ["0", 1.5, True])
+def test_provider_a_tool_call_index_that_is_not_an_integer_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider], index: Any
+) -> None:
+    body = sse(choice({"tool_calls": [_call("call_a", "add", "{}", index=index)]}))
+    provider = make_provider(Recorder(stream_response(body)))
+
+    with pytest.raises(UpstreamError, match="tool call index that is not an integer"):
+        list(provider.stream(REQUEST))

@@ -22,6 +22,7 @@ import redis
 
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
+from tests.e2e.helpers import TERMINAL, wait_for_status
 from tests.support.mcp_servers import stdio_command
 
 SANDBOX_TOOLS = [
@@ -77,6 +78,21 @@ class Fleet:
             *extra,
         ]
         return self.spawn(name, argv)
+
+    @contextmanager
+    def inference_worker_on(self, model_url: str) -> Iterator[None]:
+        """The fleet's inference worker swapped for one whose model server is ``model_url``."""
+        self.stop("worker-0")
+        argv = [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"]
+        self.spawn("worker-model", argv, ANTWORT_LLM_BASE_URL=model_url)
+        try:
+            yield
+        finally:
+            self.stop("worker-model")
+            self.start_worker("worker-0")
+        with openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="k", max_retries=0) as client:
+            probe = client.responses.create(model="antwort-sim", input="probe", background=True)
+            assert wait_for_status(client, probe.id, TERMINAL, timeout=60).status == "completed"
 
     @contextmanager
     def extra_gateway(self, name: str, **env: str) -> Iterator[str]:

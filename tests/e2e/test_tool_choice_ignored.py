@@ -1,13 +1,12 @@
 """tool_choice ``none`` is enforced by the engine, not left to the model.
 
 The session's inference worker is swapped for one whose model server ignores ``tool_choice``
-(``tests.support.disobedient``): the model calls tools although told not to, and the fleet
+(``tests.support.model_proxy``): the model calls tools although told not to, and the fleet
 returns those calls without running them.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,25 +15,14 @@ import pytest
 import redis
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import TERMINAL, wait_for_status
-from tests.support.disobedient import disobedient_model
+from tests.support.model_proxy import disobedient_model
 
 
 @pytest.fixture(scope="module")
 def disobedient_fleet(fleet: Fleet, sim_url: str) -> Iterator[Fleet]:
     """The fleet, its inference worker talking to a model that ignores ``tool_choice``."""
-    with disobedient_model(sim_url) as model_url:
-        fleet.stop("worker-0")
-        argv = [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"]
-        fleet.spawn("worker-disobedient", argv, ANTWORT_LLM_BASE_URL=model_url)
-        try:
-            yield fleet
-        finally:
-            fleet.stop("worker-disobedient")
-            fleet.start_worker("worker-0")
-    with openai.OpenAI(base_url=f"{fleet.base_url}/v1", api_key="k", max_retries=0) as client:
-        probe = client.responses.create(model="antwort-sim", input="probe", background=True)
-        assert wait_for_status(client, probe.id, TERMINAL, timeout=60).status == "completed"
+    with disobedient_model(sim_url) as model_url, fleet.inference_worker_on(model_url):
+        yield fleet
 
 
 def _internal(*names: str) -> list[Any]:
