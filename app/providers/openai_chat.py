@@ -134,7 +134,12 @@ class ChatCompletionsProvider:
             with self._client.stream("POST", url, content=body, headers=_JSON) as response:
                 if response.status_code != 200:
                     _raise_for_status(response)
-                for chunk in _parse_stream(_sse_data(_body(response))):
+                chunks = (
+                    _parse_completion(response)
+                    if _is_json(response)
+                    else _parse_stream(_sse_data(_body(response)))
+                )
+                for chunk in chunks:
                     has_yielded = True
                     yield chunk
         except httpx.TransportError as exc:
@@ -241,6 +246,41 @@ def _quoted(data: bytes) -> str:
     return data[:200].decode(errors="replace")
 
 
+def _is_json(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.lower().startswith("application/json")
+
+
+def _parse_completion(response: httpx.Response) -> Iterator[Chunk]:
+    """A whole ``chat.completion`` (a server that does not stream) as the chunks of one read.
+
+    A body labelled JSON that is an event stream after all is read as one.
+
+    Raises:
+        UpstreamError: the body is not a completion, or reports an error.
+    """
+    response.read()
+    if not response.content.lstrip().startswith(b"{"):
+        yield from _parse_stream(_sse_data(iter([response.content])))
+        return
+    payload = _document(response.content)
+    if payload.get("error"):
+        raise UpstreamError(f"Model server reported an error: {payload['error']}")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise UpstreamError(f"Model server sent no completion: {_quoted(response.content)}")
+    for choice in choices:  # a message is a chunk's delta that came whole
+        message = choice.pop("message", None)
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for number, call in enumerate(calls if isinstance(calls, list) else ()):
+            if isinstance(call, dict):  # a message's calls go unnumbered, in their order
+                call.setdefault("index", number)
+        choice["delta"] = message
+    piece = _Piece(_CallNumbers())
+    piece.add(payload)
+    yield from piece.chunks()
+
+
 def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
     """The model's chunks; consecutive text (or reasoning) that arrived together is one chunk.
 
@@ -251,6 +291,7 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
     with :class:`UpstreamError`, after the chunks before it.
     """
     calls = _CallNumbers()
+    finished = False
     for fields in pieces:
         piece = _Piece(calls)
         for data in fields:
@@ -268,7 +309,11 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
                 yield from piece.chunks()
                 raise UpstreamError(f"Model server reported an error: {payload['error']}")
             piece.add(payload)
-        yield from piece.chunks()
+        chunks = piece.chunks()
+        finished = finished or any(type(chunk) is Finish for chunk in chunks)
+        yield from chunks
+    if not finished:  # a finish reason without [DONE] is a whole answer; neither, a cut one
+        raise UpstreamError("Model server ended its answer before it finished (no finish_reason)")
 
 
 class _Piece:
@@ -298,12 +343,13 @@ class _Piece:
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") or {}
                 call_id = call.get("id")
+                arguments = _arguments_text(function.get("arguments"))
                 self._other(
                     ToolCallDelta(
-                        index=self._calls.index_of(call.get("index"), call_id),
+                        index=self._calls.index_of(call.get("index"), call_id, arguments),
                         call_id=call_id,
                         name=function.get("name"),
-                        arguments=_arguments_text(function.get("arguments")),
+                        arguments=arguments,
                     )
                 )
             if choice.get("finish_reason"):
@@ -337,18 +383,21 @@ class _CallNumbers:
 
     OpenAI numbers a turn's calls 0, 1, 2 and sends a call's ``id`` with its first fragment
     only. Ollama numbers every call 0 (ollama/ollama#15457, still so for models without a
-    parser of their own, #15497) and before 0.4.7 sent no index at all (#7881): read as
-    numbered, a turn's parallel calls would be one call with their arguments run together. A
-    fragment whose ``id`` is not that of the call open at its number starts a new call.
+    parser of their own, #15497) and before 0.4.7 sent no index at all (#7881), each call
+    whole in one fragment: read by number, a turn's parallel calls were one call, their
+    arguments run together. So a fragment starts a new call at a number already taken when it
+    carries another ``id`` than that call's and that call's arguments are already a whole JSON
+    document. Servers that send a new ``id`` with every fragment of one call, or open one call
+    twice before its arguments, still make one call.
     """
 
     __slots__ = ("_open", "_taken")
 
     def __init__(self) -> None:
-        self._open: dict[int, tuple[int, str | None]] = {}  # server's number: ours, its id
+        self._open: dict[int, _NumberedCall] = {}  # by the server's number
         self._taken = 0
 
-    def index_of(self, number: Any, call_id: str | None) -> int:
+    def index_of(self, number: Any, call_id: str | None, arguments: str) -> int:
         """Our index for a fragment the server numbered ``number`` (None: unnumbered).
 
         Raises:
@@ -360,15 +409,26 @@ class _CallNumbers:
             raise UpstreamError(
                 f"Model server sent a tool call index that is not an integer: {number!r}"
             )
-        held = self._open.get(number)
-        if held is not None and (call_id is None or held[1] in (None, call_id)):
-            if held[1] is None and call_id is not None:
-                self._open[number] = (held[0], call_id)
-            return held[0]
-        ours = self._taken
-        self._taken += 1
-        self._open[number] = (ours, call_id)
-        return ours
+        call = self._open.get(number)
+        if call is None or (call_id not in (None, call.call_id) and call.is_whole()):
+            call = self._open[number] = _NumberedCall(self._taken, call_id)
+            self._taken += 1
+        call.arguments.append(arguments)
+        return call.index
+
+
+@dataclasses.dataclass(slots=True)
+class _NumberedCall:
+    index: int
+    call_id: str | None
+    arguments: list[str] = dataclasses.field(default_factory=list)
+
+    def is_whole(self) -> bool:
+        try:
+            json.loads("".join(self.arguments))
+        except ValueError:
+            return False
+        return True
 
 
 def _arguments_text(arguments: Any) -> str:

@@ -446,16 +446,25 @@ def test_provider_tells_apart_calls_a_server_numbers_alike(
     ]
 
 
-def test_provider_keeps_a_call_whose_fragments_repeat_its_id(
-    make_provider: Callable[..., ChatCompletionsProvider],
+@pytest.mark.parametrize(
+    "ids",
+    [("call_a", "call_a", "call_a"), ("call_a", "call_b", "call_c"), ("call_a", "call_b", None)],
+    ids=["repeated", "new-with-every-fragment", "opened-twice"],
+)
+def test_provider_keeps_one_call_until_its_arguments_are_whole(
+    make_provider: Callable[..., ChatCompletionsProvider], ids: tuple[str | None, ...]
 ) -> None:
+    """Servers that repeat a call's id on every fragment, send a new one with each (an unstable
+    id), or open one call twice before its arguments: one call, as it was."""
+    first, second, third = ids
     body = sse(
-        choice({"tool_calls": [_call("call_a", "add", '{"a": ', index=0)]}),
-        choice({"tool_calls": [_call("call_a", "", "1}", index=0)]}),
+        choice({"tool_calls": [_call(first, "add", "", index=0)]}),
+        choice({"tool_calls": [_call(second, "", '{"a": ', index=0)]}),
+        choice({"tool_calls": [_call(third, "", "1}", index=0)]}),
     )
     provider = make_provider(Recorder(stream_response(body)))
 
-    assert [chunk.index for chunk in provider.stream(REQUEST)] == [0, 0]  # type: ignore[union-attr]
+    assert [chunk.index for chunk in provider.stream(REQUEST)] == [0, 0, 0]  # type: ignore[union-attr]
 
 
 def test_provider_encodes_arguments_sent_as_an_object(
@@ -478,3 +487,93 @@ def test_provider_a_tool_call_index_that_is_not_an_integer_is_upstream_error(
 
     with pytest.raises(UpstreamError, match="tool call index that is not an integer"):
         list(provider.stream(REQUEST))
+
+
+def test_provider_a_stream_that_ends_before_its_finish_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """A whole HTTP body that stops before the model's finish (a proxy's timeout, a server that
+    closed the stream early) was a complete answer: its text, cut, ended ``completed``."""
+    body = sse(choice({"content": "The answer is"})).removesuffix(b"data: [DONE]\n\n")
+    provider = make_provider(Recorder(stream_response(body)))
+    received: list[Chunk] = []
+
+    with pytest.raises(UpstreamError, match="ended its answer before it finished"):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+
+    assert received == [TextDelta(text="The answer is")]
+
+
+def test_provider_a_finished_stream_without_done_is_whole(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = sse(choice({"content": "Hi"}, finish_reason="stop")).removesuffix(b"data: [DONE]\n\n")
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert list(provider.stream(REQUEST)) == [TextDelta(text="Hi"), Finish(reason="stop")]
+
+
+def completion(message: dict[str, Any], finish_reason: str) -> httpx.Response:
+    return httpx.Response(
+        200,
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        },
+    )
+
+
+def test_provider_reads_a_whole_completion_from_a_server_that_does_not_stream(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """Asked to stream, some servers answer with a whole ``chat.completion``: it was read as an
+    event stream without a single field, an empty answer."""
+    message = {
+        "role": "assistant",
+        "reasoning_content": "Two calls.",
+        "content": "Looking.",
+        "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "add", "arguments": "{}"}},
+            {"type": "function", "function": {"name": "mul", "arguments": "{}"}},
+        ],
+    }
+    provider = make_provider(Recorder(completion(message, "tool_calls")))
+
+    assert list(provider.stream(REQUEST)) == [
+        ReasoningDelta(text="Two calls."),
+        TextDelta(text="Looking."),
+        ToolCallDelta(index=0, call_id="call_a", name="add", arguments="{}"),
+        ToolCallDelta(index=1, name="mul", arguments="{}"),
+        Finish(reason="tool_calls"),
+        UsageReport(usage=Usage(input_tokens=3, output_tokens=2, total_tokens=5)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"error": {"message": "no such model"}}, "no such model"),
+        ({"object": "list", "data": []}, "sent no completion"),
+        ({"choices": ["text"]}, "sent no completion"),
+    ],
+)
+def test_provider_a_whole_body_that_is_no_completion_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider], document: Any, message: str
+) -> None:
+    provider = make_provider(Recorder(httpx.Response(200, json=document)))
+
+    with pytest.raises(UpstreamError, match=message):
+        list(provider.stream(REQUEST))
+
+
+def test_provider_reads_an_event_stream_labelled_json_as_a_stream(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    body = sse(choice({"content": "Hi"}, finish_reason="stop"))
+    answer = httpx.Response(200, headers={"content-type": "application/json"}, content=body)
+    provider = make_provider(Recorder(answer))
+
+    assert list(provider.stream(REQUEST)) == [TextDelta(text="Hi"), Finish(reason="stop")]

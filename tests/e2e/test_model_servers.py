@@ -1,9 +1,13 @@
 """Model servers that stream otherwise than the simulator, as real ones do.
 
-The session's inference worker is swapped for one whose model server numbers every tool call
-of a turn 0, as Ollama does for models without a tool parser of their own
-(``tests.support.model_proxy``; ollama/ollama#15457, #15497). Each call arrives whole with an
-id of its own: a turn's parallel calls stay apart, on the fleet and at the client.
+The session's inference worker is swapped for one whose model server is the simulator behind
+a proxy (``tests.support.model_proxy``); each test says how the proxy changes the answers:
+
+- every tool call of a turn numbered 0, as Ollama does for models without a tool parser of
+  their own (ollama/ollama#15457, #15497). Each call arrives whole with an id of its own: a
+  turn's parallel calls stay apart, on the fleet and at the client;
+- a whole completion for a request to stream: the answer arrives all at once;
+- each stream ended before the model's finish: the response fails, and says why.
 """
 
 from __future__ import annotations
@@ -16,19 +20,27 @@ import pytest
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import CLIENT_FN, internal
-from tests.support.model_proxy import ollama_numbered_model
+from tests.support.model_proxy import (
+    ModelProxy,
+    before_the_finish,
+    every_call_numbered_0,
+    model_proxy,
+    not_streamed,
+)
 
 
 @pytest.fixture(scope="module")
-def ollama_fleet(fleet: Fleet, sim_url: str) -> Iterator[Fleet]:
-    """The fleet, its inference worker talking to a model that numbers every call 0."""
-    with ollama_numbered_model(sim_url) as model_url, fleet.inference_worker_on(model_url):
-        yield fleet
+def proxy(fleet: Fleet, sim_url: str) -> Iterator[ModelProxy]:
+    """The proxy the fleet's inference worker talks to while this module runs."""
+    with model_proxy(sim_url) as proxy, fleet.inference_worker_on(proxy.url):
+        yield proxy
 
 
 def test_parallel_calls_numbered_alike_run_apart_on_the_fleet(
-    ollama_fleet: Fleet, client: openai.OpenAI
+    proxy: ModelProxy, client: openai.OpenAI
 ) -> None:
+    proxy.behave(events=every_call_numbered_0)
+
     response = client.responses.create(
         model="antwort-sim",
         input='[call calculator {"expression": "6*7"}] [call calculator {"expression": "2+3"}]',
@@ -45,8 +57,10 @@ def test_parallel_calls_numbered_alike_run_apart_on_the_fleet(
 
 
 def test_parallel_client_calls_numbered_alike_reach_the_client_apart(
-    ollama_fleet: Fleet, client: openai.OpenAI
+    proxy: ModelProxy, client: openai.OpenAI
 ) -> None:
+    proxy.behave(events=every_call_numbered_0)
+
     with client.responses.stream(
         model="antwort-sim",
         input='[call get_weather {"city": "Oslo"}] [call get_weather {"city": "Rome"}]',
@@ -62,3 +76,41 @@ def test_parallel_client_calls_numbered_alike_reach_the_client_apart(
     assert [json.loads(item.arguments) for item in done] == [{"city": "Oslo"}, {"city": "Rome"}]  # type: ignore[union-attr]
     assert len({item.call_id for item in done}) == 2  # type: ignore[union-attr]
     assert [item.call_id for item in response.output] == [item.call_id for item in done]  # type: ignore[union-attr]
+
+
+def test_a_server_that_does_not_stream_answers_through_a_stream(
+    proxy: ModelProxy, client: openai.OpenAI
+) -> None:
+    proxy.behave(request=not_streamed)
+
+    events = list(
+        client.responses.create(
+            model="antwort-sim",
+            input="use calculator expression=6*7",
+            tools=internal("calculator"),  # type: ignore[arg-type]
+            stream=True,
+        )
+    )
+
+    assert events[-1].type == "response.completed"
+    response = events[-1].response
+    deltas = [event.delta for event in events if event.type == "response.output_text.delta"]
+    assert [item.type for item in response.output] == [
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert "".join(deltas) == response.output_text == "Tool results: 42"
+
+
+def test_a_stream_cut_before_its_finish_fails_the_response(
+    proxy: ModelProxy, client: openai.OpenAI
+) -> None:
+    proxy.behave(events=before_the_finish)
+
+    response = client.responses.create(model="antwort-sim", input="Hello!")
+
+    assert response.status == "failed"
+    assert response.error is not None
+    assert response.error.code == "server_error"
+    assert "ended its answer before it finished" in response.error.message

@@ -15,13 +15,14 @@ import pytest
 import redis
 
 from tests.e2e.conftest import Fleet
-from tests.support.model_proxy import disobedient_model
+from tests.support.model_proxy import model_proxy, without_tool_choice
 
 
 @pytest.fixture(scope="module")
 def disobedient_fleet(fleet: Fleet, sim_url: str) -> Iterator[Fleet]:
     """The fleet, its inference worker talking to a model that ignores ``tool_choice``."""
-    with disobedient_model(sim_url) as model_url, fleet.inference_worker_on(model_url):
+    with model_proxy(sim_url) as proxy, fleet.inference_worker_on(proxy.url):
+        proxy.behave(request=without_tool_choice)
         yield fleet
 
 

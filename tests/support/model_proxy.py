@@ -1,13 +1,15 @@
 """Model servers that differ from the simulator as real ones do: the simulator behind a proxy.
 
-The proxy edits each request on its way to the simulator and each streamed chunk on its way
-back. :func:`disobedient_model` drops ``tool_choice`` (real models sometimes call tools they
-were told not to); :func:`ollama_numbered_model` numbers every tool call 0, as Ollama does.
+The proxy edits each request on its way to the simulator and the events of each streamed
+answer on their way back, as :meth:`ModelProxy.behave` last said. The edits here:
+:func:`without_tool_choice` (real models sometimes call tools they were told not to),
+:func:`every_call_numbered_0` (as Ollama numbers a turn's tool calls), :func:`not_streamed`
+(a server that answers a request to stream with a whole completion) and
+:func:`before_the_finish` (a stream that ends, cleanly, before the model finished).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -18,26 +20,37 @@ from typing import Any
 import httpx
 
 Edit = Callable[[dict[str, Any]], dict[str, Any]]
+"""A request's JSON body, edited."""
+EditEvents = Callable[[list[Any]], list[Any]]
+"""An answer's ``data:`` fields in order, edited: chunks as dicts, the last the text ``[DONE]``."""
 
 
-def _unchanged(document: dict[str, Any]) -> dict[str, Any]:
+def unchanged(document: Any) -> Any:
     return document
 
 
-class _Proxy(ThreadingHTTPServer):
+class ModelProxy(ThreadingHTTPServer):
+    """The simulator behind edits; :attr:`url` is its base URL (``…/v1``)."""
+
     daemon_threads = True
 
-    def __init__(self, upstream: str, request: Edit, chunk: Edit) -> None:
+    def __init__(self, upstream: str) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
         self.client = httpx.Client(timeout=60)
+        self.edit_request: Edit = unchanged
+        self.edit_events: EditEvents = unchanged
+
+    def behave(self, *, request: Edit = unchanged, events: EditEvents = unchanged) -> None:
+        """Edit the requests and answers from now on as given (unchanged by default)."""
         self.edit_request = request
-        self.edit_chunk = chunk
+        self.edit_events = events
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Proxy
+    server: ModelProxy
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
@@ -46,32 +59,32 @@ class _Handler(BaseHTTPRequestHandler):
         )
         content = answer.content
         if answer.headers.get("content-type", "").startswith("text/event-stream"):
-            content = b"\n".join(self._edited(line) for line in content.split(b"\n"))
+            fields = [line[6:] for line in content.split(b"\n") if line.startswith(b"data: ")]
+            events = [
+                field.decode() if field == b"[DONE]" else json.loads(field) for field in fields
+            ]
+            content = b"".join(
+                b"data: %s\n\n" % (event if isinstance(event, str) else json.dumps(event)).encode()
+                for event in self.server.edit_events(events)
+            )
         self.send_response(answer.status_code)
         self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
         self.send_header("Content-Length", str(len(content)))
         self.end_headers()
         self.wfile.write(content)
 
-    def _edited(self, line: bytes) -> bytes:
-        if not line.startswith(b"data: {"):
-            return line
-        return b"data: " + json.dumps(self.server.edit_chunk(json.loads(line[6:]))).encode()
-
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
 @contextmanager
-def proxied_model(
-    sim_url: str, *, request: Edit = _unchanged, chunk: Edit = _unchanged
-) -> Iterator[str]:
-    """Serve the proxy in a thread; yields its base URL (``…/v1``)."""
-    server = _Proxy(sim_url, request, chunk)
+def model_proxy(sim_url: str) -> Iterator[ModelProxy]:
+    """Serve a proxy to the simulator in a thread, passing everything unchanged until told."""
+    server = ModelProxy(sim_url)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        yield server
     finally:
         server.shutdown()
         server.server_close()
@@ -79,22 +92,36 @@ def proxied_model(
         thread.join(timeout=5)
 
 
-def _without_tool_choice(body: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in body.items() if key != "tool_choice"}
+def _without(body: dict[str, Any], name: str) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key != name}
 
 
-def disobedient_model(sim_url: str) -> contextlib.AbstractContextManager[str]:
-    """A model that ignores ``tool_choice``: the simulator, asked without it."""
-    return proxied_model(sim_url, request=_without_tool_choice)
+def without_tool_choice(body: dict[str, Any]) -> dict[str, Any]:
+    """The request without ``tool_choice``: a model that ignores it."""
+    return _without(body, "tool_choice")
 
 
-def _every_call_numbered_0(chunk: dict[str, Any]) -> dict[str, Any]:
-    for choice in chunk.get("choices") or ():
-        for call in (choice.get("delta") or {}).get("tool_calls") or ():
-            call["index"] = 0
-    return chunk
+def not_streamed(body: dict[str, Any]) -> dict[str, Any]:
+    """The request asked not to stream: a server that answers with a whole completion."""
+    return {**_without(body, "stream_options"), "stream": False}
 
 
-def ollama_numbered_model(sim_url: str) -> contextlib.AbstractContextManager[str]:
-    """A model that numbers every tool call of a turn 0, as Ollama does (ollama/ollama#15457)."""
-    return proxied_model(sim_url, chunk=_every_call_numbered_0)
+def every_call_numbered_0(events: list[Any]) -> list[Any]:
+    """Every tool call numbered 0, as Ollama does (ollama/ollama#15457)."""
+    for event in events:
+        for choice in event.get("choices") or () if isinstance(event, dict) else ():
+            for call in (choice.get("delta") or {}).get("tool_calls") or ():
+                call["index"] = 0
+    return events
+
+
+def before_the_finish(events: list[Any]) -> list[Any]:
+    """The answer's events before its finish reason: no finish, no usage, no ``[DONE]``."""
+    cut = []
+    for event in events:
+        if not isinstance(event, dict) or any(
+            choice.get("finish_reason") for choice in event.get("choices") or ()
+        ):
+            break
+        cut.append(event)
+    return cut
