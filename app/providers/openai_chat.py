@@ -278,7 +278,23 @@ def _parse_completion(response: httpx.Response) -> Iterator[Chunk]:
         choice["delta"] = message
     piece = _Piece(_CallNumbers())
     piece.add(payload)
-    yield from piece.chunks()
+    yield from _until_given_up(piece.chunks())
+
+
+_GAVE_UP = frozenset({"abort", "error"})
+"""Finish reasons of an answer the server did not finish (vLLM's: the request was aborted, or
+failed in the engine); ``stop``, ``length``, ``tool_calls``, ``content_filter`` and the rest
+end whole answers."""
+
+
+def _until_given_up(chunks: list[Chunk]) -> Iterator[Chunk]:
+    """``chunks`` up to a finish that says the server gave up, then :class:`UpstreamError`."""
+    for chunk in chunks:
+        if type(chunk) is Finish and chunk.reason in _GAVE_UP:
+            raise UpstreamError(
+                f"Model server gave up on its answer (finish_reason {chunk.reason!r})"
+            )
+        yield chunk
 
 
 def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
@@ -288,7 +304,8 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
     read (a fast model, a worker busy with other streams), they are handled as one delta from
     here on: one output event, one buffer append, not one pass through the loop per token. What
     arrives a token at a time still leaves a token at a time. A malformed field ends the stream
-    with :class:`UpstreamError`, after the chunks before it.
+    with :class:`UpstreamError`, after the chunks before it; so do a finish that says the server
+    gave up (:data:`_GAVE_UP`) and a body that ends with neither a finish nor ``[DONE]``.
     """
     calls = _CallNumbers()
     finished = False
@@ -296,7 +313,7 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
         piece = _Piece(calls)
         for data in fields:
             if data == b"[DONE]":
-                yield from piece.chunks()
+                yield from _until_given_up(piece.chunks())
                 for _ in pieces:  # read to the body's end: the connection goes back to the pool
                     pass
                 return
@@ -311,7 +328,7 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
             piece.add(payload)
         chunks = piece.chunks()
         finished = finished or any(type(chunk) is Finish for chunk in chunks)
-        yield from chunks
+        yield from _until_given_up(chunks)
     if not finished:  # a finish reason without [DONE] is a whole answer; neither, a cut one
         raise UpstreamError("Model server ended its answer before it finished (no finish_reason)")
 

@@ -577,3 +577,27 @@ def test_provider_reads_an_event_stream_labelled_json_as_a_stream(
     provider = make_provider(Recorder(answer))
 
     assert list(provider.stream(REQUEST)) == [TextDelta(text="Hi"), Finish(reason="stop")]
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_provider_an_answer_the_server_gave_up_on_is_upstream_error(
+    make_provider: Callable[..., ChatCompletionsProvider], reason: str, streamed: bool
+) -> None:
+    """vLLM ends an aborted request, or one that failed in its engine, with the finish reason
+    ``abort`` or ``error``: the text so far is not an answer, though it ended as one."""
+    answer = (
+        stream_response(sse(choice({"content": "The answer is"}), choice({}, reason)))
+        if streamed
+        else completion({"role": "assistant", "content": "The answer is"}, reason)
+    )
+    provider = make_provider(Recorder(answer))
+    received: list[Chunk] = []
+
+    with pytest.raises(
+        UpstreamError, match=f"gave up on its answer \\(finish_reason '{reason}'\\)"
+    ):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+
+    assert received == [TextDelta(text="The answer is")]

@@ -7,7 +7,8 @@ a proxy (``tests.support.model_proxy``); each test says how the proxy changes th
   their own (ollama/ollama#15457, #15497). Each call arrives whole with an id of its own: a
   turn's parallel calls stay apart, on the fleet and at the client;
 - a whole completion for a request to stream: the answer arrives all at once;
-- each stream ended before the model's finish: the response fails, and says why.
+- each stream ended before the model's finish, or with vLLM's finish reason ``abort``: the
+  response fails, and says why.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import pytest
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import CLIENT_FN, internal
 from tests.support.model_proxy import (
+    EditEvents,
     ModelProxy,
+    aborted,
     before_the_finish,
     every_call_numbered_0,
     model_proxy,
@@ -103,14 +106,22 @@ def test_a_server_that_does_not_stream_answers_through_a_stream(
     assert "".join(deltas) == response.output_text == "Tool results: 42"
 
 
-def test_a_stream_cut_before_its_finish_fails_the_response(
-    proxy: ModelProxy, client: openai.OpenAI
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (before_the_finish, "ended its answer before it finished"),
+        (aborted, "gave up on its answer (finish_reason 'abort')"),
+    ],
+    ids=["cut", "aborted"],
+)
+def test_an_answer_the_model_server_did_not_finish_fails_the_response(
+    proxy: ModelProxy, client: openai.OpenAI, edit: EditEvents, reason: str
 ) -> None:
-    proxy.behave(events=before_the_finish)
+    proxy.behave(events=edit)
 
     response = client.responses.create(model="antwort-sim", input="Hello!")
 
     assert response.status == "failed"
     assert response.error is not None
     assert response.error.code == "server_error"
-    assert "ended its answer before it finished" in response.error.message
+    assert reason in response.error.message

@@ -5,7 +5,8 @@ answer on their way back, as :meth:`ModelProxy.behave` last said. The edits here
 :func:`without_tool_choice` (real models sometimes call tools they were told not to),
 :func:`every_call_numbered_0` (as Ollama numbers a turn's tool calls), :func:`not_streamed`
 (a server that answers a request to stream with a whole completion) and
-:func:`before_the_finish` (a stream that ends, cleanly, before the model finished).
+:func:`before_the_finish` (a stream that ends, cleanly, before the model finished) and
+:func:`aborted` (vLLM's finish reason for an answer it gave up on).
 """
 
 from __future__ import annotations
@@ -125,3 +126,12 @@ def before_the_finish(events: list[Any]) -> list[Any]:
             break
         cut.append(event)
     return cut
+
+
+def aborted(events: list[Any]) -> list[Any]:
+    """The answer ended with vLLM's finish reason ``abort`` (the request was aborted)."""
+    for event in events:
+        for choice in event.get("choices") or () if isinstance(event, dict) else ():
+            if choice.get("finish_reason"):
+                choice["finish_reason"] = "abort"
+    return events
