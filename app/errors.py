@@ -125,6 +125,15 @@ class UpstreamError(AppError):
     default_code = "upstream_error"
 
 
+MODEL_RATE_LIMITED = "rate_limit_exceeded"
+"""The code of a model server's error when it still answered 429 after every retry."""
+
+RESPONSE_ERROR_CODES = frozenset({MODEL_RATE_LIMITED})
+"""The codes of :class:`UpstreamError` a failed response carries as they are; every other
+fails it with ``server_error``. Each is one of the response error codes OpenAI's SDK knows;
+Codex CLI waits before it asks again after ``rate_limit_exceeded``."""
+
+
 class ModelBehaviorError(AppError):
     """The model answered something the fleet cannot use; the response fails."""
 

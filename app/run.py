@@ -41,7 +41,7 @@ from opentelemetry.trace import SpanKind
 from app.config import Settings
 from app.conversation import history_of
 from app.dispatch import Dispatcher
-from app.errors import AppError, ModelBehaviorError, UpstreamError
+from app.errors import RESPONSE_ERROR_CODES, AppError, ModelBehaviorError, UpstreamError
 from app.lease import LeaseKeeper
 from app.model_prefix import prepared_items
 from app.output import OutputBuilder, ReasoningOutput, TurnOutput
@@ -243,11 +243,10 @@ def _take_step(deps: RunDeps, state: RunState, sink: EventSink) -> StepOutcome:
         return apply_step(deps, state, step, events=sink.take())
     except (UpstreamError, ModelBehaviorError) as exc:
         sink.flush_quietly()
-        # OpenAI's SDK knows a closed set of response error codes: ours fit "server_error".
         fail_response(
             deps.store,
             state.response.id,
-            code="server_error",
+            code=exc.code if exc.code in RESPONSE_ERROR_CODES else "server_error",
             message=exc.message,
             fence=state.fence,
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from app.errors import UpstreamError
+from app.errors import MODEL_RATE_LIMITED, UpstreamError
 from app.protocol.response import InputTokensDetails, OutputTokensDetails, Usage
 from app.providers.chunks import (
     Chunk,
@@ -122,7 +122,7 @@ class ChatCompletionsProvider:
             except _Retry as retry:
                 attempt += 1
                 if attempt > self.max_retries:
-                    raise UpstreamError(retry.message) from retry
+                    raise UpstreamError(retry.message, code=retry.code) from retry
                 wait = min(retry.wait, self.retry_max_wait)
                 logger.warning("model call failed (%s); retry %d in %.1fs", retry, attempt, wait)
                 time.sleep(wait)
@@ -160,16 +160,19 @@ def _without_effort(request: ModelRequest) -> ModelRequest:
 
 
 class _Retry(Exception):
-    def __init__(self, message: str, wait: float):
+    def __init__(self, message: str, wait: float, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.wait = wait
+        self.code = code
 
 
 def _raise_for_status(response: httpx.Response) -> None:
     response.read()
     detail = _error_detail(response)
     message = f"Model server answered {response.status_code}: {detail}"
+    if response.status_code == 429:
+        raise _Retry(message, _retry_after(response), code=MODEL_RATE_LIMITED)
     if response.status_code in _RETRYABLE_STATUS:
         raise _Retry(message, _retry_after(response))
     if response.status_code in (400, 422):

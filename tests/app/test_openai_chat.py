@@ -208,17 +208,22 @@ def test_provider_caps_the_retry_after_wait(
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(500, "upstream_error"), (503, "upstream_error"), (429, "rate_limit_exceeded")],
+)
 def test_provider_gives_up_after_max_retries(
-    make_provider: Callable[..., ChatCompletionsProvider],
+    make_provider: Callable[..., ChatCompletionsProvider], status: int, code: str
 ) -> None:
     recorder = Recorder(
-        *[httpx.Response(500, json={"error": {"message": "boom"}}) for _ in range(3)]
+        *[httpx.Response(status, json={"error": {"message": "boom"}}) for _ in range(3)]
     )
     provider = make_provider(recorder, max_retries=2)
 
-    with pytest.raises(UpstreamError, match="500: boom"):
+    with pytest.raises(UpstreamError, match=f"{status}: boom") as caught:
         list(provider.stream(REQUEST))
     assert len(recorder.requests) == 3
+    assert caught.value.code == code  # a rate limit is told as one
 
 
 def test_provider_does_not_retry_a_400(

@@ -185,7 +185,15 @@ def test_errors_model_server_failure_stream_ends_with_response_failed(fleet: Fle
     assert final["error"]["message"]
 
 
-def test_errors_failed_response_error_code_is_known_to_openai_sdk(client: openai.OpenAI) -> None:
-    response = client.responses.create(model="antwort-sim", input="boom [error=502]")
+@pytest.mark.parametrize(("status", "code"), [(502, "server_error"), (429, "rate_limit_exceeded")])
+def test_errors_failed_response_error_code_is_known_to_openai_sdk(
+    client: openai.OpenAI, status: int, code: str
+) -> None:
+    """A model server that still refuses for its rate after every retry fails the response
+    with ``rate_limit_exceeded`` (Codex CLI then waits before it asks again); other failures
+    with ``server_error``."""
+    response = client.responses.create(model="antwort-sim", input=f"boom [error={status}]")
     assert response.status == "failed"
+    assert response.error is not None
+    assert response.error.code == code
     Response.model_validate(response.to_dict())
