@@ -32,6 +32,14 @@ def render(error: AppError) -> Response:
 
 
 def _render_http(exc: HTTPException) -> Response:
+    """An HTTP error of werkzeug's as OpenAI's, without its traceback.
+
+    The router's 404 and 405 carry the matcher's own error and the stack it came through, and
+    the request keeps them: the error, its frames and the request's stack (context, body) sat in
+    a reference cycle until the gateway's rare full collection, for every unknown route. Nothing
+    reads the traceback of an error answered here.
+    """
+    exc.__traceback__ = exc.__context__ = None
     status = exc.code or 500
     error_type, code = _HTTP_TYPES.get(status, ("server_error", "server_error"))
     message = {
