@@ -363,12 +363,13 @@ class _Piece:
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") or {}
                 call_id = call.get("id")
+                name = function.get("name")
                 arguments = _arguments_text(function.get("arguments"))
                 self._other(
                     ToolCallDelta(
-                        index=self._calls.index_of(call.get("index"), call_id, arguments),
+                        index=self._calls.index_of(call.get("index"), call_id, name, arguments),
                         call_id=call_id,
-                        name=function.get("name"),
+                        name=name,
                         arguments=arguments,
                     )
                 )
@@ -401,23 +402,32 @@ class _Piece:
 class _CallNumbers:
     """One index per tool call of a stream, whatever the model server numbers them.
 
-    OpenAI numbers a turn's calls 0, 1, 2 and sends a call's ``id`` with its first fragment
-    only. Ollama numbers every call 0 (ollama/ollama#15457, still so for models without a
-    parser of their own, #15497) and before 0.4.7 sent no index at all (#7881), each call
-    whole in one fragment: read by number, a turn's parallel calls were one call, their
-    arguments run together. So a fragment starts a new call at a number already taken when it
-    carries another ``id`` than that call's and that call's arguments are already a whole JSON
-    document. Servers that send a new ``id`` with every fragment of one call, or open one call
-    twice before its arguments, still make one call.
+    OpenAI numbers a turn's calls 0, 1, 2; a call's first fragment carries its ``id`` and name,
+    the rest only its number and more arguments. Servers that number otherwise:
+
+    - Ollama numbers every call 0 (ollama/ollama#15457, still so for models without a parser of
+      their own, #15497) and before 0.4.7 sent no number at all (#7881). Read by number, a
+      turn's parallel calls were one call, their arguments run together. So a fragment starts a
+      new call at a number already taken when it carries another ``id`` than that call's and
+      that call's arguments are already a whole JSON document. Servers that send a new ``id``
+      with every fragment of one call, or open one call twice before its arguments, still make
+      one call.
+    - SGLang numbers a call's first fragment by the tool's place in the request's ``tools`` and
+      the rest by the call's place in the answer (sgl-project/sglang#6310), so its numbers
+      name no call reliably. A fragment with neither ``id`` nor name is never a call of its own
+      (every call opens with its name): it goes on with the call opened last, as calls stream
+      one after another (:class:`app.output.OutputBuilder` closes the open ones when a new one
+      opens).
     """
 
-    __slots__ = ("_open", "_taken")
+    __slots__ = ("_last", "_open", "_taken")
 
     def __init__(self) -> None:
         self._open: dict[int, _NumberedCall] = {}  # by the server's number
+        self._last: _NumberedCall | None = None
         self._taken = 0
 
-    def index_of(self, number: Any, call_id: str | None, arguments: str) -> int:
+    def index_of(self, number: Any, call_id: str | None, name: str | None, arguments: str) -> int:
         """Our index for a fragment the server numbered ``number`` (None: unnumbered).
 
         Raises:
@@ -430,8 +440,10 @@ class _CallNumbers:
                 f"Model server sent a tool call index that is not an integer: {number!r}"
             )
         call = self._open.get(number)
-        if call is None or (call_id not in (None, call.call_id) and call.is_whole()):
-            call = self._open[number] = _NumberedCall(self._taken, call_id)
+        if call_id is None and not name and self._last is not None:
+            call = self._last
+        elif call is None or (call_id not in (None, call.call_id) and call.is_whole()):
+            call = self._open[number] = self._last = _NumberedCall(self._taken, call_id)
             self._taken += 1
         call.arguments.append(arguments)
         return call.index

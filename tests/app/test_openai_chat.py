@@ -606,3 +606,25 @@ def test_provider_an_answer_the_server_gave_up_on_is_upstream_error(
             received.append(chunk)
 
     assert received == [TextDelta(text="The answer is")]
+
+
+def test_provider_follows_a_call_whose_opening_a_server_numbered_apart(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """SGLang numbers a call's opening fragment by the tool's place in ``tools`` and the rest by
+    the call's place in the answer (sgl-project/sglang#6310): the arguments made a call of their
+    own, without a name, and the named call had none."""
+    body = sse(
+        choice({"tool_calls": [_call("call_a", "mul", "", index=1)]}),
+        choice({"tool_calls": [_call(None, "", '{"a": 3}', index=0)]}),
+        choice({"tool_calls": [_call("call_b", "add", "", index=0)]}),
+        choice({"tool_calls": [_call(None, "", '{"b": 4}', index=1)]}),
+        choice({}, finish_reason="tool_calls"),
+    )
+    provider = make_provider(Recorder(stream_response(body)))
+
+    assert [
+        (chunk.index, chunk.name, chunk.arguments)  # type: ignore[union-attr]
+        for chunk in provider.stream(REQUEST)
+        if isinstance(chunk, ToolCallDelta)
+    ] == [(0, "mul", ""), (0, "", '{"a": 3}'), (1, "add", ""), (1, "", '{"b": 4}')]

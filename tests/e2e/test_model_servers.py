@@ -6,6 +6,8 @@ a proxy (``tests.support.model_proxy``); each test says how the proxy changes th
 - every tool call of a turn numbered 0, as Ollama does for models without a tool parser of
   their own (ollama/ollama#15457, #15497). Each call arrives whole with an id of its own: a
   turn's parallel calls stay apart, on the fleet and at the client;
+- each call's first fragment numbered apart from the rest, as SGLang does
+  (sgl-project/sglang#6310): each call keeps its arguments;
 - a whole completion for a request to stream: the answer arrives all at once;
 - each stream ended before the model's finish, or with vLLM's finish reason ``abort``: the
   response fails, and says why.
@@ -29,6 +31,7 @@ from tests.support.model_proxy import (
     every_call_numbered_0,
     model_proxy,
     not_streamed,
+    openings_numbered_apart,
 )
 
 
@@ -39,10 +42,15 @@ def proxy(fleet: Fleet, sim_url: str) -> Iterator[ModelProxy]:
         yield proxy
 
 
-def test_parallel_calls_numbered_alike_run_apart_on_the_fleet(
-    proxy: ModelProxy, client: openai.OpenAI
+@pytest.mark.parametrize(
+    "numbering",
+    [every_call_numbered_0, openings_numbered_apart],
+    ids=["every-call-0", "openings-apart"],
+)
+def test_parallel_calls_numbered_otherwise_run_apart_on_the_fleet(
+    proxy: ModelProxy, client: openai.OpenAI, numbering: EditEvents
 ) -> None:
-    proxy.behave(events=every_call_numbered_0)
+    proxy.behave(events=numbering)
 
     response = client.responses.create(
         model="antwort-sim",

@@ -3,7 +3,8 @@
 The proxy edits each request on its way to the simulator and the events of each streamed
 answer on their way back, as :meth:`ModelProxy.behave` last said. The edits here:
 :func:`without_tool_choice` (real models sometimes call tools they were told not to),
-:func:`every_call_numbered_0` (as Ollama numbers a turn's tool calls), :func:`not_streamed`
+:func:`every_call_numbered_0` (as Ollama numbers a turn's tool calls),
+:func:`openings_numbered_apart` (as SGLang numbers a call's first fragment), :func:`not_streamed`
 (a server that answers a request to stream with a whole completion) and
 :func:`before_the_finish` (a stream that ends, cleanly, before the model finished) and
 :func:`aborted` (vLLM's finish reason for an answer it gave up on).
@@ -107,12 +108,29 @@ def not_streamed(body: dict[str, Any]) -> dict[str, Any]:
     return {**_without(body, "stream_options"), "stream": False}
 
 
+def _choices(events: list[Any]) -> Iterator[dict[str, Any]]:
+    for event in events:
+        yield from event.get("choices") or () if isinstance(event, dict) else ()
+
+
+def _tool_calls(events: list[Any]) -> Iterator[dict[str, Any]]:
+    for choice in _choices(events):
+        yield from (choice.get("delta") or {}).get("tool_calls") or ()
+
+
 def every_call_numbered_0(events: list[Any]) -> list[Any]:
     """Every tool call numbered 0, as Ollama does (ollama/ollama#15457)."""
-    for event in events:
-        for choice in event.get("choices") or () if isinstance(event, dict) else ():
-            for call in (choice.get("delta") or {}).get("tool_calls") or ():
-                call["index"] = 0
+    for call in _tool_calls(events):
+        call["index"] = 0
+    return events
+
+
+def openings_numbered_apart(events: list[Any]) -> list[Any]:
+    """Each call's first fragment numbered apart from the rest, as SGLang numbers it by the
+    tool's place in the request's ``tools`` (sgl-project/sglang#6310); here, 5 higher."""
+    for call in _tool_calls(events):
+        if call.get("id"):
+            call["index"] += 5
     return events
 
 
@@ -130,8 +148,7 @@ def before_the_finish(events: list[Any]) -> list[Any]:
 
 def aborted(events: list[Any]) -> list[Any]:
     """The answer ended with vLLM's finish reason ``abort`` (the request was aborted)."""
-    for event in events:
-        for choice in event.get("choices") or () if isinstance(event, dict) else ():
-            if choice.get("finish_reason"):
-                choice["finish_reason"] = "abort"
+    for choice in _choices(events):
+        if choice.get("finish_reason"):
+            choice["finish_reason"] = "abort"
     return events
