@@ -131,7 +131,8 @@ MODEL_RATE_LIMITED = "rate_limit_exceeded"
 RESPONSE_ERROR_CODES = frozenset({MODEL_RATE_LIMITED})
 """The codes of :class:`UpstreamError` a failed response carries as they are; every other
 fails it with ``server_error``. Each is one of the response error codes OpenAI's SDK knows;
-Codex CLI waits before it asks again after ``rate_limit_exceeded``."""
+after ``rate_limit_exceeded`` Codex CLI waits as long as the message's "try again in N s" says
+(a model server's own message often does), where after ``server_error`` it backs off blindly."""
 
 
 class ModelBehaviorError(AppError):

@@ -190,8 +190,8 @@ def test_errors_failed_response_error_code_is_known_to_openai_sdk(
     client: openai.OpenAI, status: int, code: str
 ) -> None:
     """A model server that still refuses for its rate after every retry fails the response
-    with ``rate_limit_exceeded`` (Codex CLI then waits before it asks again); other failures
-    with ``server_error``."""
+    with ``rate_limit_exceeded`` (Codex CLI then waits as long as its message says); other
+    failures with ``server_error``."""
     response = client.responses.create(model="antwort-sim", input=f"boom [error={status}]")
     assert response.status == "failed"
     assert response.error is not None
