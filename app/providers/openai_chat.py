@@ -329,9 +329,8 @@ def _parse_stream(pieces: Iterator[list[bytes]]) -> Iterator[Chunk]:
                 yield from piece.chunks()
                 raise UpstreamError(f"Model server reported an error: {payload['error']}")
             piece.add(payload)
-        chunks = piece.chunks()
-        finished = finished or any(type(chunk) is Finish for chunk in chunks)
-        yield from _until_given_up(chunks)
+        finished = finished or piece.finished
+        yield from _until_given_up(piece.chunks())
     if not finished:  # a finish reason without [DONE] is a whole answer; neither, a cut one
         raise UpstreamError("Model server ended its answer before it finished (no finish_reason)")
 
@@ -342,10 +341,12 @@ class _Piece:
     A run's texts are joined when it ends, so a token costs a list append, not a chunk object.
     """
 
-    __slots__ = ("_calls", "_chunks", "_kind", "_texts")
+    __slots__ = ("_calls", "_chunks", "_kind", "_texts", "finished")
 
     def __init__(self, calls: _CallNumbers) -> None:
         self._calls = calls
+        self.finished = False
+        """A finish reason came in this piece."""
         self._chunks: list[Chunk] = []
         self._kind: type[TextDelta | ReasoningDelta] = TextDelta
         self._texts: list[str] = []
@@ -375,6 +376,7 @@ class _Piece:
                 )
             if choice.get("finish_reason"):
                 self._other(Finish(reason=choice["finish_reason"]))
+                self.finished = True
         if payload.get("usage"):
             self._other(UsageReport(usage=_usage(payload["usage"])))
 
@@ -439,12 +441,12 @@ class _CallNumbers:
             raise UpstreamError(
                 f"Model server sent a tool call index that is not an integer: {number!r}"
             )
-        call = self._open.get(number)
-        if call_id is None and not name and self._last is not None:
-            call = self._last
-        elif call is None or (call_id not in (None, call.call_id) and call.is_whole()):
-            call = self._open[number] = self._last = _NumberedCall(self._taken, call_id)
-            self._taken += 1
+        call = self._last
+        if call is None or call_id is not None or name:
+            call = self._open.get(number)
+            if call is None or (call_id not in (None, call.call_id) and call.is_whole()):
+                call = self._open[number] = self._last = _NumberedCall(self._taken, call_id)
+                self._taken += 1
         call.arguments.append(arguments)
         return call.index
 
