@@ -59,6 +59,16 @@ class Recorder:
         return answer
 
 
+def received_before_error(provider: ChatCompletionsProvider, match: str | None) -> list[Chunk]:
+    """The chunks ``provider`` streamed before the :class:`UpstreamError` (matching ``match``)
+    that ended its answer."""
+    received: list[Chunk] = []
+    with pytest.raises(UpstreamError, match=match):
+        for chunk in provider.stream(REQUEST):
+            received.append(chunk)
+    return received
+
+
 @pytest.fixture
 def make_provider() -> Iterator[Callable[..., ChatCompletionsProvider]]:
     clients: list[httpx.Client] = []
@@ -262,11 +272,7 @@ def test_provider_malformed_json_is_upstream_error(
 ) -> None:
     recorder = Recorder(stream_response(sse(choice({"content": "ok"}), "{not json")))
     provider = make_provider(recorder, max_retries=2)
-    received: list[Chunk] = []
-
-    with pytest.raises(UpstreamError, match="malformed JSON"):
-        for chunk in provider.stream(REQUEST):
-            received.append(chunk)
+    received = received_before_error(provider, "malformed JSON")
 
     assert received == [TextDelta(text="ok")]
     assert len(recorder.requests) == 1
@@ -302,11 +308,7 @@ def test_provider_does_not_retry_once_the_answer_started(
         stream_response(sse(choice({"content": "Hello"}), choice({}, finish_reason="stop"))),
     )
     provider = make_provider(recorder, max_retries=2)
-    received: list[Chunk] = []
-
-    with pytest.raises(UpstreamError):
-        for chunk in provider.stream(REQUEST):
-            received.append(chunk)
+    received = received_before_error(provider, None)
 
     # A retry would repeat "Hel" to a client that already saw it.
     assert received == [TextDelta(text="Hel")]
@@ -410,11 +412,7 @@ def test_provider_a_field_that_is_not_one_json_object_is_upstream_error(
     body = sse(choice({"content": "ok"})).replace(b"data: [DONE]", b"data: FIELD")
     body = body.replace(b"FIELD", field.encode("latin-1")) + b"data: [DONE]\n\n"
     provider = make_provider(Recorder(stream_response(body)))
-    received: list[Chunk] = []
-
-    with pytest.raises(UpstreamError, match=message):
-        for chunk in provider.stream(REQUEST):
-            received.append(chunk)
+    received = received_before_error(provider, message)
 
     assert received == [TextDelta(text="ok")]
 
@@ -501,11 +499,7 @@ def test_provider_a_stream_that_ends_before_its_finish_is_upstream_error(
     closed the stream early) was a complete answer: its text, cut, ended ``completed``."""
     body = sse(choice({"content": "The answer is"})).removesuffix(b"data: [DONE]\n\n")
     provider = make_provider(Recorder(stream_response(body)))
-    received: list[Chunk] = []
-
-    with pytest.raises(UpstreamError, match="ended its answer before it finished"):
-        for chunk in provider.stream(REQUEST):
-            received.append(chunk)
+    received = received_before_error(provider, "ended its answer before it finished")
 
     assert received == [TextDelta(text="The answer is")]
 
@@ -597,13 +591,9 @@ def test_provider_an_answer_the_server_gave_up_on_is_upstream_error(
         else completion({"role": "assistant", "content": "The answer is"}, reason)
     )
     provider = make_provider(Recorder(answer))
-    received: list[Chunk] = []
-
-    with pytest.raises(
-        UpstreamError, match=f"gave up on its answer \\(finish_reason '{reason}'\\)"
-    ):
-        for chunk in provider.stream(REQUEST):
-            received.append(chunk)
+    received = received_before_error(
+        provider, f"gave up on its answer \\(finish_reason '{reason}'\\)"
+    )
 
     assert received == [TextDelta(text="The answer is")]
 
