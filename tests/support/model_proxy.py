@@ -13,13 +13,14 @@ answer on their way back, as :meth:`ModelProxy.behave` last said. The edits here
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
+
+from tests.support.serving import serving
 
 Edit = Callable[[dict[str, Any]], dict[str, Any]]
 """A request's JSON body, edited."""
@@ -83,15 +84,11 @@ class _Handler(BaseHTTPRequestHandler):
 def model_proxy(sim_url: str) -> Iterator[ModelProxy]:
     """Serve a proxy to the simulator in a thread, passing everything unchanged until told."""
     server = ModelProxy(sim_url)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
     try:
-        yield server
+        with serving(server):
+            yield server
     finally:
-        server.shutdown()
-        server.server_close()
         server.client.close()
-        thread.join(timeout=5)
 
 
 def _without(body: dict[str, Any], name: str) -> dict[str, Any]:

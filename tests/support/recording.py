@@ -15,6 +15,7 @@ from typing import Any
 
 from programs.simulator import SimConfig
 from programs.simulator.server import SimulatorServer, _Handler
+from tests.support.serving import serving
 
 
 class Recorder:
@@ -59,16 +60,8 @@ class RecordingSimulator(SimulatorServer):
 def recording_simulator(config: SimConfig | None = None) -> Iterator[RecordingSimulator]:
     """A recording simulator in a thread on a free loopback port; stopped on exit."""
     server = RecordingSimulator(("127.0.0.1", 0), config or SimConfig())
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def base_url(server: RecordingSimulator) -> str:
