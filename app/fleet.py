@@ -130,6 +130,20 @@ class FailoverConnection(SentinelManagedConnection):
         super().connect_check_health(check_health, retry_socket_connect)
 
 
+class SentinelMaster(redis.Redis):
+    """A Sentinel master's client whose ``close()`` closes its connections to the sentinels too.
+
+    redis-py 8.1's client closes the master's pool only; the sentinels it asked stayed
+    connected until the garbage collector found them.
+    """
+
+    def close(self) -> None:
+        """Close the master's connections, then the sentinels'."""
+        super().close()
+        pool = cast(SentinelConnectionPool, self.connection_pool)
+        pool.sentinel_manager.close()
+
+
 SENTINEL_TIMEOUT_SECONDS = 1.0
 """Connect and read timeout of a query to one sentinel (the next one is asked after it)."""
 
@@ -144,6 +158,7 @@ def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.R
     )
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         target.master_name,
+        redis_class=SentinelMaster,
         connection_pool_class=SentinelBlockingConnectionPool,
         connection_class=FailoverConnection,
         db=target.db,
@@ -174,6 +189,19 @@ class OutageRidingCluster(redis.RedisCluster):
             lambda: redis.RedisCluster.execute_command(self, *args, **kwargs),  # type: ignore[no-untyped-call]
             lambda _error: None,
         )
+
+    def close(self) -> None:
+        """Close the client and each node's connections.
+
+        Given a URL, redis-py 8.1 builds each node's pool and hands it to the node's client,
+        which then does not own it: its ``close()`` left the node's connections open until the
+        garbage collector found them.
+        """
+        nodes = self.get_nodes()  # type: ignore[no-untyped-call]
+        super().close()
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         """A pipeline whose ``execute()`` waits out an outage (:class:`RidingPipeline`)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pydantic
 import pytest
 import redis
@@ -138,12 +139,38 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]
         redis_set.stop()
 
 
+def _connections_to(ports: set[int]) -> set[int]:
+    """This process's open TCP connections to those ports, by their local port (the kernel's)."""
+    return {
+        held.laddr.port
+        for held in psutil.Process().net_connections("tcp")
+        if held.raddr and held.raddr.port in ports
+    }
+
+
 def test_a_sentinel_client_reads_and_writes_on_the_master(sentinels: SentinelSet) -> None:
     client = make_redis(Settings(redis_url=sentinels.url))
     client.set("antwort-test:sentinel", "1")
     assert client.get("antwort-test:sentinel") == b"1"
     assert client.info("replication")["role"] == "master"
     client.close()
+
+
+def test_closing_a_sentinel_client_closes_its_connections_to_the_sentinels_too(
+    sentinels: SentinelSet,
+) -> None:
+    # redis-py closes the master's pool, not the clients of the sentinels it asked: left to
+    # the garbage collector, whose ResourceWarning failed whichever test it collected them in
+    ports = {*sentinels.sentinel_ports, sentinels.master_address()[1]}
+    before = _connections_to(ports)
+    client = make_redis(Settings(redis_url=sentinels.url))
+    client.set("antwort-test:sentinel", "1")
+    opened = _connections_to(ports) - before
+    assert len(opened) == 2  # a sentinel's and the master's
+
+    client.close()
+
+    assert not opened & _connections_to(ports)
 
 
 def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
@@ -197,6 +224,26 @@ def test_make_redis_builds_a_cluster_client_that_reaches_every_master(
     pools = [node.redis_connection.connection_pool for node in client.get_primaries()]
     assert all(isinstance(pool.pool, FairLifoQueue) for pool in pools)
     client.close()
+
+
+def test_closing_a_cluster_client_closes_its_connection_to_every_node(
+    redis_cluster: LocalCluster,
+) -> None:
+    # redis-py's nodes do not own the pools it builds them from a URL, so their close() left
+    # every node's connection to the garbage collector (and its ResourceWarning)
+    ports = set(redis_cluster.ports)
+    before = _connections_to(ports)
+    client = make_redis(
+        Settings(redis_url=redis_cluster.url, broker_url="redis://127.0.0.1:6379/0")
+    )
+    for shard in range(8):
+        client.set(f"antwort-test-url:{{{shard}}}k", "1", ex=60)
+    opened = _connections_to(ports) - before
+    assert len(opened) == 3
+
+    client.close()
+
+    assert not opened & _connections_to(ports)
 
 
 def test_a_cluster_command_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
