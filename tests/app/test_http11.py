@@ -22,6 +22,7 @@ from app.providers.chunks import TextDelta
 from app.providers.http11 import Http11Transport, _Frames, lean_mounts
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.providers.translate import ModelRequest
+from tests.support.serving import serving
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -132,11 +133,8 @@ class _Server(http.server.ThreadingHTTPServer):
 @pytest.fixture
 def server() -> Iterator[_Server]:
     srv = _Server()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(srv):
+        yield srv
 
 
 @pytest.fixture

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
 import pytest
+
+from tests.support.serving import serving
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -34,11 +35,8 @@ class _Pages(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def pages() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def call_tool(client: openai.OpenAI, name: str, text: str) -> Any:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -20,6 +18,7 @@ from app.sealing import SUMMARY_HEADER
 from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.e2e.helpers import assert_error_body
+from tests.support.model_proxy import ModelProxy, model_proxy
 
 CONVERSATION = [
     {"role": "user", "content": "We agreed to launch on Tuesday."},
@@ -126,82 +125,40 @@ def test_tampered_compaction_item_is_a_400(fleet: Fleet) -> None:
         )
 
 
-class RecordingModelServer(ThreadingHTTPServer):
-    """Forwards chat completions to the simulator and keeps each request with its answer."""
-
-    daemon_threads = True
-
-    def __init__(self, upstream: str):
-        self.upstream = upstream
-        self.exchanges: list[tuple[dict[str, Any], str]] = []
-        super().__init__(("127.0.0.1", 0), _RecordingHandler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _RecordingHandler(BaseHTTPRequestHandler):
-    server: RecordingModelServer
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        answer = httpx.post(
-            self.server.upstream + self.path.removeprefix("/v1"),
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=30,
-        )
-        self.server.exchanges.append((json.loads(body), answer.text))
-        self.send_response(answer.status_code)
-        self.send_header("Content-Type", answer.headers["content-type"])
-        self.send_header("Content-Length", str(len(answer.content)))
-        self.end_headers()
-        self.wfile.write(answer.content)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 def streamed_text(sse: str) -> str:
     chunks = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: {")]
     return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
 
 
 @pytest.fixture(scope="module")
-def recorded(fleet: Fleet, sim_url: str) -> Iterator[tuple[str, RecordingModelServer]]:
+def recorded(fleet: Fleet, sim_url: str) -> Iterator[tuple[str, ModelProxy]]:
     """A gateway and an inference worker of their own whose model calls are recorded."""
-    model = RecordingModelServer(sim_url)
-    thread = threading.Thread(target=model.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
     port = free_port()
     env = {"ANTWORT_KEY_PREFIX": fleet.env["ANTWORT_KEY_PREFIX"] + "recorded:"}
-    fleet.spawn(
-        "gateway-recorded",
-        [sys.executable, "-m", "programs.cli", "gateway"],
-        ANTWORT_PORT=str(port),
-        **env,
-    )
-    fleet.spawn(
-        "worker-recorded",
-        [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"],
-        ANTWORT_LLM_BASE_URL=model.url,
-        **env,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base_url)
-        yield base_url, model
-    finally:
-        fleet.stop("gateway-recorded")
-        fleet.stop("worker-recorded")
-        model.shutdown()
-        model.server_close()
-        thread.join(timeout=5)
+    with model_proxy(sim_url) as model:
+        fleet.spawn(
+            "gateway-recorded",
+            [sys.executable, "-m", "programs.cli", "gateway"],
+            ANTWORT_PORT=str(port),
+            **env,
+        )
+        fleet.spawn(
+            "worker-recorded",
+            [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"],
+            ANTWORT_LLM_BASE_URL=model.url,
+            **env,
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(base_url)
+            yield base_url, model
+        finally:
+            fleet.stop("gateway-recorded")
+            fleet.stop("worker-recorded")
 
 
 def test_compact_summary_written_by_the_model_is_what_the_model_sees_next(
-    recorded: tuple[str, RecordingModelServer],
+    recorded: tuple[str, ModelProxy],
 ) -> None:
     base_url, model = recorded
     compacting = httpx.post(

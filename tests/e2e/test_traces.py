@@ -22,6 +22,7 @@ from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import internal
 from tests.e2e.own_fleet import own_fleet
+from tests.support.serving import serving
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,8 @@ class _Receiver(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def collector() -> Iterator[Collector]:
     server = Collector()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(server):
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import selectors
 import socket
 import subprocess
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from werkzeug.serving import make_server
 
 from app.config import Settings
 from gateway.ws import ReadableOrTimeout, WholeFrames, register
+from tests.support.serving import serving
 
 
 @dataclass
@@ -217,19 +217,14 @@ def test_ws_whole_frames_sends_one_frame_at_a_time() -> None:
 @pytest.fixture
 def serve(make_app: Callable[..., Flask]) -> Iterator[Callable[..., str]]:
     """Serve a gateway (settings as keywords) on werkzeug's threaded server; its WebSocket URL."""
-    servers: list[tuple[Any, threading.Thread]] = []
+    with contextlib.ExitStack() as servers:
 
-    def start(**overrides: Any) -> str:
-        server = make_server("127.0.0.1", 0, make_app(**overrides), threaded=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        return f"ws://127.0.0.1:{server.server_port}/v1/responses"
+        def start(**overrides: Any) -> str:
+            server = make_server("127.0.0.1", 0, make_app(**overrides), threaded=True)
+            servers.enter_context(serving(server))
+            return f"ws://127.0.0.1:{server.server_port}/v1/responses"
 
-    yield start
-    for server, thread in servers:
-        server.shutdown()
-        thread.join(timeout=10)
+        yield start
 
 
 @pytest.fixture

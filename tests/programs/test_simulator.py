@@ -1,3 +1,4 @@
+import contextlib
 import http.client
 import json
 import logging
@@ -13,6 +14,7 @@ import pytest
 from programs.simulator import SimConfig, make_server
 from programs.simulator import server as server_module
 from programs.simulator.behaviour import AnswerPlan, ErrorPlan, generate_arguments, plan_answer
+from tests.support.serving import serving
 
 WEATHER = {
     "type": "function",
@@ -41,20 +43,14 @@ SEARCH = {
 @pytest.fixture
 def start_simulator() -> Iterator[Callable[[SimConfig], str]]:
     """Factory: start a simulator with a config, return its base URL; all stop at teardown."""
-    running: list[tuple[Any, threading.Thread]] = []
+    with contextlib.ExitStack() as running:
 
-    def start(config: SimConfig) -> str:
-        server = make_server("127.0.0.1", 0, config)
-        thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-        thread.start()
-        running.append((server, thread))
-        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+        def start(config: SimConfig) -> str:
+            server = make_server("127.0.0.1", 0, config)
+            running.enter_context(serving(server))
+            return f"http://127.0.0.1:{server.server_address[1]}/v1"
 
-    yield start
-    for server, thread in running:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        yield start
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Model servers that differ from the simulator as real ones do: the simulator behind a proxy.
 
 The proxy edits each request on its way to the simulator and the events of each streamed
-answer on their way back, as :meth:`ModelProxy.behave` last said. The edits here:
+answer on their way back, as :meth:`ModelProxy.behave` last said, and keeps each exchange as it
+passed (:attr:`ModelProxy.exchanges`). The edits here:
 :func:`without_tool_choice` (real models sometimes call tools they were told not to),
 :func:`every_call_numbered_0` (as Ollama numbers a turn's tool calls),
 :func:`openings_numbered_apart` (as SGLang numbers a call's first fragment), :func:`not_streamed`
@@ -44,6 +45,8 @@ class ModelProxy(ThreadingHTTPServer):
         self.client = httpx.Client(timeout=60)
         self.edit_request: Edit = unchanged
         self.edit_events: EditEvents = unchanged
+        self.exchanges: list[tuple[dict[str, Any], str]] = []
+        """Each request the simulator got, with the answer the caller got (its body's text)."""
 
     def behave(self, *, request: Edit = unchanged, events: EditEvents = unchanged) -> None:
         """Edit the requests and answers from now on as given (unchanged by default)."""
@@ -57,9 +60,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        answer = self.server.client.post(
-            f"{self.server.upstream}{self.path}", json=self.server.edit_request(body)
-        )
+        request = self.server.edit_request(body)
+        answer = self.server.client.post(f"{self.server.upstream}{self.path}", json=request)
         content = answer.content
         if answer.headers.get("content-type", "").startswith("text/event-stream"):
             fields = [line[6:] for line in content.split(b"\n") if line.startswith(b"data: ")]
@@ -70,6 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
                 b"data: %s\n\n" % (event if isinstance(event, str) else json.dumps(event)).encode()
                 for event in self.server.edit_events(events)
             )
+        self.server.exchanges.append((request, content.decode()))  # before the caller has it
         self.send_response(answer.status_code)
         self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
         self.send_header("Content-Length", str(len(content)))
