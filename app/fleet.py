@@ -99,7 +99,7 @@ def make_redis(
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
     pool = redis.BlockingConnectionPool.from_url(target, **options)
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis.from_pool(pool)  # the client's own: closed with it
 
 
 class SentinelBlockingConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pydantic
 import pytest
 import redis
@@ -31,6 +30,7 @@ from broker.celery_app import make_celery
 from programs.supervisor import free_port
 from tests.support.cluster import LocalCluster
 from tests.support.sentinel import SentinelSet
+from tests.support.sockets import connections_to
 
 
 def test_parse_redis_url_keeps_a_plain_url_as_it_is() -> None:
@@ -111,6 +111,21 @@ def test_make_celery_points_broker_and_backend_at_the_sentinels() -> None:
     ]
 
 
+def test_closing_a_client_closes_the_connections_of_its_pool(redis_url: str) -> None:
+    # a client handed a pool does not own it: close() left the pool's connections open, for
+    # the garbage collector (and its ResourceWarning) to close
+    port = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"]
+    before = connections_to({port})
+    client = make_redis(Settings(redis_url=redis_url))
+    client.ping()
+    opened = connections_to({port}) - before
+    assert opened
+
+    client.close()
+
+    assert not opened & connections_to({port})
+
+
 def test_the_broker_url_takes_the_broker_elsewhere_than_the_store() -> None:
     settings = Settings(redis_url="redis://store:1/0", broker_url="redis://queues:2/0")
     assert make_celery(settings).conf.broker_url == "redis://queues:2/0"
@@ -139,15 +154,6 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]
         redis_set.stop()
 
 
-def _connections_to(ports: set[int]) -> set[int]:
-    """This process's open TCP connections to those ports, by their local port (the kernel's)."""
-    return {
-        held.laddr.port
-        for held in psutil.Process().net_connections("tcp")
-        if held.raddr and held.raddr.port in ports
-    }
-
-
 def test_a_sentinel_client_reads_and_writes_on_the_master(sentinels: SentinelSet) -> None:
     client = make_redis(Settings(redis_url=sentinels.url))
     client.set("antwort-test:sentinel", "1")
@@ -162,15 +168,15 @@ def test_closing_a_sentinel_client_closes_its_connections_to_the_sentinels_too(
     # redis-py closes the master's pool, not the clients of the sentinels it asked: left to
     # the garbage collector, whose ResourceWarning failed whichever test it collected them in
     ports = {*sentinels.sentinel_ports, sentinels.master_address()[1]}
-    before = _connections_to(ports)
+    before = connections_to(ports)
     client = make_redis(Settings(redis_url=sentinels.url))
     client.set("antwort-test:sentinel", "1")
-    opened = _connections_to(ports) - before
+    opened = connections_to(ports) - before
     assert len(opened) == 2  # a sentinel's and the master's
 
     client.close()
 
-    assert not opened & _connections_to(ports)
+    assert not opened & connections_to(ports)
 
 
 def test_a_command_retried_after_a_drop_asks_the_sentinels_where_the_master_is(
@@ -232,18 +238,18 @@ def test_closing_a_cluster_client_closes_its_connection_to_every_node(
     # redis-py's nodes do not own the pools it builds them from a URL, so their close() left
     # every node's connection to the garbage collector (and its ResourceWarning)
     ports = set(redis_cluster.ports)
-    before = _connections_to(ports)
+    before = connections_to(ports)
     client = make_redis(
         Settings(redis_url=redis_cluster.url, broker_url="redis://127.0.0.1:6379/0")
     )
     for shard in range(8):
         client.set(f"antwort-test-url:{{{shard}}}k", "1", ex=60)
-    opened = _connections_to(ports) - before
+    opened = connections_to(ports) - before
     assert len(opened) == 3
 
     client.close()
 
-    assert not opened & _connections_to(ports)
+    assert not opened & connections_to(ports)
 
 
 def test_a_cluster_command_rides_out_a_master_that_restarts(tmp_path: Path) -> None:
