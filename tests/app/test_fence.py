@@ -49,6 +49,9 @@ class Takeover:
         assert emitted.last_sequence_number == self.seen + 1
         if self.gives_back:  # it committed elsewhere and handed the turn on
             self.keeper.release(self.rid)
+        else:  # it stalls in turn: its lease lapses unrenewed (a renewer left running renews
+            # it on the test's closed client for the rest of the session)
+            self.keeper.forget(self.rid)
 
 
 def leased_run(store: ResponseStore, settings: Settings, model: FakeModel) -> RunDeps:
@@ -142,6 +145,7 @@ def test_writes_of_no_run_are_not_fenced(store: ResponseStore) -> None:
     rid = stored_response(store).id
     holder = LeaseKeeper(store, lease_seconds=LEASE_SECONDS)
     assert holder.acquire(rid, 0).taken
+    holder.forget(rid)  # held until it lapses, never renewed
 
     assert store.emit(rid, [other_delta("x")]).last_sequence_number >= 0
     cancelled = store.get(rid).response.model_copy(update={"status": ResponseStatus.CANCELLED})
@@ -165,7 +169,9 @@ def test_a_run_whose_lease_was_taken_over_does_not_store_its_plan(
 
 def test_set_extra_of_no_run_is_not_fenced(store: ResponseStore) -> None:
     rid = stored_response(store).id
-    assert LeaseKeeper(store, lease_seconds=LEASE_SECONDS).acquire(rid, 0).taken
+    holder = LeaseKeeper(store, lease_seconds=LEASE_SECONDS)
+    assert holder.acquire(rid, 0).taken
+    holder.forget(rid)  # held until it lapses, never renewed
 
     assert store.set_extra(rid, {"plan": ["a"]}).ok
     assert store.get(rid).extra == {"plan": ["a"]}

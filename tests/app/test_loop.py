@@ -488,6 +488,7 @@ def _die_mid_turn(store: ResponseStore, settings: Settings, rid: str, turn: int)
     """A run of ``turn`` takes the lease, counts its start, and its worker dies."""
     keeper = LeaseKeeper(store, lease_seconds=settings.lease_seconds)
     assert keeper.acquire(rid, turn, counts_start=True).taken
+    keeper.forget(rid)  # its renewer died with it
     store.redis.delete(store.keys.lease(rid))  # never renewed again: it lapses
 
 

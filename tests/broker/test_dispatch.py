@@ -18,13 +18,38 @@ from broker.celery_app import make_celery
 from broker.dispatch import CeleryDispatcher, make_dispatcher
 from broker.publish import SendTaskPublisher, TaskPublisher, send_options
 from broker.telemetry import SENT_AT
+from tests.support.sockets import connections_to
 
 
 def close_celery(celery: Celery) -> None:
-    """Close the broker's pool and the result backend's connections (a link's send opened them)."""
+    """Close the broker's connections and the result backend's (a link's send opened them).
+
+    ``Celery.close()`` only drops the broker's pool: its connections are closed here first.
+    """
     celery.backend.result_consumer.stop()
+    celery.pool.force_close_all()
     celery.close()
     celery.backend.client.connection_pool.disconnect()
+
+
+def test_close_celery_closes_every_connection_the_app_opened(
+    redis_url: str, key_prefix: str
+) -> None:
+    # Celery's close() drops its pool with the connections in it, each in a reference cycle of
+    # kombu's: the garbage collector closed their sockets, sometimes before redis-py did, and
+    # then its ResourceWarning failed whichever later test it ran in
+    port = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"]
+    before = connections_to({port})
+    celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
+    SendTaskPublisher(celery).publish(
+        "responses.run_turn", ["resp_f", 1], task_id="resp_f:t1:infer", queue="inference"
+    )
+    opened = connections_to({port}) - before
+    assert opened
+
+    close_celery(celery)
+
+    assert not opened & connections_to({port})
 
 
 def _messages(client: redis.Redis, key_prefix: str, queue: str) -> list[dict[str, Any]]:
@@ -37,12 +62,14 @@ def _body(message: dict[str, Any]) -> list[Any]:
 
 
 @pytest.fixture(params=[True, False], ids=["fast_publish", "send_task"])
-def fleet_dispatcher(redis_url: str, key_prefix: str, request: Any) -> Iterator[CeleryDispatcher]:
-    """The dispatcher a process builds, with each value of ``ANTWORT_FAST_PUBLISH``."""
+def fleet_dispatcher(
+    redis_url: str, key_prefix: str, redis_client: redis.Redis, request: Any
+) -> Iterator[CeleryDispatcher]:
+    """The dispatcher the gateway builds, with each value of ``ANTWORT_FAST_PUBLISH``."""
     settings = Settings(redis_url=redis_url, key_prefix=key_prefix, fast_publish=request.param)
     celery = make_celery(settings)
     try:
-        yield make_dispatcher(celery, settings)
+        yield make_dispatcher(celery, settings, redis_client)
     finally:
         close_celery(celery)
 
@@ -99,7 +126,7 @@ def test_published_messages_are_the_ones_send_task_writes(
     redis_url: str, key_prefix: str, redis_client: redis.Redis
 ) -> None:
     celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
-    dispatcher = CeleryDispatcher(celery)
+    dispatcher = CeleryDispatcher(celery, TaskPublisher(celery, redis_client))
     try:
         dispatcher.enqueue_turn("resp_c", 3)
         args: list[str | int] = ["resp_c", 3]
@@ -191,7 +218,7 @@ def test_both_publishers_write_the_same_messages(
 ) -> None:
     celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
     try:
-        for publisher in (TaskPublisher(celery), SendTaskPublisher(celery)):
+        for publisher in (TaskPublisher(celery, redis_client), SendTaskPublisher(celery)):
             dispatcher = CeleryDispatcher(celery, publisher)
             dispatcher.enqueue_turn("resp_e", 1)
             dispatcher.enqueue_tools("resp_e", [("call_1", "tools.internal")], then_turn=2)

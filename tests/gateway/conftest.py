@@ -29,8 +29,12 @@ def make_app(
     redis_client: redis.Redis,
     dispatcher: RecordingDispatcher,
 ) -> Iterator[Callable[..., Flask]]:
-    """A gateway on this test's Redis prefix that queues nothing; settings as keywords."""
-    apps: list[Flask] = []
+    """A gateway on this test's Redis prefix that queues nothing; settings as keywords.
+
+    A ``client`` given is the gateway's own: closed, with its pool, after its hub stops (which
+    uses it last).
+    """
+    apps: list[tuple[Flask, redis.Redis | None]] = []
 
     def make(*, client: redis.Redis | None = None, **overrides: Any) -> Flask:
         app = create_app(
@@ -39,14 +43,17 @@ def make_app(
             redis_client=client or redis_client,
             compaction_queue=RecordingCompactionQueue(),
         )
-        apps.append(app)
+        apps.append((app, client))
         return app
 
     yield make
-    for app in apps:
+    for app, client in apps:
         gw = app.extensions["antwort"]
         gw.models.close()
         stop_hub(gw.hub, gw.store)
+        if client is not None:
+            client.close()
+            client.connection_pool.disconnect()  # a pool given to the client is not its own
 
 
 @pytest.fixture
