@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from programs.supervisor import embedded_redis_argv, free_port
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
+from tests.support.sockets import connections_to
 
 TEST_DB = 13
 
@@ -52,6 +54,28 @@ def _local_redis_answers() -> bool:
         return False
     finally:
         client.close()
+
+
+LEFT_OPEN_GRACE_SECONDS = 2.0
+"""How long a connection may take to close after the test (a thread of the test closing it)."""
+
+
+@pytest.fixture(autouse=True)
+def _closes_its_redis_connections(redis_url: str) -> Iterator[None]:
+    """A test closes every connection to the test Redis that it opens, its fixtures' included.
+
+    One left open is closed, if ever, by the garbage collector at some later point. redis-py
+    closes a collected connection's socket, but the objects of a reference cycle are finalized
+    in no set order: a socket finalized first fails whichever test runs then, far from its
+    cause, with its ``ResourceWarning``.
+    """
+    port = urlsplit(redis_url).port or 6379
+    before = connections_to({port})
+    yield
+    deadline = time.monotonic() + LEFT_OPEN_GRACE_SECONDS
+    while (left := connections_to({port}) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"the test left {len(left)} connection(s) to Redis open (local ports {left})"
 
 
 @pytest.fixture(scope="session")

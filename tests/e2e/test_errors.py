@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -11,8 +10,6 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from app.config import Settings
-from gateway.factory import create_app
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
     assert_error_body,
@@ -22,7 +19,6 @@ from tests.e2e.helpers import (
     validate_response,
     wait_for_status,
 )
-from tests.support.dispatch import RecordingDispatcher
 
 
 def _post(fleet: Fleet, content: bytes, content_type: str = "application/json") -> httpx.Response:
@@ -76,35 +72,6 @@ def test_errors_wrong_type_is_400_naming_the_field(fleet: Fleet, client: openai.
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="antwort-sim", input=42)  # type: ignore[call-overload]
     assert caught.value.param is not None and caught.value.param.startswith("input")
-
-
-def test_errors_missing_model_without_default_is_400(
-    make_settings: Callable[..., Settings],
-) -> None:
-    dispatcher = RecordingDispatcher()
-    app = create_app(make_settings(default_model=None), dispatcher=dispatcher)
-    web = app.test_client()
-
-    missing = web.post("/v1/responses", json={"input": "hi", "background": True})
-
-    assert missing.status_code == 400
-    body = missing.get_json()
-    assert isinstance(body, dict)
-    assert body == {
-        "error": {
-            "message": body["error"]["message"],
-            "type": "invalid_request_error",
-            "param": "model",
-            "code": "missing_required_parameter",
-        }
-    }
-    assert dispatcher.turns == []
-    named = web.post("/v1/responses", json={"model": "m", "input": "hi", "background": True})
-    assert named.status_code == 200
-    queued = named.get_json()
-    assert isinstance(queued, dict)
-    assert queued["status"] == "queued"
-    assert dispatcher.turns == [(queued["id"], 0)]
 
 
 def test_errors_unknown_response_id_is_404(fleet: Fleet, client: openai.OpenAI) -> None:

@@ -126,6 +126,33 @@ def test_errors_a_request_that_gets_no_pooled_connection_in_time_is_503_to_retry
     assert web.get("/v1/responses/resp_x").status_code == 404  # served again once freed
 
 
+def test_errors_missing_model_without_default_is_400(
+    make_app: Callable[..., Flask], dispatcher: RecordingDispatcher
+) -> None:
+    web = make_app(default_model=None).test_client()
+
+    missing = web.post("/v1/responses", json={"input": "hi", "background": True})
+
+    assert missing.status_code == 400
+    body = missing.get_json()
+    assert isinstance(body, dict)
+    assert body == {
+        "error": {
+            "message": body["error"]["message"],
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "missing_required_parameter",
+        }
+    }
+    assert dispatcher.turns == []
+    named = web.post("/v1/responses", json={"model": "m", "input": "hi", "background": True})
+    assert named.status_code == 200
+    queued = named.get_json()
+    assert isinstance(queued, dict)
+    assert queued["status"] == "queued"
+    assert dispatcher.turns == [(queued["id"], 0)]
+
+
 def test_errors_unknown_route_is_404(web: FlaskClient) -> None:
     error = error_of(web.get("/v1/nowhere"), 404)
     assert (error.type, error.code) == ("not_found", "not_found")
