@@ -172,7 +172,7 @@ def test_loading_a_conversation_costs_the_same_round_trips_whatever_its_length(
     redis_url: str, key_prefix: str, make_settings: Callable[..., Settings]
 ) -> None:
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=_CountingConnection)
-    store = ResponseStore(redis.Redis(connection_pool=pool), keys=Keys(key_prefix), ttl_seconds=60)
+    store = ResponseStore(redis.Redis.from_pool(pool), keys=Keys(key_prefix), ttl_seconds=60)
     settings = make_settings()
     short = new_conversation(store, *(f"q{i}" for i in range(5)))
     long = new_conversation(store)

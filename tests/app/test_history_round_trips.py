@@ -169,10 +169,8 @@ def test_a_new_connections_handshake_is_not_a_round_trip_of_the_step(
 ) -> None:
     trips = RoundTrips(monkeypatch)
     pool = store.redis.connection_pool
-    fresh = redis.Redis(  # the store's Redis, no connection made yet
-        connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, **pool.connection_kwargs
-        )
+    fresh = redis.Redis.from_pool(  # the store's Redis, no connection made yet
+        redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
     )
     steps: dict[str, int] = {}
     with trips.step(steps, "ping"):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from celery import Celery, signature
+from celery import signature
 from celery._state import _task_stack
 
 from app.config import Settings
@@ -18,18 +18,8 @@ from broker.celery_app import make_celery
 from broker.dispatch import CeleryDispatcher, make_dispatcher
 from broker.publish import SendTaskPublisher, TaskPublisher, send_options
 from broker.telemetry import SENT_AT
+from tests.support.celery_apps import close_celery
 from tests.support.sockets import connections_to
-
-
-def close_celery(celery: Celery) -> None:
-    """Close the broker's connections and the result backend's (a link's send opened them).
-
-    ``Celery.close()`` only drops the broker's pool: its connections are closed here first.
-    """
-    celery.backend.result_consumer.stop()
-    celery.pool.force_close_all()
-    celery.close()
-    celery.backend.client.connection_pool.disconnect()
 
 
 def test_close_celery_closes_every_connection_the_app_opened(

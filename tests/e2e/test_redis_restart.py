@@ -28,6 +28,7 @@ from app.store import ResponseStore
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
 from programs.supervisor import embedded_redis_argv, free_port
+from tests.support.celery_apps import close_celery
 
 
 class _PrivateRedis:
@@ -132,10 +133,11 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         worker = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     store = make_store(settings)
     celery = make_celery(settings)
+    dispatcher = make_dispatcher(celery, settings, store.redis)
     try:
         _wait(lambda: store.live_workers("inference") > 0, "the worker's heartbeat", timeout=60)
         body = {"input": "[tokens=200] [delay_ms=20] go", "background": True}
-        response, _ = create_response(store, make_dispatcher(celery, settings), settings, body)
+        response, _ = create_response(store, dispatcher, settings, body)
         # the worker is streaming the answer: a task in flight, its message unacked
         _wait(lambda: _event_count(store, response.id) > 10, "the answer to stream", timeout=30)
 
@@ -164,7 +166,7 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         assert [e.sequence_number for e in events] == list(range(len(events)))
         # the turn went on where it was: its text is an undisturbed run's, sent once
         undisturbed, _ = create_response(
-            store, make_dispatcher(celery, settings), settings, {**body, "input": "[tokens=200] go"}
+            store, dispatcher, settings, {**body, "input": "[tokens=200] go"}
         )
         _wait(lambda: is_terminal_id(undisturbed.id), "the undisturbed run", timeout=30)
         again = store.load(undisturbed.id)
@@ -179,7 +181,7 @@ def test_a_busy_worker_survives_a_redis_restart_and_finishes_its_response(
         # mkstemp() file, in $TMPDIR (no setting turns this off), here the test's own directory
         assert all(Path(path).parent == dumps for path in _dumped(log.read_text())), dumps
     finally:
-        celery.close()
+        close_celery(celery)
         store.redis.close()
         worker.terminate()
         try:

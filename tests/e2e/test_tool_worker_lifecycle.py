@@ -17,6 +17,7 @@ import pytest
 
 from app.config import Settings
 from broker.celery_app import make_celery
+from tests.support.celery_apps import close_celery
 
 
 def _wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -62,8 +63,11 @@ def test_tool_worker_initializes_tools_at_start_and_shuts_them_down_at_stop(
 
         # The broken tool was left out and the worker serves tasks all the same.
         # (Tool tasks store no Celery result; the worker's INFO log says how the task ended.)
-        result = celery.send_task(
-            "tools.run_call", args=["resp_missing", "call_1"], queue="tools.internal"
+        result = celery.send_task(  # as the fleet sends it (a result would be subscribed to)
+            "tools.run_call",
+            args=["resp_missing", "call_1"],
+            queue="tools.internal",
+            ignore_result=True,
         )
         _wait_for(
             lambda: (
@@ -80,6 +84,6 @@ def test_tool_worker_initializes_tools_at_start_and_shuts_them_down_at_stop(
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-        celery.close()
+        close_celery(celery)
     after = [m.rsplit(".", 1)[0] for m in _marks(marks)]
     assert after == ["lifecycle_broken.init", "lifecycle_ok.init", "lifecycle_ok.shutdown"]

@@ -108,7 +108,7 @@ def test_errors_a_request_that_gets_no_pooled_connection_in_time_is_503_to_retry
     their connections to one gateway at once (bench/results/streams-scale.md).
     """
     pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=4, timeout=0.05)
-    web = make_app(client=redis.Redis(connection_pool=pool)).test_client()
+    web = make_app(client=redis.Redis.from_pool(pool)).test_client()
     held = []
     with contextlib.suppress(redis.ConnectionError):
         while True:  # what the app's hub left of the pool

@@ -275,7 +275,7 @@ def test_a_streamed_create_relays_its_first_events_without_reading_them_back(
     trip per streamed or sync create).
     """
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=_Recording)
-    client = redis.Redis(connection_pool=pool)
+    client = redis.Redis.from_pool(pool)
     app = make_app(client=client)
     app.extensions["antwort"].hub.start()  # subscribed before the count starts
     web = app.test_client()

@@ -44,6 +44,6 @@ def lossy_store(redis_url: str, key_prefix: str, *, retries: bool) -> ResponseSt
     pool = redis.ConnectionPool.from_url(
         redis_url, connection_class=ReplyLosingConnection, retry=retry
     )
-    client = redis.Redis(connection_pool=pool)
+    client = redis.Redis.from_pool(pool)
     ReplyLosingConnection.replies_to_lose = 0
     return ResponseStore(client, keys=Keys(key_prefix), ttl_seconds=3600, stream_maxlen=1000)

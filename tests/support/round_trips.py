@@ -57,4 +57,4 @@ class CountingConnection(redis.Connection):
 def counting_client(redis_url: str) -> redis.Redis:
     """A client over :class:`CountingConnection` (close it after)."""
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis.from_pool(pool)
