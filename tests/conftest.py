@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -22,7 +21,7 @@ from programs.supervisor import embedded_redis_argv, free_port
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
-from tests.support.sockets import connections_to
+from tests.support.sockets import connections_to, redis_port
 
 TEST_DB = 13
 
@@ -69,7 +68,7 @@ def _closes_its_redis_connections(redis_url: str) -> Iterator[None]:
     in no set order: a socket finalized first fails whichever test runs then, far from its
     cause, with its ``ResourceWarning``.
     """
-    port = urlsplit(redis_url).port or 6379
+    port = redis_port(redis_url)
     before = connections_to({port})
     yield
     deadline = time.monotonic() + LEFT_OPEN_GRACE_SECONDS

@@ -30,7 +30,7 @@ from broker.celery_app import make_celery
 from programs.supervisor import free_port
 from tests.support.cluster import LocalCluster
 from tests.support.sentinel import SentinelSet
-from tests.support.sockets import connections_to
+from tests.support.sockets import connections_to, redis_port
 
 
 def test_parse_redis_url_keeps_a_plain_url_as_it_is() -> None:
@@ -114,7 +114,7 @@ def test_make_celery_points_broker_and_backend_at_the_sentinels() -> None:
 def test_closing_a_client_closes_the_connections_of_its_pool(redis_url: str) -> None:
     # a client handed a pool does not own it: close() left the pool's connections open, for
     # the garbage collector (and its ResourceWarning) to close
-    port = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"]
+    port = redis_port(redis_url)
     before = connections_to({port})
     client = make_redis(Settings(redis_url=redis_url))
     client.ping()

@@ -19,7 +19,7 @@ from broker.dispatch import CeleryDispatcher, make_dispatcher
 from broker.publish import SendTaskPublisher, TaskPublisher, send_options
 from broker.telemetry import SENT_AT
 from tests.support.celery_apps import close_celery
-from tests.support.sockets import connections_to
+from tests.support.sockets import connections_to, redis_port
 
 
 def test_close_celery_closes_every_connection_the_app_opened(
@@ -28,7 +28,7 @@ def test_close_celery_closes_every_connection_the_app_opened(
     # Celery's close() drops its pool with the connections in it, each in a reference cycle of
     # kombu's: the garbage collector closed their sockets, sometimes before redis-py did, and
     # then its ResourceWarning failed whichever later test it ran in
-    port = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"]
+    port = redis_port(redis_url)
     before = connections_to({port})
     celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
     SendTaskPublisher(celery).publish(

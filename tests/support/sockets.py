@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -14,3 +15,8 @@ def connections_to(ports: Collection[int]) -> set[int]:
         for held in psutil.Process().net_connections("tcp")
         if held.raddr and held.raddr.port in ports
     }
+
+
+def redis_port(redis_url: str) -> int:
+    """The port a ``redis://`` URL names (Redis's own by default)."""
+    return urlsplit(redis_url).port or 6379
