@@ -128,11 +128,27 @@ class UpstreamError(AppError):
 MODEL_RATE_LIMITED = "rate_limit_exceeded"
 """The code of a model server's error when it still answered 429 after every retry."""
 
-RESPONSE_ERROR_CODES = frozenset({MODEL_RATE_LIMITED})
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+"""The code of a model server's refusal of a prompt longer than its context window."""
+
+MODEL_NOT_FOUND = "model_not_found"
+"""The code of a model server's answer that it has no model of the request's name."""
+
+MODEL_REFUSED_PROMPT = "invalid_prompt"
+"""The code of any other refusal of a request as it was (400, 422): no retry can help."""
+
+RESPONSE_ERROR_CODES = frozenset(
+    {MODEL_RATE_LIMITED, CONTEXT_LENGTH_EXCEEDED, MODEL_NOT_FOUND, MODEL_REFUSED_PROMPT}
+)
 """The codes of :class:`UpstreamError` a failed response carries as they are; every other
-fails it with ``server_error``. Each is one of the response error codes OpenAI's SDK knows;
-after ``rate_limit_exceeded`` Codex CLI waits as long as the message's "try again in N s" says
-(a model server's own message often does), where after ``server_error`` it backs off blindly."""
+fails it with ``server_error``, which clients retry. They are the codes OpenAI's own server
+fails a response with, and Codex CLI acts on each: after ``rate_limit_exceeded`` it waits as
+long as the message's "try again in N s" says (a model server's own message often does);
+after ``context_length_exceeded`` it tells its user the context window is full; after
+``model_not_found`` and ``invalid_prompt`` it shows the message. It retries none of those,
+where it retries a ``server_error`` five times. ``context_length_exceeded`` and
+``model_not_found`` are not among the codes OpenAI's SDK declares for a response's error (it
+reads them all the same: it does not validate what it receives)."""
 
 
 class ModelBehaviorError(AppError):

@@ -5,13 +5,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
-from app.errors import MODEL_RATE_LIMITED, UpstreamError
+from app.errors import (
+    CONTEXT_LENGTH_EXCEEDED,
+    MODEL_NOT_FOUND,
+    MODEL_RATE_LIMITED,
+    MODEL_REFUSED_PROMPT,
+    UpstreamError,
+)
 from app.protocol.response import InputTokensDetails, OutputTokensDetails, Usage
 from app.providers.chunks import (
     Chunk,
@@ -101,6 +108,8 @@ class ChatCompletionsProvider:
         try:
             yield from self._stream(request)
         except RequestRefusedError as refused:  # before any answer: nothing was yielded
+            if refused.code != MODEL_REFUSED_PROMPT:
+                raise  # refused for its length or its model: the effort is not what it refused
             try:
                 yield from self._stream(_without_effort(request))
             except RequestRefusedError:
@@ -151,7 +160,10 @@ class ChatCompletionsProvider:
 
 
 class RequestRefusedError(UpstreamError):
-    """The model server refused the request as it was (400, 422): no retry helps."""
+    """The model server refused the request as it was (400, 422, or 404 for its model).
+
+    No retry helps. Its code says why, as OpenAI's server would (:func:`_refusal_code`).
+    """
 
 
 def _without_effort(request: ModelRequest) -> ModelRequest:
@@ -169,26 +181,67 @@ class _Retry(Exception):
 
 def _raise_for_status(response: httpx.Response) -> None:
     response.read()
-    detail = _error_detail(response)
+    error = _error_fields(response)
+    detail = str(error.get("message") or "")[:500] or response.text[:500]
     message = f"Model server answered {response.status_code}: {detail}"
     if response.status_code == 429:
         raise _Retry(message, _retry_after(response), code=MODEL_RATE_LIMITED)
     if response.status_code in _RETRYABLE_STATUS:
         raise _Retry(message, _retry_after(response))
-    if response.status_code in (400, 422):
-        raise RequestRefusedError(message)
+    code = _refusal_code(response.status_code, error, detail)
+    if code is not None:
+        raise RequestRefusedError(message, code=code)
     raise UpstreamError(message)
 
 
-def _error_detail(response: httpx.Response) -> str:
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _-]?(?:length|size|window)|maximum model length|max_model_len", re.IGNORECASE
+)
+"""How model servers word a prompt longer than the context: vLLM ("This model's maximum context
+length is …", "… longer than the maximum model length …"), SGLang ("… the model's context
+length …"), llama.cpp ("… exceeds the available context size …"), OpenAI."""
+
+_CONTEXT_OVERFLOW_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, "exceed_context_size_error"})
+"""The ``code`` or ``type`` of such a refusal: OpenAI's, llama.cpp's."""
+
+_NO_SUCH_MODEL = re.compile(r"\bmodel\b", re.IGNORECASE)
+
+
+def _refusal_code(status: int, error: dict[str, Any], detail: str) -> str | None:
+    """Why a model server refused a request, as OpenAI's code for it; None when it did not.
+
+    A 400 or 422 is a refusal of the request as it was: a prompt longer than the model's
+    context, else a request it cannot serve. A 404 that names a model is that model missing;
+    any other 404 (a wrong base URL) is no refusal of this request.
+    """
+    codes = {value for value in (error.get("code"), error.get("type")) if isinstance(value, str)}
+    if status in (400, 422):
+        if codes & _CONTEXT_OVERFLOW_CODES or _CONTEXT_OVERFLOW.search(detail):
+            return CONTEXT_LENGTH_EXCEEDED
+        return MODEL_NOT_FOUND if MODEL_NOT_FOUND in codes else MODEL_REFUSED_PROMPT
+    if status == 404 and (MODEL_NOT_FOUND in codes or _NO_SUCH_MODEL.search(detail)):
+        return MODEL_NOT_FOUND
+    return None
+
+
+def _error_fields(response: httpx.Response) -> dict[str, Any]:
+    """The error object of a model server's error body; empty when the body is none.
+
+    OpenAI's is ``{"error": {...}}``; vLLM's and SGLang's fields may sit at the top, and some
+    servers send ``{"error": "text"}``.
+    """
     try:
         payload = response.json()
     except ValueError:
-        return response.text[:500]
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
-    return str(payload)[:500]
+        return {}
+    if not isinstance(payload, dict):
+        return {}
+    error = payload.get("error")
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, str):
+        return {"message": error}
+    return payload
 
 
 def _retry_after(response: httpx.Response) -> float:

@@ -1,3 +1,4 @@
+import dataclasses
 import gzip
 import json
 import time
@@ -250,8 +251,103 @@ def test_provider_does_not_retry_a_400(
 
     assert "400" in caught.value.message
     assert "max_tokens is too large" in caught.value.message
-    assert caught.value.code == "upstream_error"
+    assert caught.value.code == "invalid_prompt"
     assert len(recorder.requests) == 1
+
+
+VLLM_OVERFLOW = (
+    "This model's maximum context length is 4096 tokens. However, you requested 5120 tokens "
+    "(4096 in the messages, 1024 in the completion). Please reduce the length of the messages "
+    "or completion."
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "detail"),
+    [
+        (  # vLLM before 0.10: the fields at the top
+            400,
+            {"object": "error", "message": VLLM_OVERFLOW, "type": "BadRequestError",
+             "param": None, "code": 400},
+            "context_length_exceeded",
+            VLLM_OVERFLOW,
+        ),
+        (  # vLLM since, inside "error"
+            400,
+            {"error": {"message": VLLM_OVERFLOW, "type": "BadRequestError", "param": None,
+                       "code": 400}},
+            "context_length_exceeded",
+            VLLM_OVERFLOW,
+        ),
+        (  # llama.cpp's server
+            400,
+            {"error": {"code": 400, "message": "the request exceeds the available context size, "
+                       "try increasing it", "type": "exceed_context_size_error",
+                       "n_prompt_tokens": 5000, "n_ctx": 4096}},
+            "context_length_exceeded",
+            "the request exceeds the available context size",
+        ),
+        (  # OpenAI's
+            400,
+            {"error": {"message": "Your input exceeds the limit.", "type":
+                       "invalid_request_error", "param": "messages",
+                       "code": "context_length_exceeded"}},
+            "context_length_exceeded",
+            "Your input exceeds the limit.",
+        ),
+        (  # vLLM's model that is not served
+            404,
+            {"object": "error", "message": "The model `llama` does not exist.",
+             "type": "NotFoundError", "param": None, "code": 404},
+            "model_not_found",
+            "The model `llama` does not exist.",
+        ),
+        (  # Ollama's
+            404,
+            {"error": {"message": 'model "llama" not found, try pulling it first',
+                       "type": "api_error", "param": None, "code": None}},
+            "model_not_found",
+            'model "llama" not found',
+        ),
+        (  # a server's own text error
+            422,
+            {"error": "Input validation error: `temperature` must be strictly positive"},
+            "invalid_prompt",
+            "Input validation error: `temperature` must be strictly positive",
+        ),
+    ],
+    ids=["vllm-top", "vllm-error", "llama.cpp", "openai", "vllm-404", "ollama-404", "text"],
+)  # fmt: skip
+def test_provider_tells_why_a_model_server_refused_as_openai_codes_it(
+    make_provider: Callable[..., ChatCompletionsProvider],
+    status: int,
+    body: dict[str, Any],
+    code: str,
+    detail: str,
+) -> None:
+    recorder = Recorder(httpx.Response(status, json=body))
+    provider = make_provider(recorder, max_retries=2)
+
+    with pytest.raises(UpstreamError) as caught:
+        list(provider.stream(REQUEST))
+
+    assert caught.value.code == code
+    assert caught.value.message.startswith(f"Model server answered {status}: {detail}")
+    assert len(recorder.requests) == 1
+
+
+def test_provider_a_404_that_names_no_model_is_no_refusal(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """A wrong base URL: the operator's fault, not the request's."""
+    recorder = Recorder(httpx.Response(404, json={"detail": "Not Found"}))
+    provider = make_provider(recorder, max_retries=2)
+
+    with pytest.raises(UpstreamError) as caught:
+        list(provider.stream(REQUEST))
+
+    assert caught.value.code == "upstream_error"
+    assert caught.value.message == 'Model server answered 404: {"detail":"Not Found"}'
 
 
 def test_provider_connection_error_is_upstream_error_after_retries(
@@ -618,3 +714,23 @@ def test_provider_follows_a_call_whose_opening_a_server_numbered_apart(
         for chunk in provider.stream(REQUEST)
         if isinstance(chunk, ToolCallDelta)
     ] == [(0, "mul", ""), (0, "", '{"a": 3}'), (1, "add", ""), (1, "", '{"b": 4}')]
+
+
+def test_provider_asks_again_without_the_effort_only_after_a_refusal_of_no_known_cause(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    """A prompt too long for the context, or a model not served, is no refusal of the
+    ``reasoning_effort``: asking again without it would only be refused again."""
+    recorder = Recorder(
+        httpx.Response(400, json={"error": {"message": VLLM_OVERFLOW}}),
+        stream_response(sse(choice({}, finish_reason="stop"))),
+    )
+    provider = make_provider(recorder, max_retries=2)
+    request = dataclasses.replace(REQUEST, params={"reasoning_effort": "high"})
+
+    with pytest.raises(UpstreamError) as caught:
+        list(provider.stream(request))
+
+    assert caught.value.code == "context_length_exceeded"
+    assert len(recorder.requests) == 1
+    assert provider.refuses_effort == set()

@@ -94,14 +94,25 @@ def test_codex_opens_a_new_socket_when_the_gateway_closed_its_idle_one(
 
 def codex_exec(fleet: Fleet, tmp_path: Path, command: str, *, websockets: bool) -> tuple[Path, str]:
     """``codex exec`` against ``fleet``, scripted to run ``command``: its work dir and answer."""
+    prompt = f'Do it. [call exec_command {{"cmd": "{command}"}}]'
+    done = run_codex(fleet, tmp_path, prompt, websockets=websockets)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tmp_path / "work", (tmp_path / "answer.txt").read_text()
+
+
+def run_codex(
+    fleet: Fleet, tmp_path: Path, prompt: str, *, websockets: bool
+) -> subprocess.CompletedProcess[str]:
+    """``codex exec prompt`` against ``fleet``, in ``tmp_path / "work"``, its last message to
+    ``tmp_path / "answer.txt"``."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     config = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
     (home / "config.toml").write_text(config)
-    prompt = f'Do it. [call exec_command {{"cmd": "{command}"}}]'
 
-    done = subprocess.run(
+    return subprocess.run(
         [
             str(CODEX),
             "exec",
@@ -119,9 +130,6 @@ def codex_exec(fleet: Fleet, tmp_path: Path, command: str, *, websockets: bool) 
         text=True,
         timeout=180,
     )
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    return work, (tmp_path / "answer.txt").read_text()
 
 
 def handshakes(fleet: Fleet) -> float:

@@ -152,13 +152,17 @@ def test_errors_model_server_failure_stream_ends_with_response_failed(fleet: Fle
     assert final["error"]["message"]
 
 
-@pytest.mark.parametrize(("status", "code"), [(502, "server_error"), (429, "rate_limit_exceeded")])
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(502, "server_error"), (429, "rate_limit_exceeded"), (400, "invalid_prompt")],
+)
 def test_errors_failed_response_error_code_is_known_to_openai_sdk(
     client: openai.OpenAI, status: int, code: str
 ) -> None:
     """A model server that still refuses for its rate after every retry fails the response
-    with ``rate_limit_exceeded`` (Codex CLI then waits as long as its message says); other
-    failures with ``server_error``."""
+    with ``rate_limit_exceeded`` (Codex CLI then waits as long as its message says); one that
+    refuses the request as it was, with ``invalid_prompt`` (no retry can help: Codex does not
+    ask again); other failures with ``server_error``."""
     response = client.responses.create(model="antwort-sim", input=f"boom [error={status}]")
     assert response.status == "failed"
     assert response.error is not None

@@ -10,22 +10,29 @@ a proxy (``tests.support.model_proxy``); each test says how the proxy changes th
   (sgl-project/sglang#6310): each call keeps its arguments;
 - a whole completion for a request to stream: the answer arrives all at once;
 - each stream ended before the model's finish, or with vLLM's finish reason ``abort``: the
-  response fails, and says why.
+  response fails, and says why;
+- a prompt refused as longer than the model's context, or a model the server does not have: the
+  response fails with OpenAI's code for it, and Codex CLI tells its user so at once instead of
+  asking again five times.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import CLIENT_FN, internal
+from tests.e2e.helpers import CLIENT_FN, internal, raw_events, validate_event
+from tests.e2e.test_codex import needs_codex, run_codex
 from tests.support.model_proxy import (
     EditEvents,
     ModelProxy,
+    Refusal,
     aborted,
     before_the_finish,
     every_call_numbered_0,
@@ -133,3 +140,80 @@ def test_an_answer_the_model_server_did_not_finish_fails_the_response(
     assert response.error is not None
     assert response.error.code == "server_error"
     assert reason in response.error.message
+
+
+CONTEXT_OVERFLOW = Refusal(
+    400,
+    {
+        "object": "error",  # as vLLM answers it
+        "message": "This model's maximum context length is 4096 tokens. However, you requested "
+        "5120 tokens (4096 in the messages, 1024 in the completion). Please reduce the length of "
+        "the messages or completion.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    },
+)
+NO_SUCH_MODEL = Refusal(
+    404,
+    {
+        "object": "error",
+        "message": "The model `antwort-sim` does not exist.",
+        "type": "NotFoundError",
+        "param": None,
+        "code": 404,
+    },
+)
+
+
+def test_a_prompt_longer_than_the_model_context_fails_the_response_as_openai_fails_it(
+    proxy: ModelProxy, fleet: Fleet
+) -> None:
+    proxy.behave(refusal=CONTEXT_OVERFLOW)
+
+    answer = httpx.post(
+        f"{fleet.base_url}/v1/responses",
+        json={"model": "antwort-sim", "input": "Hello!", "stream": True},
+        timeout=30,
+    )
+
+    events = raw_events(answer)
+    for event in events:
+        validate_event(event, sdk_error_code=False)  # the code is OpenAI's, not in its SDK's list
+    assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
+    assert events[-2]["code"] == events[-2]["error"]["code"] == "context_length_exceeded"
+    error = events[-1]["response"]["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"].startswith(
+        "Model server answered 400: This model's maximum context length is 4096 tokens."
+    )
+
+
+def test_a_model_the_server_does_not_have_fails_the_response_as_openai_fails_it(
+    proxy: ModelProxy, client: openai.OpenAI
+) -> None:
+    proxy.behave(refusal=NO_SUCH_MODEL)
+
+    response = client.responses.create(model="antwort-sim", input="Hello!")
+
+    assert response.status == "failed"
+    assert response.error is not None and response.error.code == "model_not_found"
+    assert response.error.message.endswith("The model `antwort-sim` does not exist.")
+
+
+@needs_codex
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_tells_its_user_the_context_is_full_without_asking_again(
+    proxy: ModelProxy, fleet: Fleet, tmp_path: Path, websockets: bool
+) -> None:
+    """Codex asks again after a ``server_error``, five times over each transport; after
+    ``context_length_exceeded`` it stops and says why. The model is asked once: neither
+    Codex nor the fleet (which asks again without a refused ``reasoning_effort``) repeats it."""
+    proxy.behave(refusal=CONTEXT_OVERFLOW)
+    asked_before = len(proxy.exchanges)
+
+    done = run_codex(fleet, tmp_path, "Go on.", websockets=websockets)
+
+    assert done.returncode != 0
+    assert "context window" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert len(proxy.exchanges) == asked_before + 1

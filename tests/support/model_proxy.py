@@ -8,7 +8,8 @@ passed (:attr:`ModelProxy.exchanges`). The edits here:
 :func:`openings_numbered_apart` (as SGLang numbers a call's first fragment), :func:`not_streamed`
 (a server that answers a request to stream with a whole completion) and
 :func:`before_the_finish` (a stream that ends, cleanly, before the model finished) and
-:func:`aborted` (vLLM's finish reason for an answer it gave up on).
+:func:`aborted` (vLLM's finish reason for an answer it gave up on). A :class:`Refusal` is
+answered instead of the simulator's answer, as a real server refuses a request.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -33,6 +35,14 @@ def unchanged(document: Any) -> Any:
     return document
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An error answer: its HTTP status and JSON body."""
+
+    status: int
+    body: dict[str, Any]
+
+
 class ModelProxy(ThreadingHTTPServer):
     """The simulator behind edits; :attr:`url` is its base URL (``…/v1``)."""
 
@@ -45,13 +55,22 @@ class ModelProxy(ThreadingHTTPServer):
         self.client = httpx.Client(timeout=60)
         self.edit_request: Edit = unchanged
         self.edit_events: EditEvents = unchanged
+        self.refusal: Refusal | None = None
         self.exchanges: list[tuple[dict[str, Any], str]] = []
         """Each request the simulator got, with the answer the caller got (its body's text)."""
 
-    def behave(self, *, request: Edit = unchanged, events: EditEvents = unchanged) -> None:
-        """Edit the requests and answers from now on as given (unchanged by default)."""
+    def behave(
+        self,
+        *,
+        request: Edit = unchanged,
+        events: EditEvents = unchanged,
+        refusal: Refusal | None = None,
+    ) -> None:
+        """Edit the requests and answers from now on as given (unchanged by default), or answer
+        every request with ``refusal``."""
         self.edit_request = request
         self.edit_events = events
+        self.refusal = refusal
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -61,6 +80,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         request = self.server.edit_request(body)
+        refusal = self.server.refusal
+        if refusal is not None:
+            self._reply(request, refusal.status, "application/json", json.dumps(refusal.body))
+            return
         answer = self.server.client.post(f"{self.server.upstream}{self.path}", json=request)
         content = answer.content
         if answer.headers.get("content-type", "").startswith("text/event-stream"):
@@ -72,9 +95,14 @@ class _Handler(BaseHTTPRequestHandler):
                 b"data: %s\n\n" % (event if isinstance(event, str) else json.dumps(event)).encode()
                 for event in self.server.edit_events(events)
             )
-        self.server.exchanges.append((request, content.decode()))  # before the caller has it
-        self.send_response(answer.status_code)
-        self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+        content_type = answer.headers.get("content-type", "application/json")
+        self._reply(request, answer.status_code, content_type, content.decode())
+
+    def _reply(self, request: dict[str, Any], status: int, content_type: str, text: str) -> None:
+        self.server.exchanges.append((request, text))  # before the caller has it
+        content = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(content)))
         self.end_headers()
         self.wfile.write(content)
