@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import redis
 
@@ -175,11 +176,24 @@ def _relay(procs: dict[str, subprocess.Popen[bytes]]) -> int:
                 selector.unregister(key.fileobj)
         for name, proc in procs.items():
             if proc.poll() is not None:
+                _write_rest(selector, proc.stdout)
                 print(
                     f"antwort: {name} exited with code {proc.returncode}; stopping the fleet",
                     flush=True,
                 )
                 return 1
+
+
+def _write_rest(selector: selectors.BaseSelector, stdout: IO[bytes] | None) -> None:
+    """Relay what a child that has exited wrote last (its traceback) before the fleet stops."""
+    key = None if stdout is None else selector.get_map().get(stdout)
+    if stdout is None or key is None:
+        return  # read to its end already
+    os.set_blocking(stdout.fileno(), False)  # a grandchild may hold the pipe open
+    rest = stdout.read() or b""
+    for line in rest.decode(errors="replace").splitlines(keepends=True):
+        sys.stdout.write(key.data + line)
+    sys.stdout.flush()
 
 
 def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:

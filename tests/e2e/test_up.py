@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,3 +105,36 @@ def test_up_reports_a_child_that_died_and_stops_the_rest(up: _Up) -> None:
     _, alive = psutil.wait_procs(up.children, timeout=15)
     assert alive == []
     assert "antwort: sim exited with code -9; stopping the fleet" in up.log.read_text()
+
+
+def test_up_relays_what_a_child_that_died_said_last(
+    tmp_path: Path, process_environ: dict[str, str]
+) -> None:
+    """The simulator's port taken: the fleet stops, and its log says why, whole (it showed
+    only the traceback's first line)."""
+    log = tmp_path / "up.log"
+    with socket.create_server(("127.0.0.1", 0)) as taken, open(log, "wb") as out:
+        env = process_environ | {
+            "ANTWORT_HOST": "127.0.0.1",
+            "ANTWORT_PORT": str(free_port()),
+            "ANTWORT_SIM_PORT": str(taken.getsockname()[1]),
+            "ANTWORT_INFERENCE_CONCURRENCY": "4",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "programs.cli", "up"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            assert proc.wait(90) == 1
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    text = log.read_text()
+    assert "Address already in use" in text, text[-3000:]
+    assert text.index("Address already in use") < text.index("antwort: sim exited with code 1")
