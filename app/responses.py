@@ -483,7 +483,7 @@ def cancel_response(
     """
     for _ in range(10):
         stored = owned_response(store, response_id, tenant)
-        response = stored.response
+        response = _kept(stored.response)
         if not response.background:
             raise InvalidRequestError(
                 "Only responses created with background=true can be cancelled.",
@@ -510,9 +510,17 @@ def retrieve_response(
     store: ResponseStore, response_id: str, *, tenant: str = OPEN_TENANT
 ) -> ResponseObject:
     """The stored response; a finished ``store: false`` response is gone for HTTP clients."""
-    response = owned_response(store, response_id, tenant).response
+    return _kept(owned_response(store, response_id, tenant).response)
+
+
+def _kept(response: ResponseObject) -> ResponseObject:
+    """``response``, unless it is a finished ``store: false`` one: gone for HTTP clients.
+
+    Raises:
+        NotFoundError: it is.
+    """
     if not response.store and response.status not in ACTIVE_STATUSES:
-        raise _not_found(response_id)
+        raise _not_found(response.id)
     return response
 
 

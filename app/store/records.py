@@ -102,6 +102,9 @@ class WriteCall:
     conversation: str = key()
     conversation_items_key: str = key()
     conversation_order: str = key()
+    results: str = key()
+    own_history: str = key()
+    """The history list the response's create began (``Keys.history(id, id)``)."""
     channel: str
     maxlen: int
     ttl: int
@@ -139,6 +142,9 @@ class WriteCall:
     """A create: the sweeper's watch of the new response until then (epoch seconds)."""
     history: str
     """A create: the new response's :class:`HistoryRef`, encoded ("": none)."""
+    is_forgotten: bool
+    """A terminal write of a ``store: false`` response: its tool results and the history list
+    its create began (the context a WebSocket connection gave it) take the record's ``ttl``."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create."""
     event_types: tuple[str, ...] = counted()
@@ -299,6 +305,8 @@ class Records(StoreBase):
                 conversation=self.keys.conversation(conversation_keys_id),
                 conversation_items_key=self.keys.conversation_items(conversation_keys_id),
                 conversation_order=self.keys.conversation_order(conversation_keys_id),
+                results=self.keys.tool_results(rid),
+                own_history=self.keys.history(rid, rid),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -323,6 +331,7 @@ class Records(StoreBase):
                 once_token=call.token,
                 watch_until=new.watch_until,
                 history="" if new.history is None else new.history.encode(),
+                is_forgotten=is_terminal and not response.store,
                 inputs=new.inputs,
                 event_types=events.types,
                 event_json_prefixes=events.json_prefixes,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from openai.types.responses import Response
 
+from app.errors import NotFoundError
 from app.responses import cancel_response
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
@@ -153,3 +154,25 @@ def _response_fields() -> dict[str, Any]:
         "tool_choice": "auto",
         "parallel_tool_calls": True,
     }
+
+
+def test_cancel_response_of_a_finished_unstored_response_is_not_found(
+    store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    """Gone for HTTP clients, as ``retrieve`` has it: a cancel does not hand back its output."""
+    response = stored_response(store, background=True, store=False, status="completed")
+
+    with pytest.raises(NotFoundError) as caught:
+        cancel_response(store, dispatcher, response.id)
+
+    assert caught.value.param == "response_id"
+    assert dispatcher.revoked == []
+
+
+def test_cancel_response_of_a_running_unstored_response_cancels_it(
+    store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    response = stored_response(store, background=True, store=False)
+
+    assert cancel_response(store, dispatcher, response.id).status == "cancelled"
+    assert store.get(response.id).response.status == "cancelled"

@@ -10,7 +10,7 @@ from app.protocol.response import ResponseObject, ResponseStatus
 from app.store import ResponseStore
 
 
-def stored_response(store: ResponseStore, **fields: Any) -> ResponseObject:
+def stored_response(store: ResponseStore, /, **fields: Any) -> ResponseObject:
     """An ``in_progress`` response (with ``fields``), created in ``store`` with no inputs."""
     values: dict[str, Any] = {
         "id": f"resp_{uuid.uuid4().hex}",

@@ -10,7 +10,10 @@
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
 -- the conversation as one block (conversation.lua), unless the conversation is gone.
 -- A create records the response's owner (`owner`, "": none) and its history's reference
--- (`history`, "": none).
+-- (`history`, "": none). A terminal write that `is_forgotten` (a `store: false` response's)
+-- gives its tool results and the history list its create began the record's time to live: what
+-- the response was given and what its tools answered go with it. No other response can use
+-- that list: none can continue a `store: false` response through the store.
 -- A call its writer already made (`once_token` in the writer's field `once_field`, once.lua:
 -- a replay after a lost reply) returns that call's result, writing nothing.
 -- Returns {the new version, the new status, the last sequence number}, or when refused
@@ -29,6 +32,8 @@ local active = KEYS[6]
 local conversation = KEYS[7]
 local conversation_items_key = KEYS[8]
 local conversation_order = KEYS[9]
+local results = KEYS[10]
+local own_history = KEYS[11]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -53,7 +58,8 @@ local once_field = ARGV[21]
 local once_token = ARGV[22]
 local watch_until = ARGV[23]
 local history = ARGV[24]
-local inputs, at = counted_list(25)
+local is_forgotten = ARGV[25]
+local inputs, at = counted_list(26)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -105,6 +111,10 @@ if is_terminal == '1' then
   redis.call('DEL', lease)
   redis.call('ZREM', active, response_id)
   lines[#lines + 1] = end_line
+  if is_forgotten == '1' then
+    redis.call('EXPIRE', results, ttl)
+    redis.call('EXPIRE', own_history, ttl)
+  end
   if appends_to_conversation == '1' and redis.call('EXISTS', conversation) == 1 then
     local block = redis.call('LRANGE', inputs_key, 0, -1)
     for _, item in ipairs(conversation_items) do block[#block + 1] = item end

@@ -179,6 +179,31 @@ def test_store_shortens_ttl_of_a_finished_unstored_response(
         assert 0 < redis_client.ttl(key) <= store.unstored_ttl_seconds, key
 
 
+@pytest.mark.parametrize("is_stored", [False, True], ids=["unstored", "stored"])
+def test_store_a_finished_unstored_response_takes_its_tool_results_and_context_with_it(
+    store: ResponseStore, redis_client: redis.Redis, is_stored: bool
+) -> None:
+    """What its tools answered, and the context a WebSocket connection gave it (the history
+    list its create began), expire with a ``store: false`` response's record; a stored
+    response's stay as long as the store keeps anything."""
+    response = make_response("in_progress", store=is_stored)
+    context = [{"type": "message", "role": "user", "content": "the earlier turn"}]
+    history = store.extend_history(None, context, response_id=response.id)
+    store.create(response, inputs=[{"type": "message"}], extra={}, events=[], history=history)
+    store.open_tool_call(response.id, "call_1", token="t", claim_seconds=30)
+    assert store.finish_tool_call(response.id, "call_1", '{"output": "secret"}', token="t")
+
+    done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+    assert store.write(done, transition=FINISH).ok
+
+    for key in (store.keys.tool_results(response.id), store.keys.history(response.id, response.id)):
+        ttl = redis_client.ttl(key)
+        if is_stored:
+            assert ttl > store.ttl_seconds - 100, key
+        else:
+            assert 0 < ttl <= store.unstored_ttl_seconds, key
+
+
 def test_store_set_extra_replaces_extra_and_brings_back_no_deleted_record(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
