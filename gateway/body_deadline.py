@@ -4,6 +4,11 @@ gunicorn bounds the headers (``gateway.worker``); the body is read by the app, t
 ``wsgi.input``, which this middleware wraps. Under gevent each read waits at most until the
 deadline (``ANTWORT_BODY_TIMEOUT_SECONDS`` from the first read). Outside gevent (in-process tests)
 reads never block on a client, and the wrapper only passes them through.
+
+A chunked body is decoded by gunicorn as the app reads it, so a malformed one (a chunk size that
+is not hex, data longer than its size, a bad trailer) raises gunicorn's parse error in the app's
+read, past gunicorn's own error pages. Here those errors become the HTTP errors they are (400, or
+431 for a trailer over the header limits), and the errors handler answers them like any other.
 """
 
 from __future__ import annotations
@@ -13,13 +18,44 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import gevent
-from werkzeug.exceptions import RequestTimeout
+from gunicorn.http.errors import (
+    ChunkMissingTerminator,
+    InvalidChunkExtension,
+    InvalidChunkSize,
+    InvalidHeader,
+    InvalidHeaderName,
+    LimitRequestHeaders,
+    NoMoreData,
+    ObsoleteFolding,
+)
+from werkzeug.exceptions import (
+    BadRequest,
+    ClientDisconnected,
+    RequestHeaderFieldsTooLarge,
+    RequestTimeout,
+)
+
+from app.errors import quoted
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+_MALFORMED_CHUNKS = (
+    InvalidChunkSize,
+    ChunkMissingTerminator,
+    InvalidChunkExtension,
+    InvalidHeader,
+    InvalidHeaderName,
+    ObsoleteFolding,
+)
+"""What gunicorn's chunked reader raises for a body framed wrongly: a chunk's size line, its
+extension or the CRLF after its data, or a trailer (a header line after the last chunk)."""
+
 
 class _DeadlineInput:
-    """``wsgi.input`` whose reads end with :class:`RequestTimeout` past a deadline."""
+    """``wsgi.input`` whose reads end with :class:`RequestTimeout` past a deadline.
+
+    A read gunicorn fails on a malformed chunked body ends with a 400 (a 431 for a trailer).
+    """
 
     def __init__(self, stream: Any, seconds: float):
         self._stream = stream
@@ -37,6 +73,19 @@ class _DeadlineInput:
                 return read(*args)
         except gevent.Timeout:
             raise RequestTimeout("The request body was not sent in time.") from None
+        except _MALFORMED_CHUNKS as exc:
+            raise BadRequest(
+                f"The request body's chunked encoding is malformed: {quoted(exc)}."
+            ) from None
+        except LimitRequestHeaders:
+            raise RequestHeaderFieldsTooLarge(
+                "The request body's chunked trailer is over the header limits."
+            ) from None
+        except NoMoreData:
+            # werkzeug would take this OSError for a disconnect too, in words for a browser
+            raise ClientDisconnected(
+                "The request body ended before its chunked encoding did."
+            ) from None
 
     def read(self, *args: Any) -> bytes:
         return self._bounded(self._stream.read, *args)

@@ -20,6 +20,7 @@ _HTTP_TYPES = {
     408: ("invalid_request_error", "request_timeout"),
     413: ("invalid_request_error", "payload_too_large"),
     415: ("invalid_request_error", "unsupported_media_type"),
+    431: ("invalid_request_error", "request_header_fields_too_large"),
 }
 
 

@@ -228,6 +228,72 @@ def test_edge_gunicorn_refusals_are_openai_json(
     assert len(error.message) <= 200
 
 
+BODY_ROUTES = ["/v1/responses", "/v1/conversations", "/v1/responses/compact"]
+"""The routes that read a JSON body."""
+
+
+def _chunked(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize("path", BODY_ROUTES)
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"zz\r\n{}\r\n0\r\n\r\n", id="size-not-hex"),
+        pytest.param(b"-5\r\n{}\r\n0\r\n\r\n", id="size-negative"),
+        pytest.param(b"z" * 5000 + b"\r\n{}\r\n0\r\n\r\n", id="size-long-not-hex"),
+        pytest.param(b"1\r\n{}\r\n0\r\n\r\n", id="size-smaller-than-data"),
+        pytest.param(b"2\r\n{}0\r\n\r\n", id="no-crlf-after-data"),
+        pytest.param(b"2;=x\r\n{}\r\n0\r\n\r\n", id="bad-extension"),
+        pytest.param(b"2\r\n{}\r\n0\r\nBad Trailer\r\n\r\n", id="bad-trailer"),
+        pytest.param(b"2\r\n{}\r\n0\r\nContent-Length: 2\r\n\r\n", id="forbidden-trailer"),
+    ],
+)
+def test_edge_a_malformed_chunked_body_is_400(edge: str, path: str, body: bytes) -> None:
+    """gunicorn's chunked reader raises inside the app's read of the body: a 400, not a 500."""
+    with _connect(edge) as sock:
+        sock.sendall(_chunked(path, body))
+        status, answer = _answer(sock)
+
+    assert status == 400
+    error = _openai_error(answer)
+    assert (error.type, error.code, error.param) == (
+        "invalid_request_error",
+        "invalid_request",
+        None,
+    )
+    assert "chunked" in error.message
+    assert len(error.message) <= 200  # the client's bytes are not echoed whole
+
+
+@pytest.mark.parametrize("path", BODY_ROUTES)
+def test_edge_a_chunked_trailer_field_over_the_header_limit_is_431(edge: str, path: str) -> None:
+    with _connect(edge) as sock:
+        sock.sendall(_chunked(path, b"2\r\n{}\r\n0\r\nX-Long: " + b"y" * 9000 + b"\r\n\r\n"))
+        status, answer = _answer(sock)
+
+    assert status == 431
+    error = _openai_error(answer)
+    assert (error.type, error.code) == ("invalid_request_error", "request_header_fields_too_large")
+
+
+@pytest.mark.parametrize("path", BODY_ROUTES)
+def test_edge_a_chunked_body_cut_short_by_a_half_close_is_400(edge: str, path: str) -> None:
+    with _connect(edge) as sock:
+        sock.sendall(_chunked(path, b"2\r\n{}\r\n"))
+        sock.shutdown(socket.SHUT_WR)
+        status, answer = _answer(sock)
+
+    assert status == 400
+    error = _openai_error(answer)
+    assert (error.type, error.code) == ("invalid_request_error", "invalid_request")
+    assert "ended" in error.message
+
+
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 def test_edge_the_listen_queue_is_as_long_as_the_pool(fleet: Fleet) -> None:
     """The gateway listens with a queue as long as its pool (4,000 by default), kernel permitting.

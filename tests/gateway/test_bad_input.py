@@ -8,6 +8,8 @@ from collections.abc import Callable
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from gunicorn.http.body import Body, ChunkedReader
+from gunicorn.http.unreader import IterUnreader
 
 from app.store import ResponseStore
 from tests.gateway.conftest import error_of
@@ -142,6 +144,41 @@ def test_bad_input_chunked_body_over_the_limit_is_413(make_app: Callable[..., Fl
     )
 
     assert error_of(answer, 413).code == "payload_too_large"
+
+
+def gunicorns_chunked_body(raw: bytes) -> Body:
+    """``wsgi.input`` as gunicorn makes it for a chunked request whose body is ``raw``."""
+    return Body(ChunkedReader(object(), IterUnreader([raw])))
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/conversations", "/v1/responses/compact"])
+@pytest.mark.parametrize(
+    ("raw", "status", "words"),
+    [
+        pytest.param(b"zz\r\n{}\r\n0\r\n\r\n", 400, "malformed", id="size-not-hex"),
+        pytest.param(b"1\r\n{}\r\n0\r\n\r\n", 400, "malformed", id="size-smaller-than-data"),
+        pytest.param(b"2;=x\r\n{}\r\n0\r\n\r\n", 400, "malformed", id="bad-extension"),
+        pytest.param(b"2\r\n{}\r\n", 400, "ended", id="no-last-chunk"),
+        pytest.param(b"2\r\n{}\r\n0\r\nX: " + b"y" * 300_000, 431, "trailer", id="long-trailer"),
+    ],
+)
+def test_bad_input_malformed_chunked_body_is_4xx(
+    web: FlaskClient, path: str, raw: bytes, status: int, words: str
+) -> None:
+    """gunicorn decodes a chunked body in the app's read of it, and raises its own errors there."""
+    answer = web.post(
+        path,
+        headers={**JSON, "Transfer-Encoding": "chunked"},
+        environ_overrides={
+            "wsgi.input": gunicorns_chunked_body(raw),
+            "wsgi.input_terminated": True,
+        },
+    )
+
+    error = error_of(answer, status)
+    assert error.type == "invalid_request_error"
+    assert words in error.message
+    assert len(error.message) <= 200
 
 
 @pytest.mark.parametrize(
