@@ -9,6 +9,8 @@ A chunked body is decoded by gunicorn as the app reads it, so a malformed one (a
 is not hex, data longer than its size, a bad trailer) raises gunicorn's parse error in the app's
 read, past gunicorn's own error pages. Here those errors become the HTTP errors they are (400, or
 431 for a trailer over the header limits), and the errors handler answers them like any other.
+A body that ends (the client half-closed) before its ``Content-Length`` is a 400 too: gunicorn
+hands the app the short body as if whole.
 """
 
 from __future__ import annotations
@@ -57,10 +59,12 @@ class _DeadlineInput:
     A read gunicorn fails on a malformed chunked body ends with a 400 (a 431 for a trailer).
     """
 
-    def __init__(self, stream: Any, seconds: float):
+    def __init__(self, stream: Any, seconds: float, length: int | None = None):
         self._stream = stream
         self._seconds = seconds
         self._deadline: float | None = None
+        self._left = length
+        """Bytes of the declared ``Content-Length`` not read yet (None: none declared)."""
 
     def _bounded(self, read: Callable[..., bytes], *args: Any) -> bytes:
         if self._deadline is None:
@@ -88,10 +92,29 @@ class _DeadlineInput:
             ) from None
 
     def read(self, *args: Any) -> bytes:
-        return self._bounded(self._stream.read, *args)
+        data = self._bounded(self._stream.read, *args)
+        if self._left is not None:
+            size = args[0] if args else None
+            wanted = self._left if size is None or size < 0 else min(size, self._left)
+            self._count(data, short=len(data) < wanted)
+        return data
 
     def readline(self, *args: Any) -> bytes:
-        return self._bounded(self._stream.readline, *args)
+        data = self._bounded(self._stream.readline, *args)
+        if self._left is not None:
+            self._count(data, short=not data and self._left > 0)
+        return data
+
+    def _count(self, data: bytes, *, short: bool) -> None:
+        """Count ``data`` off the declared length; ``short``: the body ended before it.
+
+        gunicorn hands the app what came before a client's end of sending, then nothing: a
+        read that gets less than it asked for is the only sign of a body cut short.
+        """
+        if short:
+            raise ClientDisconnected("The request body ended before its Content-Length did.")
+        assert self._left is not None
+        self._left -= len(data)
 
     def readinto(self, buffer: bytearray) -> int:
         data = self.read(len(buffer))
@@ -115,7 +138,10 @@ def bound_body_reads(app: WsgiApp, seconds: float) -> WsgiApp:
     """``app`` with every request's ``wsgi.input`` under a deadline of ``seconds``."""
 
     def bounded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        environ["wsgi.input"] = _DeadlineInput(environ["wsgi.input"], seconds)
+        length = environ.get("CONTENT_LENGTH")
+        environ["wsgi.input"] = _DeadlineInput(
+            environ["wsgi.input"], seconds, int(length) if length and length.isdigit() else None
+        )
         return app(environ, start_response)
 
     return bounded

@@ -294,6 +294,28 @@ def test_edge_a_chunked_body_cut_short_by_a_half_close_is_400(edge: str, path: s
     assert "ended" in error.message
 
 
+@pytest.mark.parametrize("path", BODY_ROUTES)
+def test_edge_a_body_shorter_than_its_content_length_is_400(edge: str, path: str) -> None:
+    """A client that half-closes after fewer bytes than it declared sent no whole body: it is
+    refused, not acted on (gunicorn hands the app the short body, then the end)."""
+    body = b'{"items": []}'
+    with _connect(edge) as sock:
+        sock.sendall(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body) + 20}\r\n\r\n"
+            ).encode()
+            + body
+        )
+        sock.shutdown(socket.SHUT_WR)
+        status, answer = _answer(sock)
+
+    assert status == 400
+    error = _openai_error(answer)
+    assert (error.type, error.code) == ("invalid_request_error", "invalid_request")
+    assert "ended before" in error.message
+
+
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 def test_edge_the_listen_queue_is_as_long_as_the_pool(fleet: Fleet) -> None:
     """The gateway listens with a queue as long as its pool (4,000 by default), kernel permitting.
