@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any, overload
 
 from app.errors import NotFoundError, PreviousResponseNotFoundError, quoted
-from app.ids import is_response_id
+from app.ids import is_conversation_id, is_response_id
 from app.store import HistoryRef, ResponseStore, StoredResponse
 
 Item = dict[str, Any]
@@ -152,8 +152,10 @@ def load_conversation(
     """Every item of a conversation ``owner`` owns, oldest first: one round trip, however long.
 
     Raises:
-        NotFoundError: the conversation is unknown, expired, deleted or another tenant's.
+        NotFoundError: the conversation is unknown, expired, deleted or another tenant's, or
+            the id is not of the fleet's format (the same answer).
     """
+    check_conversation_id(conversation_id, param="conversation")
     page = store.conversation_items(conversation_id)
     owned_conversation(
         page.conversation if page else None, conversation_id, owner, param="conversation"
@@ -179,9 +181,23 @@ def owned_conversation(
     return {key: value for key, value in stored.items() if key != OWNER_FIELD}
 
 
+def check_conversation_id(conversation_id: str, *, param: str = "conversation_id") -> str:
+    """``conversation_id`` when it has the fleet's format: call it before any key is made of it.
+
+    The conversation's keys are its id with suffixes (:mod:`app.ids`): ``<id>:order`` would
+    name another conversation's sorted set, ``<id>:items`` its items.
+
+    Raises:
+        NotFoundError: any other string, with the answer an unknown id gets.
+    """
+    if not is_conversation_id(conversation_id):
+        raise conversation_not_found(conversation_id, param=param)
+    return conversation_id
+
+
 def conversation_not_found(conversation_id: str, *, param: str) -> NotFoundError:
     """OpenAI's 404 for a conversation id that names nothing."""
-    return NotFoundError(f"Conversation with id '{conversation_id}' not found.", param=param)
+    return NotFoundError(f"Conversation with id {quoted(conversation_id)} not found.", param=param)
 
 
 def _is_owner(stored: StoredResponse, owner: str | None) -> bool:

@@ -12,7 +12,12 @@ import secrets
 import time
 from typing import Any, get_args
 
-from app.conversation import OWNER_FIELD, conversation_not_found, owned_conversation
+from app.conversation import (
+    OWNER_FIELD,
+    check_conversation_id,
+    conversation_not_found,
+    owned_conversation,
+)
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.conversations import (
     AddItemsRequest,
@@ -52,7 +57,8 @@ def create_conversation(
 def retrieve_conversation(
     store: ResponseStore, conversation_id: str, *, tenant: str = OPEN_TENANT
 ) -> dict[str, Any]:
-    """``GET /v1/conversations/{id}``."""
+    """``GET /v1/conversations/{id}`` (and the check of every path that changes it)."""
+    check_conversation_id(conversation_id)
     return owned_conversation(store.conversation(conversation_id), conversation_id, tenant)
 
 
@@ -100,6 +106,7 @@ def list_items(
     tenant: str = OPEN_TENANT,
 ) -> dict[str, Any]:
     """``GET /v1/conversations/{id}/items``: a page of items (one round trip)."""
+    check_conversation_id(conversation_id)
     page = store.conversation_items(
         conversation_id, after=after, is_descending=order == "desc", limit=limit
     )
@@ -118,6 +125,7 @@ def retrieve_item(
     store: ResponseStore, conversation_id: str, item_id: str, *, tenant: str = OPEN_TENANT
 ) -> dict[str, Any]:
     """``GET /v1/conversations/{id}/items/{item_id}``."""
+    check_conversation_id(conversation_id)
     conversation, item = store.conversation_item(conversation_id, item_id)
     owned_conversation(conversation, conversation_id, tenant)
     if item is None:

@@ -115,6 +115,17 @@ def test_conversation_unknown_ids_are_404(
     assert "conv_x" in error.message
 
 
+def test_conversation_id_naming_another_conversations_key_is_404(web: FlaskClient) -> None:
+    """``<id>:items`` is the key of the conversation's items: an item of id ``object`` there
+    must not pass for a conversation object (whose delete would take the items with it)."""
+    cid = create(web, items=[{**user("kept"), "id": "object"}]).id
+
+    for method in ("GET", "DELETE"):
+        error = error_of(web.open(f"/v1/conversations/{cid}:items", method=method), 404)
+        assert error.param == "conversation_id"
+    assert [item.id for item in items(web, cid).data] == ["object"]
+
+
 BAD_BODIES = [
     ({"items": [user("x")] * 21}, "items"),
     ({"metadata": {"k": "v" * 513}}, "metadata.k"),

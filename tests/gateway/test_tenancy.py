@@ -267,6 +267,37 @@ def test_tenancy_another_tenants_conversation_is_unknown_on_every_path(
     assert "owner" not in web.get(f"/v1/conversations/{cid}", headers=A).json  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("suffix", [":order", ":items", ":x"])
+@pytest.mark.parametrize(("method", "template", "body"), CONVERSATION_PATHS)
+def test_tenancy_a_malformed_conversation_id_is_unknown_on_every_path(
+    web: FlaskClient, method: str, template: str, body: dict[str, Any] | None, suffix: str
+) -> None:
+    """An id not of the fleet's format names no key: its owner and another tenant both get the
+    answer of an unknown id (a key of the conversation's, ``conv:<id>:order``, is never read)."""
+    created = web.post(
+        "/v1/conversations", headers=A, json={"items": [{"role": "user", "content": "mine"}]}
+    )
+    assert created.status_code == 200, created.get_data(as_text=True)
+    cid = created.json["id"]  # type: ignore[index]
+    iid = web.get(f"/v1/conversations/{cid}/items", headers=A).json["data"][0]["id"]  # type: ignore[index]
+    malformed, other = cid + suffix, "conv_" + "0" * 48
+
+    def ask(conversation_id: str, headers: dict[str, str]) -> TestResponse:
+        path = template.format(cid=conversation_id, iid=iid)
+        sent = body and {k: conversation_id if v == "{cid}" else v for k, v in body.items()}
+        return web.open(path, method=method, headers=headers, json=sent)
+
+    unknown_error = error_of(ask(other, B), 404)
+    for headers in (A, B):
+        error = error_of(ask(malformed, headers), 404)
+        assert error.model_dump() == {
+            **unknown_error.model_dump(),
+            "message": unknown_error.message.replace(other, malformed),
+        }
+    mine = web.get(f"/v1/conversations/{cid}/items", headers=A).json
+    assert [item["id"] for item in mine["data"]] == [iid]  # type: ignore[index]
+
+
 def test_tenancy_by_default_a_flood_is_parked_and_another_tenant_goes_first(
     app: Flask, dispatcher: RecordingDispatcher
 ) -> None:
