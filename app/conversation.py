@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from typing import Any, overload
 
-from app.errors import NotFoundError, PreviousResponseNotFoundError, quoted
+from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError, quoted
 from app.ids import is_conversation_id, is_response_id
 from app.store import HistoryRef, ResponseStore, StoredResponse
 
@@ -198,6 +198,33 @@ def check_conversation_id(conversation_id: str, *, param: str = "conversation_id
 def conversation_not_found(conversation_id: str, *, param: str) -> NotFoundError:
     """OpenAI's 404 for a conversation id that names nothing."""
     return NotFoundError(f"Conversation with id {quoted(conversation_id)} not found.", param=param)
+
+
+def check_item_ids(items: Sequence[Item], *, held: Iterable[Item] = (), param: str) -> None:
+    """Each of ``items`` (with their ids) takes an id no other item has in the conversation.
+
+    An id names one item of a conversation, so a second item of it would take the first
+    one's place: OpenAI refuses the request, and so does the fleet, before anything is added.
+    ``held``: the conversation's items; ``param``: where ``items`` are in the request.
+
+    Raises:
+        InvalidRequestError: the first item whose id one of ``held`` or an earlier item has
+            (``param`` ``<param>.<index>.id``).
+    """
+    seen = {item["id"] for item in held}
+    for index, item in enumerate(items):
+        if item["id"] in seen:
+            raise duplicate_item(item["id"], param=f"{param}.{index}.id")
+        seen.add(item["id"])
+
+
+def duplicate_item(item_id: str, *, param: str) -> InvalidRequestError:
+    """OpenAI's 400 for an item whose id the conversation (or the request) has already."""
+    return InvalidRequestError(
+        f"Duplicate item found with id {quoted(item_id)}. Remove duplicate items from your "
+        "input and try again.",
+        param=param,
+    )
 
 
 def _is_owner(stored: StoredResponse, owner: str | None) -> bool:

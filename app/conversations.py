@@ -15,7 +15,9 @@ from typing import Any, get_args
 from app.conversation import (
     OWNER_FIELD,
     check_conversation_id,
+    check_item_ids,
     conversation_not_found,
+    duplicate_item,
     owned_conversation,
 )
 from app.errors import InvalidRequestError, NotFoundError
@@ -43,6 +45,8 @@ def create_conversation(
 ) -> dict[str, Any]:
     """``POST /v1/conversations``: a new conversation with its first items, owned by ``tenant``."""
     request = parse_body(CreateConversationRequest, body)
+    items = _stored_items(request.items or [])
+    check_item_ids(items, param="items")
     conversation = {
         "id": new_conversation_id(),
         "object": "conversation",
@@ -50,7 +54,7 @@ def create_conversation(
         "metadata": request.metadata or {},
     }
     stored = {**conversation, OWNER_FIELD: tenant}
-    store.create_conversation(stored, items=_stored_items(request.items or []))
+    store.create_conversation(stored, items=items)
     return conversation
 
 
@@ -87,12 +91,20 @@ def delete_conversation(
 def add_items(
     store: ResponseStore, conversation_id: str, body: Any, *, tenant: str = OPEN_TENANT
 ) -> dict[str, Any]:
-    """``POST /v1/conversations/{id}/items``: append items, as one block; the items added."""
+    """``POST /v1/conversations/{id}/items``: append items, as one block; the items added.
+
+    All or nothing: an item whose id the conversation holds, or repeats another's, is refused
+    (:func:`app.conversation.check_item_ids`) with the whole block, in the step that appends.
+    """
     request = parse_body(AddItemsRequest, body)
     retrieve_conversation(store, conversation_id, tenant=tenant)
     items = _stored_items(request.items)
-    if store.append_to_conversation(conversation_id, items) is None:
+    check_item_ids(items, param="items")
+    appended = store.append_to_conversation(conversation_id, items)
+    if appended.conversation is None:
         raise conversation_not_found(conversation_id, param="conversation_id")
+    if appended.held is not None:
+        raise duplicate_item(items[appended.held]["id"], param=f"items.{appended.held}.id")
     return item_list(items, has_more=False)
 
 

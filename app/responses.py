@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
-from app.conversation import History, chain_history, load_conversation
+from app.conversation import History, chain_history, check_item_ids, load_conversation
 from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, retry_later
 from app.fairness import FairShare
@@ -187,7 +187,7 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
-    history = _history_of(store, request, context, tenant)
+    history = _history_of(store, request, inputs, context=context, tenant=tenant)
     if generate and not request.instructions and history.is_empty():
         _check_input_says_something(inputs)
     tools = kinds.prepare_request(
@@ -252,13 +252,16 @@ def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:
 def _history_of(
     store: ResponseStore,
     request: CreateResponseRequest,
+    inputs: list[dict[str, Any]],
+    *,
     context: list[dict[str, Any]] | None,
     tenant: str,
 ) -> History:
     """The items before the input: ``context`` if given, else the chain or the conversation.
 
     Stored as the response's history, it is what every turn and tool call of this response
-    sees: a conversation's items as they are now (copied), a chain's by reference.
+    sees: a conversation's items as they are now (copied), a chain's by reference. The input
+    joins the conversation when the response ends: none of its ids may be taken there.
     """
     if request.conversation_id is not None:
         if request.previous_response_id:
@@ -267,7 +270,9 @@ def _history_of(
                 "'previous_response_id' or 'conversation'.",
                 code="mutually_exclusive_parameters",
             )
-        return History(store, tail=load_conversation(store, request.conversation_id, owner=tenant))
+        held = load_conversation(store, request.conversation_id, owner=tenant)
+        check_item_ids(inputs, held=held, param="input")
+        return History(store, tail=held)
     if context is None and request.previous_response_id:
         return chain_history(store, request.previous_response_id, owner=tenant)
     return History(store, tail=context or [])

@@ -84,6 +84,16 @@ class ItemPage:
     """False: the conversation holds no item of the ``after`` id (the page is empty)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Appended:
+    """What :meth:`Conversations.append_to_conversation` did."""
+
+    conversation: dict[str, Any] | None
+    """The conversation object (None: there is none, and nothing was appended)."""
+    held: int | None = None
+    """The index of the first item whose id the conversation holds already: nothing appended."""
+
+
 CREATE_CONVERSATION = LuaScript("create_conversation", CreateConversationCall)
 APPEND_CONVERSATION = LuaScript("append_conversation", AppendConversationCall)
 CONVERSATION_PAGE = LuaScript("conversation_page", ConversationPageCall)
@@ -123,16 +133,19 @@ class Conversations(StoreBase):
 
     def append_to_conversation(
         self, conversation_id: str, items: Sequence[dict[str, Any]]
-    ) -> dict[str, Any] | None:
-        """Append ``items`` as one block; the conversation object, None when there is none."""
-        raw = self.script(APPEND_CONVERSATION)(
+    ) -> Appended:
+        """Append ``items`` as one block, or nothing when the conversation holds one's id."""
+        raw, held = self.script(APPEND_CONVERSATION)(
             AppendConversationCall(
                 **self._conversation_keys(conversation_id),
                 ttl=self.ttl_seconds,
                 items=encode_items(items),
             )
         )
-        return None if raw is None else _object(raw)
+        return Appended(
+            conversation=None if raw is None else _object(raw),
+            held=held - 1 if held else None,  # the script counts from 1
+        )
 
     def conversation_items(
         self,

@@ -160,6 +160,93 @@ def test_responses_racing_on_a_conversation_append_whole_blocks_in_the_order_the
     assert [len(model.requests[0].items) for model in (slow_model,)] == [2]  # Seed, A
 
 
+def ids_and_texts(store: ResponseStore, conversation_id: str) -> list[tuple[str, str]]:
+    page = list_items(store, conversation_id, limit=100, order="asc", after=None)
+    return [(item["id"], item["content"][0]["text"]) for item in page["data"]]
+
+
+def test_a_response_refuses_an_input_item_id_its_conversation_holds(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """An id names one item: a second item of it would take the first one's place."""
+    cid = create_conversation(store, {"items": [{**user("first"), "id": "msg_1"}]})["id"]
+    dispatcher = RecordingDispatcher()
+    body = {"input": [user("new"), {**user("REPLACED"), "id": "msg_1"}], "conversation": cid}
+
+    with pytest.raises(InvalidRequestError) as raised:
+        create_response(store, dispatcher, make_settings(), body)
+
+    assert (raised.value.param, raised.value.code) == ("input.1.id", None)
+    assert "msg_1" in raised.value.message
+    assert dispatcher.turns == []
+    assert ids_and_texts(store, cid) == [("msg_1", "first")]
+
+
+def test_adding_an_item_id_the_conversation_holds_is_refused_whole(
+    store: ResponseStore,
+) -> None:
+    cid = create_conversation(store, {"items": [{**user("first"), "id": "msg_1"}]})["id"]
+    body = {"items": [{**user("new"), "id": "msg_2"}, {**user("REPLACED"), "id": "msg_1"}]}
+
+    with pytest.raises(InvalidRequestError) as raised:
+        add_items(store, cid, body)
+
+    assert raised.value.param == "items.1.id"
+    assert ids_and_texts(store, cid) == [("msg_1", "first")]  # msg_2 not added either
+
+
+def _create_conversation(store: ResponseStore, _: Settings, items: list[dict[str, Any]]) -> None:
+    create_conversation(store, {"items": items})
+
+
+def _add_items(store: ResponseStore, _: Settings, items: list[dict[str, Any]]) -> None:
+    add_items(store, new_conversation(store), {"items": items})
+
+
+def _respond(store: ResponseStore, settings: Settings, items: list[dict[str, Any]]) -> None:
+    body = {"input": items, "conversation": new_conversation(store)}
+    create_response(store, RecordingDispatcher(), settings, body)
+
+
+@pytest.mark.parametrize(
+    ("send", "param"),
+    [(_create_conversation, "items.2.id"), (_add_items, "items.2.id"), (_respond, "input.2.id")],
+)
+def test_an_item_id_repeated_in_one_request_is_refused(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    send: Callable[[ResponseStore, Settings, list[dict[str, Any]]], None],
+    param: str,
+) -> None:
+    items = [{**user("a"), "id": "msg_a"}, user("b"), {**user("c"), "id": "msg_a"}]
+
+    with pytest.raises(InvalidRequestError) as raised:
+        send(store, make_settings(), items)
+
+    assert raised.value.param == param
+
+
+def test_an_item_added_while_a_response_runs_keeps_its_place_when_the_response_ends(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The one clash no create can see: a client adds an id of a running response's input.
+
+    The response cannot be refused any more; the item there first keeps its place and content.
+    """
+    settings = make_settings()
+    cid = new_conversation(store)
+    body = {"input": [{**user("the response's"), "id": "msg_9"}], "conversation": cid}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    add_items(store, cid, {"items": [{**user("the client's"), "id": "msg_9"}]})
+
+    assert run(store, settings, response.id, answer("Answer.")) == "completed"
+
+    assert ids_and_texts(store, cid) == [
+        ("msg_9", "the client's"),
+        (store.get(response.id).response.output[0]["id"], "Answer."),
+    ]
+
+
 class _CountingConnection(redis.Connection):
     sent = 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import openai
 import pytest
@@ -85,3 +86,26 @@ def test_responses_racing_on_one_conversation_append_whole_blocks(client: openai
     }
     ended = [by_block[(user, answer)] for user, answer in blocks]  # KeyError: interleaved
     assert sorted(r.id for r in ended) == sorted(r.id for r in responses)
+
+
+def test_an_item_id_the_conversation_holds_is_refused(client: openai.OpenAI) -> None:
+    """The audit's case: a response's input, then added items, reusing an item's id."""
+    first: Any = {"type": "message", "role": "user", "content": "first", "id": "msg_1"}
+    again: Any = {**first, "content": "REPLACED"}  # the SDK's params have no input item ids
+    conversation = client.conversations.create(items=[first])
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(
+            model="antwort-sim",
+            conversation=conversation.id,
+            input=[again],
+        )
+    assert raised.value.param == "input.0.id"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.conversations.items.create(conversation.id, items=[again])
+    assert raised.value.param == "items.0.id"
+
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [(item.id, item.model_dump()["content"][0]["text"]) for item in items] == [
+        ("msg_1", "first")
+    ]

@@ -126,6 +126,20 @@ def test_conversation_id_naming_another_conversations_key_is_404(web: FlaskClien
     assert [item.id for item in items(web, cid).data] == ["object"]
 
 
+def test_conversation_item_ids_are_never_taken_twice(web: FlaskClient) -> None:
+    cid = create(web, items=[{**user("first"), "id": "msg_1"}]).id
+    again = {**user("REPLACED"), "id": "msg_1"}
+
+    error = error_of(web.post(f"/v1/conversations/{cid}/items", json={"items": [again]}), 400)
+    assert (error.type, error.param) == ("invalid_request_error", "items.0.id")
+    body = {"input": [again], "conversation": cid, "background": True}
+    assert error_of(web.post("/v1/responses", json=body), 400).param == "input.0.id"
+    twice = {"items": [user("a"), again, again]}
+    assert error_of(web.post("/v1/conversations", json=twice), 400).param == "items.2.id"
+    assert [item.id for item in items(web, cid).data] == ["msg_1"]
+    assert items(web, cid).data[0].content[0].text == "first"  # type: ignore[union-attr]
+
+
 BAD_BODIES = [
     ({"items": [user("x")] * 21}, "items"),
     ({"metadata": {"k": "v" * 513}}, "metadata.k"),

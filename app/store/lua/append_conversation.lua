@@ -1,5 +1,7 @@
--- Appends items to an existing conversation, as one block (nothing can come between them).
--- Returns the conversation object (JSON), or false when there is no such conversation.
+-- Appends items to an existing conversation, as one block (nothing can come between them),
+-- unless the conversation holds the id of one of them already: then nothing is appended.
+-- Returns {the conversation object (JSON), 0}, {the object, the position of the first item
+-- whose id it holds} when refused, or {false, 0} when there is no such conversation.
 --- @include operands
 --- @include conversation
 local conversation = KEYS[1]
@@ -9,6 +11,8 @@ local ttl = ARGV[1]
 local items = counted_list(2)
 
 local object = redis.call('HGET', conversation, 'object')
-if not object then return false end
+if not object then return {false, 0} end
+local held = first_held(items_key, items)
+if held > 0 then return {object, held} end
 append_items(conversation, items_key, order_key, ttl, items)
-return object
+return {object, 0}

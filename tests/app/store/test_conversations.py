@@ -44,14 +44,19 @@ def test_conversation_pages_go_either_way_from_any_item(store: ResponseStore) ->
     assert store.conversation_items("conv_none") is None
 
 
-def test_conversation_append_keeps_the_place_of_an_item_it_holds(store: ResponseStore) -> None:
+def test_conversation_append_refuses_a_block_with_an_id_it_holds(store: ResponseStore) -> None:
     cid = conversation(store, message("msg_a"), message("msg_b"))
 
-    assert store.append_to_conversation(cid, [message("msg_a", "new"), message("msg_c")])
+    refused = store.append_to_conversation(cid, [message("msg_c"), message("msg_a", "new")])
 
+    assert refused.conversation is not None and refused.conversation["id"] == cid
+    assert refused.held == 1
+    assert ids(store, cid) == ["msg_a", "msg_b"]  # not msg_c either: all or nothing
+    assert store.conversation_item(cid, "msg_a")[1] == message("msg_a")
+    appended = store.append_to_conversation(cid, [message("msg_c")])
+    assert (appended.conversation is not None, appended.held) == (True, None)
     assert ids(store, cid) == ["msg_a", "msg_b", "msg_c"]
-    assert store.conversation_item(cid, "msg_a")[1] == message("msg_a", "new")
-    assert store.append_to_conversation("conv_none", [message("msg_d")]) is None
+    assert store.append_to_conversation("conv_none", [message("msg_d")]).conversation is None
     assert store.conversation("conv_none") is None
 
 
@@ -60,7 +65,7 @@ def test_conversation_append_keeps_an_item_without_an_id_by_its_position(
 ) -> None:
     cid = conversation(store, message("msg_a"))
 
-    assert store.append_to_conversation(cid, [{"type": "message", "content": []}])
+    assert store.append_to_conversation(cid, [{"type": "message", "content": []}]).conversation
 
     page = store.conversation_items(cid)
     assert page is not None and len(page.items) == 2
@@ -112,6 +117,16 @@ def test_a_response_that_ends_appends_its_input_and_output(
         "role": "assistant",
         "content": [],  # JSON as written: an empty list stays a list
     }
+
+
+def test_a_response_s_block_leaves_an_item_of_its_id_in_place(store: ResponseStore) -> None:
+    """Added after the response was created (its create checked the ids): the first one stays."""
+    cid = conversation(store, message("msg_0"), message("msg_in", "the client's"))
+
+    _finish_in(store, cid, "completed")
+
+    assert ids(store, cid) == ["msg_0", "msg_in", "msg_out"]
+    assert store.conversation_item(cid, "msg_in")[1] == message("msg_in", "the client's")
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])

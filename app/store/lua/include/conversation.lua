@@ -1,23 +1,36 @@
 -- Appending items to a conversation (included by the scripts that add items).
 
--- The id of an item (JSON); an item without one (none should come) is known by its position.
-local function item_id(item, position)
+-- The id of an item (JSON), or nil when it has none (none should come).
+local function id_of(item)
   local ok, decoded = pcall(cjson.decode, item)
   if ok and type(decoded) == 'table' and type(decoded['id']) == 'string' then
     return decoded['id']
   end
-  return 'item_' .. position
+  return nil
 end
 
--- Appends `items` (JSON strings, each with an `id`) after the conversation's last item, in
--- order, and renews the conversation's time to live. An item whose id the conversation holds
--- already keeps its place and takes the new content. Returns how many items were added.
+-- The position in `items` of the first item whose id the conversation holds already (0: none).
+local function first_held(items_key, items)
+  for i, item in ipairs(items) do
+    local id = id_of(item)
+    if id and redis.call('HEXISTS', items_key, id) == 1 then return i end
+  end
+  return 0
+end
+
+-- Appends `items` (JSON strings, each with an `id`; one without is known by its position)
+-- after the conversation's last item, in order, and renews the conversation's time to live.
+-- An id is never taken twice: an item whose id the conversation holds already is not stored,
+-- and the one there keeps its place and content. The scripts a client's request runs refuse
+-- such a block first (`first_held`); a response's final write cannot be refused, and meets one
+-- only when an id of the response's input was added after the response was created.
+-- Returns how many items were added.
 local function append_items(conversation, items_key, order_key, ttl, items)
   local added = 0
   for _, item in ipairs(items) do
     local position = redis.call('HINCRBY', conversation, 'next', 1)
-    local id = item_id(item, position)
-    if redis.call('HSET', items_key, id, item) == 1 then
+    local id = id_of(item) or ('item_' .. position)
+    if redis.call('HSETNX', items_key, id, item) == 1 then
       redis.call('ZADD', order_key, position, id)
       added = added + 1
     end
