@@ -352,7 +352,8 @@ def render_transcript(
     A turn whose exchange was kept (``exchanges``, by turn tag: :class:`Exchange`) is replayed
     verbatim — its plan, interim replies and final directive, with the notes between them.
     Other turns are rendered: an assistant message followed by a call becomes that call's
-    ``message``. A result becomes a user message starting with :data:`RESULT_PREFIX`.
+    ``message``. A result becomes a user message starting with :data:`RESULT_PREFIX` (its
+    images and files as parts after that text).
     Reasoning and other items are left out.
     """
     rendering = _Rendering(exchanges or {})
@@ -388,7 +389,7 @@ class _Rendering:
         elif kind == "function_call_output":
             name = self.names.get(item["call_id"], "a tool")
             note = f"{RESULT_PREFIX}{name} ({item['call_id']}):\n{_text(item.get('output'))}"
-            self.rendered.append(_user(note))
+            self.rendered.append(_result(note, item.get("output")))
 
     def close(self) -> list[dict[str, Any]]:
         self._flush_said()
@@ -431,6 +432,22 @@ def _assistant(directive: dict[str, Any]) -> dict[str, Any]:
 
 def _user(text: str) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": text}
+
+
+def _result(note: str, output: Any) -> dict[str, Any]:
+    """A result's note as a user message, with the result's images and files after its text."""
+    media = [
+        part
+        for part in (output if isinstance(output, list) else ())
+        if isinstance(part, dict) and part.get("type") in ("input_image", "input_file")
+    ]
+    if not media:
+        return _user(note)
+    return {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": note}, *media],
+    }
 
 
 def _text(content: Any) -> str:

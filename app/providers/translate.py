@@ -13,6 +13,9 @@ from app.protocol.items import is_turn_break
 
 ChatMessage = dict[str, Any]
 
+MEDIA_FOLLOWS = "see the next user message"
+"""Where a tool result's image or file is, as its ``tool`` message says."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
@@ -137,8 +140,9 @@ def to_chat_messages(
     """Responses items as chat messages; consecutive function calls share one assistant turn.
 
     A reasoning item's text goes on the assistant message that follows it, as
-    ``reasoning_content``. Of :class:`PreparedItems`, the prefix's messages are taken as
-    translated before.
+    ``reasoning_content``. The images and files of tool results follow the turn's last result,
+    in one ``user`` message (a chat ``tool`` message holds text only). Of
+    :class:`PreparedItems`, the prefix's messages are taken as translated before.
     """
     messages: list[ChatMessage] = []
     if instructions:
@@ -148,30 +152,36 @@ def to_chat_messages(
         messages += translated
         items = items[count:]
     reasoning: list[str] = []
+    media: list[dict[str, Any]] = []  # images and files of the results just translated
     for item in items:
         if item.get("type") == "reasoning":
             reasoning += [part.get("text", "") for part in item.get("content") or []]
             continue
+        if media and item.get("type") != "function_call_output":
+            messages.append({"role": "user", "content": media})
+            media = []
         count = len(messages)
-        _append_item(messages, item)
+        _append_item(messages, item, media)
         if len(messages) > count and reasoning and messages[-1]["role"] == "assistant":
             # vLLM's slot for it; the caller sends reasoning only to servers that take it
             messages[-1]["reasoning_content"] = "".join(reasoning)
         if len(messages) > count:
             reasoning = []  # reasoning that no assistant message of its turn follows is left out
+    if media:
+        messages.append({"role": "user", "content": media})
     return messages
 
 
-def _append_item(messages: list[ChatMessage], item: dict[str, Any]) -> None:
+def _append_item(
+    messages: list[ChatMessage], item: dict[str, Any], media: list[dict[str, Any]]
+) -> None:
     kind = item.get("type", "message")
     if kind == "message":
         messages.append(_message(item))
     elif kind == "function_call":
         _append_tool_call(messages, item)
     elif kind == "function_call_output":
-        messages.append(
-            {"role": "tool", "tool_call_id": item["call_id"], "content": _text(item["output"])}
-        )
+        messages.append(_tool_message(messages, item, media))
     # other items are context the chat API has no slot for.
 
 
@@ -194,10 +204,7 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
         return {"type": "text", "text": part["refusal"]}
     if kind == "input_image":
         url = part.get("image_url") or part.get("file_id") or ""
-        return {
-            "type": "image_url",
-            "image_url": {"url": url, "detail": part.get("detail", "auto")},
-        }
+        return {"type": "image_url", "image_url": {"url": url, "detail": _detail(part)}}
     file: dict[str, Any] = {
         key: part[key] for key in ("file_data", "file_id", "filename") if part.get(key)
     }
@@ -206,10 +213,61 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "file", "file": file}
 
 
-def _text(output: Any) -> str:
+def _detail(part: dict[str, Any]) -> str:
+    """An image's ``detail`` in Chat Completions' terms (``auto``, ``low``, ``high``).
+
+    The Responses API adds ``original`` (full resolution; Codex's ``view_image`` sends it),
+    which strict servers refuse: ``high`` is the nearest.
+    """
+    detail = part.get("detail")
+    if detail == "original":
+        return "high"
+    return detail if detail in ("auto", "low", "high") else "auto"
+
+
+def _tool_message(
+    messages: Sequence[ChatMessage], item: dict[str, Any], media: list[dict[str, Any]]
+) -> ChatMessage:
+    """A result as a ``tool`` message; its images and files go on ``media``.
+
+    A chat ``tool`` message holds text only (OpenAI's API, vLLM and Ollama take no other part
+    there), so the result says what it returned, and the parts follow in a ``user`` message
+    after the turn's last result (:func:`to_chat_messages`): the model still sees them, and no
+    message comes between an assistant's calls and their results.
+    """
+    call_id = item["call_id"]
+    output = item["output"]
     if isinstance(output, str):
-        return output
-    return "".join(part.get("text", "") for part in output if isinstance(part, dict))
+        return {"role": "tool", "tool_call_id": call_id, "content": output}
+    parts = [part for part in output if isinstance(part, dict)]
+    text = "".join(part.get("text", "") for part in parts)
+    notes = []
+    shown: list[dict[str, Any]] = []
+    for part in parts:
+        if part.get("type") == "input_image":
+            notes.append(f"[image returned: {MEDIA_FOLLOWS}]")
+        elif part.get("type") == "input_file":
+            name = f"file {part['filename']}" if part.get("filename") else "file"
+            notes.append(f"[{name} returned: {MEDIA_FOLLOWS}]")
+        else:
+            continue
+        shown.append(_part(part))
+    if shown:
+        label = f"From the result of {_call_name(messages, call_id)} ({call_id}):"
+        media += [{"type": "text", "text": label}, *shown]
+    content = "\n".join([text, *notes] if text else notes)
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _call_name(messages: Sequence[ChatMessage], call_id: str) -> str:
+    """The function a call of the assistant's latest tool calls named (else ``a tool``)."""
+    for message in reversed(messages):
+        for call in message.get("tool_calls") or ():
+            if call["id"] == call_id:
+                return str(call["function"]["name"])
+        if message["role"] == "assistant":
+            break
+    return "a tool"
 
 
 def _append_tool_call(messages: list[ChatMessage], item: dict[str, Any]) -> None:

@@ -133,11 +133,11 @@ class CustomCallPresenter(ResultItemCalls):
 
 
 def output_view(item: Item, items: Sequence[Item]) -> list[Item]:
-    """A ``custom_tool_call_output`` as the model reads it: the call's result."""
-    output = item["output"]
-    if not isinstance(output, str):
-        output = "".join(part.get("text", "") for part in output if isinstance(part, dict))
-    return [result_view(item["call_id"], output)]
+    """A ``custom_tool_call_output`` as the model reads it: the call's result.
+
+    A list of parts stays one, images and files too, as a ``function_call_output``'s does.
+    """
+    return [result_view(item["call_id"], item["output"])]
 
 
 CUSTOM_CALLS = CustomCallPresenter()

@@ -87,8 +87,11 @@ def call_view(call: ToolCall) -> Item:
     }
 
 
-def result_view(call_id: str, output: str) -> Item:
-    """A call's result as the model sees it: a ``function_call_output`` item."""
+def result_view(call_id: str, output: str | Sequence[Item]) -> Item:
+    """A call's result as the model sees it: a ``function_call_output`` item.
+
+    ``output``: text, or content parts (``input_text``, ``input_image``, ``input_file``).
+    """
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 

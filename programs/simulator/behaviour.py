@@ -54,9 +54,12 @@ Generated arguments
 Text answers
     After tool results (the last message is a ``tool`` message): ``"Tool results: "`` + the
     contents of the tool messages after the last assistant message, joined with ``"; "``, in
-    full. Otherwise ``"Simulated answer to: <last user text>"``, cut or padded with the
-    repeating filler ``lorem ipsum dolor sit amet …`` to exactly N tokens, N being
-    ``[tokens=N]`` or ``SimConfig.default_tokens``. A ``max_completion_tokens`` (or else
+    full. A ``user`` message right after a ``tool`` message that holds ``image_url`` or ``file``
+    parts is the results' images and files (a chat ``tool`` message takes text only, so the
+    fleet sends them that way): it is read as part of the results, not as a new request, and
+    changes nothing in the answer. Otherwise ``"Simulated answer to: <last user text>"``, cut
+    or padded with the repeating filler ``lorem ipsum dolor sit amet …`` to exactly N tokens, N
+    being ``[tokens=N]`` or ``SimConfig.default_tokens``. A ``max_completion_tokens`` (or else
     ``max_tokens``) below the answer's length cuts it there with finish_reason ``length``;
     otherwise the finish_reason is ``stop``. Reasoning is never cut.
 
@@ -256,6 +259,9 @@ def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
     messages = _messages(request)
     if is_json_protocol(messages):
         return _plan_json(request, messages, config)
+    sent = messages
+    if _is_results_media(messages):
+        messages = messages[:-1]
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     directives = parse_directives(content_text(last_user.get("content")) if last_user else "")
     if directives.error is not None:
@@ -273,7 +279,7 @@ def _plan(request: Mapping[str, Any], config: SimConfig) -> Plan:
         content, finish = _plan_text(request, messages, directives, config)
         emitted = len(content)
     return _answer_plan(
-        messages,
+        sent,
         directives,
         config,
         _Emitted(reasoning=reasoning, content=content, tool_calls=calls, finish_reason=finish),
@@ -482,6 +488,19 @@ def _structured(schema: Mapping[str, Any], overrides: Mapping[str, str], text: s
     if not isinstance(schema.get("properties"), Mapping):
         return {"answer": text}
     return _generate(schema, _SchemaScope(root=schema, overrides=overrides), 0)
+
+
+def _is_results_media(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last message is the images and files of the tool results before it."""
+    if len(messages) < 2 or messages[-2].get("role") != "tool":
+        return False
+    last = messages[-1]
+    content = last.get("content")
+    return (
+        last.get("role") == "user"
+        and isinstance(content, list)
+        and any(isinstance(p, Mapping) and p.get("type") in ("image_url", "file") for p in content)
+    )
 
 
 def _trailing_tool_messages(

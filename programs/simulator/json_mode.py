@@ -70,8 +70,7 @@ def request_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
     """Index of the last user message the protocol did not write."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        content = message.get("content")
-        is_note = isinstance(content, str) and content.startswith(NOTE_PREFIX)
+        is_note = _leading_text(message.get("content")).startswith(NOTE_PREFIX)
         if message.get("role") == "user" and not is_note:
             return index
     return None
@@ -177,12 +176,17 @@ def _is_fault(message: Mapping[str, Any]) -> bool:
 
 
 def _result(message: Mapping[str, Any]) -> str | None:
-    content = message.get("content")
-    if message.get("role") != "user" or not isinstance(content, str):
-        return None
-    if not content.startswith(RESULT_PREFIX):
+    content = _leading_text(message.get("content"))
+    if message.get("role") != "user" or not content.startswith(RESULT_PREFIX):
         return None
     return content.partition("\n")[2]
+
+
+def _leading_text(content: object) -> str:
+    """A message's text, or its first part's (a result's note, its images after it)."""
+    if isinstance(content, list) and content and isinstance(content[0], Mapping):
+        content = content[0].get("text")
+    return content if isinstance(content, str) else ""
 
 
 def _fault_answer(fault: str, named: Sequence[str], tools: Mapping[str, Mapping[str, Any]]) -> str:

@@ -19,6 +19,7 @@ from openai.types.responses import ResponseInputItemParam, ResponseOutputItem, R
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.providers.chunks import Finish, ToolCallDelta
+from app.providers.translate import to_chat_messages
 from app.responses import cancel_response, create_response
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
@@ -339,6 +340,32 @@ def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:
         "message",
         "function_call",
         "function_call_output",
+    ]
+
+
+def test_a_custom_tool_output_of_parts_keeps_its_image_for_the_model(run: Run) -> None:
+    first = run(call("math", {"input": "plot x"}), tools=[GRAMMAR_TOOL])
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+    parts = [{"type": "input_text", "text": "The plot:"}, image]
+    output = {"type": "custom_tool_call_output", "call_id": "call_1", "output": parts}
+
+    second = run(answer("A line."), input=[output], previous_response_id=first.response_id)
+
+    items = second.model.requests[0].items
+    assert items[-1] == {"type": "function_call_output", "call_id": "call_1", "output": parts}
+    assert to_chat_messages(None, items)[-2:] == [
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "The plot:\n[image returned: see the next user message]",
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "From the result of math (call_1):"},
+                {"type": "image_url", "image_url": {"url": image["image_url"], "detail": "auto"}},
+            ],
+        },
     ]
 
 

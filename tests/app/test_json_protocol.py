@@ -32,7 +32,7 @@ from app.providers.json_protocol import (
     render_transcript,
 )
 from app.providers.openai_chat import ChatCompletionsProvider
-from app.providers.translate import ModelRequest
+from app.providers.translate import ModelRequest, to_chat_messages
 from app.responses import create_response, parse_request
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
@@ -199,6 +199,31 @@ def test_render_transcript_shows_calls_as_directives_and_results_as_notes() -> N
     }
     assert rendered[2]["content"] == f"{RESULT_PREFIX}get_weather (c1):\nsunny"
     assert json.loads(rendered[3]["content"]) == {"type": "reply", "message": "Sunny."}
+
+
+def test_render_transcript_keeps_the_images_of_a_result_on_its_note() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBO", "detail": "low"}
+    items = [
+        {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "cat.png"}, image],
+        },
+    ]
+
+    rendered = render_transcript(items)
+
+    note = f"{RESULT_PREFIX}view_image (c1):\ncat.png"
+    assert rendered[1] == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": note}, image],
+    }
+    assert to_chat_messages(None, rendered)[1]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": image["image_url"], "detail": "low"},
+    }
 
 
 def test_render_transcript_replays_a_kept_exchange_verbatim() -> None:
@@ -449,6 +474,11 @@ def test_simulator_plans_calls_named_tools_then_replies_with_results() -> None:
         {"role": "user", "content": f"{RESULT_PREFIX}get_weather (c1):\nsunny"},
     ]
     assert json.loads(sim_text(messages)) == {"type": "reply", "message": "Tool results: sunny"}
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
+    note = {"type": "text", "text": f"{RESULT_PREFIX}get_weather (c1):\nsunny map"}
+    messages[-1] = {"role": "user", "content": [note, image]}  # a result with an image
+    reply = {"type": "reply", "message": "Tool results: sunny map"}
+    assert json.loads(sim_text(messages)) == reply
     native = [{"role": "user", "content": "get_weather city=Oslo"}]
     assert "Simulated answer" in sim_text(native)  # without the protocol: the old rules
 

@@ -72,6 +72,13 @@ def result(call_id: str) -> Item:
     return {"type": "function_call_output", "call_id": call_id, "output": f"out {call_id}"}
 
 
+def shown(call_id: str) -> Item:
+    """A result with an image: the model gets it in a user message after the turn's results."""
+    image = {"type": "input_image", "image_url": f"https://example.test/{call_id}.png"}
+    parts = [{"type": "input_text", "text": f"out {call_id}"}, image]
+    return {"type": "function_call_output", "call_id": call_id, "output": parts}
+
+
 def approval_request(request_id: str) -> Item:
     return {
         "id": request_id,
@@ -87,18 +94,18 @@ def approval(request_id: str) -> Item:
 
 
 def a_chain() -> list[Item]:
-    """A chain's items: plain answers, parallel calls answered out of order, reasoning, a
-    client's call answered by the next input, an approval decided by the next input, calls
-    left open before a user message."""
+    """A chain's items: plain answers, parallel calls answered out of order (one result with an
+    image), reasoning, a client's call answered by the next input (with an image), an approval
+    decided by the next input, calls left open before a user message."""
     items: list[Item] = []
     for n in range(3):
         rid = f"resp_{n}"
         items += [user(f"ask {n}"), thought(rid, 0, 0), call(rid, 0, 1, f"c{n}a")]
-        items += [call(rid, 0, 2, f"c{n}b"), result(f"c{n}b"), result(f"c{n}a")]
+        items += [call(rid, 0, 2, f"c{n}b"), result(f"c{n}b"), shown(f"c{n}a")]
         items += [said(rid, 1, 0, f"answer {n}")]
     items += [user("two calls"), call("resp_p", 0, 0, "p1"), call("resp_p", 0, 1, "p2")]
     items += [user("weather?"), call("resp_3", 0, 0, "client")]  # asked on: the calls open
-    items += [result("client"), said("resp_4", 0, 0, "sunny")]  # the client answered
+    items += [shown("client"), said("resp_4", 0, 0, "sunny")]  # the client answered
     items += [user("search"), approval_request("mcpr_1")]  # the client approves it
     items += [approval("mcpr_1"), said("resp_6", 0, 0, "found")]
     for n in range(7, 10):

@@ -122,6 +122,97 @@ def test_to_chat_messages_groups_consecutive_function_calls() -> None:
     ]
 
 
+def test_to_chat_messages_shows_tool_output_images_after_the_tool_results() -> None:
+    # Codex's view_image: a chat tool message holds text only, so the image follows it in a
+    # user message, after the last result of the turn; "original" is no chat detail.
+    image = {"type": "input_image", "image_url": IMAGE_URL, "detail": "original"}
+    items = [
+        {"role": "user", "content": "What is in cat.png, and the weather?"},
+        call("call_1", "view_image", '{"path": "cat.png"}'),
+        call("call_2", "get_weather", '{"city": "Oslo"}'),
+        {"type": "function_call_output", "call_id": "call_1", "output": [image]},
+        {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
+        {"type": "message", "role": "assistant", "content": "A cat; rain."},
+    ]
+
+    assert to_chat_messages(None, items) == [
+        {"role": "user", "content": "What is in cat.png, and the weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                chat_call("call_1", "view_image", '{"path": "cat.png"}'),
+                chat_call("call_2", "get_weather", '{"city": "Oslo"}'),
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "[image returned: see the next user message]",
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "From the result of view_image (call_1):"},
+                {"type": "image_url", "image_url": {"url": IMAGE_URL, "detail": "high"}},
+            ],
+        },
+        {"role": "assistant", "content": "A cat; rain."},
+    ]
+
+
+def test_to_chat_messages_keeps_tool_output_text_beside_its_images_and_files() -> None:
+    items = [
+        call("call_1", "render"),
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": [
+                {"type": "input_text", "text": "Rendered "},
+                {"type": "input_text", "text": "two pages."},
+                {"type": "input_image", "image_url": IMAGE_URL, "detail": "low"},
+                {
+                    "type": "input_file",
+                    "file_data": "data:application/pdf;base64,JVBE",
+                    "filename": "pages.pdf",
+                },
+                {"type": "input_image", "file_id": "file_1"},
+            ],
+        },
+        call("call_2", "render"),
+    ]
+
+    messages = to_chat_messages(None, items)
+
+    assert messages[1:] == [
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "Rendered two pages.\n"
+            "[image returned: see the next user message]\n"
+            "[file pages.pdf returned: see the next user message]\n"
+            "[image returned: see the next user message]",
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "From the result of render (call_1):"},
+                {"type": "image_url", "image_url": {"url": IMAGE_URL, "detail": "low"}},
+                {
+                    "type": "file",
+                    "file": {
+                        "file_data": "data:application/pdf;base64,JVBE",
+                        "filename": "pages.pdf",
+                    },
+                },
+                {"type": "image_url", "image_url": {"url": "file_1", "detail": "auto"}},
+            ],
+        },
+        {"role": "assistant", "content": None, "tool_calls": [chat_call("call_2", "render")]},
+    ]
+
+
 def test_to_chat_messages_without_instructions_has_no_system_message() -> None:
     assert to_chat_messages(None, []) == []
     assert to_chat_messages("", [{"role": "user", "content": "hi"}]) == [

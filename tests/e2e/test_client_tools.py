@@ -7,7 +7,9 @@ the chain to the model's answer.
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from typing import Any
 
 import openai
@@ -23,6 +25,9 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_output_item import LocalShellCall
 
+from tests.support.mcp_servers import PIXEL_PNG
+from tests.support.recording import Recorder
+
 MATH = {"type": "custom", "name": "math", "description": "Evaluate an expression."}
 AGENTS = {
     "type": "namespace",
@@ -30,6 +35,13 @@ AGENTS = {
     "description": "Sub-agents.",
     "tools": [{"type": "function", "name": "spawn", "parameters": None, "strict": None}],
 }
+
+VIEW_IMAGE = {
+    "type": "function",
+    "name": "view_image",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+PIXEL_URL = "data:image/png;base64," + base64.b64encode(PIXEL_PNG).decode()
 
 
 def create(client: openai.OpenAI, given: Any, tools: list[dict[str, Any]], **kw: Any) -> Any:
@@ -131,3 +143,38 @@ def test_an_extension_tool_type_runs_on_the_fleet(client: openai.OpenAI) -> None
         "message",
     ]
     assert answer.output_text == "Tool results: HI"
+
+
+def test_an_image_in_a_function_result_reaches_the_model_after_the_results(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    # Codex's view_image answers with an input_image part ("original" detail); a chat tool
+    # message holds text only, so the image follows the turn's results in a user message.
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    paused = create(client, f'{marker} [call view_image {{"path": "cat.png"}}]', [VIEW_IMAGE])
+    [call] = paused.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    output = [
+        {"type": "input_text", "text": "cat.png:"},
+        {"type": "input_image", "image_url": PIXEL_URL, "detail": "original"},
+    ]
+    answer: Any = {"type": "function_call_output", "call_id": call.call_id, "output": output}
+
+    final = create(client, [answer], [VIEW_IMAGE], previous_response_id=paused.id)
+
+    assert final.output_text == "Tool results: cat.png: [image returned: see the next user message]"
+    assert sent[1]["messages"][-2:] == [
+        {
+            "role": "tool",
+            "tool_call_id": call.call_id,
+            "content": "cat.png:\n[image returned: see the next user message]",
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": f"From the result of view_image ({call.call_id}):"},
+                {"type": "image_url", "image_url": {"url": PIXEL_URL, "detail": "high"}},
+            ],
+        },
+    ]

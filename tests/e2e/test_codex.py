@@ -26,6 +26,8 @@ import pytest
 from tests.e2e.conftest import Fleet
 from tests.e2e.own_fleet import own_fleet
 from tests.e2e.test_metrics import scrape, value
+from tests.support.mcp_servers import PIXEL_PNG
+from tests.support.recording import Recorder
 from tests.support.sentinel import wait_for
 
 CODEX = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules" / ".bin" / "codex"
@@ -108,7 +110,7 @@ def run_codex(
     ``tmp_path / "answer.txt"``."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     config = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
     (home / "config.toml").write_text(config)
 
@@ -141,3 +143,27 @@ def requests(fleet: Fleet, method: str) -> float:
     """Requests to ``/v1/responses`` by ``method`` the gateway answered so far (its metrics)."""
     samples = scrape(f"{fleet.base_url}/metrics")
     return value(samples, "antwort_http_request_duration_seconds_count", method=method, route=ROUTE)
+
+
+@needs_codex
+def test_codex_view_image_shows_the_model_the_image(
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
+) -> None:
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+    sent = sim_recorder.watch(marker)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "pixel.png").write_bytes(PIXEL_PNG)
+
+    done = run_codex(
+        fleet, tmp_path, f'{marker} [call view_image {{"path": "pixel.png"}}]', websockets=False
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = (tmp_path / "answer.txt").read_text()
+    assert answer.startswith("Tool results: ") and "[image returned:" in answer
+    *_, tool, shown = sent[-1]["messages"]
+    assert tool["role"] == "tool" and "[image returned:" in tool["content"]
+    label, image = shown["content"]
+    assert shown["role"] == "user" and label["text"].startswith("From the result of view_image")
+    assert image["image_url"]["url"].startswith("data:image/")
+    assert image["image_url"].get("detail", "auto") in ("auto", "low", "high")

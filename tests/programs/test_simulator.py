@@ -479,6 +479,32 @@ def test_tool_results_answer(client: httpx.Client) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_tool_results_answer_takes_the_results_images_after_them(client: httpx.Client) -> None:
+    # The fleet's way with a result's images: a user message after the turn's tool messages.
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
+    messages = [
+        _user("look at it [reason]"),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "view_image", "arguments": ""},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "[image returned]"},
+        {"role": "user", "content": [{"type": "text", "text": "view_image (a):"}, image]},
+    ]
+    chunks = _stream(
+        client, messages=messages, tools=[{**SEARCH, "function": {"name": "view_image"}}]
+    )
+    assert _text(chunks) == "Tool results: [image returned]"
+    assert _text(chunks, "reasoning_content") == "Thinking about: look at it"
+
+
 def test_reason_directive_streams_reasoning_first(client: httpx.Client) -> None:
     chunks = _stream(client, messages=[_user("why is the sky blue [reason] [tokens=3]")])
     deltas = _deltas(chunks)[1:-1]
