@@ -521,10 +521,13 @@ def retrieve_response(
 def _kept(response: ResponseObject) -> ResponseObject:
     """``response``, unless it is a finished ``store: false`` one: gone for HTTP clients.
 
+    A background one stays while its record lives (``ANTWORT_UNSTORED_TTL_SECONDS`` after it
+    ends): polling is how its client gets the answer.
+
     Raises:
         NotFoundError: it is.
     """
-    if not response.store and response.status not in ACTIVE_STATUSES:
+    if not response.store and not response.background and response.status not in ACTIVE_STATUSES:
         raise _not_found(response.id)
     return response
 

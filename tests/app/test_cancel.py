@@ -159,14 +159,25 @@ def _response_fields() -> dict[str, Any]:
 def test_cancel_response_of_a_finished_unstored_response_is_not_found(
     store: ResponseStore, dispatcher: RecordingDispatcher
 ) -> None:
-    """Gone for HTTP clients, as ``retrieve`` has it: a cancel does not hand back its output."""
-    response = stored_response(store, background=True, store=False, status="completed")
+    """Gone for HTTP clients, as ``retrieve`` has it: a cancel does not hand back its output
+    (a response that is not a background one: that is a 404 before it is a 400)."""
+    response = stored_response(store, store=False, status="completed")
 
     with pytest.raises(NotFoundError) as caught:
         cancel_response(store, dispatcher, response.id)
 
     assert caught.value.param == "response_id"
     assert dispatcher.revoked == []
+
+
+def test_cancel_response_of_a_finished_unstored_background_response_is_unchanged(
+    store: ResponseStore, dispatcher: RecordingDispatcher
+) -> None:
+    """A background ``store: false`` response is polled for its answer while it lives, so a
+    cancel after its end gets it as ``retrieve`` does."""
+    response = stored_response(store, background=True, store=False, status="completed")
+
+    assert cancel_response(store, dispatcher, response.id).status == "completed"
 
 
 def test_cancel_response_of_a_running_unstored_response_cancels_it(

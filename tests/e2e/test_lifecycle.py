@@ -168,6 +168,23 @@ def test_previous_response_id_unknown_is_400(client: openai.OpenAI) -> None:
     assert caught.value.param == "previous_response_id"
 
 
+def test_store_false_background_response_is_polled_for_its_answer(client: openai.OpenAI) -> None:
+    """Polling is how a background response's client gets its answer: a ``store: false`` one
+    answers ``retrieve`` until it expires (``ANTWORT_UNSTORED_TTL_SECONDS`` after its end), and
+    cannot be chained on."""
+    created = client.responses.create(
+        model="antwort-sim", input="ephemeral [tokens=6]", store=False, background=True
+    )
+
+    done = wait_for_status(client, created.id, {"completed", "failed"})
+
+    assert done.status == "completed"
+    assert done.output_text.startswith("Simulated answer to: ephemeral")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="antwort-sim", input="more", previous_response_id=done.id)
+    assert caught.value.code == "previous_response_not_found"
+
+
 def test_store_false_response_is_gone_after_finishing(client: openai.OpenAI) -> None:
     response = client.responses.create(
         model="antwort-sim", input="ephemeral [tokens=6]", store=False
