@@ -437,15 +437,30 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
     return normalise_items(raw)
 
 
+_STATUS_KEPT = frozenset(
+    {
+        "message", "function_call", "function_call_output", "custom_tool_call",
+        "custom_tool_call_output", "computer_call", "computer_call_output", "local_shell_call",
+        "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+        "code_interpreter_call", "web_search_call",
+    }
+)  # fmt: skip
+"""Item types whose stored form has a ``status`` (OpenAI's SDK requires it of an item read back
+from ``input_items`` or a conversation): a client's item without one is ``completed``."""
+
+
 def normalise_items(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Input items as stored: each with its ``type`` and an ``id``, message content as parts."""
+    """Input items as stored: each with its ``type`` and an ``id``, message content as parts.
+
+    An item of a type whose stored form has a ``status`` has one (:data:`_STATUS_KEPT`).
+    """
     for item in raw:
         item.setdefault("type", "message")
         item.setdefault("id", f"{_ITEM_PREFIX[item['type']]}_{secrets.token_hex(16)}")
-        if item["type"] == "message":
+        if item["type"] in _STATUS_KEPT:
             item.setdefault("status", "completed")
-            if isinstance(item["content"], str):
-                item["content"] = [_text_part(item["role"], item["content"])]
+        if item["type"] == "message" and isinstance(item["content"], str):
+            item["content"] = [_text_part(item["role"], item["content"])]
     return raw
 
 

@@ -8,6 +8,9 @@ import httpx
 import openai
 import pytest
 import redis
+from openai.types.conversations import ConversationItem
+from openai.types.responses import ResponseItem
+from pydantic import TypeAdapter
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import (
@@ -198,3 +201,43 @@ def test_store_false_response_is_gone_after_finishing(client: openai.OpenAI) -> 
         client.responses.create(model="antwort-sim", input="more", previous_response_id=response.id)
     assert caught.value.code == "previous_response_not_found"
     assert caught.value.param == "previous_response_id"
+
+
+def test_input_items_of_every_kind_read_back_as_the_sdk_types_them(
+    fleet: Fleet, client: openai.OpenAI
+) -> None:
+    """A client's call and its output are read back with the ``status`` the SDK's item types
+    require (it sent none), from ``input_items`` and from a conversation."""
+    history = [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    response = client.responses.create(
+        model="antwort-sim",
+        input=history,  # type: ignore[arg-type]
+        tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    )
+    conversation = client.conversations.create(items=history)  # type: ignore[arg-type]
+
+    items = httpx.get(
+        f"{fleet.base_url}/v1/responses/{response.id}/input_items?order=asc", timeout=10
+    ).json()["data"]
+    held = httpx.get(
+        f"{fleet.base_url}/v1/conversations/{conversation.id}/items?order=asc", timeout=10
+    ).json()["data"]
+
+    for item in items:
+        TypeAdapter(ResponseItem).validate_python(item)
+    for item in held:
+        TypeAdapter(ConversationItem).validate_python(item)
+    assert (
+        [item["type"] for item in items]
+        == [item["type"] for item in held]
+        == [
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
+    )
+    assert [item["status"] for item in items] == ["completed"] * 3
