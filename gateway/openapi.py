@@ -179,6 +179,13 @@ def _paths() -> dict[str, Any]:
             }
         },
         "/v1/models": {"get": {"operationId": "listModels", "responses": _answers(status)}},
+        "/v1/models/{model_id}": {
+            "parameters": [_path("model_id", "^[A-Za-z0-9._:-]{1,64}$")],
+            "get": {
+                "operationId": "retrieveModel",
+                "responses": _answers(_json({"type": "object"})),
+            },
+        },
         "/healthz": {"get": {"operationId": "healthz", "responses": _answers(status)}},
         "/readyz": {"get": {"operationId": "readyz", "responses": _answers(status)}},
         "/v1/console/fleet": {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
@@ -78,6 +79,25 @@ def test_health_models_lists_the_model_servers_models(web: FlaskClient) -> None:
     page = SyncPage[Model].model_validate(answer.json)
     assert answer.json is not None and answer.json["object"] == "list"
     assert "antwort-sim" in [model.id for model in page.data]
+
+
+@pytest.mark.parametrize("model_id", ["antwort-sim", "my-org/my-model"])
+def test_health_models_retrieves_one_model_as_the_sdk_reads_it(
+    make_app: Callable[..., Flask], model_id: str
+) -> None:
+    web = make_app(default_model="my-org/my-model").test_client()
+
+    answer = web.get(f"/v1/models/{model_id}")
+
+    assert answer.status_code == 200
+    assert Model.model_validate(answer.json).id == model_id
+
+
+def test_health_models_an_unknown_model_is_404_model_not_found(web: FlaskClient) -> None:
+    error = error_of(web.get("/v1/models/no-such-model"), 404)
+
+    assert (error.type, error.code, error.param) == ("not_found", "model_not_found", "model")
+    assert "no-such-model" in error.message
 
 
 def test_health_models_adds_the_default_model(make_app: Callable[..., Flask]) -> None:
