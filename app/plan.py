@@ -99,6 +99,7 @@ def plan_tool_calls(
     """
     tools = kinds.definitions(response.tools, [*history, *response.output])
     allowed = kinds.allowed_names(response.tool_choice)
+    beyond = _beyond_the_limit(response, tools, kinds)
     plan = ToolPlan()
     for item in calls:
         call = kinds.presenters.call_of(item)
@@ -112,9 +113,35 @@ def plan_tool_calls(
             plan.rejected.append(_rejection(call, message))
         elif (queue := kinds.queue_of(tool)) is None:
             plan.client_calls.append(call)
+        elif call.id in beyond:
+            message = (
+                f"max_tool_calls ({response.max_tool_calls}) reached: "
+                f"'{call.name}' was not executed."
+            )
+            plan.rejected.append(_rejection(call, message))
         else:
             plan.runs.append(ToolRun(call=call, tool=tool, queue=queue))
     return plan
+
+
+def _beyond_the_limit(
+    response: ResponseObject, tools: dict[str, ToolDefinition], kinds: ToolKinds
+) -> set[str]:
+    """The ids of the calls ``max_tool_calls`` leaves unexecuted.
+
+    As OpenAI has it, the limit counts calls of the tools the server runs (built-in, MCP,
+    internal), not the client's own functions, and a call past it is not executed: the model
+    is told so in its result and goes on. The first ``max_tool_calls`` such calls of the
+    response, in output order, run; the same calls whenever a step plans again.
+    """
+    if response.max_tool_calls is None:
+        return set()
+    run_by_fleet = [
+        call.id
+        for call in map(kinds.presenters.call_of, kinds.presenters.call_items(response.output))
+        if (tool := tools.get(call.name)) is not None and kinds.queue_of(tool) is not None
+    ]
+    return set(run_by_fleet[response.max_tool_calls :])
 
 
 def _rejection(call: ToolCall, message: str) -> ToolResult:
@@ -138,11 +165,6 @@ def plan_next_step(
         return StopIncomplete(reason="content_filter")
     if not output.calls or forbids_tools(response.tool_choice):
         return Complete()
-    if (
-        response.max_tool_calls is not None
-        and count_calls(response, kinds=kinds) > response.max_tool_calls
-    ):
-        return StopIncomplete(reason="max_tool_calls")
     if plan.runs:
         return RunTools(runs=plan.runs)
     if plan.client_calls or plan.approvals:
@@ -164,11 +186,6 @@ def forbids_tools(tool_choice: Any) -> bool:
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
         return tool_choice.get("mode") == "none"
     return bool(tool_choice == "none")
-
-
-def count_calls(response: ResponseObject, *, kinds: ToolKinds = KINDS) -> int:
-    """Tool calls the model made in this response so far."""
-    return len(kinds.presenters.call_items(response.output))
 
 
 def client_tool_status(

@@ -258,21 +258,40 @@ def test_loop_stops_at_the_turn_limit_as_incomplete(make_loop: Callable[..., Loo
     assert "response.completed" not in types
 
 
-def test_loop_max_tool_calls_stops_before_running_more(make_loop: Callable[..., Loop]) -> None:
+def test_loop_max_tool_calls_runs_no_more_and_tells_the_model(
+    make_loop: Callable[..., Loop],
+) -> None:
+    """As OpenAI has it: a call past the limit is not executed, and the response goes on."""
     loop = make_loop(
         calls(("call_1", "fast_echo", "{}")),
         calls(("call_2", "fast_echo", "{}"), ("call_3", "fast_echo", "{}")),
-        text("never"),
+        text("Two ran."),
     )
     rid = loop.create(tools=internal("fast_echo"), max_tool_calls=2)
 
-    assert loop.drive(rid) == "incomplete"
+    assert loop.drive(rid) == "completed"
 
     response = loop.response(rid)
-    assert response.incomplete_details.reason == "max_tool_calls"
-    assert len(loop.dispatcher.chords) == 1  # the second turn's calls never ran
-    assert outputs(response) == {"call_1": "fast_echo done"}
-    assert len(loop.model.requests) == 2
+    assert outputs(response) == {
+        "call_1": "fast_echo done",
+        "call_2": "fast_echo done",
+        "call_3": "Error: max_tool_calls (2) reached: 'fast_echo' was not executed.",
+    }
+    assert len(loop.model.requests) == 3  # the model saw why the third did not run
+
+
+def test_loop_max_tool_calls_counts_no_client_call(make_loop: Callable[..., Loop]) -> None:
+    """The limit is on the tools the fleet runs: the client's own functions go to the client."""
+    loop = make_loop(
+        calls(("call_1", "get_weather", '{"city": "Oslo"}'), ("call_2", "get_weather", "{}")),
+    )
+    rid = loop.create(tools=[CLIENT_FN], max_tool_calls=1)
+
+    loop.drive(rid)
+
+    response = loop.response(rid)
+    assert [item["call_id"] for item in response.output] == ["call_1", "call_2"]
+    assert outputs(response) == {}
 
 
 def test_loop_mixed_turn_runs_server_calls_then_pauses_then_continues(
