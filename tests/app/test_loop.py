@@ -287,9 +287,10 @@ def test_loop_max_tool_calls_counts_no_client_call(make_loop: Callable[..., Loop
     )
     rid = loop.create(tools=[CLIENT_FN], max_tool_calls=1)
 
-    loop.drive(rid)
+    assert loop.drive(rid) == "completed"  # paused for the client, as OpenAI ends it
 
     response = loop.response(rid)
+    assert response.incomplete_details is None
     assert [item["call_id"] for item in response.output] == ["call_1", "call_2"]
     assert outputs(response) == {}
 
