@@ -49,6 +49,7 @@ from app.providers.chunks import (
     ToolCallDelta,
     UsageReport,
 )
+from app.providers.json_schema import schema_mismatch
 from app.providers.translate import ModelRequest, to_chat_tool
 
 PROTOCOL_HEADER = "# Antwort JSON tool protocol"
@@ -547,24 +548,6 @@ def _check_tool(request: ToolRequest, manifest: Manifest) -> None:
             f"the args for '{request.name}' do not match its schema at '{where or 'args'}': "
             f"{problem}"
         )
-
-
-def schema_mismatch(schema: Mapping[str, Any], value: object) -> tuple[str, str] | None:
-    """Where ``value`` breaks ``schema`` (a ``/`` path, empty at the root) and how.
-
-    None if it fits, or if the schema itself is broken (nothing to hold the model to).
-    """
-    import jsonschema  # type: ignore[import-untyped]  # no stubs in the lock; ~3 MB, used here only
-
-    try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-    except jsonschema.SchemaError:
-        return None
-    error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(value))
-    if error is None:
-        return None
-    return "/".join(str(part) for part in error.absolute_path), error.message
 
 
 @dataclass(slots=True)

@@ -207,3 +207,36 @@ def test_native_stream_with_progress_derives_step_titles(fleet: Fleet) -> None:
         ("antwort:step.started", "calculator: expression=6*7"),
         ("antwort:step.completed", None),
     ]
+
+
+BACKTRACKING = r"^(a+)+$"
+"""Python's ``re`` takes 2**n steps over ``"a" * n + "!"`` against it."""
+
+
+def test_json_a_client_schema_s_backtracking_pattern_does_not_hold_the_worker(
+    client: openai.OpenAI,
+) -> None:
+    """A tenant's tool schema is checked on the shared worker: its pattern cannot stall it."""
+    code = "a" * 64 + "!"
+    lookup = {
+        "type": "function",
+        "name": "lookup",
+        "description": "Look a code up.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": BACKTRACKING}},
+        },
+    }
+    response = client.responses.create(
+        model="antwort-sim",
+        input=f'please use lookup code="{code}"',
+        tools=[lookup],  # type: ignore[list-item]
+        metadata=JSON_MODE,
+    )
+    # the call broke the schema: the model was told so and answered instead (a call that passed
+    # would have paused the response for the client with a function_call)
+    assert response.status == "completed", response.error
+    assert kinds(response) == ["message"]
+
+    after = create(client, "hello there [tokens=6]")
+    assert after.status == "completed"
