@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from programs.supervisor import embedded_redis_argv, free_port
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
-from tests.support.sockets import connections_to, redis_port
+from tests.support.sockets import ConnectOrigins, connections_to, redis_port
 
 TEST_DB = 13
 
@@ -59,8 +60,23 @@ LEFT_OPEN_GRACE_SECONDS = 2.0
 """How long a connection may take to close after the test (a thread of the test closing it)."""
 
 
+_connect_origins: list[ConnectOrigins] = []
+"""Where connections to the test Redis were opened (one, from the first test on)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failure over an unclosed socket says which test connected it, and from where."""
+    report = yield
+    if report.failed and _connect_origins:
+        where = _connect_origins[0].explain(str(report.longrepr))
+        if where is not None:
+            report.sections.append(("where the unclosed socket was connected", where))
+    return report
+
+
 @pytest.fixture(autouse=True)
-def _closes_its_redis_connections(redis_url: str) -> Iterator[None]:
+def _closes_its_redis_connections(redis_url: str, request: pytest.FixtureRequest) -> Iterator[None]:
     """A test closes every connection to the test Redis that it opens, its fixtures' included.
 
     One left open is closed, if ever, by the garbage collector at some later point. redis-py
@@ -69,12 +85,25 @@ def _closes_its_redis_connections(redis_url: str) -> Iterator[None]:
     cause, with its ``ResourceWarning``.
     """
     port = redis_port(redis_url)
+    if not _connect_origins:
+        _connect_origins.append(ConnectOrigins({port}))
+        sys.addaudithook(_connect_origins[0].audit)  # for the life of the process
+    origins = _connect_origins[0]
+    origins.begin(request.node.nodeid)
     before = connections_to({port})
     yield
     deadline = time.monotonic() + LEFT_OPEN_GRACE_SECONDS
-    while (left := connections_to({port}) - before) and time.monotonic() < deadline:
+    while True:
+        left, unclosed = connections_to({port}) - before, origins.unclosed()
+        if not (left or unclosed) or time.monotonic() >= deadline:
+            break
         time.sleep(0.05)
+    origins.end()
     assert not left, f"the test left {len(left)} connection(s) to Redis open (local ports {left})"
+    assert not unclosed, (
+        f"the test left {len(unclosed)} socket(s) to Redis unclosed, their connections shut "
+        f"down (local ports {unclosed})"
+    )
 
 
 @pytest.fixture(scope="session")
