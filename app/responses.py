@@ -112,9 +112,45 @@ def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
             param=param,
             code="missing_required_parameter",
         )
+    expected = _EXPECTED_TYPES.get(error["type"])
+    if expected is not None:  # OpenAI's words for a value of the wrong JSON type
+        return InvalidRequestError(
+            f"Invalid type for {quoted(param)}: expected {expected}, but got "
+            f"{_json_type(error['input'])} instead.",
+            param=param,
+            code="invalid_type",
+        )
     return InvalidRequestError(
         f"Invalid value for {quoted(param)}: {error['msg']}.", param=param, code="invalid_value"
     )
+
+
+_EXPECTED_TYPES = {
+    "bool_type": "a boolean",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "list_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+}
+"""pydantic's type errors, by what the field takes."""
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, in OpenAI's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 # Discriminator values pydantic puts into a location after a list index or a tagged union:

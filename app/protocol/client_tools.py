@@ -21,7 +21,7 @@ Callers = list[Literal["direct", "programmatic"]] | None
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # wrong JSON types refused
 
     @model_serializer(mode="wrap")
     def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -72,7 +72,9 @@ Metadata = dict[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a value of the wrong JSON type is refused, as OpenAI does ("stream": "yes" was
+    # taken for true, "max_output_tokens": "5" for 5); a whole number still does for a number
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class FunctionTool(NamespaceFunction):
@@ -262,7 +264,7 @@ class JsonSchema(BaseModel):
     server does.
     """
 
-    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True)
     type: Literal["json_schema"]
     name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     schema_: dict[str, Any] = Field(alias="schema")

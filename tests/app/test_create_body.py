@@ -163,7 +163,7 @@ def test_create_response_accepts_options_the_response_does_not_show(
             "unknown_parameter",
         ),
         ({"context_management": [{"type": "truncate"}]}, "context_management.0.type", None),
-        ({"client_metadata": {"n": 1}}, "client_metadata.n", None),
+        ({"client_metadata": {"n": 1}}, "client_metadata.n", "invalid_type"),
         ({"prompt_cache_retention": "1y"}, "prompt_cache_retention", None),
         ({"prompt": {"id": "pmpt_1"}}, "prompt", "unsupported_parameter"),
     ],
@@ -176,6 +176,47 @@ def test_create_response_refuses_what_the_fields_do_not_allow(
 
     assert caught.value.param == param
     assert caught.value.code == (code or "invalid_value")
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"stream": "yes"}, "stream"),
+        ({"stream": 1}, "stream"),
+        ({"background": "true"}, "background"),
+        ({"store": 0}, "store"),
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
+        ({"max_output_tokens": "50"}, "max_output_tokens"),
+        ({"max_output_tokens": 50.5}, "max_output_tokens"),
+        ({"temperature": "0.5"}, "temperature"),
+        ({"top_logprobs": True}, "top_logprobs"),
+        ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
+        ({"tools": [{"type": "mcp", "server_label": "s", "server_url": 5}]}, "tools.0.server_url"),
+    ],
+)
+def test_create_response_refuses_a_value_of_the_wrong_json_type(
+    create: CreateResponse, body: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create({"input": "hi", **body})
+
+    assert caught.value.param == param
+    assert caught.value.code == "invalid_type"
+
+
+def test_a_value_of_the_wrong_type_is_named_as_openai_does(create: CreateResponse) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        create({"stream": "yes"})
+
+    assert caught.value.message == (
+        "Invalid type for 'stream': expected a boolean, but got a string instead."
+    )
+
+
+def test_create_response_takes_a_whole_number_for_a_number(create: CreateResponse) -> None:
+    response = create({"input": "hi", "temperature": 1, "top_p": 1})
+
+    assert (response.temperature, response.top_p) == (1.0, 1.0)
 
 
 def test_create_response_accepts_codexs_first_request(create: CreateResponse) -> None:

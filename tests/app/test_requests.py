@@ -41,10 +41,10 @@ def rejection(body: Any) -> InvalidRequestError:
     ("body", "param", "code"),
     [
         ({"model": "m", "input": "hi", "foo": 1}, "foo", "unknown_parameter"),
-        ({"model": "m", "temperature": "hot"}, "temperature", "invalid_value"),
+        ({"model": "m", "temperature": "hot"}, "temperature", "invalid_type"),
         ({"model": "m", "temperature": 3}, "temperature", "invalid_value"),
-        ({"model": "m", "stream": "sometimes"}, "stream", "invalid_value"),
-        ({"model": "m", "input": 5}, "input", "invalid_value"),
+        ({"model": "m", "stream": "sometimes"}, "stream", "invalid_type"),
+        ({"model": "m", "input": 5}, "input", "invalid_type"),
         (
             {"model": "m", "input": [{"role": "robot", "content": "hi"}]},
             "input.0.role",
@@ -80,7 +80,7 @@ def rejection(body: Any) -> InvalidRequestError:
         (
             {"model": "m", "tools": [{"type": "function", "name": "f", "strict": "perhaps"}]},
             "tools.0.strict",
-            "invalid_value",
+            "invalid_type",
         ),
         ({"model": "m", "reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
         (
@@ -116,7 +116,7 @@ def rejection(body: Any) -> InvalidRequestError:
         (
             {"model": "m", "text": {"format": {**JSON_SCHEMA, "schema": ["object"]}}},
             "text.format.schema",
-            "invalid_value",
+            "invalid_type",
         ),
         (
             {"model": "m", "text": {"format": {"type": "json_object", "schema": {}}}},
