@@ -8,6 +8,7 @@ later, far from the request, as a 500. Both are refused here, at the edge, as a 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from app.errors import InvalidRequestError
@@ -17,7 +18,10 @@ MAX_DEPTH = 64
 
 
 def load_json(raw: str | bytes) -> Any:
-    """The value ``raw`` holds, checked by :func:`check_json_value`.
+    """The value ``raw`` holds, bounded in depth and valid Unicode throughout.
+
+    Both checks run at C speed, on the text and on the value as a whole (a walk of a 5 MB
+    body's values in Python took 1.8 s of the gateway's loop).
 
     Raises:
         InvalidRequestError: not JSON (``invalid_json``), nested deeper than :data:`MAX_DEPTH`
@@ -29,38 +33,58 @@ def load_json(raw: str | bytes) -> Any:
         raise InvalidRequestError(
             "We could not parse the JSON body of your request.", code="invalid_json"
         ) from None
-    check_json_value(value)
+    # as the parser read it (it takes UTF-16 and -32 too, and encoded surrogates), as UTF-8:
+    # no byte of a multi-byte character is a quote, a backslash or a bracket
+    text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
+    if _nests_deeper(data, MAX_DEPTH):
+        raise _too_deep()
+    if _may_hold_a_surrogate(data):  # the value says: a pair is a character
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _not_unicode() from None
     return value
 
 
-def check_json_value(value: Any) -> None:
-    """Refuse a parsed value nested too deeply or holding text that is not valid Unicode.
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+_MAY_BE_A_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]")
+"""An escaped surrogate (or ``\\\\u…``, text), or one encoded (ED A0–BF: only surrogates)."""
 
-    Walks the value without recursion, so any depth is safe to check.
 
-    Raises:
-        InvalidRequestError: the first problem found.
+def _nests_deeper(text: bytes, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` in valid JSON ``text``.
+
+    The brackets outside strings, their innermost pairs taken away once per level.
     """
-    pending: list[tuple[Any, int]] = [(value, 0)]
-    while pending:
-        current, depth = pending.pop()
-        if isinstance(current, str):
-            _check_text(current)
-        elif isinstance(current, dict | list):
-            if depth >= MAX_DEPTH:
-                raise InvalidRequestError(
-                    f"The JSON body nests arrays and objects deeper than {MAX_DEPTH} levels.",
-                    code="invalid_value",
-                )
-            children = [*current, *current.values()] if isinstance(current, dict) else current
-            pending.extend((child, depth + 1) for child in children)
+    # in valid JSON a backslash escapes only within a string: without the escaped backslashes
+    # and quotes, every other quote opens a string
+    unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(unescaped.split(b'"')[::2])
+    brackets = outside.translate(None, delete=_NOT_BRACKETS)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = _INNERMOST.sub(b"", brackets)
+    return bool(brackets)
 
 
-def _check_text(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidRequestError(
-            "The JSON body holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text.",
-            code="invalid_value",
-        ) from None
+def _may_hold_a_surrogate(text: bytes) -> bool:
+    if b"\\ud" not in text and b"\\uD" not in text and b"\xed" not in text:
+        return False  # the common case, at memchr's speed
+    return _MAY_BE_A_SURROGATE.search(text) is not None
+
+
+def _too_deep() -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The JSON body nests arrays and objects deeper than {MAX_DEPTH} levels.",
+        code="invalid_value",
+    )
+
+
+def _not_unicode() -> InvalidRequestError:
+    return InvalidRequestError(
+        "The JSON body holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text.",
+        code="invalid_value",
+    )
