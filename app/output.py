@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -32,6 +33,8 @@ class _OpenText:
     item_id: str
     output_index: int
     text: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    """The text's tokens' log probabilities, in the output part's shape (asked for, or none)."""
 
 
 @dataclass(slots=True)
@@ -108,7 +111,7 @@ class OutputBuilder:
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of the model's answer."""
         if isinstance(chunk, TextDelta):
-            self._text_delta("message", chunk.text)
+            self._text_delta("message", chunk.text, chunk.logprobs)
         elif isinstance(chunk, ReasoningDelta):
             self._text_delta("reasoning", chunk.text)
         elif isinstance(chunk, ToolCallDelta):
@@ -144,14 +147,17 @@ class OutputBuilder:
 
     # -- text and reasoning --------------------------------------------------------------------
 
-    def _text_delta(self, kind: str, text: str) -> None:
+    def _text_delta(self, kind: str, text: str, logprobs: tuple[dict[str, Any], ...] = ()) -> None:
         if self._text is None or self._text.kind != kind:
             self._close_text()
             self._text = self._open_text(kind)
         self._text.text.append(text)
         iid, index = self._text.item_id, self._text.output_index
         if kind == "message":
-            self._sink.emit(ev.output_text_delta(iid, index, 0, text))
+            # one shape for the part and the events: Open Responses' (OpenAI's events omit bytes)
+            tokens = [_part_logprob(entry) for entry in logprobs]
+            self._text.logprobs.extend(tokens)
+            self._sink.emit(ev.output_text_delta(iid, index, 0, text, tokens))
             return
         self._sink.emit(ev.reasoning_delta(iid, index, 0, text))
         if self._reasoning.is_summarised:
@@ -180,8 +186,8 @@ class OutputBuilder:
         index, iid = opened.output_index, opened.item_id
         if opened.kind == "message":
             status = "incomplete" if self._finish_reason == "length" else "completed"
-            part = output_text_part(text)
-            self._sink.emit(ev.output_text_done(iid, index, 0, text))
+            part = output_text_part(text, opened.logprobs)
+            self._sink.emit(ev.output_text_done(iid, index, 0, text, opened.logprobs))
             self._sink.emit(ev.content_part_done(iid, index, 0, part))
             item = message_item(iid, text=None, status=status, parts=[part])
         else:
@@ -271,3 +277,32 @@ class OutputBuilder:
 def _normalise_arguments(arguments: str) -> str:
     """Empty arguments become ``{}``; anything else is passed on as the model wrote it."""
     return arguments if arguments.strip() else "{}"
+
+
+LEAST_LOGPROB = -9999.0
+"""What stands for a log probability of minus infinity (vLLM's own stand-in; JSON has none)."""
+
+
+def _part_logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions ``logprobs.content`` entry as an ``output_text`` part's logprob."""
+    tops = entry.get("top_logprobs")
+    return {
+        **_token(entry),
+        "top_logprobs": [_token(top) for top in tops if isinstance(top, dict)]
+        if isinstance(tops, list)
+        else [],
+    }
+
+
+def _token(entry: dict[str, Any]) -> dict[str, Any]:
+    token = entry.get("token")
+    token = token if isinstance(token, str) else ""
+    raw = entry.get("bytes")
+    ok_bytes = isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw)
+    logprob = entry.get("logprob")
+    finite = isinstance(logprob, int | float) and math.isfinite(logprob)
+    return {
+        "token": token,
+        "bytes": raw if ok_bytes else list(token.encode("utf-8", "surrogatepass")),
+        "logprob": max(float(logprob), LEAST_LOGPROB) if finite else LEAST_LOGPROB,  # type: ignore[arg-type]
+    }

@@ -25,7 +25,7 @@ from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import output_text_part
 from app.protocol.options import ECHOED_OPTIONS
-from app.protocol.request import CreateResponseRequest
+from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseConversation,
@@ -455,6 +455,9 @@ def _params(request: CreateResponseRequest) -> dict[str, Any]:
         frequency_penalty=request.frequency_penalty,
         max_output_tokens=request.max_output_tokens,
         text_format=text_format,
+        top_logprobs=(request.top_logprobs or 0)
+        if TEXT_LOGPROBS in (request.include or ())
+        else None,
     )
 
 

@@ -60,7 +60,13 @@ def content_part_done(
     }
 
 
-def output_text_delta(item_id: str, output_index: int, content_index: int, delta: str) -> Event:
+def output_text_delta(
+    item_id: str,
+    output_index: int,
+    content_index: int,
+    delta: str,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> Event:
     """``response.output_text.delta`` (with the ``logprobs: []`` OpenAI's SDK requires)."""
     return {
         "type": "response.output_text.delta",
@@ -68,11 +74,17 @@ def output_text_delta(item_id: str, output_index: int, content_index: int, delta
         "output_index": output_index,
         "content_index": content_index,
         "delta": delta,
-        "logprobs": [],
+        "logprobs": logprobs or [],
     }
 
 
-def output_text_done(item_id: str, output_index: int, content_index: int, text: str) -> Event:
+def output_text_done(
+    item_id: str,
+    output_index: int,
+    content_index: int,
+    text: str,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> Event:
     """``response.output_text.done``."""
     return {
         "type": "response.output_text.done",
@@ -80,7 +92,7 @@ def output_text_done(item_id: str, output_index: int, content_index: int, text: 
         "output_index": output_index,
         "content_index": content_index,
         "text": text,
-        "logprobs": [],
+        "logprobs": logprobs or [],
     }
 
 

@@ -296,9 +296,9 @@ InputItem = Annotated[
 INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 
 
-def output_text_part(text: str) -> dict[str, Any]:
+def output_text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """An ``output_text`` content part as the wire carries it."""
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def message_item(

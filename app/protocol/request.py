@@ -45,9 +45,10 @@ TOOL_PROTOCOL_METADATA_KEY = "antwort_tool_protocol"
 """``metadata`` key that picks the tool protocol of one request: ``native`` or ``json``."""
 
 Includable = Literal[
-    # OpenAI's values (the SDK's ``ResponseIncludable``): accepted; what this server produces
-    # carries them already (``logprobs: []`` on text, code interpreter outputs on their items)
-    # or has none to add (no file search, web search or computer use here).
+    # OpenAI's values (the SDK's ``ResponseIncludable``): accepted; the text's logprobs are asked
+    # of the model server (TEXT_LOGPROBS), what else this server produces carries them already
+    # (code interpreter outputs on their items) or has none to add (no file search, web search
+    # or computer use here).
     "file_search_call.results",
     "web_search_call.results",
     "web_search_call.action.sources",
@@ -60,6 +61,9 @@ Includable = Literal[
     "antwort:progress",
 ]
 """What ``include`` may name; anything else is a 400 naming the entry."""
+
+TEXT_LOGPROBS = "message.output_text.logprobs"
+"""``include``'s ask for the text's log probabilities (``top_logprobs`` alternatives each)."""
 
 MAX_TOKENS = 2**31 - 1
 """Bound of token counts a client may ask for (what servers parse ``max_tokens`` into)."""

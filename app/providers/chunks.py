@@ -10,10 +10,15 @@ from app.protocol.response import Usage
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
-    """A piece of the answer's text."""
+    """A piece of the answer's text, with its tokens' log probabilities when they were asked for.
+
+    ``logprobs``: Chat Completions' ``logprobs.content`` entries of the piece's tokens, as the
+    model server sent them (``token``, ``logprob``, ``bytes``, ``top_logprobs``).
+    """
 
     type: Literal["text"] = "text"
     text: str
+    logprobs: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -394,7 +394,7 @@ class _Piece:
     A run's texts are joined when it ends, so a token costs a list append, not a chunk object.
     """
 
-    __slots__ = ("_calls", "_chunks", "_kind", "_texts", "finished")
+    __slots__ = ("_calls", "_chunks", "_kind", "_logprobs", "_texts", "finished")
 
     def __init__(self, calls: _CallNumbers) -> None:
         self._calls = calls
@@ -403,6 +403,7 @@ class _Piece:
         self._chunks: list[Chunk] = []
         self._kind: type[TextDelta | ReasoningDelta] = TextDelta
         self._texts: list[str] = []
+        self._logprobs: list[dict[str, Any]] = []
 
     def add(self, payload: dict[str, Any]) -> None:
         """One Chat Completions chunk's deltas, finish reasons and usage, in that order."""
@@ -412,8 +413,10 @@ class _Piece:
             if reasoning:
                 self._text(ReasoningDelta, reasoning)
             content = delta.get("content")
-            if content:
-                self._text(TextDelta, content)
+            # a token's piece of a character can be empty text: its log probability still counts
+            logprobs = _logprobs_of(choice)
+            if content or logprobs:
+                self._text(TextDelta, content or "", logprobs)
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") or {}
                 call_id = call.get("id")
@@ -438,11 +441,18 @@ class _Piece:
         self._close_run()
         return self._chunks
 
-    def _text(self, kind: type[TextDelta | ReasoningDelta], text: str) -> None:
+    def _text(
+        self,
+        kind: type[TextDelta | ReasoningDelta],
+        text: str,
+        logprobs: list[dict[str, Any]] | None = None,
+    ) -> None:
         if kind is not self._kind:
             self._close_run()
             self._kind = kind
         self._texts.append(text)
+        if logprobs:
+            self._logprobs.extend(logprobs)
 
     def _other(self, chunk: Chunk) -> None:
         self._close_run()
@@ -450,8 +460,24 @@ class _Piece:
 
     def _close_run(self) -> None:
         if self._texts:
-            self._chunks.append(self._kind(text="".join(self._texts)))
+            text = "".join(self._texts)
+            if self._kind is TextDelta and self._logprobs:
+                self._chunks.append(TextDelta(text=text, logprobs=tuple(self._logprobs)))
+                self._logprobs = []
+            else:
+                self._chunks.append(self._kind(text=text))
             self._texts = []
+
+
+def _logprobs_of(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A choice's ``logprobs.content`` entries (the text's tokens), if it has any."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return (
+        [entry for entry in content if isinstance(entry, dict)]
+        if isinstance(content, list)
+        else None
+    )
 
 
 class _CallNumbers:

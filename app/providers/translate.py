@@ -299,7 +299,7 @@ def reasoning_effort_param(effort: str | None, accepted: Sequence[str]) -> dict[
     return {"reasoning_effort": nearest}
 
 
-def chat_params(
+def chat_params(  # noqa: PLR0913 - keywords, one per Chat Completions parameter
     *,
     temperature: float | None,
     top_p: float | None,
@@ -307,9 +307,16 @@ def chat_params(
     frequency_penalty: float | None,
     max_output_tokens: int | None,
     text_format: dict[str, Any] | None,
+    top_logprobs: int | None = None,
 ) -> dict[str, Any]:
-    """Sampling parameters in Chat Completions names; unset ones are left to the model server."""
+    """Sampling parameters in Chat Completions names; unset ones are left to the model server.
+
+    ``top_logprobs``: None, no log probabilities; else the tokens' own and as many alternatives.
+    """
     params: dict[str, Any] = {}
+    if top_logprobs is not None:
+        params["logprobs"] = True
+        params["top_logprobs"] = top_logprobs
     for name, value in (
         ("temperature", temperature),
         ("top_p", top_p),

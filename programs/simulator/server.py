@@ -3,7 +3,9 @@
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (streaming and not) and
 ``GET /health``. Anything else is a 404 JSON error; a body that is not a JSON object is a 400.
 What to answer is decided by :mod:`programs.simulator.behaviour`; this module only puts it on the
-wire, streaming chunks laid out the way vLLM sends them.
+wire, streaming chunks laid out the way vLLM sends them. With ``logprobs: true`` every content
+token carries its log probability (:data:`SIM_LOGPROB`) and ``top_logprobs`` alternatives: the
+token itself first, then ``<token>#1``, ``<token>#2``… at -1, -2….
 
 It runs on the stdlib ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive: JSON answers carry a
 ``Content-Length``, streams use chunked transfer encoding with one chunk per SSE event (chunks
@@ -118,16 +120,19 @@ class _Handler(BaseHTTPRequestHandler):
             created=int(time.time()),
             model=model if isinstance(model, str) and model else config.models[0],
         )
+        top = _top_logprobs(request)
         if request.get("stream") is True:
             options = request.get("stream_options")
             include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
-            self._stream(stream_chunks(plan, completion, include_usage=include_usage))
+            self._stream(
+                stream_chunks(plan, completion, include_usage=include_usage, top_logprobs=top)
+            )
             return
         token_chunks = len(plan.reasoning) + len(plan.content) + len(plan.tool_calls)
         delay_ms = plan.ttft_ms + plan.token_delay_ms * max(token_chunks - 1, 0)
         if delay_ms > 0:
             time.sleep(delay_ms / 1000)
-        self._send_json(200, completion_body(plan, completion))
+        self._send_json(200, completion_body(plan, completion, top_logprobs=top))
 
     def _stream(self, chunks: Iterator[tuple[float, bytes]]) -> None:
         self.send_response(200)
@@ -193,7 +198,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def stream_chunks(
-    plan: AnswerPlan, completion: _Completion, *, include_usage: bool
+    plan: AnswerPlan,
+    completion: _Completion,
+    *,
+    include_usage: bool,
+    top_logprobs: int | None = None,
 ) -> Iterator[tuple[float, bytes]]:
     """Lay out a planned answer as vLLM's Chat Completions stream.
 
@@ -201,6 +210,8 @@ def stream_chunks(
         plan: The answer.
         completion: The id, creation time and model every chunk repeats.
         include_usage: Whether to end with a usage chunk (``stream_options.include_usage``).
+        top_logprobs: None: no log probabilities; else each content token's, with as many
+            alternatives.
 
     Yields:
         ``(seconds to wait before sending, the chunk as JSON)``, without the final ``[DONE]``.
@@ -214,6 +225,14 @@ def stream_chunks(
     yield plan.ttft_ms / 1000, _json(chunk({"role": "assistant", "content": ""}))
     token_delay = plan.token_delay_ms / 1000
     for i, delta in enumerate(_token_deltas(plan)):
+        content = delta.get("content")
+        if top_logprobs is not None and isinstance(content, str):
+            with_logprobs = chunk(delta)
+            with_logprobs["choices"][0]["logprobs"] = {
+                "content": [token_logprob(content, top_logprobs)]
+            }
+            yield (token_delay if i else 0.0), _json(with_logprobs)
+            continue
         yield (token_delay if i else 0.0), tokens.encode(delta)
     yield 0.0, _json(chunk({}, plan.finish_reason))
     if include_usage:
@@ -279,12 +298,16 @@ def _split(text: str, pieces: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def completion_body(plan: AnswerPlan, completion: _Completion) -> dict[str, Any]:
+def completion_body(
+    plan: AnswerPlan, completion: _Completion, *, top_logprobs: int | None = None
+) -> dict[str, Any]:
     """Build the non-streaming ``chat.completion`` object of a planned answer.
 
     Args:
         plan: The answer.
         completion: The completion's id, creation time and model.
+        top_logprobs: None: no log probabilities; else each content token's, with as many
+            alternatives.
 
     Returns:
         The JSON-able response body.
@@ -302,7 +325,17 @@ def completion_body(plan: AnswerPlan, completion: _Completion) -> dict[str, Any]
             for call in plan.tool_calls
         ],
     }
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": plan.finish_reason}
+    logprobs = (
+        None
+        if top_logprobs is None or plan.tool_calls
+        else {"content": [token_logprob(token, top_logprobs) for token in plan.content]}
+    )
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": plan.finish_reason,
+    }
     return _envelope(completion, "chat.completion", choices=[choice], usage=_usage(plan))
 
 
@@ -364,3 +397,29 @@ def serve(host: str, port: int, config: SimConfig) -> None:
         logger.info("model simulator stopped")
     finally:
         server.server_close()
+
+
+SIM_LOGPROB = -0.25
+"""The log probability the simulator gives every token it answers with."""
+MAX_TOP_LOGPROBS = 20
+
+
+def _top_logprobs(request: Mapping[str, Any]) -> int | None:
+    """None unless the request asks for ``logprobs``; then how many alternatives (0–20)."""
+    if request.get("logprobs") is not True:
+        return None
+    top = request.get("top_logprobs")
+    return min(max(top, 0), MAX_TOP_LOGPROBS) if isinstance(top, int) else 0
+
+
+def token_logprob(token: str, top: int) -> dict[str, Any]:
+    """A content token's ``logprobs.content`` entry, as vLLM sends it."""
+
+    def entry(text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    alternatives = [entry(f"{token}#{k}", -float(k)) for k in range(1, top)]
+    return {
+        **entry(token, SIM_LOGPROB),
+        "top_logprobs": [entry(token, SIM_LOGPROB)][:top] + alternatives,
+    }

@@ -734,3 +734,32 @@ def test_provider_asks_again_without_the_effort_only_after_a_refusal_of_no_known
     assert caught.value.code == "context_length_exceeded"
     assert len(recorder.requests) == 1
     assert provider.refuses_effort == set()
+
+
+def _with_logprobs(content: str, *entries: dict[str, Any]) -> dict[str, Any]:
+    payload = choice({"content": content})
+    payload["choices"][0]["logprobs"] = {"content": list(entries)}
+    return payload
+
+
+def test_provider_carries_each_token_s_logprobs_with_its_text(
+    make_provider: Callable[..., ChatCompletionsProvider],
+) -> None:
+    hel = {"token": "Hel", "logprob": -0.1, "bytes": [72, 101, 108], "top_logprobs": []}
+    lo = {"token": "lo", "logprob": -0.2, "bytes": [108, 111], "top_logprobs": []}
+    half = {"token": "\ufffd", "logprob": -0.3, "bytes": [226], "top_logprobs": []}  # no text yet
+    pieces = [
+        sse(_with_logprobs("Hel", hel), _with_logprobs("lo", lo))[:-14],
+        sse(_with_logprobs("", half), choice({}, finish_reason="stop")),
+    ]
+    recorder = Recorder(
+        httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(pieces))
+    )
+
+    chunks = list(make_provider(recorder).stream(REQUEST))
+
+    assert chunks == [
+        TextDelta(text="Hello", logprobs=(hel, lo)),
+        TextDelta(text="", logprobs=(half,)),
+        Finish(reason="stop"),
+    ]

@@ -2,6 +2,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from openai.types.responses import (
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
+)
+
 from app.output import OutputBuilder, TurnOutput, item_id
 from app.protocol.response import Usage
 from app.providers.chunks import (
@@ -235,3 +242,59 @@ def test_output_builder_item_ids_are_deterministic(store: ResponseStore) -> None
     assert first.calls[0]["call_id"] == again.calls[0]["call_id"]
     assert first.calls[0]["call_id"].startswith("call_")
     assert item_id("msg", rid, 1, 3) != item_id("msg", f"{rid}x", 1, 3)
+
+
+def _logprob(token: str, logprob: float, *tops: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [*tops],
+    }
+
+
+def test_output_builder_carries_the_tokens_logprobs_to_the_events_and_the_part(
+    store: ResponseStore,
+) -> None:
+    rid = new_response(store)
+    hel = _logprob("Hel", -0.1, _logprob("Hel", -0.1), _logprob("Hal", -2.0))
+    lo = {"token": "lo", "logprob": float("-inf"), "bytes": None, "top_logprobs": None}
+
+    output = build(
+        store,
+        rid,
+        [TextDelta(text="Hel", logprobs=(hel,)), TextDelta(text="lo", logprobs=(lo,))],
+    )
+
+    [message] = output.items
+    part = ResponseOutputMessage.model_validate(message).content[0]
+    assert isinstance(part, ResponseOutputText) and part.logprobs is not None
+    assert [(p.token, p.bytes, p.logprob) for p in part.logprobs] == [
+        ("Hel", [72, 101, 108], -0.1),
+        ("lo", [108, 111], -9999.0),  # minus infinity, as vLLM writes it; bytes from the token
+    ]
+    assert [(t.token, t.logprob) for t in part.logprobs[0].top_logprobs] == [
+        ("Hel", -0.1),
+        ("Hal", -2.0),
+    ]
+    emitted = events(store, rid)
+    deltas = [
+        ResponseTextDeltaEvent.model_validate(e) for e in emitted if e["type"].endswith("delta")
+    ]
+    assert [[(lp.token, lp.logprob) for lp in d.logprobs] for d in deltas] == [
+        [("Hel", -0.1)],
+        [("lo", -9999.0)],
+    ]
+    [done] = [
+        ResponseTextDoneEvent.model_validate(e) for e in emitted if e["type"].endswith("text.done")
+    ]
+    assert [lp.token for lp in done.logprobs or []] == ["Hel", "lo"]
+
+
+def test_output_builder_without_logprobs_keeps_them_empty(store: ResponseStore) -> None:
+    rid = new_response(store)
+
+    output = build(store, rid, [TextDelta(text="Hi")])
+
+    assert output.items[0]["content"][0]["logprobs"] == []
+    assert all(e.get("logprobs", []) == [] for e in events(store, rid))
