@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import InvalidRequestError, quoted
-from app.protocol.client_tools import HOSTED_TOOL_TYPES
+from app.protocol.client_tools import HOSTED_TOOL_TYPES, HostedTool
 from app.protocol.request import CreateResponseRequest, CustomChoice, FunctionChoice, HostedChoice
 from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
 
@@ -32,7 +32,7 @@ def check_tool_choice(request: CreateResponseRequest) -> None:
             code="invalid_value",
         )
     if isinstance(choice, HostedChoice):
-        _check_forced_type(choice.type, {tool.type for tool in request.tools})
+        _check_forced_type(choice.type, request)
     if choice == "required" and not request.tools:
         raise InvalidRequestError(
             "tool_choice 'required' needs at least one tool.",
@@ -57,9 +57,14 @@ def _tool_names(request: CreateResponseRequest) -> set[str]:
     return names
 
 
-def _check_forced_type(forced: str, declared: set[str]) -> None:
-    """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run."""
-    if forced in UNAVAILABLE_TYPES:
+def _check_forced_type(forced: str, request: CreateResponseRequest) -> None:
+    """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run.
+
+    A type both kinds share (``tool_search``) is forced fine when a tool of it is the client's.
+    """
+    declared = {tool.type for tool in request.tools}
+    runnable = {tool.type for tool in request.tools if not isinstance(tool, HostedTool)}
+    if forced in UNAVAILABLE_TYPES and forced not in runnable:
         raise unavailable_tool_error(forced, "tool_choice")
     accepted = FORCED_TYPES.get(forced, {forced})
     if not accepted & declared:

@@ -481,7 +481,7 @@ _STATUS_KEPT = frozenset(
         "message", "function_call", "function_call_output", "custom_tool_call",
         "custom_tool_call_output", "computer_call", "computer_call_output", "local_shell_call",
         "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
-        "code_interpreter_call", "web_search_call",
+        "code_interpreter_call", "web_search_call", "tool_search_call", "tool_search_output",
     }
 )  # fmt: skip
 """Item types whose stored form has a ``status`` (OpenAI's SDK requires it of an item read back

@@ -166,6 +166,14 @@ class RunState:
     lease_lost: bool = False
     """Another run took the lease over: the lease is that run's to renew and give back."""
 
+    @property
+    def context(self) -> list[dict[str, Any]]:
+        """The items before the response's output: the history, then the input.
+
+        Tools they bring (a client's ``tool_search_output`` in the input) are the model's now.
+        """
+        return [*self.history, *self.inputs]
+
 
 def advance_response(
     deps: RunDeps, response_id: str, turn: int, *, counts_start: bool = False
@@ -258,7 +266,7 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     kinds = deps.kinds
     state.response = kinds.before_step(deps.kind_deps, _step_input(state), sink)
     unanswered = plan_tool_calls(
-        state.response, unanswered_calls(state.response, kinds), history=state.history, kinds=kinds
+        state.response, unanswered_calls(state.response, kinds), history=state.context, kinds=kinds
     )
     missing = collect_tool_results(deps, state, sink, unanswered.runs)
     if missing:
@@ -284,7 +292,7 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     )
     _remember(deps, state, output)
     state.turn += 1
-    plan = plan_tool_calls(state.response, output.calls, history=state.history, kinds=kinds)
+    plan = plan_tool_calls(state.response, output.calls, history=state.context, kinds=kinds)
     step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
         for rejection in plan.rejected:
@@ -418,7 +426,7 @@ def _model_params(deps: RunDeps, state: RunState) -> dict[str, Any]:
 def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response, kinds = state.response, deps.kinds
-    chain = [*state.history, *response.output]
+    chain = [*state.context, *response.output]
     items = prepared_items(
         deps.store,
         deps.settings,

@@ -7,9 +7,11 @@ business, and the model reads it back as the call's arguments.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.protocol.client_tools import CustomTool, NamespaceFunction, NamespaceTool
 
 Status = Literal["in_progress", "completed", "incomplete"] | None
 
@@ -138,6 +140,37 @@ class ComputerCallOutputItem(_Strict):
     status: Status = None
 
 
+Execution = Literal["server", "client"]
+
+
+class ToolSearchCallItem(_Strict):
+    """A search the model asked the client's ``tool_search`` for (``arguments``: an object)."""
+
+    type: Literal["tool_search_call"]
+    call_id: str = Field(min_length=1)
+    arguments: dict[str, Any]
+    execution: Execution = "client"
+    id: str | None = None
+    status: Status = None
+
+
+SearchedTool = Annotated[
+    NamespaceFunction | CustomTool | NamespaceTool, Field(discriminator="type")
+]
+"""What a ``tool_search_output`` may load: the tools the model is then offered."""
+
+
+class ToolSearchOutputItem(_Strict):
+    """The tools the client's search loaded: the model may call them from then on."""
+
+    type: Literal["tool_search_output"]
+    call_id: str = Field(min_length=1)
+    tools: list[SearchedTool]
+    execution: Execution = "client"
+    id: str | None = None
+    status: Status = None
+
+
 CLIENT_ITEM_PREFIXES = {
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
@@ -149,5 +182,7 @@ CLIENT_ITEM_PREFIXES = {
     "local_shell_call_output": "lsho",
     "computer_call": "cu",
     "computer_call_output": "cuo",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
 }
 """The id prefix of each item type above (an input item without an ``id`` gets one)."""

@@ -1,8 +1,8 @@
 """Request tools beyond function, MCP and the fleet's own: client-executed kinds and hosted tools.
 
 Shapes of the pinned ``openai`` SDK's ``ToolParam`` members. The client-executed kinds pause the
-response like ``function`` (app/tools/client.py); hosted tools the fleet cannot run are dropped
-or refused (app/tools/hosted.py).
+response like ``function`` (app/tools/client_calls.py, app/tools/tool_search.py); hosted tools the
+fleet cannot run are dropped or refused (app/tools/hosted.py).
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class NamespaceFunction(_Strict):
     output_schema: dict[str, Any] | None = None
     allowed_callers: Callers = None
     defer_loading: bool | None = None
+    async_: bool | None = Field(default=None, alias="async", exclude=True)
+    """The SDK's, taken and dropped: the fleet runs every call in its turn."""
 
 
 class NamespaceTool(_Strict):
@@ -114,6 +116,20 @@ class ComputerUsePreviewTool(_Strict):
     environment: Literal["windows", "mac", "linux", "ubuntu", "browser"]
 
 
+class ToolSearchTool(_Strict):
+    """``tool_search`` run by the client: the model searches, the client loads deferred tools.
+
+    The client answers the ``tool_search_call`` with a ``tool_search_output`` whose ``tools``
+    the model may call from then on. One run by OpenAI (no ``execution``, or ``server``) is a
+    hosted tool (:class:`HostedTool`).
+    """
+
+    type: Literal["tool_search"]
+    execution: Literal["client"]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
 HostedToolType = Literal[
     "web_search",
     "web_search_2025_08_26",
@@ -154,11 +170,22 @@ class ExtensionTool(BaseModel):
     type: str = Field(pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$", max_length=128)
 
 
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def is_client_tool_search(tool: Any) -> bool:
+    """Whether a declared tool is a ``tool_search`` the client runs (a dict or a model)."""
+    return bool(_field(tool, "type") == "tool_search" and _field(tool, "execution") == "client")
+
+
 def tool_tag(value: Any) -> str | None:
     """The union member of a request's tool: its ``type``, or ``hosted`` / ``extension``."""
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    kind = _field(value, "type")
     if not isinstance(kind, str):
         return None
+    if is_client_tool_search(value):
+        return kind
     if kind in HOSTED_TOOL_TYPES:
         return "hosted"
     return "extension" if ":" in kind else kind

@@ -25,6 +25,8 @@ from app.protocol.client_items import (
     LocalShellCallOutputItem,
     ShellCallItem,
     ShellCallOutputItem,
+    ToolSearchCallItem,
+    ToolSearchOutputItem,
 )
 
 
@@ -285,7 +287,9 @@ InputItem = Annotated[
     | Annotated[LocalShellCallItem, Tag("local_shell_call")]
     | Annotated[LocalShellCallOutputItem, Tag("local_shell_call_output")]
     | Annotated[ComputerCallItem, Tag("computer_call")]
-    | Annotated[ComputerCallOutputItem, Tag("computer_call_output")],
+    | Annotated[ComputerCallOutputItem, Tag("computer_call_output")]
+    | Annotated[ToolSearchCallItem, Tag("tool_search_call")]
+    | Annotated[ToolSearchOutputItem, Tag("tool_search_output")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",

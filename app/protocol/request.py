@@ -27,6 +27,7 @@ from app.protocol.client_tools import (
     NamespaceFunction,
     NamespaceTool,
     ShellTool,
+    ToolSearchTool,
     tool_tag,
 )
 from app.protocol.conversations import ConversationRef
@@ -175,6 +176,7 @@ Tool = Annotated[
     | Annotated[LocalShellTool, Tag("local_shell")]
     | Annotated[ComputerTool, Tag("computer")]
     | Annotated[ComputerUsePreviewTool, Tag("computer_use_preview")]
+    | Annotated[ToolSearchTool, Tag("tool_search")]
     | Annotated[HostedTool, Tag("hosted")]
     | Annotated[ExtensionTool, Tag("extension")],
     Discriminator(
@@ -230,6 +232,7 @@ class HostedChoice(_Strict):
         "apply_patch",
         "shell",
         "programmatic_tool_calling",
+        "tool_search",  # not in the SDK's choices: forces a tool_search the client runs
     ]
 
 

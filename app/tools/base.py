@@ -36,6 +36,8 @@ class ToolKind(StrEnum):
     LOCAL_SHELL = "local_shell"
     COMPUTER = "computer"
     """The client's fixed tools (``app/tools/client_calls.py``)."""
+    TOOL_SEARCH = "tool_search"
+    """The client's search over tools it holds back (``execution: "client"``)."""
     WEB_SEARCH = "web_search"
     """OpenAI's web search, run by an operator's internal plugin (presents its calls)."""
 

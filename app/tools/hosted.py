@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import InvalidRequestError
-from app.protocol.client_tools import HOSTED_TOOL_TYPES, WEB_SEARCH_TYPES
+from app.protocol.client_tools import HOSTED_TOOL_TYPES, WEB_SEARCH_TYPES, tool_tag
 from app.tools.base import ToolKind
 from app.tools.kinds import PreparedTools, RequestContext, ToolKindSpec
 
@@ -41,8 +41,8 @@ def check_hosted_tools(context: RequestContext, declared: list[Item]) -> Prepare
     """
     kept = []
     for index, tool in enumerate(declared):
-        if tool["type"] not in UNAVAILABLE_TYPES:
-            kept.append(tool)
+        if tool["type"] not in UNAVAILABLE_TYPES or tool_tag(tool) != "hosted":
+            kept.append(tool)  # not hosted, or a kind of the same type (the client's search)
         elif context.settings.unavailable_hosted_tools == "reject":
             raise unavailable_tool_error(tool["type"], f"tools.{index}")
     return PreparedTools(tools=kept)

@@ -127,6 +127,9 @@ class ToolKindSpec:
     """The kind's name (``ToolDefinition.kind``)."""
     tool_types: tuple[str, ...]
     """The ``type`` of the request's ``tools`` entries of this kind."""
+    accepts: Callable[[Mapping[str, Any]], bool] | None = None
+    """For a ``type`` a later kind also lists: whether a declared tool of it is this kind's
+    (a ``tool_search`` the client runs, where the hosted kind takes OpenAI's). None: all are."""
     presenter: CallPresenter = FUNCTION_CALLS
     """How the calls of this kind's tools look on the wire."""
     queue: str | None = None
@@ -174,15 +177,16 @@ class ToolKinds:
     def __init__(self, specs: Sequence[ToolKindSpec]):
         self.specs = tuple(specs)
         self._by_name: dict[str, ToolKindSpec] = {}
-        self._by_type: dict[str, ToolKindSpec] = {}
+        self._by_type: dict[str, list[ToolKindSpec]] = {}
         for spec in self.specs:
             if spec.name in self._by_name:
                 raise ValueError(f"tool kind '{spec.name}' is registered twice")
             self._by_name[spec.name] = spec
             for tool_type in spec.tool_types:
-                if tool_type in self._by_type:
+                sharing = self._by_type.setdefault(tool_type, [])
+                if any(earlier.accepts is None for earlier in sharing):
                     raise ValueError(f"tool type '{tool_type}' belongs to two kinds")
-                self._by_type[tool_type] = spec
+                sharing.append(spec)
         self.presenters = PresenterIndex(
             {spec.name: spec.presenter for spec in self.specs},
             extra=[p for spec in self.specs for p in spec.item_presenters],
@@ -204,8 +208,29 @@ class ToolKinds:
 
         A ``provider:tool_type`` type belongs to the kind that lists :data:`EXTENSION_TYPE`.
         """
+        for spec in self._specs_of_type(tool):
+            if spec.accepts is None or spec.accepts(tool):
+                return spec
+        return None
+
+    def _specs_of_type(self, tool: Mapping[str, Any]) -> list[ToolKindSpec]:
         kind = str(tool.get("type"))
-        return self._by_type.get(EXTENSION_TYPE if ":" in kind else kind)
+        return self._by_type.get(EXTENSION_TYPE if ":" in kind else kind, [])
+
+    def _choice_name(self, ref: Mapping[str, Any]) -> str | None:
+        """The tool a reference by type names (``{"type": "tool_search"}``: the client's one).
+
+        A reference carries no more than its type: the first kind of that type that names a
+        tool by it does (``check_tool_choice`` refused the choices no declared tool meets).
+        """
+        specs = self._specs_of_type(ref)
+        if not specs:
+            return named_tool(dict(ref))  # a hosted tool of no kind
+        for spec in specs:
+            name = spec.choice_name(dict(ref))
+            if name:
+                return name
+        return None
 
     def queue_of(self, tool: ToolDefinition) -> str | None:
         """Where the calls of ``tool`` run; None: the client runs them."""
@@ -266,8 +291,7 @@ class ToolKinds:
             return None
         names = set()
         for ref in tool_choice.get("tools", []):
-            spec = self.spec_of_tool(ref)
-            name = spec.choice_name(ref) if spec is not None else named_tool(ref)
+            name = self._choice_name(ref)
             if name:
                 names.add(name)
         return frozenset(names)
@@ -279,8 +303,7 @@ class ToolKinds:
         """
         if not isinstance(tool_choice, dict) or tool_choice.get("type") in _MODEL_CHOICES:
             return tool_choice
-        spec = self.spec_of_tool(tool_choice)
-        name = spec.choice_name(tool_choice) if spec is not None else None
+        name = self._choice_name(tool_choice)
         return {"type": "function", "name": name} if name else tool_choice
 
     def is_allowed(self, tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:
@@ -292,9 +315,8 @@ class ToolKinds:
             return False
         return any(spec.is_chosen(tool, ref) for ref in tool_choice.get("tools", []))
 
-    @staticmethod
-    def _of(spec: ToolKindSpec, tools: Sequence[Item]) -> list[Item]:
-        return [tool for tool in tools if tool.get("type") in spec.tool_types]
+    def _of(self, spec: ToolKindSpec, tools: Sequence[Item]) -> list[Item]:
+        return [tool for tool in tools if self.spec_of_tool(tool) is spec]
 
     # -- creating a response -------------------------------------------------------------------
 

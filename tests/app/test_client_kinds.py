@@ -426,3 +426,185 @@ def test_tool_choice_by_type_forces_the_kinds_function(
 
     assert turn.model.requests[0].tool_choice == {"type": "function", "name": forced}
     assert turn.events[-1]["response"]["tool_choice"] == choice  # echoed as sent
+
+
+# -- tool_search the client runs (Codex CLI's deferred MCP tools) ----------------------------------
+
+CLIENT_SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Search the deferred tools.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string"}, "limit": {"type": "number"}},
+        "required": ["query"],
+    },
+}
+LOADED = [
+    {
+        "type": "namespace",
+        "name": "mcp__crm__",
+        "description": "The CRM server's tools.",
+        "tools": [
+            {
+                "type": "function",
+                "name": "lookup",
+                "description": "Find a customer.",
+                "parameters": {"type": "object", "properties": {"who": {"type": "string"}}},
+                "strict": False,
+                "defer_loading": True,
+            }
+        ],
+    },
+    {"type": "function", "name": "clock", "parameters": {"type": "object", "properties": {}}},
+]
+SEARCH_OUTPUT = {
+    "type": "tool_search_output",
+    "call_id": "call_1",
+    "execution": "client",
+    "status": "completed",
+    "tools": LOADED,
+}
+
+
+def test_client_tool_search_is_offered_with_its_schema_and_its_call_pauses(run: Run) -> None:
+    turn = run(call("tool_search", {"query": "crm", "limit": 3}), tools=[WEATHER, CLIENT_SEARCH])
+
+    offered = {tool["name"]: tool for tool in turn.model.requests[0].tools}
+    assert offered["tool_search"]["parameters"] == CLIENT_SEARCH["parameters"]
+    assert offered["tool_search"]["description"] == "Search the deferred tools."
+    [item] = turn.output
+    assert item == {
+        "id": item["id"],
+        "type": "tool_search_call",
+        "status": "completed",
+        "call_id": "call_1",
+        "execution": "client",
+        "arguments": {"query": "crm", "limit": 3},
+    }
+    assert item["id"].startswith("tsc_")
+    sdk_valid(turn)
+    added = [e["item"] for e in turn.events if e["type"] == "response.output_item.added"]
+    assert added == [item]
+    assert turn.events[-1]["response"]["status"] == "completed"  # paused for the client
+    assert turn.events[-1]["response"]["tools"][1] == CLIENT_SEARCH  # echoed as declared
+
+
+def test_tool_search_output_offers_its_tools_and_the_model_reads_the_search(run: Run) -> None:
+    first = run(call("tool_search", {"query": "crm"}), tools=[CLIENT_SEARCH])
+    INPUT_ITEM.validate_python(SEARCH_OUTPUT)
+
+    second = run(
+        call("mcp__crm____lookup", {"who": "Ada"}, call_id="call_2"),
+        input=[SEARCH_OUTPUT],
+        previous_response_id=first.response_id,
+        tools=[CLIENT_SEARCH],
+    )
+
+    request = second.model.requests[0]
+    assert [tool["name"] for tool in request.tools] == [
+        "tool_search",
+        "mcp__crm____lookup",
+        "clock",
+    ]
+    seen = request.items[-2:]
+    assert (seen[0]["type"], seen[0]["name"]) == ("function_call", "tool_search")
+    assert json.loads(seen[0]["arguments"]) == {"query": "crm"}
+    loaded = {"loaded_tools": ["mcp__crm____lookup", "clock"]}
+    assert seen[1] == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": json.dumps(loaded),
+    }
+    assert to_chat_messages(None, seen) == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "tool_search", "arguments": seen[0]["arguments"]},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(loaded)},
+    ]
+    [item] = second.output
+    assert (item["type"], item["name"], item["namespace"]) == (
+        "function_call",
+        "lookup",
+        "mcp__crm__",
+    )
+    assert json.loads(item["arguments"]) == {"who": "Ada"}
+    sdk_valid(second)
+    assert second.events[-1]["response"]["status"] == "completed"
+
+
+def test_tools_a_search_loaded_are_not_offered_without_its_output(run: Run) -> None:
+    turn = run(answer("Hi."), tools=[CLIENT_SEARCH])
+
+    assert [tool["name"] for tool in turn.model.requests[0].tools] == ["tool_search"]
+
+
+def test_tool_search_items_replayed_as_history_reach_the_model(run: Run) -> None:
+    # Codex's way: no previous_response_id, its whole history (and its tools) sent again.
+    first = run(call("tool_search", {"query": "crm"}), tools=[CLIENT_SEARCH])
+    [search] = first.output
+    INPUT_ITEM.validate_python(search)
+    history = [{"role": "user", "content": "go"}, search, SEARCH_OUTPUT]
+
+    second = run(answer("Found it."), input=history, tools=[CLIENT_SEARCH])
+
+    seen = second.model.requests[0].items[-2:]
+    assert (seen[0]["name"], seen[1]["call_id"]) == ("tool_search", "call_1")
+    assert "clock" in [tool["name"] for tool in second.model.requests[0].tools]
+
+
+def test_a_server_tool_search_is_still_a_hosted_tool(run: Run) -> None:
+    turn = run(answer("Hi."), tools=[WEATHER, {"type": "tool_search", "execution": "server"}])
+
+    assert [tool["name"] for tool in turn.model.requests[0].tools] == ["weather"]
+
+
+def test_tool_choice_tool_search_forces_the_clients_search(run: Run) -> None:
+    choice = {"type": "tool_search"}
+
+    turn = run(answer("ok"), tools=[WEATHER, CLIENT_SEARCH], tool_choice=choice)
+
+    assert turn.model.requests[0].tool_choice == {"type": "function", "name": "tool_search"}
+
+
+@pytest.mark.parametrize("tools", [[{"type": "tool_search"}], [WEATHER]])
+def test_tool_choice_tool_search_without_a_client_search_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings], tools: list[Any]
+) -> None:
+    body = {"model": "m", "input": "go", "tools": tools, "tool_choice": {"type": "tool_search"}}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), body)
+
+    assert (caught.value.param, caught.value.code) == ("tool_choice", "unsupported_tool")
+
+
+@pytest.mark.parametrize(
+    ("item", "param"),
+    [
+        ({**SEARCH_OUTPUT, "call_id": "nope"}, "input.0.call_id"),
+        ({**SEARCH_OUTPUT, "tools": [{"type": "mcp", "server_label": "x"}]}, "input.0.tools.0"),
+        ({**SEARCH_OUTPUT, "tools": [{"type": "function"}]}, "input.0.tools.0.name"),
+        ({**SEARCH_OUTPUT, "tools": "clock"}, "input.0.tools"),
+        (
+            {"type": "tool_search_call", "call_id": "c", "arguments": "{}", "execution": "client"},
+            "input.0.arguments",
+        ),
+        ({"type": "tool_search_call", "arguments": {}}, "input.0.call_id"),
+    ],
+)
+def test_malformed_tool_search_items_are_400(run: Run, item: dict[str, Any], param: str) -> None:
+    first = run(call("tool_search", {"query": "crm"}), tools=[CLIENT_SEARCH])
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[item], previous_response_id=first.response_id)
+
+    assert caught.value.param == param

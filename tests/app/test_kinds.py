@@ -71,7 +71,8 @@ def test_every_builtin_kind_is_registered_once() -> None:
     names = [spec.name for spec in KINDS.specs]
     assert sorted(names) == sorted(ToolKind) and len(set(names)) == len(names)
     tool_types = [t for spec in KINDS.specs for t in spec.tool_types]
-    assert len(set(tool_types)) == len(tool_types)
+    taking_all = [t for spec in KINDS.specs if spec.accepts is None for t in spec.tool_types]
+    assert len(set(taking_all)) == len(taking_all)  # one kind takes what the others leave
     assert {"function", "internal", "mcp", "code_interpreter", "sandbox"} < set(tool_types)
     assert {"custom", "namespace", "web_search", "file_search"} < set(tool_types)
     assert KINDS.queues == ("tools.mcp", "tools.sandbox", "tools.internal")
@@ -83,6 +84,16 @@ def test_a_kind_or_a_tool_type_registered_twice_is_refused() -> None:
         ToolKinds((*BUILTIN_KINDS, FUNCTION_KIND))
     with pytest.raises(ValueError, match="belongs to two kinds"):
         ToolKinds((*BUILTIN_KINDS, ToolKindSpec(name="other", tool_types=("function",))))
+    picky = ToolKindSpec(name="other", tool_types=("function",), accepts=lambda tool: True)
+    with pytest.raises(ValueError, match="belongs to two kinds"):
+        ToolKinds((*BUILTIN_KINDS, picky))  # after a kind that takes them all: never reached
+
+
+def test_a_type_two_kinds_share_is_the_first_accepting_kinds() -> None:
+    client = {"type": "tool_search", "execution": "client"}
+    assert KINDS.spec_of_tool(client) is KINDS.spec(ToolKind.TOOL_SEARCH)
+    assert KINDS.spec_of_tool({"type": "tool_search"}) is KINDS.spec(ToolKind.HOSTED)
+    assert KINDS.spec_of_tool({**client, "execution": "server"}) is KINDS.spec(ToolKind.HOSTED)
 
 
 def test_a_new_kind_is_offered_defined_and_presented_from_its_spec_alone() -> None:
