@@ -22,6 +22,8 @@ from openai.types.responses import (
     ResponseCustomToolCallInputDoneEvent,
     ResponseFunctionShellToolCall,
     ResponseFunctionToolCall,
+    ResponseOutputItemAddedEvent,
+    ResponseToolSearchCall,
 )
 from openai.types.responses.response_output_item import LocalShellCall
 
@@ -178,3 +180,56 @@ def test_an_image_in_a_function_result_reaches_the_model_after_the_results(
             ],
         },
     ]
+
+
+SEARCH = {
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Search the deferred tools.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+CRM = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "The CRM's tools.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"who": {"type": "string"}}},
+            "defer_loading": True,
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["chained", "history"])
+def test_client_tool_search_pauses_then_its_tools_are_called(
+    client: openai.OpenAI, store: bool
+) -> None:
+    stream = create(client, 'Find [call tool_search {"query": "crm"}]', [SEARCH], stream=True)
+    events = list(stream)
+
+    final = events[-1].response
+    [search] = final.output
+    assert isinstance(search, ResponseToolSearchCall)
+    assert (search.arguments, search.execution) == ({"query": "crm"}, "client")
+    [added] = [e for e in events if isinstance(e, ResponseOutputItemAddedEvent)]
+    assert added.item.id == search.id
+    assert final.status == "completed"  # paused for the client
+
+    loaded = {"type": "tool_search_output", "call_id": search.call_id, "tools": [CRM]}
+    ask = {"role": "user", "content": 'Now [call crm__lookup {"who": "Ada"}]'}
+    if store:
+        called = create(client, [loaded, ask], [SEARCH], previous_response_id=final.id)
+    else:  # Codex's way: the whole history again, nothing kept
+        history = [{"role": "user", "content": "Find"}, search.to_dict(), loaded, ask]
+        called = create(client, history, [SEARCH], store=False)
+
+    [call] = called.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    assert (call.name, call.namespace, json.loads(call.arguments)) == (
+        "lookup",
+        "crm",
+        {"who": "Ada"},
+    )

@@ -16,6 +16,7 @@ its first message is a warm-up ``response.create`` with ``"stream": true`` and
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -26,11 +27,12 @@ import pytest
 from tests.e2e.conftest import Fleet
 from tests.e2e.own_fleet import own_fleet
 from tests.e2e.test_metrics import scrape, value
-from tests.support.mcp_servers import PIXEL_PNG
+from tests.support.mcp_servers import PIXEL_PNG, stdio_command
 from tests.support.recording import Recorder
 from tests.support.sentinel import wait_for
 
-CODEX = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules" / ".bin" / "codex"
+ROOT = Path(__file__).resolve().parents[2]
+CODEX = ROOT / ".venv" / "node" / "node_modules" / ".bin" / "codex"
 
 ROUTE = "/v1/responses"
 
@@ -104,20 +106,32 @@ def codex_exec(fleet: Fleet, tmp_path: Path, command: str, *, websockets: bool) 
 
 
 def run_codex(
-    fleet: Fleet, tmp_path: Path, prompt: str, *, websockets: bool
+    fleet: Fleet,
+    tmp_path: Path,
+    prompt: str,
+    *,
+    websockets: bool,
+    config: str = "",
+    resume: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``codex exec prompt`` against ``fleet``, in ``tmp_path / "work"``, its last message to
-    ``tmp_path / "answer.txt"``."""
+    ``tmp_path / "answer.txt"``.
+
+    ``config``: more top-level keys of ``config.toml`` (dotted for tables); ``resume``: go on
+    with the last session (``codex exec resume --last``), configured as before.
+    """
     home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir(exist_ok=True)
-    config = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
-    (home / "config.toml").write_text(config)
+    if not resume:
+        home.mkdir()
+        work.mkdir(exist_ok=True)
+        provider = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
+        (home / "config.toml").write_text(config + provider)
 
     return subprocess.run(
         [
             str(CODEX),
             "exec",
+            *(["resume", "--last"] if resume else []),
             "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox",  # the test's tmp dir is the sandbox
             "--output-last-message",
@@ -167,3 +181,57 @@ def test_codex_view_image_shows_the_model_the_image(
     assert shown["role"] == "user" and label["text"].startswith("From the result of view_image")
     assert image["image_url"]["url"].startswith("data:image/")
     assert image["image_url"].get("detail", "auto") in ("auto", "low", "high")
+
+
+CATALOG = Path(__file__).parent / "fixtures" / "codex_model_catalog.json"
+"""A model catalog for the simulator: ``gpt-5.5``'s entry of Codex 0.171's own catalog, renamed,
+its long prompt cut to a line, and ``supports_search_tool: true`` as every built-in entry has it
+(a catalog is how a user gets Codex's freeform ``apply_patch`` from another model)."""
+
+SEARCH_CONFIG = """\
+model_catalog_json = "{catalog}"
+mcp_optional_startup_grace_ms = 30000
+mcp_servers.crm.command = "{python}"
+mcp_servers.crm.args = {args}
+mcp_servers.crm.env = {{ PYTHONPATH = "{root}" }}
+"""
+"""The catalog, and the test MCP server over stdio. Codex starts its MCP servers as its first
+turn starts, and searches only the tools of the servers ready by then: the grace lets the
+server finish starting first."""
+
+
+@needs_codex
+def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
+) -> None:
+    """Codex defers its MCP tools behind ``tool_search`` (run by Codex: ``execution: "client"``).
+
+    The simulator answers a tool result with text, never with a second call, so the deferred
+    tool is called in a second turn (``codex exec resume``), whose history Codex sends again
+    with the search's call and output: the fleet offers the tools that output loaded.
+    """
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+    sent = sim_recorder.watch(marker)
+    python, args = stdio_command("crm")
+    config = SEARCH_CONFIG.format(catalog=CATALOG, python=python, args=json.dumps(args), root=ROOT)
+    search = f'{marker} [call tool_search {{"query": "echo text", "limit": 5}}]'
+
+    found = run_codex(fleet, tmp_path, search, websockets=False, config=config)
+
+    assert found.returncode == 0, found.stdout + found.stderr
+    offered = [tool["function"]["name"] for tool in sent[0]["tools"]]
+    assert "tool_search" in offered and "mcp__crm__echo" not in offered  # deferred
+    *_, call, result = sent[-1]["messages"]
+    assert call["tool_calls"][0]["function"]["name"] == "tool_search"
+    assert json.loads(result["content"]) == {"loaded_tools": ["mcp__crm__echo"]}
+    assert "mcp__crm__echo" in [tool["function"]["name"] for tool in sent[-1]["tools"]]
+
+    echo = f'{marker} again [call mcp__crm__echo {{"text": "{marker}"}}]'
+    called = run_codex(fleet, tmp_path, echo, websockets=False, resume=True)
+
+    assert called.returncode == 0, called.stdout + called.stderr
+    answer = (tmp_path / "answer.txt").read_text()
+    assert answer.startswith("Tool results: ")  # Codex ran the deferred tool on its server:
+    assert f'"result":"crm: {marker}"' in answer  # its echo, as Codex words an MCP result
+    *_, call, result = sent[-1]["messages"]
+    assert call["tool_calls"][0]["function"]["name"] == "mcp__crm__echo"
