@@ -39,6 +39,7 @@ _STUB_OF_CALL = {
     "computer_call": "computer_call_output",
     "shell_call": "shell_call_output",
     "apply_patch_call": "apply_patch_call_output",
+    "tool_search_call": "tool_search_output",
 }
 """A client-owned call's item type → the type of the result the client supplies."""
 
@@ -147,6 +148,8 @@ def required_input(
             stub = {"type": _STUB_OF_CALL[kind], "call_id": item["call_id"]}
             if kind == "function_call":
                 stub["name"] = item["name"]
+            if kind == "tool_search_call":
+                stub["execution"] = "client"  # the SDK's stub: the client's search answers it
             stubs.append(stub)
     return stubs
 

@@ -317,11 +317,13 @@ def test_required_input_names_what_the_client_owes() -> None:
         {"type": "function_call_output", "call_id": "b", "output": "done by the fleet"},
         {"type": "custom_tool_call", "call_id": "c", "name": "h", "input": ""},
         {"type": "mcp_approval_request", "id": "mcpr_1", "name": "x", "server_label": "s"},
+        {"type": "tool_search_call", "call_id": "d", "arguments": {}, "execution": "client"},
     ]
     assert required_input(output) == [
         {"type": "function_call_output", "call_id": "a", "name": "f"},
         {"type": "custom_tool_call_output", "call_id": "c"},
         {"type": "mcp_approval_response", "approval_request_id": "mcpr_1"},
+        {"type": "tool_search_output", "call_id": "d", "execution": "client"},
     ]
 
 

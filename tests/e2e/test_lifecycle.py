@@ -212,11 +212,16 @@ def test_input_items_of_every_kind_read_back_as_the_sdk_types_them(
         {"role": "user", "content": "q"},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "tool_search_call", "call_id": "c2", "arguments": {"query": "crm"}},
+        {"type": "tool_search_output", "call_id": "c2", "tools": []},
     ]
     response = client.responses.create(
         model="antwort-sim",
         input=history,  # type: ignore[arg-type]
-        tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        tools=[
+            {"type": "function", "name": "f", "parameters": {"type": "object"}},
+            {"type": "tool_search", "execution": "client"},
+        ],
     )
     conversation = client.conversations.create(items=history)  # type: ignore[arg-type]
 
@@ -238,6 +243,8 @@ def test_input_items_of_every_kind_read_back_as_the_sdk_types_them(
             "message",
             "function_call",
             "function_call_output",
+            "tool_search_call",
+            "tool_search_output",
         ]
     )
-    assert [item["status"] for item in items] == ["completed"] * 3
+    assert [item["status"] for item in items] == ["completed"] * 5
