@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from app.protocol.events import MERGEABLE_DELTAS, Event
 from app.store import StoredEvent
@@ -53,8 +54,23 @@ class ReplayGuard:
             self._consumed[key] += len(delta)
             if skip == len(delta):
                 return None
-            return {**event, "delta": delta[skip:]} if skip else event
+            if not skip:
+                return event
+            trimmed = {**event, "delta": delta[skip:]}
+            if event.get("logprobs"):
+                trimmed["logprobs"] = _tokens_after(event["logprobs"], skip)
+            return trimmed
         if self._structural[key] > 0:
             self._structural[key] -= 1
             return None
         return event
+
+
+def _tokens_after(logprobs: list[dict[str, Any]], skip: int) -> list[dict[str, Any]]:
+    """The logprobs of the tokens that end past the first ``skip`` characters of their text."""
+    kept, end = [], 0
+    for token in logprobs:
+        end += len(token.get("token") or "")
+        if end > skip:
+            kept.append(token)
+    return kept

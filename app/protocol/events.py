@@ -204,7 +204,10 @@ MERGEABLE_DELTAS = frozenset(
 
 
 def try_merge(previous: Event, event: Event) -> bool:
-    """Fold ``event``'s delta into ``previous`` when both are deltas of the same part."""
+    """Fold ``event``'s delta into ``previous`` when both are deltas of the same part.
+
+    A text delta's ``logprobs`` (its tokens') are folded in with its text.
+    """
     if event["type"] not in MERGEABLE_DELTAS or previous["type"] != event["type"]:
         return False
     if previous["item_id"] != event["item_id"]:
@@ -212,6 +215,8 @@ def try_merge(previous: Event, event: Event) -> bool:
     if previous.get("content_index") != event.get("content_index"):
         return False
     previous["delta"] += event["delta"]
+    if event.get("logprobs"):  # a new list: ``previous``'s may be shared with its emitter
+        previous["logprobs"] = [*previous.get("logprobs", []), *event["logprobs"]]
     return True
 
 

@@ -189,3 +189,22 @@ def test_the_flusher_is_woken_only_for_a_sink_due_before_its_next_look(
     assert idle.wakeups == 1
     idle.schedule(sinks[1], time.monotonic() + 0.01)  # due before the planned look
     assert idle.wakeups == 2
+
+
+def test_merged_text_deltas_keep_every_token_s_logprobs(store: ResponseStore) -> None:
+    rid = stored_response(store).id
+    sink = EventSink(store, rid, coalesce_seconds=60)
+    tokens = {
+        text: {"token": text, "logprob": -0.5, "bytes": [ord(text)], "top_logprobs": []}
+        for text in "abc"
+    }
+
+    for text in "abc":
+        sink.emit({**delta(text), "logprobs": [tokens[text]]})
+    sink.flush()
+
+    written = [json.loads(event.data) for event in store.events_after(rid, -1)]
+    assert [(e["delta"], e["logprobs"]) for e in written] == [
+        ("a", [tokens["a"]]),
+        ("bc", [tokens["b"], tokens["c"]]),
+    ]
