@@ -5,21 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.protocol.events import output_text_delta
 from app.replay import ReplayGuard
 from app.store import StoredEvent
 
 
 def _delta(text: str, *tokens: str) -> dict[str, Any]:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": "msg_1",
-        "output_index": 0,
-        "content_index": 0,
-        "delta": text,
-        "logprobs": [
-            {"token": t, "logprob": -0.5, "bytes": [], "top_logprobs": []} for t in tokens
-        ],
-    }
+    logprobs = [{"token": t, "logprob": -0.5, "bytes": [], "top_logprobs": []} for t in tokens]
+    return output_text_delta("msg_1", 0, 0, text, logprobs)
 
 
 def _emitted(*events: dict[str, Any]) -> list[StoredEvent]:

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from app import sink as sink_module
-from app.protocol.events import Event
+from app.protocol.events import Event, output_text_delta
 from app.protocol.response import ResponseStatus
 from app.sink import EventSink, ResponseInactiveError
 from app.store import ResponseStore
@@ -23,14 +23,7 @@ def added(item_id: str = "msg_1") -> Event:
 
 
 def delta(text: str) -> Event:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": "msg_1",
-        "output_index": 0,
-        "content_index": 0,
-        "delta": text,
-        "logprobs": [],
-    }
+    return output_text_delta("msg_1", 0, 0, text)
 
 
 def stored_types(store: ResponseStore, rid: str) -> list[str]:
