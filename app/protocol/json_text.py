@@ -34,9 +34,14 @@ def load_json(raw: str | bytes) -> Any:
             "We could not parse the JSON body of your request.", code="invalid_json"
         ) from None
     # as the parser read it (it takes UTF-16 and -32 too, and encoded surrogates), as UTF-8:
-    # no byte of a multi-byte character is a quote, a backslash or a bracket
-    text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
-    data = text.encode("utf-8", "surrogatepass")
+    # no byte of a multi-byte character is a quote, a backslash or a bracket. UTF-8 bytes are
+    # that already (a BOM holds none of those bytes either): only other text is re-encoded.
+    if isinstance(raw, str):
+        data = raw.encode("utf-8", "surrogatepass")
+    elif (encoding := json.detect_encoding(raw)).startswith("utf-8"):
+        data = bytes(raw)
+    else:
+        data = raw.decode(encoding, "surrogatepass").encode("utf-8", "surrogatepass")
     if _nests_deeper(data, MAX_DEPTH):
         raise _too_deep()
     if _may_hold_a_surrogate(data):  # the value says: a pair is a character
