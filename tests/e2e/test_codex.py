@@ -201,14 +201,16 @@ server finish starting first."""
 
 
 @needs_codex
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
 def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
-    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder, websockets: bool
 ) -> None:
     """Codex defers its MCP tools behind ``tool_search`` (run by Codex: ``execution: "client"``).
 
     The simulator answers a tool result with text, never with a second call, so the deferred
     tool is called in a second turn (``codex exec resume``), whose history Codex sends again
-    with the search's call and output: the fleet offers the tools that output loaded.
+    with the search's call and output: the fleet offers the tools that output loaded. The same
+    over WebSocket, where Codex sends its requests as ``response.create`` messages.
     """
     marker = f"codex-{uuid.uuid4().hex[:8]}"
     sent = sim_recorder.watch(marker)
@@ -216,7 +218,7 @@ def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
     config = SEARCH_CONFIG.format(catalog=CATALOG, python=python, args=json.dumps(args), root=ROOT)
     search = f'{marker} [call tool_search {{"query": "echo text", "limit": 5}}]'
 
-    found = run_codex(fleet, tmp_path, search, websockets=False, config=config)
+    found = run_codex(fleet, tmp_path, search, websockets=websockets, config=config)
 
     assert found.returncode == 0, found.stdout + found.stderr
     offered = [tool["function"]["name"] for tool in sent[0]["tools"]]
@@ -227,7 +229,7 @@ def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
     assert "mcp__crm__echo" in [tool["function"]["name"] for tool in sent[-1]["tools"]]
 
     echo = f'{marker} again [call mcp__crm__echo {{"text": "{marker}"}}]'
-    called = run_codex(fleet, tmp_path, echo, websockets=False, resume=True)
+    called = run_codex(fleet, tmp_path, echo, websockets=websockets, resume=True)
 
     assert called.returncode == 0, called.stdout + called.stderr
     answer = (tmp_path / "answer.txt").read_text()
