@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.keys import CLUSTER_SHARDS, Keys
 from app.redis_url import ClusterTarget, RedisTarget, parse_redis_url
 
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """``reasoning.effort``'s values, least effort first."""
 
 
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     llm_reasoning_efforts: str = "low,medium,high"
     """Comma-separated ``reasoning.effort`` values the model server takes as
     ``reasoning_effort`` (vLLM: low, medium, high; Ollama also none; OpenAI: none, minimal, low,
-    medium, high, xhigh). A request's effort outside them goes as the nearest one of them (the
+    medium, high, xhigh, max). A request's effort outside them goes as the nearest one of them (the
     lower of two as near); empty: the field is never sent."""
     task_visibility_timeout_seconds: int = Field(default=3600, ge=60)
     """Redis broker visibility timeout; above the longest task."""

@@ -93,7 +93,7 @@ class PreparedPrefixes:
 PREFIXES = PreparedPrefixes()
 
 
-def prepared_items(
+def prepared_items(  # noqa: PLR0913 - keywords, each an input of the view
     store: ResponseStore,
     settings: Settings,
     presenters: PresenterIndex,
@@ -101,12 +101,18 @@ def prepared_items(
     history: Sequence[Item],
     history_list: str | None,
     rest: Sequence[Item],
+    reasoning_context: str | None = None,
 ) -> PreparedItems:
     """The model's view of ``history`` then ``rest``, the same as preparing them whole.
 
     ``history_list``: the key of the list ``history`` is the start of (None: not a list's, and
-    nothing is kept).
+    nothing is kept). ``reasoning_context``: the request's ``reasoning.context``, where the
+    model server takes reasoning back at all; ``current_turn`` leaves out the reasoning before
+    the last user message (the earlier turns'), and then no prefix is kept.
     """
+    if reasoning_context == "current_turn" and settings.llm_reasoning_replay:
+        history, rest = _this_turn_s_reasoning(history, rest)
+        history_list = None
     prefix = EMPTY
     if history_list is not None:
         key = (history_list, presenters, settings.llm_reasoning_replay)
@@ -117,6 +123,23 @@ def prepared_items(
     opened = [*prefix.opened, *model_items(store, settings, [*history[prefix.length :], *rest])]
     view = [*prefix.view, *presenters.model_view(opened, start=len(prefix.opened))]
     return PreparedItems(view, prefix=prefix.view, messages=prefix.messages, encoded=prefix.encoded)
+
+
+def _this_turn_s_reasoning(
+    history: Sequence[Item], rest: Sequence[Item]
+) -> tuple[list[Item], list[Item]]:
+    """``history`` and ``rest`` without the reasoning items before the last user message."""
+    items = [*history, *rest]
+    users = [n for n, item in enumerate(items) if _is_user_message(item)]
+    turn = users[-1] if users else 0
+    kept = [n for n, item in enumerate(items) if n >= turn or item.get("type") != "reasoning"]
+    return [items[n] for n in kept if n < len(history)], [
+        items[n] for n in kept if n >= len(history)
+    ]
+
+
+def _is_user_message(item: Item) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
 
 
 def _extended(

@@ -443,7 +443,11 @@ def _reasoning(request: CreateResponseRequest) -> dict[str, Any] | None:
     if request.reasoning is None:
         return None
     reasoning = request.reasoning
-    return {"effort": reasoning.effort, "summary": reasoning.summary or reasoning.generate_summary}
+    echoed = {
+        "effort": reasoning.effort,
+        "summary": reasoning.summary or reasoning.generate_summary,
+    }
+    return echoed | reasoning.model_dump(include={"context", "mode"}, exclude_none=True)
 
 
 def _params(request: CreateResponseRequest) -> dict[str, Any]:

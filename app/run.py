@@ -434,6 +434,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         history=state.history,
         history_list=state.history_list,
         rest=[*state.inputs, *response.output],
+        reasoning_context=(response.reasoning or {}).get("context"),
     )
     request = ModelRequest(
         model=response.model,

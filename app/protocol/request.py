@@ -290,11 +290,18 @@ class TextConfig(_Strict):
 
 
 class ReasoningConfig(_Strict):
-    """``reasoning``: effort and summary preferences."""
+    """``reasoning``: effort and summary preferences, and which earlier reasoning the model sees.
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    ``context``: ``current_turn`` leaves out the reasoning of earlier turns, ``all_turns`` and
+    ``auto`` keep it (where the model server takes it back). ``mode``: ``standard`` only, the
+    one execution mode a self-hosted model has.
+    """
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    mode: Literal["standard"] | None = None
 
 
 class StreamOptions(_Strict):

@@ -166,6 +166,43 @@ def test_every_history_of_a_list_is_shown_as_prepared_whole(
     assert kept.length == chain.index(approval_request("mcpr_1")) - 1
 
 
+@pytest.mark.parametrize(
+    ("context", "replay", "thoughts"),
+    [
+        ("current_turn", True, ["thinking in resp_1"]),
+        ("all_turns", True, ["thinking in resp_0", "thinking in resp_1"]),
+        ("auto", True, ["thinking in resp_0", "thinking in resp_1"]),
+        (None, True, ["thinking in resp_0", "thinking in resp_1"]),
+        ("current_turn", False, []),
+    ],
+)
+def test_reasoning_context_current_turn_leaves_out_the_reasoning_of_earlier_turns(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    context: str | None,
+    replay: bool,
+    thoughts: list[str],
+) -> None:
+    settings = make_settings(llm_reasoning_replay=replay)
+    earlier = [user("first"), thought("resp_0", 0, 0), said("resp_0", 0, 1, "one")]
+    # this turn: a client call of resp_1 answered by the next response's input
+    this_turn = [user("second"), thought("resp_1", 0, 0), call("resp_1", 0, 1, "call_a")]
+
+    got = prepared_items(
+        store,
+        settings,
+        KINDS.presenters,
+        history=[*earlier, *this_turn],
+        history_list=_list(store),
+        rest=[result("call_a")],
+        reasoning_context=context,
+    )
+
+    messages = to_chat_messages(None, got)
+    assert [m["reasoning_content"] for m in messages if "reasoning_content" in m] == thoughts
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "tool"]
+
+
 def test_calls_that_end_a_kept_prefix_are_answered_in_call_order_after_it(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:

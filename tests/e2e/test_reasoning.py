@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 from openai.types.responses import (
+    Response,
     ResponseReasoningItem,
     ResponseReasoningSummaryPartAddedEvent,
     ResponseReasoningSummaryTextDeltaEvent,
@@ -58,13 +59,25 @@ def test_summary_events_follow_the_open_responses_schemas(fleet: Fleet) -> None:
         validate_event(event)
 
 
-def test_resent_encrypted_reasoning_reaches_the_model_again(
+def a_reasoned_first_turn(
     client: openai.OpenAI, sim_recorder: Recorder
-) -> None:
+) -> tuple[list[dict[str, Any]], Any, Response]:
+    """A stateless first turn that reasoned: what the simulator is sent from then on (watched by
+    the question's marker), the question, and the response."""
     marker = uuid.uuid4().hex
     sent = sim_recorder.watch(marker)
     question: Any = {"role": "user", "content": f"{marker} why [reason]"}
-    first = client.responses.create(model="antwort-sim", input=[question], **STATELESS)
+    return (
+        sent,
+        question,
+        client.responses.create(model="antwort-sim", input=[question], **STATELESS),
+    )
+
+
+def test_resent_encrypted_reasoning_reaches_the_model_again(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    sent, question, first = a_reasoned_first_turn(client, sim_recorder)
     reasoning, answer = (item.model_dump(exclude_none=True) for item in first.output)
     reasoning.pop("content")  # only the sealed copy travels back, as with Codex
 
@@ -97,3 +110,53 @@ def test_the_effort_reaches_a_vllm_like_model_server_in_its_terms(
     assert done.type == "response.completed"
     assert done.response.reasoning and done.response.reasoning.effort == "minimal"  # as asked
     assert sent[0]["reasoning_effort"] == "low"  # the least of vLLM's low, medium and high
+
+
+def test_the_sdk_s_newer_reasoning_options_are_taken_and_echoed(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    # openai 3.x's Reasoning: effort "max", context, mode (the first two were a 400 before)
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    options: Any = {"effort": "max", "context": "current_turn", "mode": "standard"}
+
+    response = client.responses.create(
+        model="antwort-sim", input=f"{marker} why [reason]", reasoning=options
+    )
+
+    assert response.status == "completed"
+    assert response.reasoning is not None
+    echoed = response.reasoning.model_dump(include={"effort", "context", "mode"})
+    assert echoed == options  # as asked, as the effort always was
+    assert sent[0]["reasoning_effort"] == "high"  # the most of vLLM's low, medium and high
+
+
+def test_a_reasoning_mode_the_fleet_lacks_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    reasoning: Any = {"mode": "pro"}
+    try:
+        client.responses.create(model="antwort-sim", input="hi", reasoning=reasoning)
+    except openai.BadRequestError as refused:
+        error = refused.body
+    else:
+        raise AssertionError("a pro mode was taken")
+
+    assert isinstance(error, dict) and error["param"] == "reasoning.mode"
+    assert error["code"] == "invalid_value" and "'standard'" in error["message"]
+
+
+def test_reasoning_context_current_turn_keeps_earlier_turns_reasoning_from_the_model(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    sent, question, first = a_reasoned_first_turn(client, sim_recorder)
+    history = [question, *(item.model_dump(exclude_none=True) for item in first.output)]
+    again: Any = [*history, {"role": "user", "content": "and? [reason]"}]
+
+    kept = client.responses.create(model="antwort-sim", input=again, **STATELESS)
+    left_out = client.responses.create(
+        model="antwort-sim", input=again, reasoning={"context": "current_turn"}, **STATELESS
+    )
+
+    assert kept.status == left_out.status == "completed"
+    assert "reasoning_content" in sent[1]["messages"][1]  # all turns' reasoning by default
+    assert [m["role"] for m in sent[2]["messages"]] == ["user", "assistant", "user"]
+    assert "reasoning_content" not in sent[2]["messages"][1]
