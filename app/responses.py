@@ -57,6 +57,7 @@ _ITEM_PREFIX = {
     "mcp_call": "mcp",
     "mcp_approval_request": "mcpr",
     "web_search_call": "ws",
+    "configuration_update": "cfg",
     **CLIENT_ITEM_PREFIXES,
 }
 

@@ -62,7 +62,7 @@ from app.plan import (
 from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
-from app.protocol.items import is_answer, is_turn_break, turn_tag_of
+from app.protocol.items import configured_effort, is_answer, is_turn_break, turn_tag_of
 from app.protocol.response import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -417,7 +417,8 @@ def append_result(deps: RunDeps, state: RunState, sink: EventSink, result: ToolR
 def _model_params(deps: RunDeps, state: RunState) -> dict[str, Any]:
     """The request's sampling parameters, and its reasoning effort as the model server takes it."""
     params: dict[str, Any] = state.extra.get("params", {})
-    if effort := (state.response.reasoning or {}).get("effort"):
+    effort = configured_effort(state.context) or (state.response.reasoning or {}).get("effort")
+    if effort:
         accepted = deps.settings.reasoning_effort_list
         params = {**params, **reasoning_effort_param(effort, accepted)}
     return params

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
 
 from app.protocol.client_items import (
     ApplyPatchCallItem,
@@ -234,6 +235,43 @@ class CompactionItem(_Strict):
     created_by: str | None = None
 
 
+class ConfigurationReasoning(_Strict):
+    """The reasoning settings a ``configuration_update`` changes: the effort alone."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+
+
+class ConfigurationUpdateItem(_Strict):
+    """Settings for this response and the chain's later ones, until a later update replaces them.
+
+    Codex CLI sends one when its user changes the reasoning effort mid-session, so the prompt's
+    start stays the same. The model never sees the item; its ``reasoning.effort`` is sent as the
+    request's would be (``app.run``). A ``text`` update is refused: the fleet holds a structured
+    answer to the request's own ``text.format``.
+    """
+
+    type: Literal["configuration_update"]
+    id: str | None = None
+    reasoning: ConfigurationReasoning | None = None
+    text: dict[str, Any] | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _no_text(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError("a text update is not supported; send text.format with the request")
+
+
+def configured_effort(items: Sequence[dict[str, Any]]) -> str | None:
+    """The reasoning effort the last ``configuration_update`` among ``items`` set, if any."""
+    for item in reversed(items):
+        if item.get("type") == "configuration_update":
+            effort = (item.get("reasoning") or {}).get("effort")
+            if effort is not None:
+                return str(effort)
+    return None
+
+
 class CodeInterpreterLogs(_Strict):
     """Logs a code interpreter call printed."""
 
@@ -277,6 +315,7 @@ InputItem = Annotated[
     | Annotated[McpCallItem, Tag("mcp_call")]
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
     | Annotated[WebSearchCallItem, Tag("web_search_call")]
+    | Annotated[ConfigurationUpdateItem, Tag("configuration_update")]
     # the client-executed kinds' calls and outputs (app/protocol/client_items.py)
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
     | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]

@@ -14,6 +14,7 @@ import httpx
 import openai
 from openai.types.responses import (
     Response,
+    ResponseConfigurationUpdateItem,
     ResponseReasoningItem,
     ResponseReasoningSummaryPartAddedEvent,
     ResponseReasoningSummaryTextDeltaEvent,
@@ -131,16 +132,20 @@ def test_the_sdk_s_newer_reasoning_options_are_taken_and_echoed(
     assert sent[0]["reasoning_effort"] == "high"  # the most of vLLM's low, medium and high
 
 
-def test_a_reasoning_mode_the_fleet_lacks_is_a_400_naming_it(client: openai.OpenAI) -> None:
-    reasoning: Any = {"mode": "pro"}
+def refused(client: openai.OpenAI, **body: Any) -> dict[str, Any]:
+    """The error of a create the fleet answers with a 400."""
     try:
-        client.responses.create(model="antwort-sim", input="hi", reasoning=reasoning)
-    except openai.BadRequestError as refused:
-        error = refused.body
-    else:
-        raise AssertionError("a pro mode was taken")
+        client.responses.create(model="antwort-sim", **body)
+    except openai.BadRequestError as refusal:
+        assert isinstance(refusal.body, dict)
+        return refusal.body
+    raise AssertionError(f"taken: {body}")
 
-    assert isinstance(error, dict) and error["param"] == "reasoning.mode"
+
+def test_a_reasoning_mode_the_fleet_lacks_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    error = refused(client, input="hi", reasoning={"mode": "pro"})
+
+    assert error["param"] == "reasoning.mode"
     assert error["code"] == "invalid_value" and "'standard'" in error["message"]
 
 
@@ -160,3 +165,37 @@ def test_reasoning_context_current_turn_keeps_earlier_turns_reasoning_from_the_m
     assert "reasoning_content" in sent[1]["messages"][1]  # all turns' reasoning by default
     assert [m["role"] for m in sent[2]["messages"]] == ["user", "assistant", "user"]
     assert "reasoning_content" not in sent[2]["messages"][1]
+
+
+def test_a_configuration_update_sets_the_effort_of_the_chain_from_then_on(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    # As Codex CLI sends one when its user changes the effort mid-session
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    update: Any = {"type": "configuration_update", "reasoning": {"effort": "high"}}
+    question: Any = {"role": "user", "content": f"{marker} why [reason]"}
+
+    first = client.responses.create(
+        model="antwort-sim", input=[question, update], reasoning={"effort": "low"}
+    )
+    second = client.responses.create(
+        model="antwort-sim", input="and?", previous_response_id=first.id
+    )
+
+    assert first.status == second.status == "completed"
+    assert [request["reasoning_effort"] for request in sent] == ["high", "high"]
+    assert [message["role"] for message in sent[0]["messages"]] == ["user"]  # not the model's
+    _, stored = client.responses.input_items.list(first.id, order="asc").data
+    assert isinstance(stored, ResponseConfigurationUpdateItem) and stored.id.startswith("cfg_")
+    assert stored.reasoning is not None and stored.reasoning.effort == "high"
+
+
+def test_a_configuration_update_of_the_text_format_is_a_400_naming_it(
+    client: openai.OpenAI,
+) -> None:
+    update: Any = {"type": "configuration_update", "text": {"format": {"type": "text"}}}
+    error = refused(client, input=[update])
+
+    assert error["param"] == "input.0.text"
+    assert error["code"] == "invalid_value" and "text.format" in error["message"]
