@@ -35,11 +35,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PromptCacheBreakpoint(_Strict):
+    """Where a reusable prompt prefix ends (OpenAI's explicit prompt caching).
+
+    Accepted and kept with its part, not acted on: a model server caches prefixes by itself
+    (vLLM's automatic prefix caching), and a worker keeps the start of a chain's prompt
+    (``app.model_prefix``).
+    """
+
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
 class InputText(_Strict):
     """A text part of an input message."""
 
     type: Literal["input_text"]
     text: str
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class InputImage(_Strict):
@@ -49,16 +62,23 @@ class InputImage(_Strict):
     image_url: str | None = None
     file_id: str | None = None
     detail: Literal["low", "high", "auto", "original"] = "auto"
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class InputFile(_Strict):
-    """A file part: inline data (base64 ``data:`` URL), an URL or a file id."""
+    """A file part: inline data (base64 ``data:`` URL), an URL or a file id.
+
+    ``detail`` (how finely OpenAI renders a file) is kept with the part: Chat Completions' file
+    parts have no such field, so the model server reads the file as it does any.
+    """
 
     type: Literal["input_file"]
     file_id: str | None = None
     file_data: str | None = None
     file_url: str | None = None
     filename: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class OutputText(_Strict):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import openai
 import pytest
+from openai.types.responses import ResponseInputFile, ResponseInputMessageItem, ResponseInputText
 
 from tests.e2e.helpers import check_sequence, validate_event, validate_response, wait_for_status
+from tests.support.recording import Recorder
 
 
 def _stream_events(client: openai.OpenAI, **params: Any) -> list[dict[str, Any]]:
@@ -118,3 +121,34 @@ def test_create_background_in_a_completion_window_completes(client: openai.OpenA
         )
     assert caught.value.param == "background_options.completion_window"
     assert caught.value.code == "invalid_value"
+
+
+def test_content_parts_with_cache_breakpoints_and_a_file_detail_are_taken_and_kept(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    # openai 3.x's content part fields (each part was a 400 "Unknown parameter" before)
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    breakpoint: Any = {"mode": "explicit", "ttl": "30m"}
+    content: Any = [
+        {"type": "input_text", "text": f"{marker} hello", "prompt_cache_breakpoint": breakpoint},
+        {"type": "input_file", "filename": "a.txt", "file_data": FILE, "detail": "low"},
+    ]
+
+    response = client.responses.create(
+        model="antwort-sim", input=[{"role": "user", "content": content}]
+    )
+
+    assert response.status == "completed"
+    [message] = client.responses.input_items.list(response.id).data
+    assert isinstance(message, ResponseInputMessageItem)
+    text, file = message.content
+    assert isinstance(text, ResponseInputText) and isinstance(file, ResponseInputFile)
+    assert text.prompt_cache_breakpoint is not None
+    assert text.prompt_cache_breakpoint.model_dump() == breakpoint
+    assert file.detail == "low"
+    [user] = sent[0]["messages"]
+    assert user["content"][0] == {"type": "text", "text": f"{marker} hello"}  # as before
+
+
+FILE = "data:text/plain;base64,aGk="
