@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.keys import CLUSTER_SHARDS, Keys
+from app.protocol.items import ReasoningEffort
 from app.redis_url import ClusterTarget, RedisTarget, parse_redis_url
 
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
 """``reasoning.effort``'s values, least effort first."""
 
 

@@ -30,6 +30,9 @@ from app.protocol.client_items import (
     ToolSearchOutputItem,
 )
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""``reasoning.effort``'s values, least effort first (``app.config.REASONING_EFFORTS``)."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -258,7 +261,7 @@ class CompactionItem(_Strict):
 class ConfigurationReasoning(_Strict):
     """The reasoning settings a ``configuration_update`` changes: the effort alone."""
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    effort: ReasoningEffort | None = None
 
 
 class ConfigurationUpdateItem(_Strict):

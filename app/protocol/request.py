@@ -31,7 +31,7 @@ from app.protocol.client_tools import (
     tool_tag,
 )
 from app.protocol.conversations import ConversationRef
-from app.protocol.items import InputItem
+from app.protocol.items import InputItem, ReasoningEffort
 from app.protocol.options import (
     AccessPrograms,
     BackgroundOptions,
@@ -297,7 +297,7 @@ class ReasoningConfig(_Strict):
     one execution mode a self-hosted model has.
     """
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
     context: Literal["auto", "current_turn", "all_turns"] | None = None
