@@ -29,6 +29,7 @@ from app.errors import (
     UpstreamError,
     retry_later,
 )
+from app.protocol.items import is_user_message
 from app.protocol.response import Usage
 from app.providers.chunks import Chunk, TextDelta, UsageReport
 from app.providers.translate import ModelRequest
@@ -248,5 +249,5 @@ def user_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "content": item["content"],
         }
         for item in items
-        if item.get("type", "message") == "message" and item.get("role") == "user"
+        if is_user_message(item)
     ]

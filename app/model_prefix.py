@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
-from app.protocol.items import is_turn_break
+from app.protocol.items import is_turn_break, is_user_message
 from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
 from app.sealing import is_sealed, model_items
 from app.store import ResponseStore
@@ -130,16 +130,12 @@ def _this_turn_s_reasoning(
 ) -> tuple[list[Item], list[Item]]:
     """``history`` and ``rest`` without the reasoning items before the last user message."""
     items = [*history, *rest]
-    users = [n for n, item in enumerate(items) if _is_user_message(item)]
+    users = [n for n, item in enumerate(items) if is_user_message(item)]
     turn = users[-1] if users else 0
     kept = [n for n, item in enumerate(items) if n >= turn or item.get("type") != "reasoning"]
     return [items[n] for n in kept if n < len(history)], [
         items[n] for n in kept if n >= len(history)
     ]
-
-
-def _is_user_message(item: Item) -> bool:
-    return item.get("type", "message") == "message" and item.get("role") == "user"
 
 
 def _extended(

@@ -421,6 +421,11 @@ def turn_tag_of(response_id: str, turn: int) -> str:
 _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})[0-9a-f]{16}")
 
 
+def is_user_message(item: dict[str, Any]) -> bool:
+    """Whether ``item`` is a message of the user's (a turn of the conversation starts there)."""
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
 def is_turn_break(item: dict[str, Any]) -> bool:
     """Whether a model turn ends before ``item``, whatever came before it.
 
