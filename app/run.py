@@ -414,10 +414,13 @@ def append_result(deps: RunDeps, state: RunState, sink: EventSink, result: ToolR
     state.response = state.response.model_copy(update={"output": output})
 
 
-def _model_params(deps: RunDeps, state: RunState) -> dict[str, Any]:
-    """The request's sampling parameters, and its reasoning effort as the model server takes it."""
+def _model_params(deps: RunDeps, state: RunState, chain: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request's sampling parameters, and its reasoning effort as the model server takes it.
+
+    The effort is the last ``configuration_update``'s in ``chain``, else the request's.
+    """
     params: dict[str, Any] = state.extra.get("params", {})
-    effort = configured_effort(state.context) or (state.response.reasoning or {}).get("effort")
+    effort = configured_effort(chain) or (state.response.reasoning or {}).get("effort")
     if effort:
         accepted = deps.settings.reasoning_effort_list
         params = {**params, **reasoning_effort_param(effort, accepted)}
@@ -444,7 +447,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         tools=kinds.model_tools(response.tools, chain),
         tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
         parallel_tool_calls=response.parallel_tool_calls,
-        params=_model_params(deps, state),
+        params=_model_params(deps, state, chain),
     )
     builder = OutputBuilder(
         response_id=response.id,
