@@ -106,6 +106,12 @@ def _closes_its_redis_connections(redis_url: str, request: pytest.FixtureRequest
     )
 
 
+@pytest.fixture
+def redis_connects(_closes_its_redis_connections: None) -> Callable[[], int]:
+    """How many connections to the test Redis the test has opened so far (closed ones too)."""
+    return _connect_origins[0].connects
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The machine's Redis (database 13) when it answers, else an embedded server."""

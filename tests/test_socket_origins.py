@@ -58,3 +58,25 @@ def test_a_closed_socket_is_not_unclosed_and_others_ports_are_not_noted(redis_ur
         assert other.unclosed() == set()
     finally:
         sock.close()
+
+
+def test_a_socket_the_failing_test_connected_and_lost_is_explained_by_its_fd(
+    redis_url: str,
+) -> None:
+    port = redis_port(redis_url)
+    origins = ConnectOrigins({port})
+    origins.begin("tests/x.py::test_collects_its_own")
+    sock = _connected(origins, port)
+    fd, local = sock.fileno(), sock.getsockname()[1]
+    sock.close()  # as the collector would, with the ResourceWarning in the test's report
+    del sock
+    warning = (
+        f"ResourceWarning: unclosed <socket.socket fd={fd}, family=2, type=1, proto=6, "
+        f"laddr=('127.0.0.1', {local}), raddr=('127.0.0.1', {port})>"
+    )
+
+    where = origins.explain(warning)
+
+    assert where is not None
+    assert where.startswith(f"fd {fd} was connected during tests/x.py::test_collects_its_own ")
+    assert "in _connected" in where

@@ -39,7 +39,7 @@ class ConnectOrigins:
 
     def __init__(self, ports: Collection[int]):
         self._ports = frozenset(ports)
-        self._pending: list[tuple[weakref.ref[socket.socket], str | None, str]] = []
+        self._pending: list[tuple[weakref.ref[socket.socket], str | None, str, int]] = []
         self._by_port: dict[int, tuple[str, str]] = {}
         self._test: str | None = None
 
@@ -52,35 +52,50 @@ class ConnectOrigins:
             frames = traceback.extract_stack(limit=_STACK_DEPTH)[:-1]
             ours = [f for f in frames if not any(skip in f.filename for skip in _PYTEST_PARTS)]
             stack = "".join(traceback.format_list(ours))
-            self._pending.append((weakref.ref(sock), self._test, stack))  # type: ignore[arg-type]
+            fd = sock.fileno()  # type: ignore[attr-defined]
+            self._pending.append((weakref.ref(sock), self._test, stack, fd))  # type: ignore[arg-type]
 
     def begin(self, test: str) -> None:
         """Connects from now on are ``test``'s."""
         self._test = test
 
+    def connects(self) -> int:
+        """How many connects the current test has made so far (closed ones too)."""
+        return sum(test == self._test for _, test, _, _ in self._pending)
+
     def unclosed(self) -> set[int]:
         """The local ports of the sockets the current test connected that are open still."""
         return {
             port
-            for ref, test, _ in self._pending
+            for ref, test, _, _ in self._pending
             if test == self._test and (port := _local_port(ref())) is not None
         }
 
     def end(self) -> None:
         """The test is over: note the local port of every noted socket still open."""
         pending, self._pending = self._pending, []
-        for ref, test, stack in pending:
+        for ref, test, stack, _ in pending:
             if (port := _local_port(ref())) is not None:
                 self._by_port[port] = (test or "(between tests)", stack)
         self._test = None
 
     def explain(self, report_text: str) -> str | None:
-        """Where the unclosed socket a failure names was connected, if it was noted."""
+        """Where the unclosed socket a failure names was connected, if it was noted.
+
+        One an earlier test left is known by its local port; one the failing test connected
+        and the collector has taken since, by its fd, among the test's collected sockets.
+        """
         found = _UNCLOSED.search(report_text)
-        if found is None or (origin := self._by_port.get(int(found.group(1)))) is None:
+        if found is None:
             return None
-        test, stack = origin
-        return f"local port {found.group(1)} was connected during {test}, at:\n{stack}"
+        fd, port = int(found.group(1)), int(found.group(2))
+        if (origin := self._by_port.get(port)) is not None:
+            test, stack = origin
+            return f"local port {port} was connected during {test}, at:\n{stack}"
+        for ref, test, stack, connected_fd in reversed(self._pending):
+            if connected_fd == fd and ref() is None:
+                return f"fd {fd} was connected during {test} (collected since), at:\n{stack}"
+        return None
 
 
 def _local_port(sock: socket.socket | None) -> int | None:
@@ -95,4 +110,4 @@ def _local_port(sock: socket.socket | None) -> int | None:
 
 _STACK_DEPTH = 40
 _PYTEST_PARTS = ("/_pytest/", "/pluggy/")
-_UNCLOSED = re.compile(r"unclosed <socket\.socket [^>]*laddr=\('[^']*', (\d+)\)")
+_UNCLOSED = re.compile(r"unclosed <socket\.socket fd=(\d+)[^>]*laddr=\('[^']*', (\d+)\)")
