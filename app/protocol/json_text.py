@@ -24,11 +24,12 @@ def load_json(raw: str | bytes) -> Any:
     body's values in Python took 1.8 s of the gateway's loop).
 
     Raises:
-        InvalidRequestError: not JSON (``invalid_json``), nested deeper than :data:`MAX_DEPTH`
-            or holding a lone surrogate (``invalid_value``).
+        InvalidRequestError: not JSON (``invalid_json``; ``NaN`` and ``Infinity`` are not),
+            nested deeper than :data:`MAX_DEPTH` or holding a lone surrogate
+            (``invalid_value``).
     """
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_a_number)
     except (ValueError, RecursionError):  # RecursionError: nested past Python's own limit
         raise InvalidRequestError(
             "We could not parse the JSON body of your request.", code="invalid_json"
@@ -50,6 +51,11 @@ def load_json(raw: str | bytes) -> Any:
         except UnicodeEncodeError:
             raise _not_unicode() from None
     return value
+
+
+def _not_a_number(constant: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's parser takes them, JSON does not."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))

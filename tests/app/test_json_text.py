@@ -66,6 +66,16 @@ def test_a_lone_surrogate_escaped_or_encoded_is_refused(raw: bytes) -> None:
     assert "surrogate" in caught.value.message
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_python_s_non_standard_number_constants_are_not_json(constant: str) -> None:
+    # json.loads takes them; JSON (RFC 8259) does not, nor does httpx's encoder, which refused
+    # them in the model call a turn makes out of the client's schema
+    with pytest.raises(InvalidRequestError) as caught:
+        load_json('{"schema": {"maximum": ' + constant + "}}")
+    assert caught.value.code == "invalid_json"
+    assert load_json('"NaN"') == "NaN"  # text, as ever
+
+
 def test_a_paired_surrogate_and_an_escaped_backslash_u_are_text() -> None:
     assert load_json(b'"\\ud83d\\ude00"') == "\U0001f600"
     assert load_json(b'"\\\\ud800"') == "\\ud800"

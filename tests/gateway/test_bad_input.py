@@ -42,6 +42,21 @@ def test_bad_input_lone_surrogates_are_400(web: FlaskClient, path: str, text: st
     assert "surrogate" in error.message
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact"])
+def test_bad_input_nan_and_infinity_are_not_json(web: FlaskClient, path: str) -> None:
+    # they were taken: a tool's schema echoed them as null, and a text format's reached the
+    # worker, whose model call refused to encode them
+    schema = '{"type": "object", "properties": {"x": {"type": "number", "maximum": NaN}}}'
+    body = (
+        '{"model": "m", "input": "hi", "background": true, '
+        '"tools": [{"type": "function", "name": "f", "parameters": ' + schema + "}]}"
+    )
+
+    error = error_of(web.post(path, data=body, headers=JSON), 400)
+
+    assert (error.type, error.code) == ("invalid_request_error", "invalid_json")
+
+
 def test_bad_input_a_paired_surrogate_is_text(
     web: FlaskClient, dispatcher: RecordingDispatcher
 ) -> None:
