@@ -13,6 +13,7 @@ from app.fleet import QUEUES, require_redis
 from app.keys import Keys
 from app.redis_url import celery_transport_options, celery_url
 from broker import telemetry
+from broker.results import result_backend
 from broker.routing import INFERENCE_QUEUE, TASK_ROUTES
 
 
@@ -35,7 +36,7 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     # message taken off its queue is the worker's alone: a run that dies is found by its lease
     # and the sweeper (app.lease), a first turn lost before it started by the queued watch.
     broker_transport = {**transport, "ack_emulation": False}
-    celery = Celery("antwort", broker=url, backend=url, include=list(include))
+    celery = Celery("antwort", broker=url, backend=result_backend(url), include=list(include))
     celery.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

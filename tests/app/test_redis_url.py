@@ -27,6 +27,7 @@ from app.redis_url import (
     parse_redis_url,
 )
 from broker.celery_app import make_celery
+from broker.results import FleetSentinelBackend
 from programs.supervisor import free_port
 from tests.support.cluster import LocalCluster
 from tests.support.sentinel import SentinelSet
@@ -102,7 +103,13 @@ def test_make_celery_points_broker_and_backend_at_the_sentinels() -> None:
     celery = make_celery(settings)
     assert celery.conf.broker_transport_options["master_name"] == "mymaster"
     assert celery.conf.result_backend_transport_options["master_name"] == "mymaster"
-    assert celery.conf.result_backend == "sentinel://h1:1/0;sentinel://h2:2/0"
+    backend_url = "sentinel://h1:1/0;sentinel://h2:2/0"
+    assert celery.conf.result_backend == f"broker.results:FleetSentinelBackend+{backend_url}"
+    assert isinstance(celery.backend, FleetSentinelBackend)
+    assert [(p["host"], p["port"]) for p in celery.backend.connparams["hosts"]] == [
+        ("h1", 1),
+        ("h2", 2),
+    ]
     connection = Connection(celery.conf.broker_url)
     assert connection.transport_cls == "sentinel"
     assert [alt.partition("/0")[0] for alt in connection.alt] == [

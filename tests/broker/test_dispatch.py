@@ -125,6 +125,23 @@ def test_several_calls_are_a_chord_whose_body_is_the_next_turn(
         assert embed["chord"]["options"]["task_id"] == "resp_b:t2:infer"
 
 
+def test_a_chord_leaves_no_subscription_or_pending_result_behind(
+    fleet_dispatcher: CeleryDispatcher, key_prefix: str, redis_client: redis.Redis
+) -> None:
+    # Celery's Redis backend subscribed the sender to each member's result channel as it
+    # recorded the chord, and held the results pending: nobody waits on them, so a worker kept
+    # both for good (celery#4824; 4.3 KB and two channels a two-call chord)
+    for turn in range(1, 4):
+        fleet_dispatcher.enqueue_tools(
+            "resp_h",
+            [(f"call_{turn}a", "tools.internal"), (f"call_{turn}b", "tools.mcp")],
+            then_turn=turn,
+        )
+
+    assert redis_client.pubsub_channels(f"{key_prefix}*") == []
+    assert not fleet_dispatcher.celery.backend.result_consumer.subscribed_to
+
+
 def _comparable(message: dict[str, Any]) -> dict[str, Any]:
     """A message without what differs from one send to the next (its delivery tag)."""
     properties = dict(message["properties"])
