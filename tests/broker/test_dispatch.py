@@ -49,7 +49,8 @@ def test_a_chord_s_results_collected_after_the_close_open_no_connection(
     # Celery's Redis backend subscribes to a chord's members' result channels as it sends it
     # (its GroupResult), and a result's __del__ unsubscribes: collected after the close, it
     # connected again, and when the collector finalized that socket before its connection, the
-    # ResourceWarning failed whichever test ran then (stops 38 and 40)
+    # ResourceWarning failed whichever test ran then (stops 38 and 40). The fleet's backend no
+    # longer subscribes for a chord (broker/results.py); whatever else does, the close forgets.
     settings = Settings(redis_url=redis_url, key_prefix=key_prefix)
     _send_a_chord_and_close(settings, redis_client)
     close_celery(make_celery(settings))  # the next test's app: the closed one is current no more
