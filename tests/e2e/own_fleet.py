@@ -47,3 +47,37 @@ def own_fleet(
         client = redis.Redis.from_url(running.env["ANTWORT_REDIS_URL"])
         delete_prefix(client, prefix)
         client.close()
+
+
+@contextmanager
+def small_fleet(
+    base_env: dict[str, str], log_dir: Path, sim_url: str, **env: str
+) -> Iterator[Fleet]:
+    """A gateway, an inference worker and an internal-tools worker on Redis of ``env``'s.
+
+    ``env`` names the Redis (``ANTWORT_REDIS_URL``, ``ANTWORT_BROKER_URL``) and anything else;
+    the key prefix is a fresh one and the model the simulator. The caller empties its Redis.
+    """
+    port = free_port()
+    running = Fleet(
+        base_url=f"http://127.0.0.1:{port}",
+        env={
+            **base_env,
+            "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
+            "ANTWORT_LLM_BASE_URL": sim_url,
+            "ANTWORT_DEFAULT_MODEL": "antwort-sim",
+            "ANTWORT_PORT": str(port),
+            "ANTWORT_INFERENCE_CONCURRENCY": "4",
+            "ANTWORT_LOG_LEVEL": "warning",
+            **env,
+        },
+        log_dir=log_dir,
+    )
+    running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+    running.start_worker("worker-0")
+    running.start_worker("tools-0", "tools.internal")
+    try:
+        wait_ready(running.base_url)
+        yield running
+    finally:
+        running.stop_all()

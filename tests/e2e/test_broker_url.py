@@ -7,7 +7,6 @@ that calls two tools at once, go through a private ``redis-server`` on a free po
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,9 +16,9 @@ import httpx
 import pytest
 import redis
 
-from programs.supervisor import free_port
 from tests.conftest import delete_prefix
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet
+from tests.e2e.own_fleet import small_fleet
 from tests.support.chaos import PrivateRedis
 
 
@@ -29,30 +28,21 @@ def _split_fleet(
 ) -> Iterator[tuple[Fleet, PrivateRedis]]:
     broker = PrivateRedis(tmp_path)
     broker.start()
-    port = free_port()
-    env = {
-        **environ,
-        "ANTWORT_REDIS_URL": redis_url,
-        "ANTWORT_BROKER_URL": broker.url,
-        "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
-        "ANTWORT_LLM_BASE_URL": sim_url,
-        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
-        "ANTWORT_PORT": str(port),
-        "ANTWORT_INFERENCE_CONCURRENCY": "4",
-        "ANTWORT_LOG_LEVEL": "warning",
-    }
-    fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
-    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
-    fleet.start_worker("worker-0")
-    fleet.start_worker("tools-0", "tools.internal")
+    prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     try:
-        wait_ready(fleet.base_url)
-        yield fleet, broker
+        with small_fleet(
+            environ,
+            tmp_path,
+            sim_url,
+            ANTWORT_REDIS_URL=redis_url,
+            ANTWORT_BROKER_URL=broker.url,
+            ANTWORT_KEY_PREFIX=prefix,
+        ) as fleet:
+            yield fleet, broker
     finally:
-        fleet.stop_all()
         broker.stop()
         store = redis.Redis.from_url(redis_url)
-        delete_prefix(store, env["ANTWORT_KEY_PREFIX"])
+        delete_prefix(store, prefix)
         store.close()
 
 

@@ -10,7 +10,6 @@ the in-flight limit on.
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,10 @@ import pytest
 import redis
 
 from app.keys import CLUSTER_SHARDS, Keys
-from programs.supervisor import free_port
 from tests.conftest import delete_prefix
-from tests.e2e.conftest import Fleet, wait_ready
+from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import internal
+from tests.e2e.own_fleet import small_fleet
 from tests.support.cluster import LocalCluster
 
 
@@ -35,34 +34,25 @@ def cluster_fleet(
     tmp_path: Path,
     process_environ: dict[str, str],
 ) -> Iterator[Fleet]:
-    port = free_port()
-    env = {
-        **process_environ,
-        "ANTWORT_REDIS_URL": redis_cluster.url,
-        "ANTWORT_BROKER_URL": redis_url,
-        "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
-        "ANTWORT_LLM_BASE_URL": sim_url,
-        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
-        "ANTWORT_PORT": str(port),
-        "ANTWORT_INFERENCE_CONCURRENCY": "4",
-        "ANTWORT_LOG_LEVEL": "warning",
-        # a tenant's keys in one slot, its responses in many
-        "ANTWORT_TENANT_MAX_RUNNING": "2",
-        "ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT": "4",
-    }
-    fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=tmp_path)
-    fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
-    fleet.start_worker("worker-0")
-    fleet.start_worker("tools-0", "tools.internal")
+    prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     try:
-        wait_ready(fleet.base_url)
-        yield fleet
+        with small_fleet(
+            process_environ,
+            tmp_path,
+            sim_url,
+            ANTWORT_REDIS_URL=redis_cluster.url,
+            ANTWORT_BROKER_URL=redis_url,
+            ANTWORT_KEY_PREFIX=prefix,
+            # a tenant's keys in one slot, its responses in many
+            ANTWORT_TENANT_MAX_RUNNING="2",
+            ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT="4",
+        ) as fleet:
+            yield fleet
     finally:
-        fleet.stop_all()
         with redis_cluster.client() as store:
-            delete_prefix(store, env["ANTWORT_KEY_PREFIX"])  # type: ignore[arg-type]
+            delete_prefix(store, prefix)  # type: ignore[arg-type]
         with redis.Redis.from_url(redis_url) as queues:
-            delete_prefix(queues, env["ANTWORT_KEY_PREFIX"])
+            delete_prefix(queues, prefix)
 
 
 @pytest.mark.e2e
