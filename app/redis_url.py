@@ -21,7 +21,7 @@ transport options (:func:`celery_url`, :func:`celery_transport_options`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
@@ -160,9 +160,11 @@ def celery_url(target: RedisTarget) -> str:
 
     A Sentinel master becomes kombu's list of ``sentinel://`` URLs, one per sentinel, each with
     the master's credentials and database; its name goes in :func:`celery_transport_options`.
+    A ``rediss://`` URL without ``ssl_cert_reqs`` gets redis-py's default, ``required``:
+    Celery's result backend refuses one without it, which stopped every worker at its start.
     """
     if isinstance(target, str):
-        return target
+        return _with_cert_check(target)
     if isinstance(target, ClusterTarget):
         raise RedisUrlError("Celery's broker cannot be a Redis Cluster (ANTWORT_BROKER_URL)")
     credentials = ""
@@ -173,6 +175,13 @@ def celery_url(target: RedisTarget) -> str:
         f"{KOMBU_SENTINEL_SCHEME}://{credentials}{host}:{port}/{target.db}"
         for host, port in target.sentinels
     )
+
+
+def _with_cert_check(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "rediss" or "ssl_cert_reqs" in parse_qs(parts.query):
+        return url
+    return f"{url}{'&' if parts.query else '?'}ssl_cert_reqs=required"
 
 
 def celery_transport_options(target: RedisTarget) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -96,6 +97,27 @@ def test_celery_gets_kombus_sentinel_urls_and_the_masters_name() -> None:
     assert celery_transport_options(target) == {"master_name": "mymaster"}
     assert celery_url("redis://h:1/0") == "redis://h:1/0"
     assert celery_transport_options("redis://h:1/0") == {}
+
+
+@pytest.mark.parametrize(
+    ("url", "celerys", "checks"),
+    [
+        ("rediss://h:1/0", "rediss://h:1/0?ssl_cert_reqs=required", ssl.CERT_REQUIRED),
+        (
+            "rediss://h:1/0?ssl_ca_certs=/ca.pem",
+            "rediss://h:1/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=required",
+            ssl.CERT_REQUIRED,
+        ),
+        ("rediss://h:1/0?ssl_cert_reqs=none", "rediss://h:1/0?ssl_cert_reqs=none", ssl.CERT_NONE),
+    ],
+)
+def test_a_tls_url_checks_the_server_s_certificate_unless_it_says_otherwise(
+    url: str, celerys: str, checks: ssl.VerifyMode
+) -> None:
+    # Celery's result backend refused a rediss:// URL without ssl_cert_reqs (which redis-py,
+    # the store, takes as "required"): every worker stopped at its start
+    assert celery_url(url) == celerys
+    assert make_celery(Settings(redis_url=url)).backend.connparams["ssl_cert_reqs"] == checks
 
 
 def test_make_celery_points_broker_and_backend_at_the_sentinels() -> None:
