@@ -30,21 +30,13 @@ def own_fleet(
 ) -> Iterator[Fleet]:
     """A gateway and one worker per queue, on ``base_env`` (the session fleet's) with ``env``."""
     prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
-    port = free_port()
-    running = Fleet(
-        base_url=f"http://127.0.0.1:{port}",
-        env={**base_env, "ANTWORT_KEY_PREFIX": prefix, "ANTWORT_PORT": str(port), **env},
-        log_dir=log_dir,
-    )
+    fleet_env = {**base_env, "ANTWORT_KEY_PREFIX": prefix, "ANTWORT_PORT": str(free_port()), **env}
+    workers = [(queue, (queue, f"--loglevel={loglevel}")) for queue in queues]
     try:
-        running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
-        for queue in queues:
-            running.start_worker(queue, queue, f"--loglevel={loglevel}")
-        wait_ready(running.base_url)
-        yield running
+        with _running(fleet_env, log_dir, workers) as running:
+            yield running
     finally:
-        running.stop_all()
-        client = redis.Redis.from_url(running.env["ANTWORT_REDIS_URL"])
+        client = redis.Redis.from_url(fleet_env["ANTWORT_REDIS_URL"])
         delete_prefix(client, prefix)
         client.close()
 
@@ -58,25 +50,33 @@ def small_fleet(
     ``env`` names the Redis (``ANTWORT_REDIS_URL``, ``ANTWORT_BROKER_URL``) and anything else;
     the key prefix is a fresh one and the model the simulator. The caller empties its Redis.
     """
-    port = free_port()
-    running = Fleet(
-        base_url=f"http://127.0.0.1:{port}",
-        env={
-            **base_env,
-            "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
-            "ANTWORT_LLM_BASE_URL": sim_url,
-            "ANTWORT_DEFAULT_MODEL": "antwort-sim",
-            "ANTWORT_PORT": str(port),
-            "ANTWORT_INFERENCE_CONCURRENCY": "4",
-            "ANTWORT_LOG_LEVEL": "warning",
-            **env,
-        },
-        log_dir=log_dir,
-    )
-    running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
-    running.start_worker("worker-0")
-    running.start_worker("tools-0", "tools.internal")
+    fleet_env = {
+        **base_env,
+        "ANTWORT_KEY_PREFIX": f"antwort-e2e-{uuid.uuid4().hex[:8]}:",
+        "ANTWORT_LLM_BASE_URL": sim_url,
+        "ANTWORT_DEFAULT_MODEL": "antwort-sim",
+        "ANTWORT_PORT": str(free_port()),
+        "ANTWORT_INFERENCE_CONCURRENCY": "4",
+        "ANTWORT_LOG_LEVEL": "warning",
+        **env,
+    }
+    with _running(
+        fleet_env, log_dir, [("worker-0", ()), ("tools-0", ("tools.internal",))]
+    ) as running:
+        yield running
+
+
+@contextmanager
+def _running(
+    env: dict[str, str], log_dir: Path, workers: list[tuple[str, tuple[str, ...]]]
+) -> Iterator[Fleet]:
+    """A gateway on ``env``'s port and the named workers (``start_worker``'s arguments), until
+    the block ends."""
+    running = Fleet(base_url=f"http://127.0.0.1:{env['ANTWORT_PORT']}", env=env, log_dir=log_dir)
     try:
+        running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
+        for name, args in workers:
+            running.start_worker(name, *args)
         wait_ready(running.base_url)
         yield running
     finally:
