@@ -46,11 +46,11 @@ def test_close_celery_closes_every_connection_the_app_opened(
 def test_a_chord_s_results_collected_after_the_close_open_no_connection(
     redis_url: str, key_prefix: str, redis_client: redis.Redis, redis_connects: Callable[[], int]
 ) -> None:
-    # Celery's Redis backend subscribes to a chord's members' result channels as it sends it
+    # Celery's Redis backend subscribed to a chord's members' result channels as it sent it
     # (its GroupResult), and a result's __del__ unsubscribes: collected after the close, it
     # connected again, and when the collector finalized that socket before its connection, the
-    # ResourceWarning failed whichever test ran then (stops 38 and 40). The fleet's backend no
-    # longer subscribes for a chord (broker/results.py); whatever else does, the close forgets.
+    # ResourceWarning failed whichever test ran then (stops 38 and 40). The fleet's backend
+    # (broker/results.py) subscribes to none, so there is nothing to drop.
     settings = Settings(redis_url=redis_url, key_prefix=key_prefix)
     _send_a_chord_and_close(settings, redis_client)
     close_celery(make_celery(settings))  # the next test's app: the closed one is current no more
