@@ -18,7 +18,7 @@ from app.dispatch import Dispatcher
 from app.fair_queue import PoolQueue
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
-from app.redis_url import ClusterTarget, RedisTarget, SentinelTarget
+from app.redis_url import UNIX_SCHEME, ClusterTarget, RedisTarget, SentinelTarget
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -96,6 +96,8 @@ def make_redis(
         return _sentinel_master(target, options)
     if isinstance(target, ClusterTarget):
         return _cluster(target, options)
+    if target.partition("://")[0].lower() == UNIX_SCHEME:
+        del options["socket_keepalive"]  # a TCP option: a Unix socket's connection refuses it
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).
     pool = redis.BlockingConnectionPool.from_url(target, **options)

@@ -2,7 +2,9 @@
 
 ``ANTWORT_REDIS_URL`` (and ``ANTWORT_BROKER_URL``) take either form:
 
-* ``redis://[[user]:password@]host:port[/db]`` (or ``rediss://``, ``unix://``): one server;
+* ``redis://[[user]:password@]host:port[/db]`` (or ``rediss://``): one server;
+* ``unix://[[user]:password@]/path/to/redis.sock[?db=n]``: one server on a Unix socket (the
+  password may instead be given as ``?password=``, as redis-py takes it);
 * ``redis+sentinel://[[user]:password@]host:port[,host:port…]/master_name[/db]``: the master
   the sentinels at those addresses name, found again after every failover. The user and
   password are the master's (and its replicas'); sentinels are asked without them.
@@ -11,8 +13,9 @@
   any of those nodes (redis-py's ``RedisCluster``). The store only: Celery's broker cannot be a
   cluster, so ``ANTWORT_BROKER_URL`` must then name a plain or Sentinel Redis.
 
-Kombu's own form, ``sentinel://host:port[/db];sentinel://host:port…`` with the master's name in
-``ANTWORT_REDIS_SENTINEL_MASTER``, is taken too. Each consumer gets the target in the form its
+Kombu's own forms are taken too: ``sentinel://host:port[/db];sentinel://host:port…`` with the
+master's name in ``ANTWORT_REDIS_SENTINEL_MASTER``, and ``redis+socket:///path?virtual_host=n``
+for a Unix socket. Each consumer gets the target in the form its
 library's public API takes: redis-py's ``Sentinel(...).master_for(...)`` (:mod:`app.fleet`),
 and Celery's ``sentinel://`` broker and result backend URLs with ``master_name`` in their
 transport options (:func:`celery_url`, :func:`celery_transport_options`).
@@ -26,6 +29,10 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
 KOMBU_SENTINEL_SCHEME = "sentinel"
+UNIX_SCHEME = "unix"
+KOMBU_SOCKET_SCHEME = "redis+socket"
+"""Kombu's name for a Redis on a Unix socket (Celery's result backend takes it without
+``redis+``)."""
 DEFAULT_SENTINEL_PORT = 26379
 
 
@@ -57,15 +64,16 @@ class ClusterTarget:
 
 
 RedisTarget = str | SentinelTarget | ClusterTarget
-"""A plain Redis URL (for redis-py's ``from_url`` and Celery as is), a Sentinel master, or a
-cluster."""
+"""A plain Redis URL (for redis-py's ``from_url``; Celery's by :func:`celery_url`), a Sentinel
+master, or a cluster."""
 
 
 def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTarget:
     """The target ``url`` names.
 
     Raises:
-        RedisUrlError: a Sentinel URL without addresses or a master's name, or a bad db.
+        RedisUrlError: a Sentinel URL without addresses or a master's name, or a bad db
+            (a Sentinel's or a Unix socket's).
     """
     scheme = url.partition("://")[0].lower()
     if scheme == SENTINEL_SCHEME:
@@ -74,6 +82,10 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
         return _parse_cluster(url)
     if scheme == KOMBU_SENTINEL_SCHEME:
         return _parse_kombu_sentinel(url, sentinel_master)
+    if scheme == UNIX_SCHEME:
+        _socket_url(url)  # refuses a bad db now rather than at a worker's start
+    if scheme == KOMBU_SOCKET_SCHEME:
+        return _unix_url(url)
     return url
 
 
@@ -162,8 +174,15 @@ def celery_url(target: RedisTarget) -> str:
     the master's credentials and database; its name goes in :func:`celery_transport_options`.
     A ``rediss://`` URL without ``ssl_cert_reqs`` gets redis-py's default, ``required``:
     Celery's result backend refuses one without it, which stopped every worker at its start.
+    A ``unix://`` URL becomes kombu's ``redis+socket://`` (Celery knows no ``unix://``), its
+    ``db`` the ``virtual_host`` kombu reads and a password in the query part of its userinfo.
+
+    Raises:
+        RedisUrlError: a ``unix://`` URL whose ``db`` is not a number.
     """
     if isinstance(target, str):
+        if target.partition("://")[0].lower() == UNIX_SCHEME:
+            return _socket_url(target)
         return _with_cert_check(target)
     if isinstance(target, ClusterTarget):
         raise RedisUrlError("Celery's broker cannot be a Redis Cluster (ANTWORT_BROKER_URL)")
@@ -175,6 +194,38 @@ def celery_url(target: RedisTarget) -> str:
         f"{KOMBU_SENTINEL_SCHEME}://{credentials}{host}:{port}/{target.db}"
         for host, port in target.sentinels
     )
+
+
+def _socket_url(url: str) -> str:
+    """A ``unix://`` URL as kombu's ``redis+socket://``."""
+    return _rewrite_socket_url(url, KOMBU_SOCKET_SCHEME, db_from="db", db_to="virtual_host")
+
+
+def _unix_url(url: str) -> str:
+    """Kombu's ``redis+socket://`` as redis-py's ``unix://``."""
+    return _rewrite_socket_url(url, UNIX_SCHEME, db_from="virtual_host", db_to="db")
+
+
+def _rewrite_socket_url(url: str, scheme: str, *, db_from: str, db_to: str) -> str:
+    """A Unix socket's URL with ``scheme`` and its database as ``db_to`` in the query.
+
+    The credentials (from the userinfo or the query) go in the userinfo: kombu reads them there
+    only.
+    """
+    parts = urlsplit(url)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    db = query.pop(db_from, ["0"])[-1] or "0"
+    if not db.isdigit():
+        raise RedisUrlError(f"the db of a Unix socket's Redis URL must be a number, not {db!r}")
+    username = query.pop("username", [unquote(parts.username or "")])[-1]
+    password = query.pop("password", [unquote(parts.password or "")])[-1]
+    credentials = ""
+    if username or password:
+        credentials = f"{quote(username, safe='')}:{quote(password, safe='')}@"
+    rest = "".join(
+        f"&{name}={quote(value, safe='')}" for name, values in query.items() for value in values
+    )
+    return f"{scheme}://{credentials}{parts.path}?{db_to}={db}{rest}"
 
 
 def _with_cert_check(url: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from celery.backends.redis import RedisBackend, SentinelBackend
 from celery.result import GroupResult
 
-from app.redis_url import KOMBU_SENTINEL_SCHEME
+from app.redis_url import KOMBU_SENTINEL_SCHEME, KOMBU_SOCKET_SCHEME
 
 
 class _ChordsLeaveNothing:
@@ -35,7 +35,7 @@ class _ChordsLeaveNothing:
 
 
 class FleetRedisBackend(_ChordsLeaveNothing, RedisBackend):
-    """``redis://`` and ``rediss://``."""
+    """``redis://``, ``rediss://`` and ``socket://`` (a Unix socket's)."""
 
 
 class FleetSentinelBackend(_ChordsLeaveNothing, SentinelBackend):
@@ -43,7 +43,12 @@ class FleetSentinelBackend(_ChordsLeaveNothing, SentinelBackend):
 
 
 def result_backend(url: str) -> str:
-    """``url`` as Celery's ``backend`` argument: the fleet's backend class for its scheme."""
+    """``url`` (the broker's) as Celery's ``backend`` argument: the backend class for its scheme.
+
+    A Unix socket's URL loses its ``redis+``: the backend reads ``socket://``.
+    """
     sentinel = url.startswith(f"{KOMBU_SENTINEL_SCHEME}://")
     backend = FleetSentinelBackend if sentinel else FleetRedisBackend
+    if url.startswith(f"{KOMBU_SOCKET_SCHEME}://"):
+        url = url.removeprefix("redis+")
     return f"{__name__}:{backend.__name__}+{url}"

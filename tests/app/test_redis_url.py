@@ -340,3 +340,44 @@ def test_a_cluster_pipeline_rides_out_a_master_that_restarts(tmp_path: Path) -> 
         client.close()
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize(
+    ("url", "celerys"),
+    [
+        ("unix:///run/redis.sock", "redis+socket:///run/redis.sock?virtual_host=0"),
+        (
+            "unix://:p%40ss@/run/redis.sock?db=3",
+            "redis+socket://:p%40ss@/run/redis.sock?virtual_host=3",
+        ),
+        (
+            "unix:///run/redis.sock?db=2&password=p%40ss&username=u",
+            "redis+socket://u:p%40ss@/run/redis.sock?virtual_host=2",
+        ),
+    ],
+)
+def test_a_unix_socket_url_is_given_to_celery_in_kombus_form(url: str, celerys: str) -> None:
+    # Celery knows no unix://: the broker refused it ("No such transport: unix") and the result
+    # backend took the socket's path for a port, so no worker could start
+    assert celery_url(parse_redis_url(url)) == celerys
+    celery = make_celery(Settings(redis_url=url))
+    assert Connection(celery.conf.broker_url).transport_cls == "redis"
+    params = celery.backend.connparams
+    assert (params["path"], params["db"]) == ("/run/redis.sock", int(celerys[-1]))
+    assert params.get("password") == ("p@ss" if "p%40ss" in url else None)
+
+
+def test_kombus_unix_socket_form_is_read_back_for_redis_py() -> None:
+    # the task publisher builds its client from Celery's broker URL
+    kombus = "redis+socket://:p%40ss@/run/redis.sock?virtual_host=3"
+    assert parse_redis_url(kombus) == "unix://:p%40ss@/run/redis.sock?db=3"
+    client = make_redis(Settings(redis_url=kombus))
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["path"], kwargs["db"], kwargs["password"]) == ("/run/redis.sock", 3, "p@ss")
+    assert "socket_keepalive" not in kwargs  # a TCP option, refused by a socket's connection
+    client.close()
+
+
+def test_settings_refuse_a_unix_socket_url_whose_db_is_not_a_number() -> None:
+    with pytest.raises(pydantic.ValidationError, match="must be a number"):
+        Settings(redis_url="unix:///run/redis.sock?db=three")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import redis
 
 from programs.supervisor import free_port
@@ -64,6 +65,27 @@ def small_fleet(
         fleet_env, log_dir, [("worker-0", ()), ("tools-0", ("tools.internal",))]
     ) as running:
         yield running
+
+
+def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> None:
+    """A response whose turn calls two tools at once (a chord: Celery's queues and its result
+    backend) completes, and so does the same one streamed."""
+    body = {
+        "input": "use calculator expression=6*7 and unit_convert",
+        "tools": [
+            {"type": "internal", "name": "calculator"},
+            {"type": "internal", "name": "unit_convert"},
+        ],
+    }
+    created = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60)
+    response = created.json()
+    assert response["status"] == "completed", response
+    outputs = [item for item in response["output"] if item["type"] == "function_call_output"]
+    assert len(outputs) == 2  # the two calls ran as a chord
+    streamed = httpx.post(
+        f"{fleet.base_url}/v1/responses", json={**body, "stream": True}, timeout=60
+    )
+    assert "event: response.completed" in streamed.text, streamed.text[-2000:]
 
 
 @contextmanager

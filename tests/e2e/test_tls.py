@@ -13,12 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
 from programs.supervisor import free_port
-from tests.e2e.own_fleet import small_fleet
+from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
 
 
 def _certificates(directory: Path) -> Path:
@@ -78,20 +77,4 @@ def test_the_fleet_runs_on_a_redis_that_speaks_only_tls(
         _tls_redis(tmp_path) as url,
         small_fleet(process_environ, tmp_path, sim_url, ANTWORT_REDIS_URL=url) as fleet,
     ):
-        body = {
-            "input": "use calculator expression=6*7 and unit_convert",
-            "tools": [
-                {"type": "internal", "name": "calculator"},
-                {"type": "internal", "name": "unit_convert"},
-            ],
-        }
-        created = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60)
-        streamed = httpx.post(
-            f"{fleet.base_url}/v1/responses", json={**body, "stream": True}, timeout=60
-        )
-
-    response = created.json()
-    assert response["status"] == "completed", response
-    outputs = [item for item in response["output"] if item["type"] == "function_call_output"]
-    assert len(outputs) == 2  # the two calls ran as a chord, through the TLS Redis
-    assert "event: response.completed" in streamed.text, streamed.text[-2000:]
+        assert_a_chord_and_a_stream_complete(fleet)
