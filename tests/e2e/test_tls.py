@@ -9,15 +9,14 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from programs.supervisor import free_port
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
+from tests.support.chaos import redis_started
 
 
 def _certificates(directory: Path) -> Path:
@@ -53,16 +52,8 @@ def _tls_redis(directory: Path) -> Iterator[str]:
         server = subprocess.Popen(argv, cwd=directory, stdout=log, stderr=subprocess.STDOUT)
     url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
     try:
-        with redis.Redis.from_url(url, socket_connect_timeout=0.5) as client:
-            deadline = time.monotonic() + 20
-            while True:
-                with contextlib.suppress(redis.RedisError):
-                    if client.ping():
-                        break
-                if server.poll() is not None:
-                    pytest.skip("this redis-server was built without TLS")
-                assert time.monotonic() < deadline, "the TLS redis-server did not answer"
-                time.sleep(0.05)
+        if not redis_started(url, server):
+            pytest.skip("this redis-server was built without TLS")
         yield url
     finally:
         server.terminate()

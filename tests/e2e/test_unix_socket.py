@@ -10,7 +10,6 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import redis
 
 from programs.supervisor import embedded_redis_argv
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
+from tests.support.chaos import redis_started
 
 PASSWORD = "p@ss word"
 
@@ -38,15 +38,7 @@ def _socket_redis() -> Iterator[tuple[str, Path]]:
             server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         url = f"unix://:p%40ss%20word@{sock}?db=3"
         try:
-            with redis.Redis.from_url(url, socket_connect_timeout=0.5) as client:
-                deadline = time.monotonic() + 20
-                while True:
-                    with contextlib.suppress(redis.RedisError):
-                        if client.ping():
-                            break
-                    assert server.poll() is None, (Path(directory) / "redis.log").read_text()
-                    assert time.monotonic() < deadline, "the redis-server did not answer"
-                    time.sleep(0.05)
+            assert redis_started(url, server), (Path(directory) / "redis.log").read_text()
             yield url, sock
         finally:
             server.terminate()

@@ -88,6 +88,25 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=15)
 
 
+def redis_started(url: str, server: subprocess.Popen[bytes], *, seconds: float = 20) -> bool:
+    """Wait until the ``redis-server`` ``server`` answers at ``url``: True; False if it exited.
+
+    Raises:
+        RuntimeError: it neither answered nor exited within ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    with redis.Redis.from_url(url, socket_connect_timeout=0.5) as client:
+        while True:
+            with contextlib.suppress(redis.RedisError):
+                if client.ping():
+                    return True
+            if server.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server at {url} did not answer in {seconds} s")
+            time.sleep(0.05)
+
+
 class PrivateRedis:
     """A ``redis-server`` of our own with AOF (``appendfsync always``) in ``directory``."""
 
@@ -111,18 +130,8 @@ class PrivateRedis:
         log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(self._argv(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 20
-        try:
-            while True:
-                with contextlib.suppress(redis.RedisError):
-                    if client.ping():
-                        return
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"private redis-server did not start on {self.port}")
-                time.sleep(0.05)
-        finally:
-            client.close()
+        if not redis_started(self.url, self.proc):
+            raise RuntimeError(f"private redis-server did not start on {self.port}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the server (SIGTERM: it writes the AOF out and exits)."""
