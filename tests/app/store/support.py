@@ -88,3 +88,8 @@ def next_message(subscription: Subscription) -> str:
         if response_id == subscription.response_id:
             return lines
     raise AssertionError("no pub/sub message arrived")
+
+
+def keys_like(client: redis.Redis, pattern: str) -> list[bytes]:
+    """Every key matching ``pattern``: on a cluster, every master's (``KEYS`` asks one node)."""
+    return list(client.scan_iter(match=pattern, count=1000))

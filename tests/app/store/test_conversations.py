@@ -6,7 +6,7 @@ import redis
 from app.protocol.response import ResponseConversation, ResponseStatus
 from app.store import ResponseStore
 from app.store.status import COMMIT, FAIL, FINISH
-from tests.app.store.support import make_response
+from tests.app.store.support import keys_like, make_response
 
 
 def conversation(store: ResponseStore, *items: dict[str, Any]) -> str:
@@ -85,7 +85,7 @@ def test_conversation_item_and_conversation_delete(
     assert not store.delete_conversation(cid)
     assert store.delete_conversation_item(cid, "msg_b") == (None, False)
     assert not store.update_conversation({"id": cid, "metadata": {}})
-    assert not redis_client.keys(f"{store.keys.conversation(cid)}*")
+    assert not keys_like(redis_client, f"{store.keys.conversation(cid)}*")
 
 
 def _finish_in(store: ResponseStore, cid: str, status: str, *, store_response: bool = True) -> str:
@@ -154,7 +154,7 @@ def test_a_commit_appends_nothing_and_a_deleted_conversation_stays_deleted(
     store.delete_conversation(cid)
     final = response.model_copy(update={"status": ResponseStatus.COMPLETED})
     assert store.write(final, transition=FINISH).ok
-    assert not redis_client.keys(f"{store.keys.conversation(cid)}*")
+    assert not keys_like(redis_client, f"{store.keys.conversation(cid)}*")
 
 
 def test_an_unstored_response_does_not_shorten_the_conversation_s_life(
