@@ -36,6 +36,7 @@ from app.store.history import HistoryRef
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
+from app.store.timeline import turns_and_calls
 from app.telemetry import metrics
 
 
@@ -369,7 +370,17 @@ class Records(StoreBase):
         return WriteResult(ok=code > 0, status=text(status), lease_lost=code == _LEASE_LOST)
 
     def delete(self, response_id: str) -> bool:
-        """Remove a response, its input items and its events; False if it did not exist."""
+        """Remove a response and everything kept for it; False if it did not exist.
+
+        That is its record, input items, events and tool results, and the counters its runs
+        and tool calls kept (the poison guards): the record's marks and the results name them.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hkeys(self.keys.record(response_id))
+        pipe.hkeys(self.keys.tool_results(response_id))
+        fields, results = pipe.execute()
+        turns, calls = turns_and_calls(text(name) for name in fields)
+        calls.update(text(call_id) for call_id in results)
         removed = self.redis.delete(
             self.keys.record(response_id),
             self.keys.inputs(response_id),
@@ -379,6 +390,10 @@ class Records(StoreBase):
             self.keys.tool_results(response_id),
             self.keys.queued_resends(response_id),
             self.keys.steered(response_id),
+            self.keys.cancelled_at(response_id),
+            *(self.keys.turn_starts(response_id, turn) for turn in turns),
+            *(self.keys.tool_claim(response_id, call_id) for call_id in calls),
+            *(self.keys.call_starts(response_id, call_id) for call_id in calls),
         )
         self.redis.zrem(self.keys.active_of(response_id), response_id)
         if removed:

@@ -9,6 +9,7 @@ time it was appended (``include/events.lua``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,14 @@ def call_run_field(call_id: str) -> str:
 def call_end_field(call_id: str) -> str:
     """The record's field holding when the tool call's result was stored (epoch seconds)."""
     return f"{_CALL_PREFIX}{call_id}:end"
+
+
+def turns_and_calls(field_names: Iterable[str]) -> tuple[set[int], set[str]]:
+    """The turns and the tool calls a record's field names mark (the runs' stamps and marks)."""
+    facts = TimelineFacts(marks={}, turn_runs={}, call_runs={}, call_ends={}, events=[])
+    for name in field_names:
+        _sort_field(facts, name, "0")
+    return {*facts.marks, *facts.turn_runs}, {*facts.call_runs, *facts.call_ends}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -93,6 +94,32 @@ def test_delete_response_returns_deletion_object(client: openai.OpenAI, fleet: F
         client.responses.input_items.list(response.id)
     again = httpx.delete(f"{fleet.base_url}/v1/responses/{response.id}", timeout=10)
     assert again.status_code == 404
+
+
+def test_deleting_a_running_response_leaves_no_key_behind(
+    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis
+) -> None:
+    created = client.responses.create(
+        model="antwort-sim", input="long one [tokens=2000] [delay_ms=5]", background=True
+    )
+    with client.responses.retrieve(created.id, stream=True) as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                break  # the turn runs: its start is counted, its lease held
+
+    client.responses.delete(created.id)
+
+    # The run stops at its next write, which finds the response gone; what it kept (the count
+    # of the turn's starts, a poison guard) went with the delete and is not made again.
+    pattern = f"{fleet.env['ANTWORT_KEY_PREFIX']}*{created.id}*"
+    deadline = time.monotonic() + 10
+    while left := list(counters.scan_iter(match=pattern)):
+        assert time.monotonic() < deadline, f"left behind: {left}"
+        time.sleep(0.1)
+    time.sleep(1)  # the stopped run has nothing more to write
+    assert list(counters.scan_iter(match=pattern)) == []
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
 
 
 def test_delete_response_through_sdk(client: openai.OpenAI) -> None:

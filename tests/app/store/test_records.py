@@ -6,7 +6,8 @@ import redis
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import CANCEL, COMMIT, FAIL, FINISH
-from tests.app.store.support import created, delta, make_response, new_response
+from tests.app.store.support import created, delta, keys_like, make_response, new_response
+from tests.support.stamps import as_task
 
 
 def test_store_create_stores_record_inputs_extra_and_first_events(store: ResponseStore) -> None:
@@ -130,15 +131,21 @@ def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redi
     response = make_response("in_progress")
     store.create(response, inputs=[{"type": "message"}], extra={"a": 1}, events=[created(response)])
     store.emit(response.id, [delta("a")])
+    for turn in (0, 1):  # the runs' counts of each turn's starts (poison guards) go too
+        assert store.open_turn(response.id, turn, counts_start=True).starts == 1
     redis_client.set(store.keys.lease(response.id), "worker-1")
     redis_client.zadd(store.keys.active_of(response.id), {response.id: time.time()})
     for call_id in ("call_1", "call_2"):  # tool results (what the tools answered) go too
-        store.open_tool_call(response.id, call_id, token="t", claim_seconds=30)
+        store.open_tool_call(response.id, call_id, token="t", claim_seconds=30, counts_start=True)
         assert store.finish_tool_call(response.id, call_id, '{"output": "secret"}', token="t")
+    with as_task("w", "tools.internal", sent_at=time.time()):
+        # a call still running: its claim and count; the record knows it by its run's stamp
+        store.open_tool_call(response.id, "call_3", token="t", claim_seconds=30, counts_start=True)
+    assert len(keys_like(redis_client, f"{store.keys.record(response.id)}:*starts")) == 5
 
     assert store.delete(response.id) is True
 
-    assert redis_client.keys(f"{store.keys.record(response.id)}*") == []
+    assert keys_like(redis_client, f"{store.keys.record(response.id)}*") == []
     assert redis_client.zscore(store.keys.active_of(response.id), response.id) is None
     assert store.load(response.id) is None
     assert store.inputs(response.id) == []
