@@ -276,8 +276,9 @@ def _cluster(target: ClusterTarget, options: dict[str, Any]) -> redis.Redis:
         outage=outage,
         # redis-py's own tries: at once, to follow the topology as it changes
         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 3),
-        # a URL makes redis-py build each node's pool with connection_pool_class
-        url=f"redis://{host}:{port}",
+        # a URL makes redis-py build each node's pool with connection_pool_class (and over
+        # TLS, every node's connection with the options its query names)
+        url=f"{'rediss' if target.tls else 'redis'}://{host}:{port}?{target.options}",
         startup_nodes=[
             ClusterNode(node_host, node_port)  # type: ignore[no-untyped-call]
             for node_host, node_port in target.nodes

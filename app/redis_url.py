@@ -11,7 +11,9 @@
 
 * ``redis+cluster://[[user]:password@]host:port[,host:port…]``: a Redis Cluster, found from
   any of those nodes (redis-py's ``RedisCluster``). The store only: Celery's broker cannot be a
-  cluster, so ``ANTWORT_BROKER_URL`` must then name a plain or Sentinel Redis.
+  cluster, so ``ANTWORT_BROKER_URL`` must then name a plain or Sentinel Redis. Over TLS:
+  ``rediss+cluster://…``, with ``?ssl_ca_certs=…`` and redis-py's other ``ssl_*`` options as for
+  ``rediss://`` (the nodes' certificates are checked unless ``ssl_cert_reqs=none``).
 
 Kombu's own forms are taken too: ``sentinel://host:port[/db];sentinel://host:port…`` with the
 master's name in ``ANTWORT_REDIS_SENTINEL_MASTER``, and ``redis+socket:///path?virtual_host=n``
@@ -28,6 +30,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
+CLUSTER_TLS_SCHEME = "rediss+cluster"
 KOMBU_SENTINEL_SCHEME = "sentinel"
 UNIX_SCHEME = "unix"
 KOMBU_SOCKET_SCHEME = "redis+socket"
@@ -61,6 +64,10 @@ class ClusterTarget:
     """Nodes to find the cluster from (any one that answers will do)."""
     username: str | None = None
     password: str | None = None
+    tls: bool = False
+    """Every node is reached over TLS (``rediss+cluster://``)."""
+    options: str = ""
+    """The URL's query: redis-py's connection options (``ssl_ca_certs=…`` and the like)."""
 
 
 RedisTarget = str | SentinelTarget | ClusterTarget
@@ -78,7 +85,7 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
     scheme = url.partition("://")[0].lower()
     if scheme == SENTINEL_SCHEME:
         return _parse_sentinel(url)
-    if scheme == CLUSTER_SCHEME:
+    if scheme in (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME):
         return _parse_cluster(url)
     if scheme == KOMBU_SENTINEL_SCHEME:
         return _parse_kombu_sentinel(url, sentinel_master)
@@ -121,6 +128,8 @@ def _parse_cluster(url: str) -> ClusterTarget:
         ),
         username=unquote(username) or None,
         password=unquote(password) or None,
+        tls=parts.scheme.lower() == CLUSTER_TLS_SCHEME,
+        options=parts.query,
     )
 
 

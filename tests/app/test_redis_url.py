@@ -381,3 +381,14 @@ def test_kombus_unix_socket_form_is_read_back_for_redis_py() -> None:
 def test_settings_refuse_a_unix_socket_url_whose_db_is_not_a_number() -> None:
     with pytest.raises(pydantic.ValidationError, match="must be a number"):
         Settings(redis_url="unix:///run/redis.sock?db=three")
+
+
+def test_parse_redis_url_reads_a_tls_clusters_options() -> None:
+    target = parse_redis_url("rediss+cluster://10.0.0.1:7000,10.0.0.2?ssl_ca_certs=/ca.pem")
+
+    assert target == ClusterTarget(
+        nodes=(("10.0.0.1", 7000), ("10.0.0.2", 6379)), tls=True, options="ssl_ca_certs=/ca.pem"
+    )
+    assert parse_redis_url("redis+cluster://10.0.0.1:7000") == ClusterTarget(
+        nodes=(("10.0.0.1", 7000),)
+    )

@@ -15,6 +15,7 @@ import redis
 
 from programs.supervisor import free_port
 from tests.support.sentinel import redis_server_binary, wait_for
+from tests.support.tls import Certificates
 
 MASTERS = 3
 MIN_VERSION = (7, 0)
@@ -48,8 +49,10 @@ def cluster_binaries() -> tuple[str, str]:
 class LocalCluster:
     """Three ``redis-server --cluster-enabled yes`` processes holding every slot between them."""
 
-    def __init__(self, directory: Path, *, masters: int = MASTERS):
+    def __init__(self, directory: Path, *, masters: int = MASTERS, tls: Certificates | None = None):
+        """``tls``: the nodes speak TLS only (to clients and on the cluster bus), with these."""
         self.directory = directory
+        self.tls = tls
         self.ports = [free_port() for _ in range(masters)]
         self.bus_ports = [free_port() for _ in range(masters)]
         """The cluster bus's (free ports too: port + 10000 may not exist or be free)."""
@@ -59,6 +62,8 @@ class LocalCluster:
     def url(self) -> str:
         """``ANTWORT_REDIS_URL`` (or ``ANTWORT_STORE_URL``) of the cluster."""
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        if self.tls:
+            return f"rediss+cluster://{hosts}?ssl_ca_certs={self.tls.ca}"
         return f"redis+cluster://{hosts}"
 
     def start(self) -> None:
@@ -69,8 +74,12 @@ class LocalCluster:
             work = self.directory / str(port)
             work.mkdir(exist_ok=True)
             log = open(self.directory / f"{port}.log", "ab")  # noqa: SIM115 - closed with the process
+            listen = ["--port", str(port)]
+            if self.tls:
+                listen = ["--port", "0", "--tls-port", str(port), "--tls-cluster", "yes"]
+                listen += self.tls.server_args()
             argv = [
-                server, "--port", str(port), "--bind", "127.0.0.1",
+                server, *listen, "--bind", "127.0.0.1",
                 "--dir", str(work), "--save", "", "--appendonly", "no",
                 "--cluster-enabled", "yes", "--cluster-config-file", str(work / "nodes.conf"),
                 "--cluster-port", str(bus_port),
@@ -79,19 +88,31 @@ class LocalCluster:
             self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
             log.close()
         for port in self.ports:
-            wait_for(lambda port=port: _pings(port), timeout=30, what=f"redis-server on {port}")
+            wait_for(lambda port=port: self._pings(port), timeout=30, what=f"redis on {port}")
         hosts = [f"127.0.0.1:{port}" for port in self.ports]
+        tls = ["--tls", "--cacert", str(self.tls.ca)] if self.tls else []
         subprocess.run(
-            [cli, "--cluster", "create", *hosts, "--cluster-replicas", "0", "--cluster-yes"],
+            [cli, *tls, "--cluster", "create", *hosts, "--cluster-replicas", "0", "--cluster-yes"],
             check=True,
             capture_output=True,
             timeout=60,
         )
         wait_for(self._ok, timeout=30, what="cluster_state:ok on every node")
 
+    def _node(self, port: int) -> redis.Redis:
+        if self.tls:  # by the address its certificate names
+            return redis.Redis(
+                "127.0.0.1", port, socket_timeout=1, ssl=True, ssl_ca_certs=str(self.tls.ca)
+            )
+        return redis.Redis(port=port, socket_timeout=1)
+
+    def _pings(self, port: int) -> bool:
+        with self._node(port) as client:
+            return bool(client.ping())
+
     def _ok(self) -> bool:
         for port in self.ports:
-            with redis.Redis(port=port, socket_timeout=1) as client:
+            with self._node(port) as client:
                 if client.cluster("info").get("cluster_state") != "ok":
                     return False
         return True
@@ -113,6 +134,10 @@ class LocalCluster:
 
     def client(self) -> redis.RedisCluster:
         """A cluster client of the test's own."""
+        if self.tls:
+            return redis.RedisCluster(
+                host="127.0.0.1", port=self.ports[0], ssl=True, ssl_ca_certs=str(self.tls.ca)
+            )
         return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
 
     def stop(self) -> None:
@@ -126,8 +151,3 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-
-
-def _pings(port: int) -> bool:
-    with redis.Redis(port=port, socket_timeout=1) as client:
-        return bool(client.ping())
