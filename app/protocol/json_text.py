@@ -29,7 +29,7 @@ def load_json(raw: str | bytes) -> Any:
             (``invalid_value``).
     """
     try:
-        value = json.loads(raw, parse_constant=_not_a_number)
+        value = strict_loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested past Python's own limit
         raise InvalidRequestError(
             "We could not parse the JSON body of your request.", code="invalid_json"
@@ -51,6 +51,15 @@ def load_json(raw: str | bytes) -> Any:
         except UnicodeEncodeError:
             raise _not_unicode() from None
     return value
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """``json.loads``, refusing ``NaN``, ``Infinity`` and ``-Infinity`` as JSON does.
+
+    Raises:
+        ValueError: not JSON.
+    """
+    return json.loads(text, parse_constant=_not_a_number)
 
 
 def _not_a_number(constant: str) -> Any:

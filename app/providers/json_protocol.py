@@ -36,6 +36,7 @@ from app.config import Settings
 from app.errors import ModelBehaviorError
 from app.progress import step_title
 from app.protocol.items import turn_tag
+from app.protocol.json_text import strict_loads
 from app.protocol.request import TOOL_PROTOCOL_METADATA_KEY
 from app.protocol.response import ResponseObject, Usage
 from app.providers.chunks import (
@@ -201,7 +202,7 @@ class AnswerFormat:
         value = message
         if isinstance(message, str):
             try:
-                value = json.loads(_unfenced(message))
+                value = strict_loads(_unfenced(message))
             except ValueError as exc:
                 raise ProtocolViolation(
                     f'the "message" of your reply is not JSON ({exc}): the answer format asks '
@@ -478,7 +479,7 @@ def parse_directive(
     """
     stripped = _unfenced(text)
     try:
-        value = json.loads(stripped)
+        value = strict_loads(stripped)
     except ValueError as exc:
         raise ProtocolViolation(f"your answer is not valid JSON ({exc})") from None
     if not isinstance(value, dict):

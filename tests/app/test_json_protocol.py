@@ -122,6 +122,10 @@ def test_parse_directive_accepts_each_type_and_fenced_json() -> None:
 
 def test_parse_directive_says_exactly_what_is_wrong() -> None:
     assert problem("{not json").startswith("your answer is not valid JSON (")
+    # Python's parser takes NaN and Infinity; JSON does not, nor would a client reading the
+    # call's arguments in JavaScript
+    nan_args = '{"type": "tool_request", "tool": {"name": "get_weather", "args": {"t": NaN}}}'
+    assert problem(nan_args, WEATHER) == "your answer is not valid JSON (NaN is not JSON)"
     assert "not an object" in problem("[1, 2]")
     schema = problem('{"type": "tool_request", "message": "x"}')
     assert 'a "tool_request" needs "tool"' in schema
@@ -297,6 +301,11 @@ def test_answer_format_holds_a_final_reply_to_its_schema() -> None:
     )
     assert problem('{"type": "reply", "message": "It rains."}').startswith(
         'the "message" of your reply is not JSON ('
+    )
+    infinite = json.dumps({"type": "reply", "message": '{"city": "Oslo", "summary": Infinity}'})
+    assert problem(infinite) == (
+        'the "message" of your reply is not JSON (Infinity is not JSON): the answer format asks '
+        "for a JSON value that matches its schema"
     )
     # Interim messages are text; json_object asks for an object; no format, no JSON values.
     assert message('{"type": "reply", "message": "Looking.", "more": true}') == "Looking."
