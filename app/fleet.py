@@ -18,7 +18,13 @@ from app.dispatch import Dispatcher
 from app.fair_queue import PoolQueue
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
-from app.redis_url import UNIX_SCHEME, ClusterTarget, RedisTarget, SentinelTarget
+from app.redis_url import (
+    UNIX_SCHEME,
+    ClusterTarget,
+    RedisTarget,
+    SentinelTarget,
+    sentinel_ssl,
+)
 from app.run import RunDeps
 from app.store import ResponseStore
 from app.tool_calls import ToolDeps
@@ -150,22 +156,28 @@ SENTINEL_TIMEOUT_SECONDS = 1.0
 """Connect and read timeout of a query to one sentinel (the next one is asked after it)."""
 
 
+class FailoverSSLConnection(FailoverConnection, redis.SSLConnection):
+    """A :class:`FailoverConnection` over TLS (``rediss+sentinel://``)."""
+
+
 def _sentinel_master(target: SentinelTarget, options: dict[str, Any]) -> redis.Redis:
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels),
         sentinel_kwargs={
             "socket_connect_timeout": SENTINEL_TIMEOUT_SECONDS,
             "socket_timeout": SENTINEL_TIMEOUT_SECONDS,
+            **sentinel_ssl(target),
         },
     )
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         target.master_name,
         redis_class=SentinelMaster,
         connection_pool_class=SentinelBlockingConnectionPool,
-        connection_class=FailoverConnection,
+        connection_class=FailoverSSLConnection if target.ssl else FailoverConnection,
         db=target.db,
         username=target.username,
         password=target.password,
+        **dict(target.ssl or ()),
         **options,
     )
     return client

@@ -7,7 +7,9 @@
   password may instead be given as ``?password=``, as redis-py takes it);
 * ``redis+sentinel://[[user]:password@]host:port[,host:port…]/master_name[/db]``: the master
   the sentinels at those addresses name, found again after every failover. The user and
-  password are the master's (and its replicas'); sentinels are asked without them.
+  password are the master's (and its replicas'); sentinels are asked without them. Over TLS
+  (to the sentinels and to the master): ``rediss+sentinel://…``, with the ``ssl_*`` options of
+  :data:`SSL_OPTIONS` in its query (the certificates are checked unless ``ssl_cert_reqs=none``).
 
 * ``redis+cluster://[[user]:password@]host:port[,host:port…]``: a Redis Cluster, found from
   any of those nodes (redis-py's ``RedisCluster``). The store only: Celery's broker cannot be a
@@ -26,9 +28,14 @@ transport options (:func:`celery_url`, :func:`celery_transport_options`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from typing import Any
+from urllib.parse import SplitResult, parse_qs, parse_qsl, quote, unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_TLS_SCHEME = "rediss+sentinel"
+SSL_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_keyfile")
+"""The TLS options a ``rediss+sentinel://`` URL may name: those redis-py, kombu and Celery's
+result backend all take."""
 CLUSTER_SCHEME = "redis+cluster"
 CLUSTER_TLS_SCHEME = "rediss+cluster"
 KOMBU_SENTINEL_SCHEME = "sentinel"
@@ -54,6 +61,8 @@ class SentinelTarget:
     db: int = 0
     username: str | None = None
     password: str | None = None
+    ssl: tuple[tuple[str, str], ...] | None = None
+    """TLS to the sentinels and the master, with these :data:`SSL_OPTIONS` (None: no TLS)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +92,7 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
             (a Sentinel's or a Unix socket's).
     """
     scheme = url.partition("://")[0].lower()
-    if scheme == SENTINEL_SCHEME:
+    if scheme in (SENTINEL_SCHEME, SENTINEL_TLS_SCHEME):
         return _parse_sentinel(url)
     if scheme in (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME):
         return _parse_cluster(url)
@@ -113,7 +122,19 @@ def _parse_sentinel(url: str) -> SentinelTarget:
         db=_db(path[1] if len(path) > 1 else "0", url),
         username=unquote(username) or None,
         password=unquote(password) or None,
+        ssl=_ssl_options(url, parts) if parts.scheme.lower() == SENTINEL_TLS_SCHEME else None,
     )
+
+
+def _ssl_options(url: str, parts: SplitResult) -> tuple[tuple[str, str], ...]:
+    options = dict(parse_qsl(parts.query))
+    unknown = sorted(set(options) - set(SSL_OPTIONS))
+    if unknown:
+        raise RedisUrlError(
+            f"{_redacted(url)}: {', '.join(unknown)} is not one of {', '.join(SSL_OPTIONS)}"
+        )
+    options.setdefault("ssl_cert_reqs", "required")  # redis-py's default, said for Celery's
+    return tuple(sorted(options.items()))
 
 
 def _parse_cluster(url: str) -> ClusterTarget:
@@ -244,6 +265,27 @@ def _with_cert_check(url: str) -> str:
     return f"{url}{'&' if parts.query else '?'}ssl_cert_reqs=required"
 
 
-def celery_transport_options(target: RedisTarget) -> dict[str, str]:
-    """What Celery's broker and result backend need besides :func:`celery_url`."""
-    return {"master_name": target.master_name} if isinstance(target, SentinelTarget) else {}
+def celery_transport_options(target: RedisTarget) -> dict[str, Any]:
+    """What Celery's broker and result backend need besides :func:`celery_url`.
+
+    A Sentinel master: its name, and over TLS how to reach the sentinels (their connections'
+    options); the master's own are :func:`celery_ssl`.
+    """
+    if not isinstance(target, SentinelTarget):
+        return {}
+    if target.ssl is None:
+        return {"master_name": target.master_name}
+    return {"master_name": target.master_name, "sentinel_kwargs": sentinel_ssl(target)}
+
+
+def celery_ssl(target: RedisTarget) -> dict[str, str] | None:
+    """Celery's ``broker_use_ssl`` and ``redis_backend_use_ssl`` for ``target``.
+
+    None: nothing beyond the URL (a ``rediss://`` one names its own).
+    """
+    return dict(target.ssl) if isinstance(target, SentinelTarget) and target.ssl else None
+
+
+def sentinel_ssl(target: SentinelTarget) -> dict[str, Any]:
+    """The options of a connection to one of ``target``'s sentinels over TLS ({}: no TLS)."""
+    return {"ssl": True, **dict(target.ssl)} if target.ssl else {}

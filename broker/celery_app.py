@@ -11,7 +11,7 @@ from kombu import Queue
 from app.config import Settings
 from app.fleet import QUEUES, require_redis
 from app.keys import Keys
-from app.redis_url import celery_transport_options, celery_url
+from app.redis_url import celery_ssl, celery_transport_options, celery_url
 from broker import telemetry
 from broker.results import result_backend
 from broker.routing import INFERENCE_QUEUE, TASK_ROUTES
@@ -64,6 +64,9 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         broker_pool_limit=64,
+        # a Sentinel master over TLS (a rediss:// URL names its own)
+        broker_use_ssl=celery_ssl(target),
+        redis_backend_use_ssl=celery_ssl(target),
     )
     telemetry.install()
     return celery

@@ -76,9 +76,12 @@ def send_options(args: list[str | int]) -> dict[str, Any]:
 def make_publisher(
     celery: Celery, settings: Settings, client: redis.Redis | None = None
 ) -> Publisher:
-    """The publisher ``settings.fast_publish`` asks for; ``client``: the fast one's Redis."""
+    """The publisher ``settings.fast_publish`` asks for.
+
+    ``client``: the fast one's Redis; by default one of the broker's, as the settings name it.
+    """
     if settings.fast_publish:
-        return TaskPublisher(celery, client)
+        return TaskPublisher(celery, client or make_redis(settings, broker=True))
     return SendTaskPublisher(celery)
 
 

@@ -392,3 +392,38 @@ def test_parse_redis_url_reads_a_tls_clusters_options() -> None:
     assert parse_redis_url("redis+cluster://10.0.0.1:7000") == ClusterTarget(
         nodes=(("10.0.0.1", 7000),)
     )
+
+
+def test_a_tls_sentinel_url_gives_every_client_its_options() -> None:
+    url = "rediss+sentinel://:pw@h1:1,h2:2/mymaster/2?ssl_ca_certs=/ca.pem"
+    target = parse_redis_url(url)
+    tls = {"ssl_ca_certs": "/ca.pem", "ssl_cert_reqs": "required"}  # checked unless it says
+    assert target == SentinelTarget(
+        sentinels=(("h1", 1), ("h2", 2)),
+        master_name="mymaster",
+        db=2,
+        password="pw",
+        ssl=tuple(tls.items()),
+    )
+
+    celery = make_celery(Settings(redis_url=url))
+    assert celery.conf.broker_use_ssl == celery.conf.redis_backend_use_ssl == tls
+    for options in (
+        celery.conf.broker_transport_options,
+        celery.conf.result_backend_transport_options,
+    ):
+        assert options["sentinel_kwargs"] == {"ssl": True, **tls}  # the sentinels over TLS too
+    assert celery.backend.connparams["connection_class"].__name__ == "SentinelManagedSSLConnection"
+    plain = make_celery(Settings(redis_url="redis+sentinel://h1:1/mymaster/0"))
+    assert plain.conf.broker_use_ssl is None and plain.conf.redis_backend_use_ssl is None
+
+    client = make_redis(Settings(redis_url=url))
+    pool = client.connection_pool
+    assert issubclass(pool.connection_class, redis.SSLConnection)  # the master over TLS
+    assert pool.connection_kwargs["ssl_ca_certs"] == "/ca.pem"
+    sentinels = pool.sentinel_manager.sentinels  # type: ignore[attr-defined]
+    assert all(s.connection_pool.connection_class is redis.SSLConnection for s in sentinels)
+    client.close()
+
+    with pytest.raises(RedisUrlError, match="ssl_verify is not one of ssl_ca_certs"):
+        parse_redis_url("rediss+sentinel://h1:1/mymaster?ssl_verify=1")

@@ -3,7 +3,8 @@
 Store, events, pub/sub, Celery's queues and its result backend (a turn that calls two tools at
 once is a chord) all go through one ``redis-server`` listening with ``--tls-port`` alone. And a
 store on a Redis Cluster whose nodes speak TLS only (``rediss+cluster://``), to clients and on
-the cluster bus.
+the cluster bus; and the whole fleet on a Sentinel set whose every process speaks TLS only
+(``rediss+sentinel://``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.conftest import delete_prefix
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
 from tests.support.chaos import redis_started
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
+from tests.support.sentinel import SentinelSet
 from tests.support.tls import make_certificates
 
 
@@ -87,3 +89,30 @@ def test_the_store_runs_on_a_cluster_that_speaks_only_tls(
         cluster.stop()
         with redis.Redis.from_url(redis_url) as queues:
             delete_prefix(queues, prefix)
+
+
+@pytest.mark.e2e
+def test_the_fleet_runs_on_a_sentinel_set_that_speaks_only_tls(
+    sim_url: str, tmp_path: Path, process_environ: dict[str, str]
+) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server (the embedded Redis has no TLS)")
+    (tmp_path / "sentinel").mkdir()
+    redis_set = SentinelSet(tmp_path / "sentinel", tls=make_certificates(tmp_path / "certs"))
+    try:
+        redis_set.start()
+        with small_fleet(
+            process_environ,
+            tmp_path,
+            sim_url,
+            ANTWORT_REDIS_URL=redis_set.url,  # rediss+sentinel://…?ssl_ca_certs=…
+        ) as fleet:
+            assert_a_chord_and_a_stream_complete(fleet)
+            with redis_set.client(redis_set.master_address()[1]) as master:
+                assert master.dbsize() > 0  # the store and the queues are there
+            redis_set.kill_master()
+            redis_set.wait_failover()
+            # every process finds the new master over TLS, without a restart
+            assert_a_chord_and_a_stream_complete(fleet)
+    finally:
+        redis_set.stop()

@@ -14,10 +14,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
 from programs.supervisor import free_port
+from tests.support.tls import Certificates
 
 MASTER_NAME = "antwort"
 DOWN_AFTER_MS = 1000
@@ -49,8 +51,10 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
 class SentinelSet:
     """A master, its replica and three sentinels watching them (quorum two)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, tls: Certificates | None = None):
+        """``tls``: every process speaks TLS only (to clients and between them), with these."""
         self.directory = directory
+        self.tls = tls
         self.master_port = free_port()
         self.replica_port = free_port()
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -60,7 +64,15 @@ class SentinelSet:
     def url(self) -> str:
         """``ANTWORT_REDIS_URL`` of the set."""
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        if self.tls:
+            return f"rediss+sentinel://{hosts}/{MASTER_NAME}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
+
+    def client(self, port: int, **options: Any) -> redis.Redis:
+        """A client of the process on ``port`` (over TLS when the set speaks it)."""
+        if self.tls:  # by the address its certificate names
+            options.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        return redis.Redis("127.0.0.1", port, socket_timeout=1, **options)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -70,15 +82,26 @@ class SentinelSet:
     def _server_argv(self, name: str, port: int) -> list[str]:
         work = self.directory / name
         work.mkdir(exist_ok=True)
+        listen = ["--port", str(port)]
+        if self.tls:
+            listen = ["--port", "0", "--tls-port", str(port), "--tls-replication", "yes"]
+            listen += self.tls.server_args()
         return [
-            redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work),
+            redis_server_binary(), *listen, "--bind", "127.0.0.1", "--dir", str(work),
             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
 
     def _sentinel_config(self, index: int, port: int) -> Path:
         config = self.directory / f"sentinel-{index}.conf"
+        listen = f"port {port}\n"
+        if self.tls:
+            listen = (
+                f"port 0\ntls-port {port}\ntls-replication yes\n"
+                f"tls-cert-file {self.tls.cert}\ntls-key-file {self.tls.key}\n"
+                f"tls-ca-cert-file {self.tls.ca}\ntls-auth-clients no\n"
+            )
         config.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {self.directory}\n"
+            f"{listen}bind 127.0.0.1\ndir {self.directory}\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master_port} 2\n"
             f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {MASTER_NAME} 10000\n"
@@ -98,13 +121,13 @@ class SentinelSet:
         wait_for(self._sentinels_ready, timeout=30, what="three sentinels that know the replica")
 
     def _replica_in_sync(self) -> bool:
-        with redis.Redis(port=self.replica_port, socket_timeout=1) as client:
+        with self.client(self.replica_port) as client:
             info = client.info("replication")
         return info.get("master_link_status") == "up"
 
     def _sentinels_ready(self) -> bool:
         for port in self.sentinel_ports:
-            with redis.Redis(port=port, socket_timeout=1, decode_responses=True) as client:
+            with self.client(port, decode_responses=True) as client:
                 master = client.sentinel_master(MASTER_NAME)
                 if int(master["num-slaves"]) < 1 or int(master["num-other-sentinels"]) < 2:
                     return False
@@ -112,7 +135,7 @@ class SentinelSet:
 
     def master_address(self) -> tuple[str, int]:
         """The master the first sentinel names now."""
-        with redis.Redis(port=self.sentinel_ports[0], socket_timeout=1) as client:
+        with self.client(self.sentinel_ports[0]) as client:
             host, port = client.sentinel_get_master_addr_by_name(MASTER_NAME)
         return host.decode() if isinstance(host, bytes) else str(host), int(port)
 
@@ -129,7 +152,7 @@ class SentinelSet:
         def promoted() -> bool:
             if self.master_address()[1] != self.replica_port:
                 return False
-            with redis.Redis(port=self.replica_port, socket_timeout=1) as client:
+            with self.client(self.replica_port) as client:
                 return client.info("replication").get("role") == "master"
 
         wait_for(promoted, timeout=timeout, what="the failover")
