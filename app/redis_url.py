@@ -17,9 +17,8 @@
   ``rediss+cluster://…``, with ``?ssl_ca_certs=…`` and redis-py's other ``ssl_*`` options as for
   ``rediss://`` (the nodes' certificates are checked unless ``ssl_cert_reqs=none``).
 
-Kombu's own forms are taken too: ``sentinel://host:port[/db];sentinel://host:port…`` with the
-master's name in ``ANTWORT_REDIS_SENTINEL_MASTER``, and ``redis+socket:///path?virtual_host=n``
-for a Unix socket. Each consumer gets the target in the form its
+Kombu's own form, ``sentinel://host:port[/db];sentinel://host:port…`` with the master's name in
+``ANTWORT_REDIS_SENTINEL_MASTER``, is taken too. Each consumer gets the target in the form its
 library's public API takes: redis-py's ``Sentinel(...).master_for(...)`` (:mod:`app.fleet`),
 and Celery's ``sentinel://`` broker and result backend URLs with ``master_name`` in their
 transport options (:func:`celery_url`, :func:`celery_transport_options`).
@@ -100,8 +99,6 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
         return _parse_kombu_sentinel(url, sentinel_master)
     if scheme == UNIX_SCHEME:
         _socket_url(url)  # refuses a bad db now rather than at a worker's start
-    if scheme == KOMBU_SOCKET_SCHEME:
-        return _unix_url(url)
     return url
 
 
@@ -227,26 +224,16 @@ def celery_url(target: RedisTarget) -> str:
 
 
 def _socket_url(url: str) -> str:
-    """A ``unix://`` URL as kombu's ``redis+socket://``."""
-    return _rewrite_socket_url(url, KOMBU_SOCKET_SCHEME, db_from="db", db_to="virtual_host")
+    """A ``unix://`` URL as kombu's ``redis+socket://``.
 
-
-def _unix_url(url: str) -> str:
-    """Kombu's ``redis+socket://`` as redis-py's ``unix://``."""
-    return _rewrite_socket_url(url, UNIX_SCHEME, db_from="virtual_host", db_to="db")
-
-
-def _rewrite_socket_url(url: str, scheme: str, *, db_from: str, db_to: str) -> str:
-    """A Unix socket's URL with ``scheme`` and its database as ``db_to`` in the query.
-
-    The credentials (from the userinfo or the query) go in the userinfo: kombu reads them there
-    only.
+    Its database becomes ``virtual_host``, and the credentials (from the userinfo or the query)
+    go in the userinfo, where kombu reads them.
     """
     parts = urlsplit(url)
     query = parse_qs(parts.query, keep_blank_values=True)
-    db = query.pop(db_from, ["0"])[-1] or "0"
+    db = query.pop("db", ["0"])[-1] or "0"
     if not db.isdigit():
-        raise RedisUrlError(f"the db of a Unix socket's Redis URL must be a number, not {db!r}")
+        raise RedisUrlError(f"the db of a unix:// Redis URL must be a number, not {db!r}")
     username = query.pop("username", [unquote(parts.username or "")])[-1]
     password = query.pop("password", [unquote(parts.password or "")])[-1]
     credentials = ""
@@ -255,7 +242,7 @@ def _rewrite_socket_url(url: str, scheme: str, *, db_from: str, db_to: str) -> s
     rest = "".join(
         f"&{name}={quote(value, safe='')}" for name, values in query.items() for value in values
     )
-    return f"{scheme}://{credentials}{parts.path}?{db_to}={db}{rest}"
+    return f"{KOMBU_SOCKET_SCHEME}://{credentials}{parts.path}?virtual_host={db}{rest}"
 
 
 def _with_cert_check(url: str) -> str:

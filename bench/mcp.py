@@ -165,14 +165,14 @@ class TaskBench:
 
     def __init__(self, url: str, prefix: str):
         from app.config import Settings
-        from app.fleet import make_store
+        from app.fleet import make_redis, make_store
         from broker.celery_app import make_celery
         from broker.publish import TaskPublisher
 
         self.settings = Settings(redis_url=REDIS_URL, key_prefix=prefix)
         self.store = make_store(self.settings)
         self.celery = make_celery(self.settings)
-        self.publisher = TaskPublisher(self.celery)
+        self.publisher = TaskPublisher(self.celery, make_redis(self.settings, broker=True))
         self.url = url
 
     def response_with_calls(self, count: int) -> str:

@@ -12,7 +12,7 @@ from kombu.exceptions import OperationalError
 
 from app.config import Settings
 from app.dispatch import QueueUnavailableError
-from broker.publish import Publisher, TaskPublisher, make_publisher, send_options
+from broker.publish import Publisher, make_publisher, send_options
 from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
 
 
@@ -36,9 +36,9 @@ class CeleryDispatcher:
     settings); a chord goes through Celery.
     """
 
-    def __init__(self, celery: Celery, publisher: Publisher | None = None):
+    def __init__(self, celery: Celery, publisher: Publisher):
         self.celery = celery
-        self.publisher = publisher or TaskPublisher(celery)
+        self.publisher = publisher
 
     def enqueue_turn(self, response_id: str, turn: int, *, retry: bool = False) -> None:
         """Queue a turn on ``inference``; :class:`QueueUnavailableError` if the broker is away."""

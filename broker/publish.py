@@ -116,22 +116,17 @@ class SendTaskPublisher:
 
 
 class TaskPublisher:
-    """Publishes task messages for ``celery``'s workers through a client of the broker's Redis.
+    """Publishes task messages for ``celery``'s workers through ``client``, of the broker's Redis.
 
-    ``client`` defaults to one built as the fleet builds its clients (``make_redis``): a burst of
-    sends beyond its pool waits for a connection instead of failing, as store writes do.
+    ``client`` is one the fleet builds (``make_redis``): a burst of sends beyond its pool waits
+    for a connection instead of failing, as store writes do.
     """
 
-    def __init__(self, celery: Celery, client: redis.Redis | None = None):
+    def __init__(self, celery: Celery, client: redis.Redis):
         self._celery = celery
         options = celery.conf.broker_transport_options or {}
         self._prefix = str(options.get("global_keyprefix", ""))
-        self.redis = client or make_redis(
-            Settings(
-                redis_url=str(celery.conf.broker_url),
-                redis_sentinel_master=options.get("master_name"),
-            )
-        )
+        self.redis = client
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"  # as Celery names a sender
         self._reply_to = str(celery.thread_oid)
 

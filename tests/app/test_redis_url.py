@@ -367,11 +367,8 @@ def test_a_unix_socket_url_is_given_to_celery_in_kombus_form(url: str, celerys: 
     assert params.get("password") == ("p@ss" if "p%40ss" in url else None)
 
 
-def test_kombus_unix_socket_form_is_read_back_for_redis_py() -> None:
-    # the task publisher builds its client from Celery's broker URL
-    kombus = "redis+socket://:p%40ss@/run/redis.sock?virtual_host=3"
-    assert parse_redis_url(kombus) == "unix://:p%40ss@/run/redis.sock?db=3"
-    client = make_redis(Settings(redis_url=kombus))
+def test_a_unix_socket_url_gives_the_fleets_clients_no_tcp_option() -> None:
+    client = make_redis(Settings(redis_url="unix://:p%40ss@/run/redis.sock?db=3"))
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["path"], kwargs["db"], kwargs["password"]) == ("/run/redis.sock", 3, "p@ss")
     assert "socket_keepalive" not in kwargs  # a TCP option, refused by a socket's connection

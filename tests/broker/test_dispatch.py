@@ -17,7 +17,7 @@ from celery._state import _task_stack
 from app.config import Settings
 from broker.celery_app import make_celery
 from broker.dispatch import CeleryDispatcher, make_dispatcher
-from broker.publish import SendTaskPublisher, TaskPublisher, send_options
+from broker.publish import SendTaskPublisher, TaskPublisher, make_publisher, send_options
 from broker.telemetry import SENT_AT
 from tests.support.celery_apps import close_celery
 from tests.support.sockets import connections_to, redis_port
@@ -227,7 +227,9 @@ def test_the_publisher_borrows_connections_from_a_blocking_pool_of_the_configure
     monkeypatch.setenv("ANTWORT_REDIS_MAX_CONNECTIONS", "7")
     celery = make_celery(Settings(redis_url=redis_url, key_prefix=key_prefix))
     try:
-        pool = TaskPublisher(celery).redis.connection_pool
+        publisher = make_publisher(celery, Settings(redis_url=redis_url, key_prefix=key_prefix))
+        assert isinstance(publisher, TaskPublisher)
+        pool = publisher.redis.connection_pool
     finally:
         close_celery(celery)
 
