@@ -201,8 +201,9 @@ def celery_url(target: RedisTarget) -> str:
     the master's credentials and database; its name goes in :func:`celery_transport_options`.
     A ``rediss://`` URL without ``ssl_cert_reqs`` gets redis-py's default, ``required``:
     Celery's result backend refuses one without it, which stopped every worker at its start.
-    A ``unix://`` URL becomes kombu's ``redis+socket://`` (Celery knows no ``unix://``), its
-    ``db`` the ``virtual_host`` kombu reads and a password in the query part of its userinfo.
+    A ``unix://`` URL becomes kombu's ``redis+socket://`` (Celery knows no ``unix://``): its
+    ``db`` becomes the ``virtual_host`` kombu reads, and a password in its query moves to its
+    userinfo.
 
     Raises:
         RedisUrlError: a ``unix://`` URL whose ``db`` is not a number.
