@@ -87,8 +87,8 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
     """The target ``url`` names.
 
     Raises:
-        RedisUrlError: a Sentinel URL without addresses or a master's name, or a bad db
-            (a Sentinel's or a Unix socket's).
+        RedisUrlError: a Sentinel URL without addresses or a master's name, a Unix socket's
+            without its path, or a bad db (a Sentinel's or a Unix socket's).
     """
     scheme = url.partition("://")[0].lower()
     if scheme in (SENTINEL_SCHEME, SENTINEL_TLS_SCHEME):
@@ -206,7 +206,7 @@ def celery_url(target: RedisTarget) -> str:
     userinfo.
 
     Raises:
-        RedisUrlError: a ``unix://`` URL whose ``db`` is not a number.
+        RedisUrlError: a ``unix://`` URL without a path, or whose ``db`` is not a number.
     """
     if isinstance(target, str):
         if target.partition("://")[0].lower() == UNIX_SCHEME:
@@ -231,6 +231,10 @@ def _socket_url(url: str) -> str:
     go in the userinfo, where kombu reads them.
     """
     parts = urlsplit(url)
+    if not parts.path.strip("/"):
+        raise RedisUrlError(
+            f"{_redacted(url)}: name the socket's path, unix:///path/to/redis.sock[?db=n]"
+        )
     query = parse_qs(parts.query, keep_blank_values=True)
     db = query.pop("db", ["0"])[-1] or "0"
     if not db.isdigit():

@@ -375,9 +375,11 @@ def test_a_unix_socket_url_gives_the_fleets_clients_no_tcp_option() -> None:
     client.close()
 
 
-def test_settings_refuse_a_unix_socket_url_whose_db_is_not_a_number() -> None:
+def test_settings_refuse_a_unix_socket_url_without_a_path_or_a_numbered_db() -> None:
     with pytest.raises(pydantic.ValidationError, match="must be a number"):
         Settings(redis_url="unix:///run/redis.sock?db=three")
+    with pytest.raises(pydantic.ValidationError, match="name the socket's path"):
+        Settings(redis_url="unix://redis.sock")  # a host, not a path
 
 
 def test_parse_redis_url_reads_a_tls_clusters_options() -> None:
