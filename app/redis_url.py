@@ -26,6 +26,7 @@ transport options (:func:`celery_url`, :func:`celery_transport_options`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, parse_qsl, quote, unquote, urlsplit
@@ -108,11 +109,9 @@ def _parse_sentinel(url: str) -> SentinelTarget:
     username, _, password = credentials.partition(":")
     path = [segment for segment in parts.path.split("/") if segment]
     if not path:
-        raise RedisUrlError(
-            f"{_redacted(url)}: name the master, {SENTINEL_SCHEME}://host:port/name"
-        )
+        raise RedisUrlError(f"{redacted(url)}: name the master, {SENTINEL_SCHEME}://host:port/name")
     if len(path) > 2:
-        raise RedisUrlError(f"{_redacted(url)}: expected /master_name[/db] after the addresses")
+        raise RedisUrlError(f"{redacted(url)}: expected /master_name[/db] after the addresses")
     return SentinelTarget(
         sentinels=tuple(_address(host) for host in hosts.split(",")),
         master_name=unquote(path[0]),
@@ -128,7 +127,7 @@ def _ssl_options(url: str, parts: SplitResult) -> tuple[tuple[str, str], ...]:
     unknown = sorted(set(options) - set(SSL_OPTIONS))
     if unknown:
         raise RedisUrlError(
-            f"{_redacted(url)}: {', '.join(unknown)} is not one of {', '.join(SSL_OPTIONS)}"
+            f"{redacted(url)}: {', '.join(unknown)} is not one of {', '.join(SSL_OPTIONS)}"
         )
     options.setdefault("ssl_cert_reqs", "required")  # redis-py's default, said for Celery's
     return tuple(sorted(options.items()))
@@ -139,7 +138,7 @@ def _parse_cluster(url: str) -> ClusterTarget:
     credentials, _, hosts = parts.netloc.rpartition("@")
     username, _, password = credentials.partition(":")
     if parts.path.strip("/"):
-        raise RedisUrlError(f"{_redacted(url)}: a cluster has one database, name none")
+        raise RedisUrlError(f"{redacted(url)}: a cluster has one database, name none")
     return ClusterTarget(
         nodes=tuple(
             _address(host, default_port=6379, what="a cluster node's") for host in hosts.split(",")
@@ -154,7 +153,7 @@ def _parse_cluster(url: str) -> ClusterTarget:
 def _parse_kombu_sentinel(url: str, master_name: str | None) -> SentinelTarget:
     if not master_name:
         raise RedisUrlError(
-            f"{_redacted(url)}: kombu's sentinel:// form needs ANTWORT_REDIS_SENTINEL_MASTER "
+            f"{redacted(url)}: kombu's sentinel:// form needs ANTWORT_REDIS_SENTINEL_MASTER "
             f"(or use {SENTINEL_SCHEME}://host:port,host:port/master_name/db)"
         )
     chunks = [urlsplit(chunk.strip()) for chunk in url.split(";") if chunk.strip()]
@@ -181,17 +180,24 @@ def _address(
 
 def _db(value: str, url: str) -> int:
     if not value.isdigit():
-        raise RedisUrlError(f"{_redacted(url)}: the database must be a number, not {value!r}")
+        raise RedisUrlError(f"{redacted(url)}: the database must be a number, not {value!r}")
     return int(value)
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for messages."""
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs.
+
+    That is the userinfo's, and the query's (redis-py takes ``?password=`` too).
+    """
     scheme, _, rest = url.partition("://")
     credentials, at, hosts = rest.rpartition("@")
-    if not at:
-        return url
-    return f"{scheme}://{credentials.partition(':')[0]}:***@{hosts}"
+    if at:
+        rest = f"{credentials.partition(':')[0]}:***@{hosts}"
+    rest = _QUERY_PASSWORD.sub(r"\1***", rest)
+    return f"{scheme}://{rest}"
+
+
+_QUERY_PASSWORD = re.compile(r"([?&;]password=)[^&;]*")
 
 
 def celery_url(target: RedisTarget) -> str:
@@ -233,7 +239,7 @@ def _socket_url(url: str) -> str:
     parts = urlsplit(url)
     if not parts.path.strip("/"):
         raise RedisUrlError(
-            f"{_redacted(url)}: name the socket's path, unix:///path/to/redis.sock[?db=n]"
+            f"{redacted(url)}: name the socket's path, unix:///path/to/redis.sock[?db=n]"
         )
     query = parse_qs(parts.query, keep_blank_values=True)
     db = query.pop("db", ["0"])[-1] or "0"

@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import redis
-
 from app.config import Settings
-from app.fleet import QUEUES
-from app.keys import Keys
+from app.fleet import QUEUES, make_redis
+from app.redis_url import redacted
 from app.tenancy import KeyStore, parse_env_keys
 from app.tools.sandbox.runner import bubblewrap_problem
 
@@ -123,15 +121,21 @@ def run(settings: Settings) -> int:
 
 
 def auth_notice(settings: Settings, redis_url: str) -> str:
-    """What ``antwort up`` says of auth at start: off only when no key is configured anywhere."""
+    """What ``antwort up`` says of auth at start: off only when no key is configured anywhere.
+
+    ``redis_url``: the fleet's (the embedded Redis's when none is configured); any form the
+    fleet takes. It is shown without its password.
+    """
     env_keys = parse_env_keys(settings.api_keys)
-    client = redis.Redis.from_url(redis_url)
+    fleet = settings.model_copy(update={"redis_url": redis_url})
+    client = make_redis(fleet)
     try:
-        store = KeyStore(client, Keys(settings.key_prefix))
+        store = KeyStore(client, fleet.keys)
         tenants = {*env_keys.values(), *(key.tenant for key in store.all())}
         is_on = bool(env_keys) or store.is_auth_on()
     finally:
         client.close()
+    redis_url = redacted(redis_url)
     where = f"the fleet's Redis is {redis_url}"
     if not is_on:
         return (

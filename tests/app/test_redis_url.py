@@ -26,6 +26,7 @@ from app.redis_url import (
     celery_transport_options,
     celery_url,
     parse_redis_url,
+    redacted,
 )
 from broker.celery_app import make_celery
 from broker.results import FleetSentinelBackend
@@ -426,3 +427,16 @@ def test_a_tls_sentinel_url_gives_every_client_its_options() -> None:
 
     with pytest.raises(RedisUrlError, match="ssl_verify is not one of ssl_ca_certs"):
         parse_redis_url("rediss+sentinel://h1:1/mymaster?ssl_verify=1")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@h:1/0", "redis://:***@h:1/0"),
+        ("redis+sentinel://me:s3cret@h1:1,h2:2/m/0", "redis+sentinel://me:***@h1:1,h2:2/m/0"),
+        ("unix:///run/redis.sock?db=1&password=s3cret", "unix:///run/redis.sock?db=1&password=***"),
+        ("redis://h:1/0", "redis://h:1/0"),
+    ],
+)
+def test_redacted_hides_a_password_wherever_the_url_holds_it(url: str, shown: str) -> None:
+    assert redacted(url) == shown

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import uuid
 
 import pytest
 import redis
 
 from app.config import Settings
+from app.fleet import make_redis
 from app.keys import Keys
 from app.tenancy import KeyStore
 from programs.supervisor import auth_notice, plan
+from tests.conftest import delete_prefix
+from tests.support.cluster import LocalCluster
 
 
 def test_antwort_up_runs_the_fleet_without_a_sandbox_worker_when_bwrap_is_missing(
@@ -55,3 +59,36 @@ def test_antwort_up_keeps_the_generated_key_in_its_state_directory_not_in_redis(
     configured: dict[str, str] = {}
     plan(settings.model_copy(update={"secrets_file": "/elsewhere.key"}), configured, "/state")
     assert "ANTWORT_SECRETS_FILE" not in configured  # the operator's own stays
+
+
+def test_antwort_up_reads_the_keys_of_a_cluster_store(
+    redis_cluster: LocalCluster, redis_url: str, key_prefix: str
+) -> None:
+    # it read them with redis-py's from_url, which takes no cluster (or Sentinel) URL: antwort up
+    # stopped the fleet it had just started
+    settings = Settings(key_prefix=key_prefix, broker_url=redis_url)
+    assert "AUTH IS OFF" in auth_notice(settings, redis_cluster.url)
+    fleet = settings.model_copy(update={"redis_url": redis_cluster.url})
+    with make_redis(fleet) as client:
+        KeyStore(client, fleet.keys).create("c")
+        try:
+            assert "auth on — 1 tenant(s)" in auth_notice(settings, redis_cluster.url)
+        finally:
+            delete_prefix(client, key_prefix)
+
+
+def test_antwort_up_shows_the_redis_url_without_its_password(
+    redis_url: str, key_prefix: str
+) -> None:
+    user, password = f"antwort-test-{uuid.uuid4().hex[:8]}", "s3cret-pw"
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.acl_setuser(
+            user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
+        )
+        try:
+            url = redis_url.replace("://", f"://{user}:{password}@", 1)
+            notice = auth_notice(Settings(key_prefix=key_prefix), url)
+        finally:
+            admin.acl_deluser(user)
+    assert "AUTH IS OFF" in notice
+    assert password not in notice and f"{user}:***@" in notice
