@@ -118,8 +118,22 @@ def _parse_sentinel(url: str) -> SentinelTarget:
         db=_db(path[1] if len(path) > 1 else "0", url),
         username=unquote(username) or None,
         password=unquote(password) or None,
-        ssl=_ssl_options(url, parts) if parts.scheme.lower() == SENTINEL_TLS_SCHEME else None,
+        ssl=_ssl_options(url, parts) if _is_tls(url, parts, SENTINEL_TLS_SCHEME) else None,
     )
+
+
+def _is_tls(url: str, parts: SplitResult, tls_scheme: str) -> bool:
+    """Whether ``url`` names ``tls_scheme``; TLS options in any other are refused.
+
+    They would otherwise be ignored (a plain connection where TLS was meant) or fail at the first
+    command instead of at start.
+    """
+    if parts.scheme.lower() == tls_scheme:
+        return True
+    if any(name.startswith("ssl") for name, _ in parse_qsl(parts.query)):
+        scheme = parts.scheme.lower().replace("redis+", "rediss+", 1)
+        raise RedisUrlError(f"{redacted(url)}: TLS options need a {scheme}:// URL")
+    return False
 
 
 def _ssl_options(url: str, parts: SplitResult) -> tuple[tuple[str, str], ...]:
@@ -145,7 +159,7 @@ def _parse_cluster(url: str) -> ClusterTarget:
         ),
         username=unquote(username) or None,
         password=unquote(password) or None,
-        tls=parts.scheme.lower() == CLUSTER_TLS_SCHEME,
+        tls=_is_tls(url, parts, CLUSTER_TLS_SCHEME),
         options=parts.query,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 import threading
 import time
@@ -440,3 +441,19 @@ def test_a_tls_sentinel_url_gives_every_client_its_options() -> None:
 )
 def test_redacted_hides_a_password_wherever_the_url_holds_it(url: str, shown: str) -> None:
     assert redacted(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "needs"),
+    [
+        ("redis+sentinel://h1:1/mymaster?ssl_ca_certs=/ca.pem", "rediss+sentinel://"),
+        ("redis+cluster://h1:7000?ssl_ca_certs=/ca.pem", "rediss+cluster://"),
+    ],
+)
+def test_tls_options_in_a_url_without_tls_are_refused_at_start(url: str, needs: str) -> None:
+    # ignored (a Sentinel's: a plain connection where TLS was meant) or, on a cluster, a
+    # TypeError at the first command
+    with pytest.raises(
+        pydantic.ValidationError, match=re.escape(f"TLS options need a {needs} URL")
+    ):
+        Settings(redis_url=url, broker_url="redis://127.0.0.1:6379/0")
