@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import redis
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
-from tests.support.chaos import redis_started
+from tests.support.chaos import running_redis
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
 from tests.support.sentinel import SentinelSet
 from tests.support.tls import make_certificates
@@ -37,18 +36,12 @@ def _tls_redis(directory: Path) -> Iterator[str]:
         pytest.skip("needs redis-server (the embedded Redis has no TLS)")
     certificates = make_certificates(directory)
     port = free_port()
-    argv = [binary, *f"--port 0 --tls-port {port} --bind 127.0.0.1 --save".split(), ""]
-    argv += certificates.server_args()
-    with open(directory / "redis.log", "wb") as log:
-        server = subprocess.Popen(argv, cwd=directory, stdout=log, stderr=subprocess.STDOUT)
+    argv = [binary, *certificates.listen_args(port), "--bind", "127.0.0.1", "--save", ""]
     url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={certificates.ca}"
-    try:
-        if not redis_started(url, server):
+    with running_redis(argv, url, directory / "redis.log") as started:
+        if not started:
             pytest.skip("this redis-server was built without TLS")
         yield url
-    finally:
-        server.terminate()
-        server.wait(15)
 
 
 @pytest.mark.e2e

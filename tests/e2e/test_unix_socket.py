@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import redis
 
 from programs.supervisor import embedded_redis_argv
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
-from tests.support.chaos import redis_started
+from tests.support.chaos import running_redis
 
 PASSWORD = "p@ss word"
 
@@ -34,15 +33,11 @@ def _socket_redis() -> Iterator[tuple[str, Path]]:
         argv = [binary, "--dir", directory] if binary else embedded_redis_argv(0, directory)
         argv += ["--port", "0", "--unixsocket", str(sock), "--requirepass", PASSWORD]
         argv += ["--save", ""]
-        with open(Path(directory) / "redis.log", "wb") as log:
-            server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         url = f"unix://:p%40ss%20word@{sock}?db=3"
-        try:
-            assert redis_started(url, server), (Path(directory) / "redis.log").read_text()
+        log = Path(directory) / "redis.log"
+        with running_redis(argv, url, log) as started:
+            assert started, log.read_text()
             yield url, sock
-        finally:
-            server.terminate()
-            server.wait(15)
 
 
 @pytest.mark.e2e

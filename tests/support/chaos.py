@@ -107,6 +107,19 @@ def redis_started(url: str, server: subprocess.Popen[bytes], *, seconds: float =
             time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def running_redis(argv: list[str], url: str, log: Path) -> Iterator[bool]:
+    """Run the ``redis-server`` of ``argv`` (its output to ``log``) for the block; whether it
+    answered at ``url`` (False: it exited, see the log). Stopped after (SIGTERM)."""
+    with open(log, "wb") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield redis_started(url, server)
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
 class PrivateRedis:
     """A ``redis-server`` of our own with AOF (``appendfsync always``) in ``directory``."""
 

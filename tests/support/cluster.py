@@ -15,7 +15,7 @@ import redis
 
 from programs.supervisor import free_port
 from tests.support.sentinel import redis_server_binary, wait_for
-from tests.support.tls import Certificates
+from tests.support.tls import Certificates, client_options
 
 MASTERS = 3
 MIN_VERSION = (7, 0)
@@ -76,8 +76,7 @@ class LocalCluster:
             log = open(self.directory / f"{port}.log", "ab")  # noqa: SIM115 - closed with the process
             listen = ["--port", str(port)]
             if self.tls:
-                listen = ["--port", "0", "--tls-port", str(port), "--tls-cluster", "yes"]
-                listen += self.tls.server_args()
+                listen = [*self.tls.listen_args(port), "--tls-cluster", "yes"]
             argv = [
                 server, *listen, "--bind", "127.0.0.1",
                 "--dir", str(work), "--save", "", "--appendonly", "no",
@@ -100,11 +99,7 @@ class LocalCluster:
         wait_for(self._ok, timeout=30, what="cluster_state:ok on every node")
 
     def _node(self, port: int) -> redis.Redis:
-        if self.tls:  # by the address its certificate names
-            return redis.Redis(
-                "127.0.0.1", port, socket_timeout=1, ssl=True, ssl_ca_certs=str(self.tls.ca)
-            )
-        return redis.Redis(port=port, socket_timeout=1)
+        return redis.Redis("127.0.0.1", port, socket_timeout=1, **client_options(self.tls))
 
     def _pings(self, port: int) -> bool:
         with self._node(port) as client:
@@ -134,11 +129,7 @@ class LocalCluster:
 
     def client(self) -> redis.RedisCluster:
         """A cluster client of the test's own."""
-        if self.tls:
-            return redis.RedisCluster(
-                host="127.0.0.1", port=self.ports[0], ssl=True, ssl_ca_certs=str(self.tls.ca)
-            )
-        return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
+        return redis.RedisCluster("127.0.0.1", self.ports[0], **client_options(self.tls))
 
     def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after 10 s)."""

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from programs.supervisor import free_port
-from tests.support.tls import Certificates
+from tests.support.tls import Certificates, client_options
 
 MASTER_NAME = "antwort"
 DOWN_AFTER_MS = 1000
@@ -70,8 +70,7 @@ class SentinelSet:
 
     def client(self, port: int, **options: Any) -> redis.Redis:
         """A client of the process on ``port`` (over TLS when the set speaks it)."""
-        if self.tls:  # by the address its certificate names
-            options.update(ssl=True, ssl_ca_certs=str(self.tls.ca))
+        options.update(client_options(self.tls))
         return redis.Redis("127.0.0.1", port, socket_timeout=1, **options)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -84,8 +83,7 @@ class SentinelSet:
         work.mkdir(exist_ok=True)
         listen = ["--port", str(port)]
         if self.tls:
-            listen = ["--port", "0", "--tls-port", str(port), "--tls-replication", "yes"]
-            listen += self.tls.server_args()
+            listen = [*self.tls.listen_args(port), "--tls-replication", "yes"]
         return [
             redis_server_binary(), *listen, "--bind", "127.0.0.1", "--dir", str(work),
             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
@@ -95,11 +93,8 @@ class SentinelSet:
         config = self.directory / f"sentinel-{index}.conf"
         listen = f"port {port}\n"
         if self.tls:
-            listen = (
-                f"port 0\ntls-port {port}\ntls-replication yes\n"
-                f"tls-cert-file {self.tls.cert}\ntls-key-file {self.tls.key}\n"
-                f"tls-ca-cert-file {self.tls.ca}\ntls-auth-clients no\n"
-            )
+            options = [*self.tls.listen_options(port), ("tls-replication", "yes")]
+            listen = "".join(f"{name} {value}\n" for name, value in options)
         config.write_text(
             f"{listen}bind 127.0.0.1\ndir {self.directory}\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master_port} 2\n"

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,12 +19,26 @@ class Certificates:
     cert: Path
     key: Path
 
-    def server_args(self) -> list[str]:
-        """A ``redis-server``'s options for them (clients are not asked for certificates)."""
+    def listen_options(self, port: int) -> list[tuple[str, str]]:
+        """A ``redis-server``'s options (names and values) to listen on ``port`` over TLS only,
+        with these files; clients are not asked for certificates."""
         return [
-            "--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
-            "--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "no",
+            ("port", "0"), ("tls-port", str(port)),
+            ("tls-cert-file", str(self.cert)), ("tls-key-file", str(self.key)),
+            ("tls-ca-cert-file", str(self.ca)), ("tls-auth-clients", "no"),
         ]  # fmt: skip
+
+    def listen_args(self, port: int) -> list[str]:
+        """:meth:`listen_options` as a ``redis-server`` command line's arguments."""
+        return [arg for name, value in self.listen_options(port) for arg in (f"--{name}", value)]
+
+
+def client_options(tls: Certificates | None) -> dict[str, Any]:
+    """A redis-py client's options for a server that speaks TLS with ``tls`` ({}: plain).
+
+    The client must name the server by the address its certificate names, 127.0.0.1.
+    """
+    return {"ssl": True, "ssl_ca_certs": str(tls.ca)} if tls else {}
 
 
 def make_certificates(directory: Path) -> Certificates:
