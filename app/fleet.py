@@ -19,10 +19,10 @@ from app.fair_queue import PoolQueue
 from app.lease import LeaseKeeper
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.redis_url import (
-    UNIX_SCHEME,
     ClusterTarget,
     RedisTarget,
     SentinelTarget,
+    is_unix_socket,
     sentinel_ssl,
 )
 from app.run import RunDeps
@@ -102,7 +102,7 @@ def make_redis(
         return _sentinel_master(target, options)
     if isinstance(target, ClusterTarget):
         return _cluster(target, options)
-    if target.partition("://")[0].lower() == UNIX_SCHEME:
+    if is_unix_socket(target):
         del options["socket_keepalive"]  # a TCP option: a Unix socket's connection refuses it
     # A blocking pool: a burst beyond the pool waits for a connection instead of failing
     # (redis-py's default pool raises MaxConnectionsError at 100).

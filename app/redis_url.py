@@ -44,6 +44,9 @@ KOMBU_SOCKET_SCHEME = "redis+socket"
 """Kombu's name for a Redis on a Unix socket (Celery's result backend takes it without
 ``redis+``)."""
 DEFAULT_SENTINEL_PORT = 26379
+CERT_CHECK = "required"
+"""redis-py's ``ssl_cert_reqs`` when a TLS URL says none, said outright for Celery's backend
+(which refuses a ``rediss://`` URL without it)."""
 
 
 class RedisUrlError(ValueError):
@@ -91,7 +94,7 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
         RedisUrlError: a Sentinel URL without addresses or a master's name, a Unix socket's
             without its path, or a bad db (a Sentinel's or a Unix socket's).
     """
-    scheme = url.partition("://")[0].lower()
+    scheme = _scheme(url)
     if scheme in (SENTINEL_SCHEME, SENTINEL_TLS_SCHEME):
         return _parse_sentinel(url)
     if scheme in (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME):
@@ -101,6 +104,15 @@ def parse_redis_url(url: str, *, sentinel_master: str | None = None) -> RedisTar
     if scheme == UNIX_SCHEME:
         _socket_url(url)  # refuses a bad db now rather than at a worker's start
     return url
+
+
+def is_unix_socket(url: str) -> bool:
+    """Whether the plain Redis URL ``url`` names a Unix socket (``unix://``)."""
+    return _scheme(url) == UNIX_SCHEME
+
+
+def _scheme(url: str) -> str:
+    return url.partition("://")[0].lower()
 
 
 def _parse_sentinel(url: str) -> SentinelTarget:
@@ -143,7 +155,7 @@ def _ssl_options(url: str, parts: SplitResult) -> tuple[tuple[str, str], ...]:
         raise RedisUrlError(
             f"{redacted(url)}: {', '.join(unknown)} is not one of {', '.join(SSL_OPTIONS)}"
         )
-    options.setdefault("ssl_cert_reqs", "required")  # redis-py's default, said for Celery's
+    options.setdefault("ssl_cert_reqs", CERT_CHECK)
     return tuple(sorted(options.items()))
 
 
@@ -229,7 +241,7 @@ def celery_url(target: RedisTarget) -> str:
         RedisUrlError: a ``unix://`` URL without a path, or whose ``db`` is not a number.
     """
     if isinstance(target, str):
-        if target.partition("://")[0].lower() == UNIX_SCHEME:
+        if is_unix_socket(target):
             return _socket_url(target)
         return _with_cert_check(target)
     if isinstance(target, ClusterTarget):
@@ -274,7 +286,7 @@ def _with_cert_check(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme.lower() != "rediss" or "ssl_cert_reqs" in parse_qs(parts.query):
         return url
-    return f"{url}{'&' if parts.query else '?'}ssl_cert_reqs=required"
+    return f"{url}{'&' if parts.query else '?'}ssl_cert_reqs={CERT_CHECK}"
 
 
 def celery_transport_options(target: RedisTarget) -> dict[str, Any]:

@@ -36,6 +36,7 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
     # message taken off its queue is the worker's alone: a run that dies is found by its lease
     # and the sweeper (app.lease), a first turn lost before it started by the queued watch.
     broker_transport = {**transport, "ack_emulation": False}
+    tls = celery_ssl(target)
     celery = Celery("antwort", broker=url, backend=result_backend(url), include=list(include))
     celery.conf.update(
         task_acks_late=True,
@@ -65,8 +66,8 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         worker_send_task_events=False,
         broker_pool_limit=64,
         # a Sentinel master over TLS (a rediss:// URL names its own)
-        broker_use_ssl=celery_ssl(target),
-        redis_backend_use_ssl=celery_ssl(target),
+        broker_use_ssl=tls,
+        redis_backend_use_ssl=tls,
     )
     telemetry.install()
     return celery
