@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -67,9 +68,9 @@ def small_fleet(
         yield running
 
 
-def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> None:
+def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> dict[str, Any]:
     """A response whose turn calls two tools at once (a chord: Celery's queues and its result
-    backend) completes, and so does the same one streamed."""
+    backend) completes, and so does the same one streamed; the first response."""
     body = {
         "input": "use calculator expression=6*7 and unit_convert",
         "tools": [
@@ -78,7 +79,7 @@ def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> None:
         ],
     }
     created = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60)
-    response = created.json()
+    response: dict[str, Any] = created.json()
     assert response["status"] == "completed", response
     outputs = [item for item in response["output"] if item["type"] == "function_call_output"]
     assert len(outputs) == 2  # the two calls ran as a chord
@@ -86,6 +87,7 @@ def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> None:
         f"{fleet.base_url}/v1/responses", json={**body, "stream": True}, timeout=60
     )
     assert "event: response.completed" in streamed.text, streamed.text[-2000:]
+    return response
 
 
 @contextmanager

@@ -18,7 +18,7 @@ import redis
 
 from tests.conftest import delete_prefix
 from tests.e2e.conftest import Fleet
-from tests.e2e.own_fleet import small_fleet
+from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
 from tests.support.chaos import PrivateRedis
 
 
@@ -59,17 +59,8 @@ def test_the_broker_url_keeps_the_queues_off_the_store(
     split_fleet: tuple[Fleet, PrivateRedis], redis_url: str
 ) -> None:
     fleet, broker = split_fleet
-    body = {
-        "input": "use calculator expression=6*7 and unit_convert",
-        "tools": [
-            {"type": "internal", "name": "calculator"},
-            {"type": "internal", "name": "unit_convert"},
-        ],
-    }
-    response = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60).json()
-    assert response["status"] == "completed", response
-    outputs = [item for item in response["output"] if item["type"] == "function_call_output"]
-    assert len(outputs) == 2  # the two calls ran as a chord, through the broker's Redis
+    # the two calls run as a chord, through the broker's Redis
+    response = assert_a_chord_and_a_stream_complete(fleet)
     prefix = fleet.env["ANTWORT_KEY_PREFIX"]
     with redis.Redis.from_url(broker.url) as queues, redis.Redis.from_url(redis_url) as store:
         assert queues.keys(f"{prefix}celery:*")
