@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,7 @@ def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> dict[str, Any]:
 
 @contextmanager
 def _running(
-    env: dict[str, str], log_dir: Path, workers: list[tuple[str, tuple[str, ...]]]
+    env: dict[str, str], log_dir: Path, workers: Sequence[tuple[str, tuple[str, ...]]]
 ) -> Iterator[Fleet]:
     """A gateway on ``env``'s port and the named workers (``start_worker``'s arguments), until
     the block ends."""
