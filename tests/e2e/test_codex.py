@@ -188,6 +188,56 @@ CATALOG = Path(__file__).parent / "fixtures" / "codex_model_catalog.json"
 its long prompt cut to a line, and ``supports_search_tool: true`` as every built-in entry has it
 (a catalog is how a user gets Codex's freeform ``apply_patch`` from another model)."""
 
+PATCH_CONFIG = 'model_catalog_json = "{catalog}"\n'
+
+
+@needs_codex
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_edits_a_file_with_its_freeform_apply_patch(
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder, websockets: bool
+) -> None:
+    """Codex's file edits: ``apply_patch`` is a ``custom`` tool with a Lark grammar. The model
+    is offered it as a function of one string (``input``, the grammar in its description); its
+    call reaches Codex as a ``custom_tool_call`` whose ``input`` is the patch, which Codex
+    applies here and answers with a ``custom_tool_call_output``."""
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+    sent = sim_recorder.watch(marker)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("first\nold line\nlast\n")
+    patch = "\n".join(
+        [
+            "*** Begin Patch",
+            "*** Update File: notes.txt",
+            "@@",
+            " first",
+            "-old line",
+            f"+{marker}",
+            " last",
+            "*** Add File: new.txt",
+            f"+{marker} too",
+            "*** End Patch",
+        ]
+    )
+    prompt = f"{marker} [call apply_patch {json.dumps({'input': patch})}]"
+
+    done = run_codex(
+        fleet, tmp_path, prompt, websockets=websockets, config=PATCH_CONFIG.format(catalog=CATALOG)
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    work = tmp_path / "work"
+    assert (work / "notes.txt").read_text() == f"first\n{marker}\nlast\n"  # Codex applied it
+    assert (work / "new.txt").read_text() == f"{marker} too\n"
+    offered = {tool["function"]["name"]: tool["function"] for tool in sent[0]["tools"]}
+    grammar = offered["apply_patch"]["parameters"]["properties"]["input"]["description"]
+    assert "lark grammar" in grammar and "Begin Patch" in grammar
+    *_, call, result = sent[-1]["messages"]
+    assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"input": patch}
+    assert result["role"] == "tool" and "Success" in result["content"]
+    answer = (tmp_path / "answer.txt").read_text()
+    assert answer.startswith("Tool results: ") and "notes.txt" in answer
+
+
 SEARCH_CONFIG = """\
 model_catalog_json = "{catalog}"
 mcp_optional_startup_grace_ms = 30000
