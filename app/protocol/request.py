@@ -18,6 +18,7 @@ from pydantic import (
 
 from app.protocol.client_tools import (
     ApplyPatchTool,
+    Callers,
     ComputerTool,
     ComputerUsePreviewTool,
     CustomTool,
@@ -90,11 +91,15 @@ class FunctionTool(NamespaceFunction):
     @model_serializer(mode="wrap")
     def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # The spec's four keys are always echoed; the SDK's later options only when sent.
-        dumped: dict[str, Any] = handler(self)
-        return {k: v for k, v in dumped.items() if v is not None or k not in _OPTIONAL_KEYS}
+        return _as_sent(handler(self))
 
 
 _OPTIONAL_KEYS = frozenset({"output_schema", "allowed_callers", "defer_loading"})
+
+
+def _as_sent(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A tool's echo without the SDK's later options it was not sent with."""
+    return {k: v for k, v in dumped.items() if v is not None or k not in _OPTIONAL_KEYS}
 
 
 class InternalToolRef(_Strict):
@@ -160,6 +165,14 @@ class McpTool(_Strict):
     allowed_tools: list[str] | McpToolFilter | None = None
     require_approval: Literal["always", "never"] | McpApprovalFilter | None = None
     server_description: str | None = None
+    allowed_callers: Callers = None
+    defer_loading: bool | None = None
+    """Taken: no tool search runs here, so the server's tools are offered from the start (as
+    a deferred function is, app/tools/function.py)."""
+
+    @model_serializer(mode="wrap")
+    def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _as_sent(handler(self))
 
 
 Tool = Annotated[

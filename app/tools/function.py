@@ -2,14 +2,22 @@
 
 The client answers each ``function_call`` with a ``function_call_output`` item in its next
 request (``previous_response_id``); :func:`check_call_outputs` holds those answers to the calls.
+
+A top-level function with ``defer_loading: true`` is one OpenAI loads through its tool search.
+No search runs here: the model is offered it from the start, as any function (OpenAI shows the
+model a deferred function's name and description anyway; the search loads its parameters). Its
+calls carry the shape OpenAI gives a deferred function's: ``namespace`` is the function's own name
+(the Agents SDK finds the tool of such a call by that shape only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from app.errors import InvalidRequestError
-from app.tools.base import ToolKind
+from app.tools.base import ToolDefinition, ToolKind
 from app.tools.kinds import RequestContext, ToolKindSpec, named_definition
 
 
@@ -53,10 +61,24 @@ check_call_outputs = answers_check("function_call", "function_call_output")
 """``function_call_output`` items answer known ``function_call`` items, all of them."""
 
 
+_named = named_definition(ToolKind.FUNCTION)
+
+
+def function_definition(tool: dict[str, Any]) -> ToolDefinition:
+    """A declared function, or one a tool search loaded.
+
+    A deferred one's calls carry its name as their ``namespace``.
+    """
+    definition = _named(tool)
+    if not tool.get("defer_loading"):
+        return definition
+    return replace(definition, options={"namespace": tool["name"], "name": tool["name"]})
+
+
 FUNCTION_KIND = ToolKindSpec(
     name=ToolKind.FUNCTION,
     tool_types=("function",),
-    define=named_definition(ToolKind.FUNCTION),
+    define=function_definition,
     check_inputs=check_call_outputs,
 )
 """Client-executed: no queue, no executor; its calls are ``function_call`` items."""

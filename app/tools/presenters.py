@@ -174,8 +174,12 @@ def append_result(
 
 
 def namespaced(namespace: str, name: str) -> str:
-    """The name the model knows a tool of a ``namespace`` tool by."""
-    return f"{namespace}__{name}"
+    """The name the model knows a tool of a ``namespace`` tool by.
+
+    A namespace that is the tool's own name is a deferred top-level function's
+    (app/tools/function.py): the model knows it by its name.
+    """
+    return name if namespace == name else f"{namespace}__{name}"
 
 
 def wire_name(name: str, tool: ToolDefinition | None) -> tuple[str, str | None]:

@@ -22,7 +22,7 @@ from app.protocol.client_tools import is_client_tool_search
 from app.tools.base import ToolDefinition, ToolKind
 from app.tools.client_calls import CallShape, kind_of
 from app.tools.custom import custom_definition
-from app.tools.kinds import named_definition
+from app.tools.function import function_definition
 from app.tools.namespace import namespace_tools
 from app.tools.presenters import namespaced
 
@@ -62,15 +62,12 @@ def searched_tools(
     return found
 
 
-_function_definition = named_definition(ToolKind.FUNCTION)
-
-
 def _loaded(tool: Item) -> dict[str, ToolDefinition]:
     if tool["type"] == "namespace":
         return namespace_tools([tool], (), {})
     if tool["type"] == "custom":
         return {tool["name"]: custom_definition(tool)}
-    return {tool["name"]: _function_definition(tool)}
+    return {tool["name"]: function_definition(tool)}
 
 
 def loaded_text(item: Item) -> str:

@@ -567,6 +567,68 @@ def test_a_server_tool_search_is_still_a_hosted_tool(run: Run) -> None:
     assert [tool["name"] for tool in turn.model.requests[0].tools] == ["weather"]
 
 
+# -- a deferred function (defer_loading) behind OpenAI's own tool search --------------------------
+
+TIDE = {
+    "type": "function",
+    "name": "tide",
+    "description": "The next high tide.",
+    "parameters": {"type": "object", "properties": {"port": {"type": "string"}}},
+    "defer_loading": True,
+}
+
+
+def test_a_deferred_function_is_offered_and_its_call_has_its_name_as_namespace(run: Run) -> None:
+    # OpenAI's search would load it; none runs here, so the model is offered it from the start
+    turn = run(call("tide", {"port": "Bergen"}), tools=[TIDE, {"type": "tool_search"}])
+
+    assert [tool["name"] for tool in turn.model.requests[0].tools] == ["tide"]
+    [item] = turn.output
+    assert (item["type"], item["name"], item["namespace"]) == ("function_call", "tide", "tide")
+    sdk_valid(turn)
+    done = next(e for e in turn.events if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "tide"
+    assert turn.events[-1]["response"]["tools"] == [{**TIDE, "strict": None}]  # no search echoed
+
+
+def test_a_deferred_functions_call_in_the_history_is_shown_by_its_name(run: Run) -> None:
+    # the whole history again, as the Agents SDK sends it with store=False
+    called = {
+        "type": "function_call",
+        "call_id": "call_7",
+        "name": "tide",
+        "namespace": "tide",
+        "arguments": '{"port": "Bergen"}',
+    }
+    INPUT_ITEM.validate_python(called)
+    answered = {"type": "function_call_output", "call_id": "call_7", "output": "six"}
+    history = [{"role": "user", "content": "go"}, called, answered]
+
+    second = run(answer("At six."), input=history, tools=[TIDE], store=False)
+
+    shown, result = second.model.requests[0].items[-2:]
+    assert (shown["type"], shown["name"], result["output"]) == ("function_call", "tide", "six")
+
+
+def test_a_deferred_function_a_client_search_loaded_is_called_with_its_name_as_namespace(
+    run: Run,
+) -> None:
+    first = run(call("tool_search", {"query": "tide"}), tools=[CLIENT_SEARCH])
+    loaded = {**SEARCH_OUTPUT, "tools": [TIDE]}
+
+    second = run(
+        call("tide", {"port": "Oslo"}, call_id="call_2"),
+        input=[loaded],
+        previous_response_id=first.response_id,
+        tools=[CLIENT_SEARCH],
+    )
+
+    assert [tool["name"] for tool in second.model.requests[0].tools] == ["tool_search", "tide"]
+    [item] = second.output
+    assert (item["name"], item["namespace"]) == ("tide", "tide")
+    sdk_valid(second)
+
+
 def test_tool_choice_tool_search_forces_the_clients_search(run: Run) -> None:
     choice = {"type": "tool_search"}
 

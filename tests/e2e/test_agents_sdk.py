@@ -27,6 +27,7 @@ from agents import (
     RawResponsesStreamEvent,
     RunConfig,
     Runner,
+    ToolSearchTool,
     function_tool,
     set_tracing_disabled,
 )
@@ -191,6 +192,51 @@ def test_agents_output_type_holds_on_the_json_tool_protocol(
     assert stored.metadata == {"antwort_tool_protocol": "json"}
 
 
+@function_tool(defer_loading=True)
+def get_tide(port: str) -> str:
+    """The next high tide of a port."""
+    CALLS.append(f"tide:{port}")
+    return f"high tide in {port} at six"
+
+
+@TRANSPORTS
+def test_agents_deferred_function_behind_tool_search_is_called(
+    fleet: Fleet, transport: str, sim_recorder: Recorder
+) -> None:
+    """``function_tool(defer_loading=True)`` with ``ToolSearchTool()``: no search runs here, so
+    the model is offered the function from the start; its call carries the function's name as
+    its ``namespace``, the shape OpenAI gives a deferred function's call, by which alone the SDK
+    finds the tool. Then the whole history again (``store=False``): the call item with that
+    namespace is taken, and the model sees it under the function's own name."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+
+    async def body(client: AsyncOpenAI) -> tuple[Any, Any]:
+        model = model_for(transport, client)
+        deferred = Agent(
+            name="assistant",
+            model=model,
+            tools=[get_tide, ToolSearchTool()],
+            model_settings=ModelSettings(store=False),
+        )
+        first = await closing(model, Runner.run(deferred, f"{marker} Use get_tide for port=Bergen"))
+        history = [*first.to_input_list(), {"role": "user", "content": f"{marker} and then?"}]
+        second = await closing(model, Runner.run(deferred, history))
+        return first, second
+
+    first, second = run(fleet, body)
+
+    assert CALLS == ["tide:Bergen"]
+    assert first.final_output == "Tool results: high tide in Bergen at six"
+    [call] = [item for item in first.raw_responses[0].output if item.type == "function_call"]
+    assert (call.name, call.namespace) == ("get_tide", "get_tide")
+    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["get_tide"]
+    assert second.final_output.startswith(f"Simulated answer to: {marker} and then?")
+    user, assistant, tool, answer, again = sent[-1]["messages"]
+    assert assistant["tool_calls"][0]["function"]["name"] == "get_tide"
+    assert tool["content"] == "high tide in Bergen at six"
+
+
 def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: openai.OpenAI) -> None:
     async def body(sdk: AsyncOpenAI) -> tuple[Any, Any]:
         first = await Runner.run(agent(sdk), "Remember the word kiwi.")
@@ -332,6 +378,26 @@ def test_agents_hosted_mcp_across_runs_of_the_whole_history(
     messages = sent[0]["messages"]  # the model sees the earlier MCP call and its result
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
     assert messages[2]["content"] == "local: papaya"
+
+
+def test_agents_deferred_hosted_mcp_server_is_called(fleet: Fleet, client: openai.OpenAI) -> None:
+    """``HostedMCPTool(tool_config={…, "defer_loading": True})`` with ``ToolSearchTool()``: the
+    server's tools are offered from the start (no search runs here), and the option is echoed."""
+
+    async def body(client: AsyncOpenAI) -> Any:
+        model = OpenAIResponsesModel(model="antwort-sim", openai_client=client)
+        config = {**LOCAL_MCP, "require_approval": "never", "defer_loading": True}
+        tools = [HostedMCPTool(tool_config=config), ToolSearchTool()]
+        return await Runner.run(
+            Agent(name="assistant", model=model, tools=tools), "use echo text=fig"
+        )
+
+    result = run(fleet, body)
+
+    assert result.final_output == "Tool results: local: fig"
+    stored = client.responses.retrieve(result.raw_responses[0].response_id or "")
+    [echoed] = [tool for tool in stored.tools if tool.type == "mcp"]
+    assert echoed.defer_loading is True
 
 
 def test_agents_hosted_mcp_approval_in_the_whole_history(fleet: Fleet) -> None:
