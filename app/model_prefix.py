@@ -11,7 +11,8 @@ what was added since.
 The kept start (:class:`Prefix`) is correct by construction, not by checking later items:
 
 - it ends just before a turn break (a message not the model's), where the grouping and the
-  translation start afresh, so no later item joins or answers a turn of it;
+  translation start afresh, so no later item joins or answers a turn of it (a call it leaves
+  unanswered is answered by the translation of the items after it, told of its messages);
 - each of its items has a view of its own (``PresenterIndex.has_own_view``: no MCP call or
   approval, whose view reads other items) and is not sealed (no key is opened for it), so what
   comes after cannot change how it is shown;
@@ -159,7 +160,7 @@ def _extended(
         return prefix
     opened = model_items(store, settings, history[prefix.length : end])
     view = presenters.model_view(opened)
-    messages = to_chat_messages(None, view)
+    messages = to_chat_messages(None, view, after=prefix.messages)
     encoded = b",".join([encode_json(m).encode() for m in messages])
     return Prefix(
         end,

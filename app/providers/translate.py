@@ -16,6 +16,9 @@ ChatMessage = dict[str, Any]
 MEDIA_FOLLOWS = "see the next user message"
 """Where a tool result's image or file is, as its ``tool`` message says."""
 
+UNANSWERED = "No result: the client sent none for this call."
+"""The ``tool`` message of a call the history leaves unanswered (:func:`to_chat_messages`)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
@@ -135,7 +138,10 @@ class PreparedItems(list[dict[str, Any]]):
 
 
 def to_chat_messages(
-    instructions: str | None, items: Sequence[dict[str, Any]]
+    instructions: str | None,
+    items: Sequence[dict[str, Any]],
+    *,
+    after: Sequence[ChatMessage] = (),
 ) -> list[ChatMessage]:
     """Responses items as chat messages; consecutive function calls share one assistant turn.
 
@@ -143,8 +149,15 @@ def to_chat_messages(
     ``reasoning_content``. The images and files of tool results follow the turn's last result,
     in one ``user`` message (a chat ``tool`` message holds text only). Of
     :class:`PreparedItems`, the prefix's messages are taken as translated before.
+
+    A call the history leaves unanswered (a client went on without sending its output) gets a
+    ``tool`` message saying so (:data:`UNANSWERED`) before the next message: OpenAI's API, and
+    servers that hold a chat to its template, refuse calls that no ``tool`` message follows.
+    ``after``: the messages ``items`` come after, translated apart (a prepared prefix's, which
+    ends before a turn break): the calls they leave unanswered are answered here.
     """
-    messages: list[ChatMessage] = []
+    borrowed = _unanswered_block(after)  # only read: ``items`` start with a message of their own
+    messages: list[ChatMessage] = list(borrowed)
     if instructions:
         messages.append({"role": "system", "content": instructions})
     if isinstance(items, PreparedItems):
@@ -157,6 +170,8 @@ def to_chat_messages(
         if item.get("type") == "reasoning":
             reasoning += [part.get("text", "") for part in item.get("content") or []]
             continue
+        if _ends_the_calls(messages, item):
+            _answer_unanswered(messages)
         if media and item.get("type") != "function_call_output":
             messages.append({"role": "user", "content": media})
             media = []
@@ -169,7 +184,41 @@ def to_chat_messages(
             reasoning = []  # reasoning that no assistant message of its turn follows is left out
     if media:
         messages.append({"role": "user", "content": media})
-    return messages
+    return messages[len(borrowed) :]
+
+
+def _ends_the_calls(messages: Sequence[ChatMessage], item: dict[str, Any]) -> bool:
+    """Whether ``item`` comes after the calls of the last assistant message, not among them."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        return True
+    # a call joins the assistant message of the calls before it, unless results came between
+    return kind == "function_call" and bool(messages) and messages[-1]["role"] == "tool"
+
+
+def _answer_unanswered(messages: list[ChatMessage]) -> None:
+    """A ``tool`` message for each call of the last calling assistant message that has none."""
+    block = _unanswered_block(messages)
+    if block:
+        answered = {message["tool_call_id"] for message in block[1:]}
+        for call in block[0]["tool_calls"]:
+            if call["id"] not in answered:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": UNANSWERED})
+
+
+def _unanswered_block(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The last calling assistant message and the results after it, if a call has none.
+
+    ``[]`` when the messages do not end so, or every call has its result.
+    """
+    at = len(messages)
+    while at and messages[at - 1]["role"] == "tool":
+        at -= 1
+    if not at or not messages[at - 1].get("tool_calls"):
+        return []
+    answered = {message["tool_call_id"] for message in messages[at:]}
+    calls = messages[at - 1]["tool_calls"]
+    return list(messages[at - 1 :]) if any(c["id"] not in answered for c in calls) else []
 
 
 def _append_item(

@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from app.providers.translate import (
+    UNANSWERED,
     ModelRequest,
     build_chat_body,
     chat_params,
@@ -119,6 +120,60 @@ def test_to_chat_messages_groups_consecutive_function_calls() -> None:
             "content": "Checking once more.",
             "tool_calls": [chat_call("call_3", "get_weather", '{"city": "Oslo"}')],
         },
+    ]
+
+
+def test_to_chat_messages_answers_calls_the_history_left_unanswered() -> None:
+    # the client went on without the outputs (the Agents SDK's stop_on_first_tool does)
+    items = [
+        {"role": "user", "content": "Weather in Oslo and Rome?"},
+        call("call_1", "get_weather", '{"city": "Oslo"}'),
+        call("call_2", "get_weather", '{"city": "Rome"}'),
+        {"type": "function_call_output", "call_id": "call_2", "output": "sun"},
+        {"role": "user", "content": "And Lima?"},
+        call("call_3", "get_weather", '{"city": "Lima"}'),
+        {"role": "user", "content": "Never mind."},
+    ]
+
+    assert to_chat_messages(None, items)[1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                chat_call("call_1", "get_weather", '{"city": "Oslo"}'),
+                chat_call("call_2", "get_weather", '{"city": "Rome"}'),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": "sun"},
+        {"role": "tool", "tool_call_id": "call_1", "content": UNANSWERED},
+        {"role": "user", "content": "And Lima?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [chat_call("call_3", "get_weather", '{"city": "Lima"}')],
+        },
+        {"role": "tool", "tool_call_id": "call_3", "content": UNANSWERED},
+        {"role": "user", "content": "Never mind."},
+    ]
+
+
+def test_to_chat_messages_answers_a_turn_s_unanswered_calls_before_the_next_turn_s() -> None:
+    items = [
+        {"role": "user", "content": "Go."},
+        call("call_1", "step"),
+        call("call_2", "step"),
+        {"type": "function_call_output", "call_id": "call_1", "output": "done"},
+        call("call_3", "step"),  # the model's next turn: call_2 was never answered
+        {"type": "function_call_output", "call_id": "call_3", "output": "done"},
+    ]
+
+    assert [(m["role"], m.get("tool_call_id")) for m in to_chat_messages(None, items)] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call_1"),
+        ("tool", "call_2"),
+        ("assistant", None),
+        ("tool", "call_3"),
     ]
 
 

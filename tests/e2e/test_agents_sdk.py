@@ -255,6 +255,34 @@ def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: opena
     assert stored.usage.input_tokens > first.raw_responses[0].usage.input_tokens
 
 
+def test_agents_stop_on_first_tool_then_a_chained_run_shows_the_model_a_valid_transcript(
+    fleet: Fleet, sim_recorder: Recorder
+) -> None:
+    """``tool_use_behavior="stop_on_first_tool"``: the SDK runs the tool and stops, and never
+    sends its output. A next run chained by ``previous_response_id`` leaves that call
+    unanswered; the model server gets a ``tool`` message for it all the same (OpenAI's API and
+    servers that hold a chat to its template refuse a call no ``tool`` message follows)."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+
+    async def body(sdk: AsyncOpenAI) -> tuple[Any, Any]:
+        stopping = agent(sdk).clone(tool_use_behavior="stop_on_first_tool")
+        first = await Runner.run(stopping, "Use get_weather for city=Quito")
+        second = await Runner.run(
+            agent(sdk), f"{marker} and then?", previous_response_id=first.last_response_id
+        )
+        return first, second
+
+    first, second = run(fleet, body)
+
+    assert (CALLS, first.final_output) == (["weather:Quito"], "rain in Quito")
+    assert second.final_output.startswith(f"Simulated answer to: {marker} and then?")
+    *_, call, result, question = sent[0]["messages"]
+    assert call["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert question["role"] == "user"
+
+
 def test_agents_run_with_store_false_sends_the_whole_transcript(
     fleet: Fleet, client: openai.OpenAI
 ) -> None:
