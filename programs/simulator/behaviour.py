@@ -369,7 +369,43 @@ def _messages(request: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         raise SimRequestError("'messages' must be a non-empty array")
     if not all(isinstance(message, Mapping) for message in messages):
         raise SimRequestError("every item of 'messages' must be an object")
+    _check_tool_messages(messages)
     return messages
+
+
+def _check_tool_messages(messages: list[Mapping[str, Any]]) -> None:
+    """Hold the messages to OpenAI's rules for calls and results (template-strict servers too).
+
+    An assistant message's ``tool_calls`` are each answered by a ``tool`` message before any
+    other message, and a ``tool`` message answers a call of the calling message before it.
+    """
+    open_calls: set[str] = set()  # the last calling message's calls not answered yet
+    answerable: set[str] = set()  # its calls
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in answerable:
+                raise SimRequestError(
+                    f"messages.[{index}]: a message with role 'tool' must be a response to a "
+                    "preceding message with 'tool_calls'"
+                )
+            open_calls.discard(call_id)
+            continue
+        if open_calls:
+            raise _unanswered(open_calls)
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        ids = {str(call.get("id")) for call in calls or () if isinstance(call, Mapping)}
+        open_calls, answerable = set(ids), set(ids)
+    if open_calls:
+        raise _unanswered(open_calls)
+
+
+def _unanswered(call_ids: set[str]) -> SimRequestError:
+    return SimRequestError(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+        "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(sorted(call_ids))
+    )
 
 
 def content_text(content: object) -> str:

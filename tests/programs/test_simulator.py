@@ -203,6 +203,13 @@ EVENT_SCHEMA = {
 }
 
 
+CALLING_C = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+
+
 def test_a_json_schema_response_format_answers_an_instance_of_it(client: httpx.Client) -> None:
     response_format = {
         "type": "json_schema",
@@ -221,7 +228,7 @@ def test_a_json_schema_response_format_answers_an_instance_of_it(client: httpx.C
     }
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     after_tools = _plan(
-        messages=[_user("go"), {"role": "tool", "tool_call_id": "c", "content": "42"}],
+        messages=[_user("go"), CALLING_C, {"role": "tool", "tool_call_id": "c", "content": "42"}],
         response_format=response_format,
     )
     assert json.loads("".join(after_tools.content))["title"] == "sim"  # every text answer
@@ -469,6 +476,7 @@ def test_tool_results_answer(client: httpx.Client) -> None:
             "content": None,
             "tool_calls": [
                 {"id": "a", "type": "function", "function": {"name": "search", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "weather", "arguments": ""}},
             ],
         },
         {"role": "tool", "tool_call_id": "a", "content": "found it"},
@@ -694,3 +702,46 @@ def test_serve_logs_address_and_stops(
         f"model simulator (not a real model) listening on http://127.0.0.1:{port}/v1"
         in caplog.messages
     )
+
+
+CALLING = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("messages", "refused"),
+    [
+        ([CALLING, {"role": "tool", "tool_call_id": "c1", "content": "a"}], "c2"),
+        ([CALLING, {"role": "user", "content": "and?"}], "c1, c2"),
+        ([{"role": "tool", "tool_call_id": "c1", "content": "a"}], "role 'tool'"),
+        (
+            [CALLING, *[{"role": "tool", "tool_call_id": i, "content": "a"} for i in ("c1", "c3")]],
+            "'tool'",
+        ),
+    ],
+)
+def test_calls_without_their_results_are_a_400_as_on_openai(
+    messages: list[dict[str, Any]], refused: str
+) -> None:
+    plan = plan_answer({"messages": [{"role": "user", "content": "go"}, *messages]}, SimConfig())
+
+    assert isinstance(plan, ErrorPlan) and plan.status == 400
+    assert refused in plan.message
+
+
+def test_calls_each_answered_before_the_next_message_are_taken() -> None:
+    answers = [{"role": "tool", "tool_call_id": i, "content": "a"} for i in ("c2", "c1")]
+    messages = [
+        {"role": "user", "content": "go"},
+        CALLING,
+        *answers,
+        {"role": "user", "content": "ok"},
+    ]
+
+    assert isinstance(plan_answer({"messages": messages}, SimConfig()), AnswerPlan)
