@@ -154,7 +154,8 @@ def to_chat_messages(
     ``tool`` message saying so (:data:`UNANSWERED`) before the next message: OpenAI's API, and
     servers that hold a chat to its template, refuse calls that no ``tool`` message follows.
     ``after``: the messages ``items`` come after, translated apart (a prepared prefix's, which
-    ends before a turn break): the calls they leave unanswered are answered here.
+    ends before a turn break; ``instructions`` are then its, not these items'): the calls they
+    leave unanswered are answered here.
     """
     borrowed = _unanswered_block(after)  # only read: ``items`` start with a message of their own
     messages: list[ChatMessage] = list(borrowed)
