@@ -157,7 +157,9 @@ def to_chat_messages(
     ends before a turn break; ``instructions`` are then its, not these items'): the calls they
     leave unanswered are answered here.
     """
-    borrowed = _unanswered_block(after)  # only read: ``items`` start with a message of their own
+    # only read: ``items`` start with a message of their own, which no call joins
+    start, unanswered = _unanswered_calls(after)
+    borrowed = after[start:] if unanswered else ()
     messages: list[ChatMessage] = list(borrowed)
     if instructions:
         messages.append({"role": "system", "content": instructions})
@@ -199,27 +201,25 @@ def _ends_the_calls(messages: Sequence[ChatMessage], item: dict[str, Any]) -> bo
 
 def _answer_unanswered(messages: list[ChatMessage]) -> None:
     """A ``tool`` message for each call of the last calling assistant message that has none."""
-    block = _unanswered_block(messages)
-    if block:
-        answered = {message["tool_call_id"] for message in block[1:]}
-        for call in block[0]["tool_calls"]:
-            if call["id"] not in answered:
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": UNANSWERED})
+    _, unanswered = _unanswered_calls(messages)
+    for call_id in unanswered:
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED})
 
 
-def _unanswered_block(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """The last calling assistant message and the results after it, if a call has none.
+def _unanswered_calls(messages: Sequence[ChatMessage]) -> tuple[int, list[str]]:
+    """The calls of the assistant message the messages end with (then only its results).
 
-    ``[]`` when the messages do not end so, or every call has its result.
+    Returns the index of that message and the ids of its calls without a result; no ids when
+    every call has one or the messages do not end so.
     """
     at = len(messages)
     while at and messages[at - 1]["role"] == "tool":
         at -= 1
-    if not at or not messages[at - 1].get("tool_calls"):
-        return []
+    if not at:
+        return 0, []
     answered = {message["tool_call_id"] for message in messages[at:]}
-    calls = messages[at - 1]["tool_calls"]
-    return list(messages[at - 1 :]) if any(c["id"] not in answered for c in calls) else []
+    calls = messages[at - 1].get("tool_calls") or ()
+    return at - 1, [call["id"] for call in calls if call["id"] not in answered]
 
 
 def _append_item(
