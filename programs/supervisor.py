@@ -26,6 +26,7 @@ from app.fleet import QUEUES, make_redis
 from app.redis_url import redacted
 from app.tenancy import KeyStore, parse_env_keys
 from app.tools.sandbox.runner import bubblewrap_problem
+from programs.ports import free_port
 
 _COLOURS = ("36", "32", "33", "35", "34", "31", "37")
 
@@ -36,13 +37,6 @@ class Child:
 
     name: str
     argv: list[str]
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def embedded_redis_argv(port: int, directory: str) -> list[str]:

@@ -102,6 +102,10 @@ class LocalCluster:
         return redis.Redis("127.0.0.1", port, socket_timeout=1, **client_options(self.tls))
 
     def _pings(self, port: int) -> bool:
+        proc = self.procs[self.ports.index(port)]
+        if proc.poll() is not None:  # its port taken, say: say so now, not after the wait
+            log = (self.directory / f"{port}.log").read_text()[-2000:]
+            raise RuntimeError(f"redis on {port} exited while starting\n{log}")
         with self._node(port) as client:
             return bool(client.ping())
 

@@ -31,6 +31,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.server.transport_security import TransportSecuritySettings
 
+from programs.ports import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SERVER = os.path.join(ROOT, "examples", "mcp_server.py")
 """The fleet's example MCP server (``compose.yaml``'s ``mcp-example``)."""
@@ -170,13 +172,6 @@ class RunningServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stdio_command(name: str = "local") -> tuple[str, list[str]]:

@@ -115,12 +115,20 @@ class SentinelSet:
         wait_for(self._replica_in_sync, timeout=30, what="the replica's first sync")
         wait_for(self._sentinels_ready, timeout=30, what="three sentinels that know the replica")
 
+    def _all_running(self) -> None:
+        """Raise at once when a process exited while the set starts (its port taken, say)."""
+        exited = [name for name, proc in self.procs.items() if proc.poll() is not None]
+        if exited:
+            raise RuntimeError(f"{', '.join(exited)} exited while starting\n{self.logs()}")
+
     def _replica_in_sync(self) -> bool:
+        self._all_running()
         with self.client(self.replica_port) as client:
             info = client.info("replication")
         return info.get("master_link_status") == "up"
 
     def _sentinels_ready(self) -> bool:
+        self._all_running()
         for port in self.sentinel_ports:
             with self.client(port, decode_responses=True) as client:
                 master = client.sentinel_master(MASTER_NAME)
