@@ -213,8 +213,13 @@ def _db(value: str, url: str) -> int:
 def redacted(url: str) -> str:
     """``url`` without its password, for messages and logs.
 
-    That is the userinfo's, and the query's (redis-py takes ``?password=`` too).
+    That is the userinfo's, and the query's (redis-py takes ``?password=`` too), in each URL of
+    kombu's ``sentinel://…;sentinel://…`` list.
     """
+    return ";".join(_redacted_one(one) for one in _NEXT_URL.split(url))
+
+
+def _redacted_one(url: str) -> str:
     scheme, _, rest = url.partition("://")
     credentials, at, hosts = rest.rpartition("@")
     if at:
@@ -223,6 +228,8 @@ def redacted(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
+_NEXT_URL = re.compile(r";(?=\s*[A-Za-z][A-Za-z0-9+.-]*://)")
+"""A ``;`` that starts another URL (one inside a query separates its parameters)."""
 _QUERY_PASSWORD = re.compile(r"([?&;]password=)[^&;]*")
 
 

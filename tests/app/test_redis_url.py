@@ -437,6 +437,11 @@ def test_a_tls_sentinel_url_gives_every_client_its_options() -> None:
         ("redis+sentinel://me:s3cret@h1:1,h2:2/m/0", "redis+sentinel://me:***@h1:1,h2:2/m/0"),
         ("unix:///run/redis.sock?db=1&password=s3cret", "unix:///run/redis.sock?db=1&password=***"),
         ("redis://h:1/0", "redis://h:1/0"),
+        (
+            "sentinel://:s3cret@h1:1/0;sentinel://:s3cret@h2:2/0",
+            "sentinel://:***@h1:1/0;sentinel://:***@h2:2/0",
+        ),
+        ("redis://h:1/0?db=1;password=s3cret", "redis://h:1/0?db=1;password=***"),
     ],
 )
 def test_redacted_hides_a_password_wherever_the_url_holds_it(url: str, shown: str) -> None:
