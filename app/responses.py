@@ -57,6 +57,8 @@ _ITEM_PREFIX = {
     "mcp_call": "mcp",
     "mcp_approval_request": "mcpr",
     "web_search_call": "ws",
+    "file_search_call": "fs",
+    "image_generation_call": "ig",
     "configuration_update": "cfg",
     **CLIENT_ITEM_PREFIXES,
 }
@@ -487,6 +489,7 @@ _STATUS_KEPT = frozenset(
         "custom_tool_call_output", "computer_call", "computer_call_output", "local_shell_call",
         "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
         "code_interpreter_call", "web_search_call", "tool_search_call", "tool_search_output",
+        "file_search_call", "image_generation_call",
     }
 )  # fmt: skip
 """Item types whose stored form has a ``status`` (OpenAI's SDK requires it of an item read back

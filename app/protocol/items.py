@@ -249,6 +249,52 @@ class WebSearchCallItem(_Strict):
     """The fleet's: the search's answer (``app.tools.web_search``)."""
 
 
+class FileSearchResult(_Strict):
+    """A passage a file search found."""
+
+    attributes: dict[str, str | float | bool] | None = None
+    file_id: str | None = None
+    filename: str | None = None
+    score: float | None = None
+    text: str | None = None
+
+
+class FileSearchCallItem(_Strict):
+    """A file search OpenAI ran, sent back as input (a history made there); context only.
+
+    No file search runs here (``app.tools.hosted``): the model is shown the queries and what
+    they found.
+    """
+
+    type: Literal["file_search_call"]
+    id: str = Field(min_length=1)
+    queries: list[str]
+    status: Literal["in_progress", "searching", "completed", "incomplete", "failed"]
+    results: list[FileSearchResult] | None = None
+
+
+class ImageGenerationCallItem(_Strict):
+    """An image OpenAI generated, sent back as input (a history made there); context only.
+
+    No image generation runs here (``app.tools.hosted``): the model is told what was made (the
+    image itself is not shown: a text model could not take it).
+    """
+
+    type: Literal["image_generation_call"]
+    id: str = Field(min_length=1)
+    result: str | None = None
+    """The image, base64."""
+    status: Literal["in_progress", "completed", "generating", "failed"]
+    action: Literal["generate", "edit", "auto"] | None = None
+    background: Literal["transparent", "opaque", "auto"] | None = None
+    error: dict[str, Any] | None = None
+    output_format: Literal["png", "webp", "jpeg", "gif", "svg"] | None = None
+    quality: Literal["low", "medium", "high", "xhigh", "max", "auto"] | None = None
+    revised_prompt: str | None = None
+    size: str | None = None
+    svg_usage: dict[str, Any] | None = None
+
+
 class CompactionItem(_Strict):
     """The conversation so far, sealed by ``POST /v1/responses/compact`` (opaque to clients)."""
 
@@ -338,6 +384,8 @@ InputItem = Annotated[
     | Annotated[McpCallItem, Tag("mcp_call")]
     | Annotated[McpApprovalRequestItem, Tag("mcp_approval_request")]
     | Annotated[WebSearchCallItem, Tag("web_search_call")]
+    | Annotated[FileSearchCallItem, Tag("file_search_call")]
+    | Annotated[ImageGenerationCallItem, Tag("image_generation_call")]
     | Annotated[ConfigurationUpdateItem, Tag("configuration_update")]
     # the client-executed kinds' calls and outputs (app/protocol/client_items.py)
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]

@@ -111,3 +111,53 @@ def test_json_protocol_directives_come_back_verbatim(
     assert later[: len(turn2)] == turn2
     reply = json.loads(later[len(turn2)]["content"])
     assert reply == {"type": "reply", "message": first.output_text}
+
+
+def test_an_openai_history_with_file_search_and_image_generation_is_read_by_the_model(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """A conversation started at OpenAI goes on here: its hosted calls are history the
+    model reads (a call and its result, in words), not a 400."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    search = {
+        "id": "fs_1",
+        "type": "file_search_call",
+        "status": "completed",
+        "queries": ["refund policy"],
+        "results": [{"file_id": "file-1", "filename": "policy.md", "text": "Refunds: 30 days."}],
+    }
+    image = {
+        "id": "ig_1",
+        "type": "image_generation_call",
+        "status": "completed",
+        "result": "iVBORw0KGgo=",
+        "output_format": "png",
+    }
+    history: Any = [
+        {"role": "user", "content": "Refund policy? And draw a fox."},
+        search,
+        image,
+        {"role": "assistant", "content": "30 days; here is your fox."},
+        {"role": "user", "content": f"{marker} thanks"},
+    ]
+
+    response = client.responses.create(model="antwort-sim", input=history)
+
+    assert response.status == "completed"
+    messages = sent[0]["messages"]
+    assert _shape(messages) == [
+        "user",
+        "assistant:1",
+        "tool",
+        "assistant:1",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "file_search"
+    assert messages[2]["content"] == "From policy.md:\nRefunds: 30 days."
+    assert messages[3]["tool_calls"][0]["function"]["name"] == "image_generation"
+    assert messages[4]["content"] == "An image was generated (png)."
+    stored = client.responses.input_items.list(response.id, order="asc").data
+    assert [item.type for item in stored][1:3] == ["file_search_call", "image_generation_call"]
