@@ -32,6 +32,7 @@ from app.errors import (
 from app.protocol.items import is_user_message
 from app.protocol.response import Usage
 from app.providers.chunks import Chunk, TextDelta, UsageReport
+from app.providers.json_protocol import model_protocol, render_transcript
 from app.providers.translate import ModelRequest
 from app.responses import new_response_id, normalise_input, parse_request
 from app.run import RunDeps
@@ -189,15 +190,19 @@ def push_result(store: ResponseStore, compaction_id: str, result: dict[str, Any]
 def compact(
     deps: RunDeps, sealer: Sealer, compaction_id: str, job: dict[str, Any]
 ) -> dict[str, Any]:
-    """One summary turn over the job's items; the ``response.compaction`` object."""
+    """One summary turn over the job's items; the ``response.compaction`` object.
+
+    The model reads the items as on any turn: every kind's calls as calls and results, or as
+    plain messages for a model on the JSON tool protocol (its server takes no tool messages).
+    """
     items: list[dict[str, Any]] = job["items"]
+    viewed = deps.kinds.presenters.model_view(open_items(sealer, items))
+    if model_protocol(deps.settings, job["model"]) == "json":
+        viewed = render_transcript(viewed)
     request = ModelRequest(
         model=job["model"],
         instructions=job.get("instructions") or DEFAULT_INSTRUCTIONS,
-        items=[
-            *open_items(sealer, items),
-            {"type": "message", "role": "user", "content": SUMMARY_REQUEST},
-        ],
+        items=[*viewed, {"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
     )
     summary, usage = _summarise(deps.provider.stream(request))
     if not summary.strip():

@@ -235,8 +235,13 @@ def protocol_of(settings: Settings, response: ResponseObject) -> str:
     chosen = (response.metadata or {}).get(TOOL_PROTOCOL_METADATA_KEY)
     if chosen:
         return str(chosen)
+    return model_protocol(settings, response.model)
+
+
+def model_protocol(settings: Settings, model: str) -> str:
+    """``native`` or ``json``: the model's setting (``tool_protocols``), else native."""
     protocols = settings.tool_protocol_map
-    return protocols.get(response.model) or protocols.get("*") or "native"
+    return protocols.get(model) or protocols.get("*") or "native"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,8 @@ from app.compaction import (
 from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
 from app.limits import Caller
+from app.providers.json_protocol import RESULT_PREFIX
+from app.providers.translate import to_chat_messages
 from app.responses import create_response
 from app.run import RunDeps, advance_response
 from app.sealing import (
@@ -166,6 +168,70 @@ def test_compaction_from_previous_response_id(
     assert [i["type"] for i in result["output"]] == ["message", "compaction"]
     [request] = model.requests
     assert [i.get("role") for i in request.items] == ["user", "assistant", "user"]
+
+
+def test_compaction_shows_the_model_every_kind_of_tool_call_and_its_result(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The calls whose items are not ``function_call`` (an MCP call, a custom tool's call, a
+    file search made at OpenAI) reach the summary turn as calls and results, as on any turn."""
+    history = [
+        {"role": "user", "content": "Echo papaya, then run the grammar tool."},
+        {
+            "type": "mcp_call",
+            "id": "mcp_1",
+            "server_label": "local",
+            "name": "echo",
+            "arguments": '{"text": "papaya"}',
+            "output": "papaya!",
+            "status": "completed",
+        },
+        {"type": "custom_tool_call", "call_id": "call_c", "name": "math", "input": "6*7"},
+        {"type": "custom_tool_call_output", "call_id": "call_c", "output": "42"},
+        {
+            "type": "file_search_call",
+            "id": "fs_1",
+            "status": "completed",
+            "queries": ["launch"],
+            "results": [{"filename": "plan.md", "text": "Launch on Tuesday."}],
+        },
+    ]
+    model = answer("Echoed papaya; 6*7 is 42; the plan says Tuesday.")
+
+    compact(store, make_settings(), model, input=history)
+
+    [request] = model.requests
+    seen = [(i["type"], i.get("name"), i.get("output")) for i in request.items[1:-1]]
+    assert seen == [
+        ("function_call", "echo", None),
+        ("function_call_output", None, "papaya!"),
+        ("function_call", "math", None),
+        ("function_call_output", None, "42"),
+        ("function_call", "file_search", None),
+        ("function_call_output", None, "From plan.md:\nLaunch on Tuesday."),
+    ]
+    roles = [m["role"] for m in to_chat_messages(request.instructions, request.items)]
+    assert roles == ["system", "user", *["assistant", "tool"] * 3, "user"]
+
+
+def test_compaction_for_a_model_on_the_json_tool_protocol_sends_plain_messages(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """Its server takes no tool messages: the calls read as the directives the model wrote."""
+    history = [
+        {"role": "user", "content": "Echo papaya."},
+        {"type": "function_call", "call_id": "call_1", "name": "echo", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "papaya!"},
+    ]
+    model = answer("Echoed papaya.")
+
+    compact(store, make_settings(tool_protocols="antwort-sim=json"), model, input=history)
+
+    [request] = model.requests
+    messages = to_chat_messages(request.instructions, request.items)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "user"]
+    assert json.loads(messages[2]["content"])["tool"] == {"name": "echo", "args": {}}
+    assert messages[3]["content"] == f"{RESULT_PREFIX}echo (call_1):\npapaya!"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.e2e.helpers import assert_error_body
 from tests.support.model_proxy import ModelProxy, model_proxy
+from tests.support.recording import Recorder
 
 CONVERSATION = [
     {"role": "user", "content": "We agreed to launch on Tuesday."},
@@ -192,3 +194,31 @@ def test_compact_summary_written_by_the_model_is_what_the_model_sees_next(
         {"role": "assistant", "content": f"{SUMMARY_HEADER}\n{summary}"},
         {"role": "user", "content": "When do we launch?"},
     ]
+
+
+def test_compact_shows_the_model_the_mcp_calls_of_the_chain(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """The summary turn reads an MCP call and its result as any turn does (it read neither)."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    response = client.responses.create(
+        model="antwort-sim",
+        input=f"{marker} use echo",
+        tools=[{"type": "mcp", "server_label": "local", "require_approval": "never"}],
+    )
+    [call] = [item for item in response.output if item.type == "mcp_call"]
+    assert call.output
+
+    client.responses.compact(model="antwort-sim", previous_response_id=response.id)
+
+    summary_request = sent[-1]["messages"]
+    assert summary_request[-1]["content"] == SUMMARY_REQUEST
+    [asked] = [m for m in summary_request if m.get("tool_calls")]
+    assert asked["tool_calls"][0]["function"]["name"] == "echo"
+    [answer] = [m for m in summary_request if m["role"] == "tool"]
+    assert answer == {
+        "role": "tool",
+        "tool_call_id": asked["tool_calls"][0]["id"],
+        "content": call.output,
+    }
