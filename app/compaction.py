@@ -41,8 +41,12 @@ from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT
 
 COMPACT_FIELDS = frozenset(
-    {"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
-)
+    {
+        "model", "input", "previous_response_id", "instructions", "prompt_cache_key",
+        # validated as on create, not acted on (one fleet, no provider cache to steer)
+        "prompt_cache_options", "prompt_cache_retention", "service_tier", "image",
+    }
+)  # fmt: skip
 DEFAULT_INSTRUCTIONS = (
     "You compact conversations. Summarise the conversation so far so that it can be continued "
     "from the summary alone: keep the user's goals, decisions, facts, names and numbers, tool "

@@ -324,6 +324,10 @@ class StreamOptions(_Strict):
     include_usage: bool | None = None
 
 
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
+"""``service_tier``'s values (the pinned SDK's ``ServiceTier``): echoed; one fleet serves all."""
+
+
 class CreateResponseRequest(_Strict):
     """``POST /v1/responses``. Unknown fields are refused with ``param`` naming them."""
 
@@ -354,7 +358,7 @@ class CreateResponseRequest(_Strict):
     user: str | None = None
     safety_identifier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    service_tier: ServiceTier | None = None
     include: list[Includable] | None = None
     # The rest of the SDK's create body (the README's field table says what each does here).
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None

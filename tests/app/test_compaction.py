@@ -6,9 +6,11 @@ from typing import Any
 
 import openresponses_types
 import pytest
+from openai.types.responses.response_compact_params import ResponseCompactParams
 
 from app.aead import MissingSecretError
 from app.compaction import (
+    COMPACT_FIELDS,
     DEFAULT_INSTRUCTIONS,
     SUMMARY_REQUEST,
     run_compaction,
@@ -232,6 +234,25 @@ def test_compaction_for_a_model_on_the_json_tool_protocol_sends_plain_messages(
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "user"]
     assert json.loads(messages[2]["content"])["tool"] == {"name": "echo", "args": {}}
     assert messages[3]["content"] == f"{RESULT_PREFIX}echo (call_1):\npapaya!"
+
+
+def test_compaction_takes_every_parameter_of_the_sdks_compact(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    assert set(ResponseCompactParams.__annotations__) <= COMPACT_FIELDS
+    options = {
+        "prompt_cache_options": {"mode": "implicit", "ttl": "30m"},
+        "prompt_cache_retention": "24h",
+        "service_tier": "fast",
+        "image": {"context_compression": "auto"},
+    }
+
+    result = compact(store, make_settings(), answer("Tuesday."), input=CONVERSATION, **options)
+
+    assert result["object"] == "response.compaction"
+    with pytest.raises(InvalidRequestError) as refused:
+        compact(store, make_settings(), answer("x"), input=CONVERSATION, service_tier="slow")
+    assert refused.value.param == "service_tier"
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from openai.types.responses import Response, response_create_params
+from openai.types.responses.service_tier import ServiceTier
 
 from app.config import Settings
 from app.errors import InvalidRequestError
@@ -67,6 +68,13 @@ def test_create_response_echoes_an_option(
     assert (
         shown.model_dump(exclude_none=True) if hasattr(shown, "model_dump") else shown
     ) == echoed
+
+
+@pytest.mark.parametrize("tier", [t for t in get_args(get_args(ServiceTier)[0]) if t])
+def test_create_response_takes_every_service_tier_of_the_sdk(
+    create: CreateResponse, tier: str
+) -> None:
+    assert create({"service_tier": tier}).service_tier == tier
 
 
 def test_create_response_echoes_text_verbosity(create: CreateResponse) -> None:

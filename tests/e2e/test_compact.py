@@ -61,7 +61,12 @@ def test_compact_with_the_openai_sdk(client: openai.OpenAI, fleet: Fleet) -> Non
     response = client.responses.create(input="Remember: the codeword is papaya.")
 
     raw = client.responses.with_raw_response.compact(
-        model="antwort-sim", previous_response_id=response.id
+        model="antwort-sim",
+        previous_response_id=response.id,
+        service_tier="fast",  # the SDK's other compact parameters: taken, not acted on
+        prompt_cache_retention="24h",
+        prompt_cache_options={"mode": "implicit"},
+        image={"context_compression": "auto"},
     )
     result = raw.parse()
 
