@@ -12,7 +12,16 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    field_validator,
+)
 
 from app.protocol.client_items import (
     ApplyPatchCallItem,
@@ -372,6 +381,17 @@ def _item_type(value: Any) -> str:
     return str(getattr(value, "type", "message"))
 
 
+CLIENT_ITEM_LABELS = "internal_chat_message_metadata_passthrough"
+"""Codex CLI's labels on each item it sends to OpenAI's own provider (turn id, content kinds):
+taken and dropped, as its request-level ``client_metadata``."""
+
+
+def _without_client_labels(value: Any) -> Any:
+    if isinstance(value, dict) and CLIENT_ITEM_LABELS in value:
+        return {key: item for key, item in value.items() if key != CLIENT_ITEM_LABELS}
+    return value
+
+
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
@@ -405,6 +425,7 @@ InputItem = Annotated[
         custom_error_type="invalid_item_type",
         custom_error_message="unsupported input item type",
     ),
+    BeforeValidator(_without_client_labels),
 ]
 
 INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])

@@ -530,3 +530,21 @@ def test_mcp_approval_answers_may_follow_their_request_in_the_same_input() -> No
     with pytest.raises(InvalidRequestError) as refused:
         check_approval_responses([], [answer, request])  # an answer before its request
     assert refused.value.param == "input.0.approval_request_id"
+
+
+def test_codex_s_labels_on_its_items_are_taken_and_not_kept() -> None:
+    """Codex's own OpenAI provider labels every item it sends."""
+    labels = {"turn_id": "t1", "create_time": 1795973904.27, "content_item_kinds": ["user.text"]}
+    sent = [
+        {"type": "message", "id": "msg_01a2-f78d", "role": "developer", "content": "Be brief."},
+        {"type": "message", "role": "user", "content": "Go."},
+        {"type": "function_call", "call_id": "c", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "hi"},
+    ]
+    labelled = [{**item, "internal_chat_message_metadata_passthrough": labels} for item in sent]
+
+    items = normalise_input(parse_request({"model": "m", "input": labelled}))
+
+    assert [item["type"] for item in items] == [item["type"] for item in sent]
+    assert not any("internal_chat_message_metadata_passthrough" in item for item in items)
+    assert items[0]["id"] == "msg_01a2-f78d"

@@ -49,6 +49,16 @@ supports_websockets = {websockets}
 """
 
 
+BUILTIN_CONFIG = """\
+model = "antwort-sim"
+openai_base_url = "{base_url}/v1"
+"""
+"""Codex's own OpenAI provider at another address: how many users point Codex at a server. Its
+requests differ: every input item carries Codex's labels
+(``internal_chat_message_metadata_passthrough``), and it compacts through the server
+(``compaction_trigger``)."""
+
+
 needs_codex = pytest.mark.skipif(not CODEX.exists(), reason="Codex CLI not installed: `make codex`")
 
 
@@ -73,6 +83,20 @@ def test_codex_exec_runs_the_command_the_model_asked_for(
         )
     else:
         assert handshakes(fleet) == sockets_before
+
+
+@needs_codex
+def test_codex_with_its_own_openai_provider_pointed_at_the_fleet_runs_a_command(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+    prompt = f'Do it. [call exec_command {{"cmd": "echo {marker}"}}]'
+
+    done = run_codex(fleet, tmp_path, prompt, websockets=None)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = (tmp_path / "answer.txt").read_text()
+    assert answer.startswith("Tool results: ") and marker in answer
 
 
 @needs_codex
@@ -110,7 +134,7 @@ def run_codex(
     tmp_path: Path,
     prompt: str,
     *,
-    websockets: bool,
+    websockets: bool | None,
     config: str = "",
     resume: bool = False,
 ) -> subprocess.CompletedProcess[str]:
@@ -118,13 +142,19 @@ def run_codex(
     ``tmp_path / "answer.txt"``.
 
     ``config``: more top-level keys of ``config.toml`` (dotted for tables); ``resume``: go on
-    with the last session (``codex exec resume --last``), configured as before.
+    with the last session (``codex exec resume --last``), configured as before; ``websockets``:
+    the provider's ``supports_websockets``, or None for Codex's own OpenAI provider pointed at
+    the fleet (``openai_base_url``; it speaks WebSocket mode).
     """
     home, work = tmp_path / "codex-home", tmp_path / "work"
     if not resume:
         home.mkdir()
         work.mkdir(exist_ok=True)
-        provider = CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
+        provider = (
+            BUILTIN_CONFIG.format(base_url=fleet.base_url)
+            if websockets is None
+            else CONFIG.format(base_url=fleet.base_url, websockets=str(websockets).lower())
+        )
         (home / "config.toml").write_text(config + provider)
 
     return subprocess.run(
@@ -140,7 +170,7 @@ def run_codex(
         ],
         cwd=work,
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home)}
-        | {"ANTWORT_API_KEY": "unused"},
+        | {"ANTWORT_API_KEY": "unused", "CODEX_API_KEY": "unused"},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
