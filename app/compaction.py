@@ -2,11 +2,11 @@
 
 The gateway validates the request (:func:`start_compaction`), writes a job (the items to
 summarise, the model) to Redis and queues ``responses.compact`` on the ``inference`` queue; a
-worker runs one summary turn (:func:`run_compaction`) and pushes the answer to the job's result
-list, which the gateway pops (:func:`wait_for_compaction`). The answer is a
-``response.compaction`` object whose output holds the conversation's user messages, then one
-``compaction`` item sealing the summary (:mod:`app.sealing`). A later request that sends that
-output as input continues from the summary.
+worker runs one summary turn (:func:`run_compaction`, :mod:`app.summary`) and pushes the
+answer to the job's result list, which the gateway pops (:func:`wait_for_compaction`). The
+answer is a ``response.compaction`` object whose output holds the conversation's user messages,
+then one ``compaction`` item sealing the summary (:mod:`app.sealing`). A later request that
+sends that output as input continues from the summary.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.config import Settings
 from app.conversation import load_history
@@ -30,15 +29,14 @@ from app.errors import (
     retry_later,
 )
 from app.protocol.items import is_user_message
-from app.protocol.response import Usage
-from app.providers.chunks import Chunk, TextDelta, UsageReport
-from app.providers.json_protocol import model_protocol, render_transcript
-from app.providers.translate import ModelRequest
 from app.responses import new_response_id, normalise_input, parse_request
-from app.run import RunDeps
-from app.sealing import CompactedState, Sealer, check_sealed_items, fleet_sealer, open_items
+from app.sealing import check_sealed_items
 from app.store import ResponseStore
+from app.summary import compaction_item
 from app.tenancy import OPEN_TENANT
+
+if TYPE_CHECKING:  # app.run runs a compaction turn
+    from app.run import RunDeps
 
 COMPACT_FIELDS = frozenset(
     {
@@ -47,12 +45,6 @@ COMPACT_FIELDS = frozenset(
         "prompt_cache_options", "prompt_cache_retention", "service_tier", "image",
     }
 )  # fmt: skip
-DEFAULT_INSTRUCTIONS = (
-    "You compact conversations. Summarise the conversation so far so that it can be continued "
-    "from the summary alone: keep the user's goals, decisions, facts, names and numbers, tool "
-    "results that matter, and open tasks. Write only the summary."
-)
-SUMMARY_REQUEST = "Summarise the conversation so far for its continuation."
 _RESULT_TTL_SECONDS = 600
 
 logger = logging.getLogger(__name__)
@@ -168,7 +160,7 @@ def run_compaction(deps: RunDeps, compaction_id: str) -> str:
         return "skipped"
     job = json.loads(raw)
     try:
-        result = compact(deps, fleet_sealer(store, deps.settings), compaction_id, job)
+        result = compact(deps, compaction_id, job)
     except (InvalidRequestError, UpstreamError, ModelBehaviorError) as exc:
         fail_compaction(store, compaction_id, exc)
         return "failed"
@@ -191,37 +183,17 @@ def push_result(store: ResponseStore, compaction_id: str, result: dict[str, Any]
     pipe.execute()
 
 
-def compact(
-    deps: RunDeps, sealer: Sealer, compaction_id: str, job: dict[str, Any]
-) -> dict[str, Any]:
-    """One summary turn over the job's items; the ``response.compaction`` object.
-
-    The model reads the items as on any turn: every kind's calls as calls and results, or as
-    plain messages for a model on the JSON tool protocol (its server takes no tool messages).
-    """
+def compact(deps: RunDeps, compaction_id: str, job: dict[str, Any]) -> dict[str, Any]:
+    """One summary turn over the job's items; the ``response.compaction`` object."""
     items: list[dict[str, Any]] = job["items"]
-    viewed = deps.kinds.presenters.model_view(open_items(sealer, items))
-    if model_protocol(deps.settings, job["model"]) == "json":
-        viewed = render_transcript(viewed)
-    request = ModelRequest(
+    item, usage = compaction_item(
+        deps,
+        "cmp_" + secrets.token_hex(24),
         model=job["model"],
-        instructions=job.get("instructions") or DEFAULT_INSTRUCTIONS,
-        items=[*viewed, {"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
-    )
-    summary, usage = _summarise(deps.provider.stream(request))
-    if not summary.strip():
-        raise ModelBehaviorError("The model wrote an empty summary.")
-    state = CompactedState(
-        summary=summary,
-        model=job["model"],
-        created_at=int(time.time()),
+        instructions=job.get("instructions"),
+        items=items,
         owner=job.get("owner", ""),
     )
-    item = {
-        "id": "cmp_" + secrets.token_hex(24),
-        "type": "compaction",
-        "encrypted_content": sealer.seal(state),
-    }
     return {
         "id": compaction_id,
         "object": "response.compaction",
@@ -229,22 +201,6 @@ def compact(
         "created_at": job["created_at"],
         "usage": usage.model_dump(mode="json"),
     }
-
-
-def _summarise(chunks: Iterator[Chunk]) -> tuple[str, Usage]:
-    text: list[str] = []
-    usage = Usage()
-    try:
-        for chunk in chunks:
-            if isinstance(chunk, TextDelta):
-                text.append(chunk.text)
-            elif isinstance(chunk, UsageReport):
-                usage = chunk.usage
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()  # stops the model server's generation when we stop early
-    return "".join(text), usage
 
 
 def user_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
-from app.protocol.items import output_text_part
+from app.protocol.items import check_compaction_trigger, output_text_part
 from app.protocol.options import ECHOED_OPTIONS
 from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest
 from app.protocol.response import (
@@ -51,6 +51,7 @@ _ITEM_PREFIX = {
     "function_call_output": "fco",
     "reasoning": "rs",
     "compaction": "cmp",
+    "compaction_trigger": "ct",
     "code_interpreter_call": "ci",
     "mcp_approval_response": "mcpa",
     "mcp_list_tools": "mcpl",
@@ -226,6 +227,7 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
+    check_compaction_trigger(inputs)
     history = _history_of(store, request, inputs, context=context, tenant=tenant)
     if generate and not request.instructions and history.is_empty():
         _check_input_says_something(inputs)

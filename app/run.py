@@ -62,7 +62,13 @@ from app.plan import (
 from app.progress import wants_progress
 from app.protocol import events as ev
 from app.protocol.events import RESPONSE_EVENT_BY_STATUS, Event
-from app.protocol.items import configured_effort, is_answer, is_turn_break, turn_tag_of
+from app.protocol.items import (
+    asks_compaction,
+    configured_effort,
+    is_answer,
+    is_turn_break,
+    turn_tag_of,
+)
 from app.protocol.response import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -86,6 +92,7 @@ from app.store import (
     WriteResult,
 )
 from app.store.status import COMMIT, FAIL, FINISH, Transition
+from app.summary import compaction_turn
 from app.telemetry import metrics, tracing
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
@@ -280,6 +287,8 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         return StopIncomplete(reason="steered")
     if state.extra.get(NO_OUTPUT_EXTRA):  # the request's state only ("generate": false)
         return Complete()
+    if state.turn == 0 and asks_compaction(state.inputs):
+        return compact_conversation(deps, state, sink)
     state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(
@@ -298,6 +307,24 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         for rejection in plan.rejected:
             append_result(deps, state, sink, rejection)
     return step
+
+
+def compact_conversation(deps: RunDeps, state: RunState, sink: EventSink) -> Complete:
+    """The one turn of a response whose input ends with ``compaction_trigger``.
+
+    Its output is one ``compaction`` item summarising the conversation before the trigger; no
+    tool is offered or called.
+    """
+    conversation = [*state.history, *state.inputs[:-1]]
+    item, usage = compaction_turn(deps, state.response, conversation)
+    index = len(state.response.output)
+    sink.emit(ev.output_item_added(index, item))
+    sink.emit(ev.output_item_done(index, item))
+    state.response = state.response.model_copy(
+        update={"output": [*state.response.output, item], "usage": usage}
+    )
+    state.turn += 1
+    return Complete()
 
 
 def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:

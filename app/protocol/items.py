@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from app.errors import InvalidRequestError
 from app.protocol.client_items import (
     ApplyPatchCallItem,
     ApplyPatchCallOutputItem,
@@ -313,6 +314,41 @@ class CompactionItem(_Strict):
     created_by: str | None = None
 
 
+class CompactionTriggerItem(_Strict):
+    """Compact the conversation now: the response's one output is a ``compaction`` item.
+
+    It must be the last input item (``app.compaction``).
+    """
+
+    type: Literal["compaction_trigger"]
+    id: str | None = None
+    metadata: dict[str, Any] | None = None
+    """Codex CLI's (not in the SDK's types): taken, kept with the item."""
+
+
+COMPACTION_TRIGGER = "compaction_trigger"
+
+
+def asks_compaction(inputs: Sequence[dict[str, Any]]) -> bool:
+    """Whether the input ends with a ``compaction_trigger``: the response compacts, nothing else."""
+    return bool(inputs) and inputs[-1].get("type") == COMPACTION_TRIGGER
+
+
+def check_compaction_trigger(inputs: Sequence[dict[str, Any]]) -> None:
+    """A ``compaction_trigger`` is the last input item, if any.
+
+    Raises:
+        InvalidRequestError: one before another item.
+    """
+    for index, item in enumerate(inputs[:-1]):
+        if item.get("type") == COMPACTION_TRIGGER:
+            raise InvalidRequestError(
+                "A 'compaction_trigger' item must be the last input item.",
+                param=f"input.{index}",
+                code="invalid_value",
+            )
+
+
 class ConfigurationReasoning(_Strict):
     """The reasoning settings a ``configuration_update`` changes: the effort alone."""
 
@@ -398,6 +434,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[CompactionTriggerItem, Tag("compaction_trigger")]
     | Annotated[CodeInterpreterCallItem, Tag("code_interpreter_call")]
     | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")]
     | Annotated[McpListToolsItem, Tag("mcp_list_tools")]

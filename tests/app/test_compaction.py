@@ -9,14 +9,7 @@ import pytest
 from openai.types.responses.response_compact_params import ResponseCompactParams
 
 from app.aead import MissingSecretError
-from app.compaction import (
-    COMPACT_FIELDS,
-    DEFAULT_INSTRUCTIONS,
-    SUMMARY_REQUEST,
-    run_compaction,
-    start_compaction,
-    wait_for_compaction,
-)
+from app.compaction import COMPACT_FIELDS, run_compaction, start_compaction, wait_for_compaction
 from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
 from app.limits import Caller
@@ -32,6 +25,7 @@ from app.sealing import (
     load_sealer,
 )
 from app.store import ResponseStore
+from app.summary import DEFAULT_INSTRUCTIONS, SUMMARY_REQUEST
 from app.tenancy import Tenant
 from tests.app.test_run import FakeModel, answer
 from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher

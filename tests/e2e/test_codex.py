@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from app.sealing import SUMMARY_HEADER
+from app.summary import SUMMARY_REQUEST
 from tests.e2e.conftest import Fleet
 from tests.e2e.own_fleet import own_fleet
 from tests.e2e.test_metrics import scrape, value
@@ -97,6 +99,32 @@ def test_codex_with_its_own_openai_provider_pointed_at_the_fleet_runs_a_command(
     assert done.returncode == 0, done.stdout + done.stderr
     answer = (tmp_path / "answer.txt").read_text()
     assert answer.startswith("Tool results: ") and marker in answer
+
+
+@needs_codex
+def test_codex_with_its_own_openai_provider_compacts_through_the_fleet(
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
+) -> None:
+    """Past ``model_auto_compact_token_limit`` Codex compacts: a response whose input ends with
+    ``compaction_trigger``, which must answer exactly one ``compaction`` item; Codex then goes on
+    from its history of user messages and that item."""
+    marker = f"codex-{uuid.uuid4().hex[:8]}"
+    sent = sim_recorder.watch(marker)
+    prompt = f'{marker} [call exec_command {{"cmd": "echo {marker}"}}]'
+    config = "model_auto_compact_token_limit = 2000\n"
+
+    done = run_codex(fleet, tmp_path, prompt, websockets=None, config=config)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    asked = [body["messages"] for body in sent]
+    compacted = [
+        i for i, messages in enumerate(asked) if messages[-1]["content"] == SUMMARY_REQUEST
+    ]
+    assert compacted, asked  # Codex compacted through the fleet
+    # and went on from the compaction item it got back: the model read the summary
+    after = asked[compacted[0] + 1]
+    assert any(str(m.get("content")).startswith(SUMMARY_HEADER) for m in after), after
+    assert (tmp_path / "answer.txt").read_text().strip()
 
 
 @needs_codex

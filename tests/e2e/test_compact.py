@@ -14,8 +14,8 @@ import openresponses_types
 import pytest
 from openai.types.responses import ResponseCompactionItem
 
-from app.compaction import SUMMARY_REQUEST
 from app.sealing import SUMMARY_HEADER
+from app.summary import SUMMARY_REQUEST
 from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, wait_ready
 from tests.e2e.helpers import assert_error_body
@@ -227,3 +227,29 @@ def test_compact_shows_the_model_the_mcp_calls_of_the_chain(
         "tool_call_id": asked["tool_calls"][0]["id"],
         "content": call.output,
     }
+
+
+def test_a_compaction_trigger_streams_one_compaction_item_the_next_request_continues_from(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """OpenAI's compaction in ``/v1/responses``: the input ends with ``compaction_trigger``."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    history: Any = [{"role": "user", "content": f"{marker} We launch on Tuesday."}]
+
+    with client.responses.stream(
+        model="antwort-sim", input=[*history, {"type": "compaction_trigger"}], store=False
+    ) as stream:
+        done = [event.item for event in stream if event.type == "response.output_item.done"]
+        compacted = stream.get_final_response()
+
+    assert [item.type for item in done] == ["compaction"]
+    assert [item.type for item in compacted.output] == ["compaction"]
+    assert sent[0]["messages"][-1]["content"] == SUMMARY_REQUEST
+    after = client.responses.create(
+        model="antwort-sim",
+        input=[*history, compacted.output[0].model_dump(), {"role": "user", "content": "When?"}],
+        store=False,
+    )
+    assert after.status == "completed"
+    assert sent[1]["messages"][1]["content"].startswith(SUMMARY_HEADER)

@@ -1,0 +1,103 @@
+"""The summary turn: a conversation sealed into one ``compaction`` item.
+
+Both ways to compact run it on an ``inference`` worker: ``POST /v1/responses/compact``
+(:mod:`app.compaction`) and a response whose input ends with ``compaction_trigger``
+(:func:`app.run.compact_conversation`). The model reads the conversation as on any turn, then
+a request to summarise it; the summary is sealed (:mod:`app.sealing`) so that only the fleet
+reads it back, for the tenant that compacted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from app.errors import ModelBehaviorError
+from app.protocol.items import item_id
+from app.protocol.response import ResponseObject, Usage
+from app.providers.chunks import Chunk, TextDelta, UsageReport
+from app.providers.json_protocol import model_protocol, render_transcript
+from app.providers.translate import ModelRequest
+from app.sealing import CompactedState, fleet_sealer, open_items
+
+if TYPE_CHECKING:  # app.run runs the summary turn of a compaction_trigger
+    from app.run import RunDeps
+
+DEFAULT_INSTRUCTIONS = (
+    "You compact conversations. Summarise the conversation so far so that it can be continued "
+    "from the summary alone: keep the user's goals, decisions, facts, names and numbers, tool "
+    "results that matter, and open tasks. Write only the summary."
+)
+SUMMARY_REQUEST = "Summarise the conversation so far for its continuation."
+
+
+def compaction_item(
+    deps: RunDeps,
+    item_id: str,
+    *,
+    model: str,
+    instructions: str | None,
+    items: Sequence[dict[str, Any]],
+    owner: str,
+) -> tuple[dict[str, Any], Usage]:
+    """One summary turn over ``items``: the ``compaction`` item sealing it, and the turn's usage.
+
+    The model reads the items as on any turn: every kind's calls as calls and results, or as
+    plain messages for a model on the JSON tool protocol (its server takes no tool messages).
+    ``owner``: the tenant that may send the item back.
+
+    Raises:
+        ModelBehaviorError: the model wrote no summary.
+        UpstreamError: the model server failed.
+    """
+    sealer = fleet_sealer(deps.store, deps.settings)
+    viewed = deps.kinds.presenters.model_view(open_items(sealer, items))
+    if model_protocol(deps.settings, model) == "json":
+        viewed = render_transcript(viewed)
+    request = ModelRequest(
+        model=model,
+        instructions=instructions or DEFAULT_INSTRUCTIONS,
+        items=[*viewed, {"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
+    )
+    summary, usage = _summarise(deps.provider.stream(request))
+    if not summary.strip():
+        raise ModelBehaviorError("The model wrote an empty summary.")
+    state = CompactedState(summary=summary, model=model, created_at=int(time.time()), owner=owner)
+    item = {"id": item_id, "type": "compaction", "encrypted_content": sealer.seal(state)}
+    return item, usage
+
+
+def compaction_turn(
+    deps: RunDeps, response: ResponseObject, items: Sequence[dict[str, Any]]
+) -> tuple[dict[str, Any], Usage]:
+    """The turn of a response whose input ends with ``compaction_trigger``: its one output item.
+
+    ``items``: the conversation before the trigger (the chain's history, then the input). The
+    summary follows the compaction instructions, not the response's (an agent's own).
+    """
+    stored = deps.store.load(response.id)
+    return compaction_item(
+        deps,
+        item_id("cmp", response.id, 0, 0),  # a turn run again names it as the first run did
+        model=response.model,
+        instructions=None,
+        items=items,
+        owner=stored.owner if stored is not None else "",
+    )
+
+
+def _summarise(chunks: Iterator[Chunk]) -> tuple[str, Usage]:
+    text: list[str] = []
+    usage = Usage()
+    try:
+        for chunk in chunks:
+            if isinstance(chunk, TextDelta):
+                text.append(chunk.text)
+            elif isinstance(chunk, UsageReport):
+                usage = chunk.usage
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # stops the model server's generation when we stop early
+    return "".join(text), usage
