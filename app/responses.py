@@ -227,8 +227,8 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
-    check_compaction_trigger(inputs)
     history = _history_of(store, request, inputs, context=context, tenant=tenant)
+    check_compaction_trigger(inputs, has_history=not history.is_empty())
     if generate and not request.instructions and history.is_empty():
         _check_input_says_something(inputs)
     tools = kinds.prepare_request(

@@ -11,7 +11,8 @@ committed (N). Each call takes the response's lease, loads its state and takes o
    stops it (``StopIncomplete``), as does a WebSocket client's ``response.steer`` once the model
    has spoken (reason ``steered``: the connection continues in a successor); a response that
    only stores its request's state (WebSocket mode's ``"generate": false``) completes here with
-   no output (``Complete``);
+   no output (``Complete``), and one whose input ends with ``compaction_trigger`` completes with
+   one ``compaction`` item, its summary turn's (:func:`compact_conversation`);
 4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the model is called
    for turn N+1 and its calls are planned (:mod:`app.plan`).
 

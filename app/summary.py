@@ -34,7 +34,7 @@ SUMMARY_REQUEST = "Summarise the conversation so far for its continuation."
 
 def compaction_item(
     deps: RunDeps,
-    item_id: str,
+    new_id: str,
     *,
     model: str,
     instructions: str | None,
@@ -45,7 +45,7 @@ def compaction_item(
 
     The model reads the items as on any turn: every kind's calls as calls and results, or as
     plain messages for a model on the JSON tool protocol (its server takes no tool messages).
-    ``owner``: the tenant that may send the item back.
+    ``new_id``: the item's id; ``owner``: the tenant that may send the item back.
 
     Raises:
         ModelBehaviorError: the model wrote no summary.
@@ -64,7 +64,7 @@ def compaction_item(
     if not summary.strip():
         raise ModelBehaviorError("The model wrote an empty summary.")
     state = CompactedState(summary=summary, model=model, created_at=int(time.time()), owner=owner)
-    item = {"id": item_id, "type": "compaction", "encrypted_content": sealer.seal(state)}
+    item = {"id": new_id, "type": "compaction", "encrypted_content": sealer.seal(state)}
     return item, usage
 
 

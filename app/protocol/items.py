@@ -334,11 +334,13 @@ def asks_compaction(inputs: Sequence[dict[str, Any]]) -> bool:
     return bool(inputs) and inputs[-1].get("type") == COMPACTION_TRIGGER
 
 
-def check_compaction_trigger(inputs: Sequence[dict[str, Any]]) -> None:
-    """A ``compaction_trigger`` is the last input item, if any.
+def check_compaction_trigger(inputs: Sequence[dict[str, Any]], *, has_history: bool) -> None:
+    """A ``compaction_trigger`` is the last input item, if any, and something comes before it.
+
+    ``has_history``: the response continues a chain or a conversation with items.
 
     Raises:
-        InvalidRequestError: one before another item.
+        InvalidRequestError: a trigger before another item, or one with nothing to compact.
     """
     for index, item in enumerate(inputs[:-1]):
         if item.get("type") == COMPACTION_TRIGGER:
@@ -347,6 +349,13 @@ def check_compaction_trigger(inputs: Sequence[dict[str, Any]]) -> None:
                 param=f"input.{index}",
                 code="invalid_value",
             )
+    if asks_compaction(inputs) and len(inputs) == 1 and not has_history:
+        raise InvalidRequestError(
+            "Nothing to compact: give items before the 'compaction_trigger', or a "
+            "'previous_response_id' or 'conversation' with items.",
+            param="input",
+            code="invalid_value",
+        )
 
 
 class ConfigurationReasoning(_Strict):

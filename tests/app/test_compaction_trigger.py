@@ -5,6 +5,7 @@ provider)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pydantic
 import pytest
@@ -88,12 +89,17 @@ def test_a_trigger_summarises_the_chain_before_it(run: Run) -> None:  # noqa: F8
     assert seen[0]["content"] == "We launch on Tuesday."
 
 
-def test_a_trigger_before_another_item_is_a_400(
-    store: ResponseStore, make_settings: Callable[..., Settings]
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": [TRIGGER, {"role": "user", "content": "hi"}]}, "input.0"),  # not the last
+        ({"input": [TRIGGER], "instructions": "Be brief."}, "input"),  # nothing to compact
+    ],
+)
+def test_a_trigger_before_another_item_or_with_nothing_before_it_is_a_400(
+    store: ResponseStore, make_settings: Callable[..., Settings], body: dict[str, Any], param: str
 ) -> None:
-    body = {"model": "m", "input": [TRIGGER, {"role": "user", "content": "hi"}]}
-
     with pytest.raises(InvalidRequestError) as refused:
-        create_response(store, RecordingDispatcher(), make_settings(), body)
+        create_response(store, RecordingDispatcher(), make_settings(), {"model": "m", **body})
 
-    assert (refused.value.param, refused.value.code) == ("input.0", "invalid_value")
+    assert (refused.value.param, refused.value.code) == (param, "invalid_value")
