@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from app.config import Settings
 from app.conversation import load_history
@@ -30,13 +30,11 @@ from app.errors import (
 )
 from app.protocol.items import is_user_message
 from app.responses import new_response_id, normalise_input, parse_request
+from app.run import RunDeps
 from app.sealing import check_sealed_items
 from app.store import ResponseStore
 from app.summary import compaction_item
 from app.tenancy import OPEN_TENANT
-
-if TYPE_CHECKING:  # app.run runs a compaction turn
-    from app.run import RunDeps
 
 COMPACT_FIELDS = frozenset(
     {

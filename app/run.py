@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 from opentelemetry.trace import SpanKind
 
@@ -78,9 +78,8 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
-from app.providers.chunks import Chunk
 from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
-from app.providers.translate import ModelRequest, reasoning_effort_param
+from app.providers.translate import ModelProvider, ModelRequest, reasoning_effort_param
 from app.replay import ReplayGuard
 from app.sealing import ENCRYPTED_REASONING, fleet_sealer
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
@@ -104,12 +103,6 @@ logger = logging.getLogger(__name__)
 NO_OUTPUT_EXTRA = "no_output"
 """Set in a response's extra when it stores its request's state only (WebSocket mode's
 ``"generate": false``): its first step completes it with no output and calls no model."""
-
-
-class ModelProvider(Protocol):
-    """Streams a model's answer (``ChatCompletionsProvider`` in production, fakes in tests)."""
-
-    def stream(self, request: ModelRequest) -> Iterator[Chunk]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from app.config import Settings
 from app.errors import ModelBehaviorError
 from app.protocol.items import item_id
 from app.protocol.response import ResponseObject, Usage
 from app.providers.chunks import Chunk, TextDelta, UsageReport
 from app.providers.json_protocol import model_protocol, render_transcript
-from app.providers.translate import ModelRequest
+from app.providers.translate import ModelProvider, ModelRequest
 from app.sealing import CompactedState, fleet_sealer, open_items
-
-if TYPE_CHECKING:  # app.run runs the summary turn of a compaction_trigger
-    from app.run import RunDeps
+from app.store import ResponseStore
+from app.tools.kinds import ToolKinds
 
 DEFAULT_INSTRUCTIONS = (
     "You compact conversations. Summarise the conversation so far so that it can be continued "
@@ -32,8 +32,24 @@ DEFAULT_INSTRUCTIONS = (
 SUMMARY_REQUEST = "Summarise the conversation so far for its continuation."
 
 
+class SummaryDeps(Protocol):
+    """What a summary turn uses of a worker's collaborators (:class:`app.run.RunDeps`)."""
+
+    @property
+    def store(self) -> ResponseStore: ...
+
+    @property
+    def provider(self) -> ModelProvider: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def kinds(self) -> ToolKinds: ...
+
+
 def compaction_item(
-    deps: RunDeps,
+    deps: SummaryDeps,
     new_id: str,
     *,
     model: str,
@@ -69,7 +85,7 @@ def compaction_item(
 
 
 def compaction_turn(
-    deps: RunDeps, response: ResponseObject, items: Sequence[dict[str, Any]]
+    deps: SummaryDeps, response: ResponseObject, items: Sequence[dict[str, Any]]
 ) -> tuple[dict[str, Any], Usage]:
     """The turn of a response whose input ends with ``compaction_trigger``: its one output item.
 

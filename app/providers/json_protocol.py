@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -51,7 +51,7 @@ from app.providers.chunks import (
     UsageReport,
 )
 from app.providers.json_schema import schema_mismatch
-from app.providers.translate import ModelRequest, to_chat_tool
+from app.providers.translate import ModelProvider, ModelRequest, to_chat_tool
 
 PROTOCOL_HEADER = "# Antwort JSON tool protocol"
 """First line of the system prompt of every ``json`` call."""
@@ -226,10 +226,6 @@ class ProtocolViolation(Exception):
         self.message = message
 
 
-class _Provider(Protocol):
-    def stream(self, request: ModelRequest) -> Iterator[Chunk]: ...
-
-
 def protocol_of(settings: Settings, response: ResponseObject) -> str:
     """``native`` or ``json``: the request's metadata, else the model's setting, else native."""
     chosen = (response.metadata or {}).get(TOOL_PROTOCOL_METADATA_KEY)
@@ -255,14 +251,14 @@ class Memory:
 
 
 def with_tool_protocol(
-    provider: _Provider,
+    provider: ModelProvider,
     settings: Settings,
     response: ResponseObject,
     *,
     is_fresh: bool,
     memory: Memory | None = None,
     allowed: frozenset[str] | None = None,
-) -> _Provider:
+) -> ModelProvider:
     """The provider that speaks the response's tool protocol.
 
     Args:
@@ -568,7 +564,7 @@ class JsonToolProtocol:
 
     def __init__(
         self,
-        inner: _Provider,
+        inner: ModelProvider,
         *,
         needs_plan: bool,
         plan: Sequence[str] | None = None,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.config import REASONING_EFFORTS
 from app.protocol.items import is_turn_break
+from app.providers.chunks import Chunk
 
 ChatMessage = dict[str, Any]
 
@@ -33,6 +34,12 @@ class ModelRequest:
     parallel_tool_calls: bool = True
     params: dict[str, Any] = field(default_factory=dict)
     """Sampling parameters, already in Chat Completions names."""
+
+
+class ModelProvider(Protocol):
+    """Streams a model's answer (``ChatCompletionsProvider`` in production, fakes in tests)."""
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]: ...
 
 
 def build_chat_body(request: ModelRequest) -> dict[str, Any]:
