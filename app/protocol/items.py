@@ -317,7 +317,8 @@ class CompactionItem(_Strict):
 class CompactionTriggerItem(_Strict):
     """Compact the conversation now: the response's one output is a ``compaction`` item.
 
-    It must be the last input item (``app.compaction``).
+    It must be the last input item (:func:`check_compaction_trigger`); the run makes the item
+    (:func:`app.run.compact_conversation`).
     """
 
     type: Literal["compaction_trigger"]
