@@ -232,13 +232,13 @@ class Keys:
         """Hash: call id → the stored result of that tool call (idempotent tool tasks)."""
         return f"{self._r(response_id)}:results"
 
-    def compaction_job(self, compaction_id: str) -> str:
-        """String with TTL: what a compaction task summarises (JSON)."""
-        return f"{self.prefix}{self._tag(compaction_id)}compaction:{compaction_id}"
+    def job(self, kind: str, job_id: str) -> str:
+        """String with TTL: what a job's task does (JSON; :mod:`app.jobs`)."""
+        return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}"
 
-    def compaction_result(self, compaction_id: str) -> str:
-        """List with TTL: the compaction task's answer, popped by the waiting gateway."""
-        return f"{self.prefix}{self._tag(compaction_id)}compaction:{compaction_id}:result"
+    def job_result(self, kind: str, job_id: str) -> str:
+        """List with TTL: the job's answer, popped by the waiting gateway."""
+        return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:result"
 
     def container_files(self, container_id: str) -> str:
         """String with TTL: a code interpreter container's work directory (``tar.gz``)."""

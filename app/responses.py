@@ -6,6 +6,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -222,7 +223,78 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     only: its first turn completes it with no output and calls no model.
     """
     caller = caller or Caller(Tenant(name=OPEN_TENANT))
-    tenant = caller.tenant.name
+    prepared = prepare_response(
+        store,
+        settings,
+        body,
+        tenant=caller.tenant.name,
+        context=context,
+        kinds=kinds,
+        generate=generate,
+    )
+    request, response, tenant = prepared.request, prepared.response, caller.tenant.name
+    caller.admit(response.id, request)
+    kept = prepared.history.keep(response.id)  # after the limits: a refused create appends nothing
+    events = [ev.response_event("response.created", response.wire())]
+    if request.background:
+        events.append(ev.response_event("response.queued", response.wire()))
+    extra = dict(prepared.extra)
+    if not generate:
+        extra[NO_OUTPUT_EXTRA] = True
+    trace_headers = tracing.carrier()
+    if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
+        extra["trace"] = trace_headers
+    fair = FairShare(store, settings, tenants=caller.tenants())
+    # in case its message is lost (a parked response is watched when the fair share starts it)
+    watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
+    logged = store.create(
+        response,
+        inputs=prepared.inputs,
+        extra=extra,
+        events=events,
+        owner=tenant,
+        watch_until=watch_until,
+        history=kept,
+    )
+    if on_stored is not None:
+        on_stored(response.id, logged)
+    _enqueue_first_turn(fair, dispatcher, tenant, response.id)
+    caller.confirm(response.id)
+    return response, request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedResponse:
+    """A create request checked and made a response, nothing stored (:func:`prepare_response`)."""
+
+    request: CreateResponseRequest
+    response: ResponseObject
+    """As it would first be stored (``queued``)."""
+    inputs: list[dict[str, Any]]
+    history: History
+    extra: dict[str, Any]
+    """What its runs need that the response does not hold (the kinds' secrets sealed)."""
+
+
+def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
+    store: ResponseStore,
+    settings: Settings,
+    body: Any,
+    *,
+    tenant: str,
+    context: list[dict[str, Any]] | None = None,
+    kinds: ToolKinds = KINDS,
+    generate: bool = True,
+) -> PreparedResponse:
+    """Check a create request and make its response; nothing is stored.
+
+    ``create_response``'s first half; ``POST /v1/responses/input_tokens`` counts what such a
+    response would send the model (:mod:`app.token_count`).
+
+    Raises:
+        InvalidRequestError: the request is not one the fleet would run, or continues what
+            ``tenant`` does not own.
+    """
     request = parse_request(body)
     model = _model_of(request, settings)
     inputs = normalise_input(request)
@@ -239,35 +311,11 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     )
     check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools, keys=store.keys)
-    caller.admit(response.id, request)
-    kept = history.keep(response.id)  # after the limits: a refused create appends nothing
-    events = [ev.response_event("response.created", response.wire())]
-    if request.background:
-        events.append(ev.response_event("response.queued", response.wire()))
     extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
-    if not generate:
-        extra[NO_OUTPUT_EXTRA] = True
-    trace_headers = tracing.carrier()
-    if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
-        extra["trace"] = trace_headers
     extra.update(_kept_by_protocol(store, settings, response))
-    fair = FairShare(store, settings, tenants=caller.tenants())
-    # in case its message is lost (a parked response is watched when the fair share starts it)
-    watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
-    logged = store.create(
-        response,
-        inputs=inputs,
-        extra=extra,
-        events=events,
-        owner=tenant,
-        watch_until=watch_until,
-        history=kept,
+    return PreparedResponse(
+        request=request, response=response, inputs=inputs, history=history, extra=extra
     )
-    if on_stored is not None:
-        on_stored(response.id, logged)
-    _enqueue_first_turn(fair, dispatcher, tenant, response.id)
-    caller.confirm(response.id)
-    return response, request
 
 
 def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:

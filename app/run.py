@@ -452,24 +452,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
     """Stream the model's answer into output items and events."""
     response, kinds = state.response, deps.kinds
     chain = [*state.context, *response.output]
-    items = prepared_items(
-        deps.store,
-        deps.settings,
-        kinds.presenters,
-        history=state.history,
-        history_list=state.history_list,
-        rest=[*state.inputs, *response.output],
-        reasoning_context=(response.reasoning or {}).get("context"),
-    )
-    request = ModelRequest(
-        model=response.model,
-        instructions=response.instructions,
-        items=items,
-        tools=kinds.model_tools(response.tools, chain),
-        tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
-        parallel_tool_calls=response.parallel_tool_calls,
-        params=_model_params(deps, state, chain),
-    )
+    request, provider = model_call(deps, state)
     builder = OutputBuilder(
         response_id=response.id,
         turn=state.turn,
@@ -479,14 +462,6 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         progress=wants_progress(state.extra),
         presenters=kinds.presenters,
         reasoning=_reasoning_output(deps, state),
-    )
-    provider = with_tool_protocol(
-        deps.provider,
-        deps.settings,
-        response,
-        is_fresh=_is_fresh_request(state),
-        memory=Memory(plan=state.extra.get("plan"), exchanges=state.extra.get(EXCHANGES_EXTRA, {})),
-        allowed=kinds.allowed_names(request.tool_choice),
     )
     with tracing.span(
         f"chat {response.model}",
@@ -507,6 +482,42 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
             }
         )
     return output
+
+
+def model_call(deps: RunDeps, state: RunState) -> tuple[ModelRequest, ModelProvider]:
+    """The model call of the run's next turn: its request, and its provider.
+
+    The provider speaks the response's tool protocol (:mod:`app.providers.json_protocol`).
+    """
+    response, kinds = state.response, deps.kinds
+    chain = [*state.context, *response.output]
+    items = prepared_items(
+        deps.store,
+        deps.settings,
+        kinds.presenters,
+        history=state.history,
+        history_list=state.history_list,
+        rest=[*state.inputs, *response.output],
+        reasoning_context=(response.reasoning or {}).get("context"),
+    )
+    request = ModelRequest(
+        model=response.model,
+        instructions=response.instructions,
+        items=items,
+        tools=kinds.model_tools(response.tools, chain),
+        tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
+        parallel_tool_calls=response.parallel_tool_calls,
+        params=_model_params(deps, state, chain),
+    )
+    provider = with_tool_protocol(
+        deps.provider,
+        deps.settings,
+        response,
+        is_fresh=_is_fresh_request(state),
+        memory=Memory(plan=state.extra.get("plan"), exchanges=state.extra.get(EXCHANGES_EXTRA, {})),
+        allowed=kinds.allowed_names(request.tool_choice),
+    )
+    return request, provider
 
 
 def _stream_model(

@@ -14,9 +14,14 @@ RUN_TOOL_CALL = "tools.run_call"
 """The tool-call task (``workers.tasks.run_tool_call_task``)."""
 COMPACT = "responses.compact"
 """The compaction task (``workers.tasks.compact_task``)."""
+COUNT_INPUT_TOKENS = "responses.count_input_tokens"
+"""The token count task (``workers.tasks.count_input_tokens_task``)."""
+JOB_TASKS = {"compaction": COMPACT, "input_tokens": COUNT_INPUT_TOKENS}
+"""The task of each kind of job a gateway waits for (:mod:`app.jobs`)."""
 
 INFERENCE_QUEUE = "inference"
-"""Turns and compactions; a tool call names its kind's queue (``tools.<kind>``) when sent."""
+"""Turns and the jobs a gateway waits for (``app.jobs``); a tool call names its kind's queue
+(``tools.<kind>``) when sent."""
 
 TASK_ROUTES: dict[str, dict[str, Any]] = {
     RUN_TURN: {"queue": INFERENCE_QUEUE},
@@ -35,6 +40,9 @@ def tool_task_id(response_id: str, call_id: str) -> str:
     return f"{response_id}:{call_id}"
 
 
-def compaction_task_id(compaction_id: str) -> str:
-    """Id of a compaction task: a job is summarised once."""
-    return f"{compaction_id}:compact"
+_JOB_TASK_SUFFIXES = {"compaction": "compact", "input_tokens": "count"}
+
+
+def job_task_id(kind: str, job_id: str) -> str:
+    """Id of a job's task (a compaction's: ``<id>:compact``): a job is done once."""
+    return f"{job_id}:{_JOB_TASK_SUFFIXES[kind]}"

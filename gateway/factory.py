@@ -5,24 +5,24 @@ from __future__ import annotations
 import redis
 from flask import Flask
 
-from app.compaction import CompactionQueue
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.fleet import make_provider, make_redis, make_store
+from app.jobs import JobQueue
 from app.limits import RateLimiter
 from app.model_list import ModelLister
 from app.relay import EventHub
 from app.tenancy import KeyStore, Limits, TenantDirectory, parse_env_keys
 from broker.celery_app import make_celery
-from broker.compaction import CeleryCompactionQueue
 from broker.dispatch import make_dispatcher
+from broker.jobs import CeleryJobQueue
 from gateway import (
     auth,
-    compact,
     console,
     conversations,
     errors,
     health,
+    jobs,
     metrics,
     models,
     openapi,
@@ -39,17 +39,17 @@ def create_app(
     *,
     dispatcher: Dispatcher | None = None,
     redis_client: redis.Redis | None = None,
-    compaction_queue: CompactionQueue | None = None,
+    job_queue: JobQueue | None = None,
 ) -> Flask:
     """Build the gateway; collaborators default to those the settings describe."""
     settings = settings or Settings()
     client = redis_client or make_redis(settings)
-    if dispatcher is None or compaction_queue is None:
+    if dispatcher is None or job_queue is None:
         celery = make_celery(settings)
         # the dispatcher's sends share the gateway's Redis pool, unless the broker has its own
         sends = None if settings.broker_url else client
         dispatcher = dispatcher or make_dispatcher(celery, settings, sends)
-        compaction_queue = compaction_queue or CeleryCompactionQueue(celery)
+        job_queue = job_queue or CeleryJobQueue(celery)
     app = Flask("antwort-gateway")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -93,7 +93,7 @@ def create_app(
     )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)
-    compact.register(app, compaction_queue)
+    jobs.register(app, job_queue)
     ws.register(app, settings)
     app.wsgi_app = bound_body_reads(app.wsgi_app, settings.body_timeout_seconds)  # type: ignore[method-assign,assignment]
     return app

@@ -1,8 +1,9 @@
 """``GET /openapi.json``: the gateway's routes, their bodies described by the models it validates.
 
 The request schemas are the pydantic models the views validate with (``CreateResponseRequest``
-for create and compact, ``ResponseObject`` for what comes back, the Conversations API's bodies),
-so the document cannot drift from what the gateway accepts. Every error is OpenAI's
+for create and compact, and the part of it the token count takes; ``ResponseObject`` for what
+comes back; the Conversations API's bodies), so the document cannot drift from what the
+gateway accepts. Every error is OpenAI's
 ``{"error": {...}}``.
 """
 
@@ -21,6 +22,7 @@ from app.protocol.conversations import (
 )
 from app.protocol.request import CreateResponseRequest
 from app.protocol.response import ResponseObject
+from app.token_count import COUNT_FIELDS
 
 blueprint = Blueprint("openapi", __name__)
 
@@ -61,6 +63,15 @@ def _path(name: str, pattern: str) -> dict[str, Any]:
     schema = {"type": "string", "pattern": pattern}
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
+
+_INPUT_TOKENS = {
+    "type": "object",
+    "required": ["object", "input_tokens"],
+    "properties": {
+        "object": {"const": "response.input_tokens"},
+        "input_tokens": {"type": "integer", "minimum": 0},
+    },
+}
 
 _RESPONSE_ID = _path("response_id", "^resp_[A-Za-z0-9]{1,64}$")
 _CONVERSATION_ID = _path("conversation_id", "^conv_[A-Za-z0-9]{1,64}$")
@@ -178,6 +189,13 @@ def _paths() -> dict[str, Any]:
                 "responses": _answers(_json({"type": "object"})),
             }
         },
+        "/v1/responses/input_tokens": {
+            "post": {
+                "operationId": "countInputTokens",
+                "requestBody": _body("CountInputTokens"),
+                "responses": _answers(_json(_INPUT_TOKENS)),
+            }
+        },
         "/v1/models": {"get": {"operationId": "listModels", "responses": _answers(status)}},
         "/v1/models/{model_id}": {
             "parameters": [_path("model_id", "^[A-Za-z0-9._:-]{1,64}$")],
@@ -200,6 +218,22 @@ def _paths() -> dict[str, Any]:
         },
         **_conversation_paths(),
     }
+
+
+def _with_count_body(schemas: dict[str, Any]) -> dict[str, Any]:
+    """Add the token count's body: the create body's fields it takes, and ``personality``."""
+    create = schemas["CreateResponse"]
+    properties = {
+        name: schema for name, schema in create["properties"].items() if name in COUNT_FIELDS
+    }
+    properties["personality"] = {"type": "string", "maxLength": 64}
+    schemas["CountInputTokens"] = {
+        **create,
+        "title": "CountInputTokens",
+        "description": "``POST /v1/responses/input_tokens``. Unknown fields are refused.",
+        "properties": properties,
+    }
+    return schemas
 
 
 def _schemas(models: dict[str, type[BaseModel]]) -> dict[str, Any]:
@@ -227,7 +261,7 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Antwort Fleet", "version": "1"},
         "paths": _paths(),
-        "components": {"schemas": _schemas(_MODELS)},
+        "components": {"schemas": _with_count_body(_schemas(_MODELS))},
     }
 
 

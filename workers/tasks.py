@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from celery import Task, current_app, shared_task
 
 from app.compaction import fail_compaction, run_compaction
 from app.config import Settings
 from app.dispatch import Dispatcher
-from app.errors import ServerError
+from app.errors import AppError, ServerError
 from app.fairness import FairShare
 from app.fleet import make_run_deps, make_tool_deps
 from app.lease import QueuedWatch, run_sweeper
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
-from app.store import RedeliveredTooOftenError
+from app.store import RedeliveredTooOftenError, ResponseStore
+from app.token_count import fail_count, run_count
 from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
 from broker.dispatch import make_dispatcher
-from broker.routing import COMPACT, RUN_TOOL_CALL, RUN_TURN
+from broker.routing import COMPACT, COUNT_INPUT_TOKENS, RUN_TOOL_CALL, RUN_TURN
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ _BUSY_RETRIES = 30
 
 
 def _delivery(task: Task) -> str:  # type: ignore[type-arg]
-    """The id a compaction's delivery is counted under: a retry of ours is not a redelivery.
+    """The id a job's delivery is counted under: a retry of ours is not a redelivery.
 
     Turns and tool calls count their starts per response and turn, or per call, whatever task
     id delivered them (``advance_response``'s and ``run_tool_call``'s ``counts_start``).
@@ -162,17 +164,33 @@ def run_tool_call_task(self: Task, response_id: str, call_id: str) -> str:  # ty
 @shared_task(name=COMPACT, bind=True)
 def compact_task(self: Task, compaction_id: str) -> str:  # type: ignore[type-arg]
     """Summarise a compaction job; the waiting gateway pops the answer."""
+    return _run_job(self, compaction_id, run_compaction, fail_compaction, what="compaction")
+
+
+@shared_task(name=COUNT_INPUT_TOKENS, bind=True)
+def count_input_tokens_task(self: Task, job_id: str) -> str:  # type: ignore[type-arg]
+    """Count a token count job's input tokens; the waiting gateway pops the answer."""
+    return _run_job(self, job_id, run_count, fail_count, what="token count")
+
+
+def _run_job(
+    task: Task,  # type: ignore[type-arg]
+    job_id: str,
+    run: Callable[[RunDeps, str], str],
+    fail: Callable[[ResponseStore, str, AppError], None],
+    *,
+    what: str,
+) -> str:
+    """Do a job a gateway waits for (:mod:`app.jobs`): it gets an answer, never a timeout."""
     deps = get_deps()
-    deliveries = deps.store.count_delivery(_delivery(self))
+    deliveries = deps.store.count_delivery(_delivery(task))
     if deliveries > deps.settings.max_task_deliveries:  # a job that kills its worker
-        message = f"The compaction was started {deliveries - 1} times and never finished."
-        fail_compaction(deps.store, compaction_id, ServerError(message))
+        message = f"The {what} was started {deliveries - 1} times and never finished."
+        fail(deps.store, job_id, ServerError(message))
         return "failed"
     try:
-        return run_compaction(deps, compaction_id)
+        return run(deps, job_id)
     except Exception:  # the task boundary: the gateway must get an answer, not a timeout
-        logger.exception("compaction %s crashed", compaction_id)
-        fail_compaction(
-            deps.store, compaction_id, ServerError("The compaction failed on the worker.")
-        )
+        logger.exception("%s %s crashed", what, job_id)
+        fail(deps.store, job_id, ServerError(f"The {what} failed on the worker."))
         return "failed"

@@ -579,15 +579,7 @@ class JsonToolProtocol:
 
     def stream(self, request: ModelRequest) -> Iterator[Chunk]:
         """Ask for directives until one ends the turn; yield them as native chunks."""
-        manifest = build_manifest(request, allowed=self._allowed)
-        turn = _Turn(
-            request=request,
-            manifest=manifest,
-            items=render_transcript(request.items, self._exchanges),
-            must_plan=self._needs_plan,
-            plan=self._plan,
-            answer_format=AnswerFormat.of(request.params.get("response_format")),
-        )
+        turn = self._turn(request)
         finish = "stop"
         for continuation in range(_MAX_CONTINUATIONS + 1):
             directive, raw = yield from self._directive(
@@ -613,6 +605,20 @@ class JsonToolProtocol:
         yield Exchange(messages=tuple(turn.exchange))
         yield UsageReport(usage=turn.usage)
         yield Finish(reason=finish)
+
+    def first_call(self, request: ModelRequest) -> ModelRequest:
+        """The model server's request of the turn's first call (what ``input_tokens`` counts)."""
+        return self._call(self._turn(request))
+
+    def _turn(self, request: ModelRequest) -> _Turn:
+        return _Turn(
+            request=request,
+            manifest=build_manifest(request, allowed=self._allowed),
+            items=render_transcript(request.items, self._exchanges),
+            must_plan=self._needs_plan,
+            plan=self._plan,
+            answer_format=AnswerFormat.of(request.params.get("response_format")),
+        )
 
     @staticmethod
     def _finish(directive: Directive) -> str:
@@ -650,23 +656,9 @@ class JsonToolProtocol:
 
     def _ask(self, turn: _Turn) -> Generator[Chunk, None, _Answer]:
         """One call of the model; reasoning passes through, the text is collected."""
-        request = turn.request
-        params = {k: v for k, v in request.params.items() if k != "response_format"}
-        call = ModelRequest(
-            model=request.model,
-            instructions=system_prompt(
-                turn.manifest,
-                request.instructions,
-                needs_plan=turn.must_plan,
-                plan=turn.plan,
-                answer_format=turn.answer_format,
-            ),
-            items=list(turn.items),
-            params=params,
-        )
         answer = _Answer()
         pieces: list[str] = []
-        stream = self._inner.stream(call)
+        stream = self._inner.stream(self._call(turn))
         try:
             for chunk in stream:
                 if isinstance(chunk, TextDelta):
@@ -685,6 +677,24 @@ class JsonToolProtocol:
         answer.text = "".join(pieces)
         turn.usage = turn.usage.plus(answer.usage)
         return answer
+
+    @staticmethod
+    def _call(turn: _Turn) -> ModelRequest:
+        """The turn's next call: its conversation so far, under the protocol's system prompt."""
+        request = turn.request
+        params = {k: v for k, v in request.params.items() if k != "response_format"}
+        return ModelRequest(
+            model=request.model,
+            instructions=system_prompt(
+                turn.manifest,
+                request.instructions,
+                needs_plan=turn.must_plan,
+                plan=turn.plan,
+                answer_format=turn.answer_format,
+            ),
+            items=list(turn.items),
+            params=params,
+        )
 
 
 @dataclass(slots=True, kw_only=True)

@@ -28,7 +28,7 @@ from app.store import ResponseStore
 from app.summary import DEFAULT_INSTRUCTIONS, SUMMARY_REQUEST
 from app.tenancy import Tenant
 from tests.app.test_run import FakeModel, answer
-from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
+from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
 
 STATE = CompactedState(summary="We launch on Tuesday.", model="antwort-sim", created_at=1)
 CONVERSATION = [
@@ -41,7 +41,7 @@ def compact(
     store: ResponseStore, settings: Settings, model: FakeModel, **body: Any
 ) -> dict[str, Any]:
     """The whole round trip: gateway side, worker side, gateway side."""
-    queue = RecordingCompactionQueue()
+    queue = RecordingJobQueue()
     body.setdefault("model", "antwort-sim")
     compaction_id = start_compaction(store, queue, settings, body)
     assert queue.jobs == [compaction_id]
@@ -274,7 +274,7 @@ def test_start_compaction_refuses_bad_requests(
     code: str,
     param: str,
 ) -> None:
-    queue = RecordingCompactionQueue()
+    queue = RecordingJobQueue()
 
     with pytest.raises(InvalidRequestError) as raised:
         start_compaction(store, queue, make_settings(), body)
@@ -289,7 +289,7 @@ def test_start_compaction_needs_a_stored_previous_response(
     with pytest.raises(PreviousResponseNotFoundError):
         start_compaction(
             store,
-            RecordingCompactionQueue(),
+            RecordingJobQueue(),
             make_settings(),
             {"model": "m", "previous_response_id": "x"},
         )
@@ -311,13 +311,13 @@ def test_compaction_task_redelivered_after_its_answer_does_nothing(
 ) -> None:
     settings = make_settings()
     compaction_id = start_compaction(
-        store, RecordingCompactionQueue(), settings, {"model": "m", "input": "x"}
+        store, RecordingJobQueue(), settings, {"model": "m", "input": "x"}
     )
     deps = RunDeps(store=store, provider=answer("sum"), settings=settings)
 
     assert run_compaction(deps, compaction_id) == "completed"
     assert run_compaction(deps, compaction_id) == "skipped"
-    assert store.redis.llen(store.keys.compaction_result(compaction_id)) == 1
+    assert store.redis.llen(store.keys.job_result("compaction", compaction_id)) == 1
     wait_for_compaction(store, compaction_id, timeout_seconds=5)
     assert run_compaction(deps, compaction_id) == "skipped"
 
@@ -363,7 +363,7 @@ def test_compaction_item_belongs_to_the_tenant_that_compacted(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
     settings = make_settings()
-    queue = RecordingCompactionQueue()
+    queue = RecordingJobQueue()
     body = {"model": "antwort-sim", "input": CONVERSATION}
     compaction_id = start_compaction(store, queue, settings, body, tenant="team-a")
     run_compaction(

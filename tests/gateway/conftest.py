@@ -14,7 +14,7 @@ from werkzeug.test import TestResponse
 
 from app.config import Settings
 from gateway.factory import create_app
-from tests.support.dispatch import RecordingCompactionQueue, RecordingDispatcher
+from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
 from tests.support.hub import stop_hub
 
 
@@ -41,7 +41,7 @@ def make_app(
             make_settings(**overrides),
             dispatcher=dispatcher,
             redis_client=client or redis_client,
-            compaction_queue=RecordingCompactionQueue(),
+            job_queue=RecordingJobQueue(),
         )
         apps.append((app, client))
         return app

@@ -38,11 +38,13 @@ class RecordingDispatcher:
         self.revoked_calls.extend(call_ids)
 
 
-class RecordingCompactionQueue:
-    """Records compaction jobs instead of queueing them."""
+class RecordingJobQueue:
+    """Records the jobs a gateway waits for instead of queueing them."""
 
     def __init__(self) -> None:
         self.jobs: list[str] = []
+        self.kinds: list[str] = []
 
-    def enqueue_compaction(self, compaction_id: str) -> None:
-        self.jobs.append(compaction_id)
+    def enqueue_job(self, kind: str, job_id: str) -> None:
+        self.jobs.append(job_id)
+        self.kinds.append(kind)

@@ -1,0 +1,180 @@
+"""``POST /v1/responses/input_tokens``: how many tokens a response's first model call would take.
+
+The request is a create's (its input, instructions, tools, ``previous_response_id`` or
+``conversation``, …; :data:`COUNT_FIELDS`), checked as a create checks it and made the response it
+would be, nothing stored (:func:`app.responses.prepare_response`). An ``input_tokens`` job
+(:mod:`app.jobs`) hands that response to an ``inference`` worker, which builds the model
+server's request of its first turn as a run does (:func:`app.run.model_call`: the history and
+input as the kinds present them, the tools with every MCP server listed, the JSON tool
+protocol's prompt for a model on it) and asks the model server for one token: the count is
+the ``prompt_tokens`` the model server reports. It is exact for that model, whatever its
+tokenizer and chat template, and costs one prefill.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from app.config import Settings
+from app.errors import AppError, InvalidRequestError, UpstreamError
+from app.jobs import (
+    JobQueue,
+    checked_body,
+    fail_job,
+    push_result,
+    start_job,
+    take_job,
+    wait_for_result,
+)
+from app.protocol.events import Event
+from app.protocol.response import ResponseObject
+from app.providers.chunks import Chunk, UsageReport
+from app.providers.json_protocol import JsonToolProtocol
+from app.responses import prepare_response
+from app.run import RunDeps, RunState, model_call
+from app.store import ResponseStore
+from app.tenancy import OPEN_TENANT
+from app.tools.kinds import StepInput
+
+COUNT_FIELDS = frozenset(
+    {
+        "model", "input", "instructions", "previous_response_id", "conversation", "tools",
+        "tool_choice", "parallel_tool_calls", "reasoning", "text", "truncation",
+        "personality",  # taken, not acted on: the fleet has no style presets
+        "metadata",  # ours: its antwort_tool_protocol chooses the protocol counted, as on create
+    }
+)  # fmt: skip
+"""The request's fields: the SDK's ``InputTokenCountParams``, and ``metadata``."""
+
+_PERSONALITY_MAX = 64
+
+
+def start_count(
+    store: ResponseStore,
+    queue: JobQueue,
+    settings: Settings,
+    body: Any,
+    *,
+    tenant: str = OPEN_TENANT,
+) -> str:
+    """Check a count request, store its job and queue it; returns the job's id.
+
+    Raises:
+        InvalidRequestError: a field the count does not take, or a request a create would
+            refuse (``tenant`` must own the chain or conversation it continues).
+    """
+    body = checked_body(body, COUNT_FIELDS)
+    _check_personality(body.pop("personality", None))
+    prepared = prepare_response(store, settings, body, tenant=tenant)
+    job = {
+        "response": prepared.response.model_dump(mode="json"),
+        "extra": prepared.extra,
+        "history": prepared.history.items,
+        "inputs": prepared.inputs,
+    }
+    job_id = "itc_" + secrets.token_hex(24)
+    start_job(store, queue, settings, "input_tokens", job_id, job)
+    return job_id
+
+
+def _check_personality(personality: Any) -> None:
+    if personality is None:
+        return
+    if not isinstance(personality, str) or len(personality) > _PERSONALITY_MAX:
+        raise InvalidRequestError(
+            f"Invalid 'personality': expected a string of at most {_PERSONALITY_MAX} characters.",
+            param="personality",
+            code="invalid_value",
+        )
+
+
+def wait_for_count(store: ResponseStore, job_id: str, *, timeout_seconds: float) -> dict[str, Any]:
+    """The ``response.input_tokens`` object once a worker counted.
+
+    Raises:
+        AppError: the worker's error (the model server failed, …), or a ``ServerError`` on
+            timeout.
+    """
+    return wait_for_result(store, "input_tokens", job_id, timeout_seconds=timeout_seconds)
+
+
+def run_count(deps: RunDeps, job_id: str) -> str:
+    """The worker's side: count the job's tokens and push the answer; returns what happened."""
+    store = deps.store
+    job = take_job(store, "input_tokens", job_id)
+    if job is None:
+        return "skipped"
+    try:
+        tokens = count_input_tokens(deps, job)
+    except (InvalidRequestError, UpstreamError) as exc:
+        fail_count(store, job_id, exc)
+        return "failed"
+    answer = {"object": "response.input_tokens", "input_tokens": tokens}
+    push_result(store, "input_tokens", job_id, answer)
+    return "completed"
+
+
+def fail_count(store: ResponseStore, job_id: str, error: AppError) -> None:
+    """Hand the waiting gateway an error instead of a count."""
+    fail_job(store, "input_tokens", job_id, error)
+
+
+def count_input_tokens(deps: RunDeps, job: dict[str, Any]) -> int:
+    """The prompt tokens of the first model call of the job's response, as the model counts them.
+
+    Raises:
+        UpstreamError: the model server failed, or reported no usage.
+    """
+    state = RunState(
+        response=ResponseObject.model_validate(job["response"]),
+        turn=0,
+        extra=job["extra"],
+        history=job["history"],
+        inputs=job["inputs"],
+    )
+    step = StepInput(
+        response=state.response,
+        turn=0,
+        history=state.history,
+        inputs=state.inputs,
+        extra=state.extra,
+    )
+    # the MCP servers are listed, as before a turn: their tools are part of the prompt
+    state.response = deps.kinds.before_model(deps.kind_deps, step, _NoEvents())
+    request, provider = model_call(deps, state)
+    if isinstance(provider, JsonToolProtocol):
+        request = provider.first_call(request)
+    request = replace(request, params={**request.params, "max_tokens": 1})
+    usage = _reported_usage(deps.provider.stream(request))
+    if usage is None:
+        raise UpstreamError(
+            "The model server reported no token usage, so the input could not be counted.",
+            code="usage_not_reported",
+        )
+    return usage
+
+
+def _reported_usage(chunks: Iterator[Chunk]) -> int | None:
+    usage = None
+    try:
+        for chunk in chunks:
+            if isinstance(chunk, UsageReport):
+                usage = chunk.usage.input_tokens
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return usage
+
+
+class _NoEvents:
+    """Where the hooks' events go in a count: nowhere (a count is no response)."""
+
+    def emit(self, event: Event) -> None:
+        """Drop the event."""
+
+    def flush(self) -> None:
+        """Nothing is held."""

@@ -1,0 +1,68 @@
+"""The endpoints a job on the fleet answers while the request waits (:mod:`app.jobs`).
+
+``POST /v1/responses/compact`` (a summary turn) and ``POST /v1/responses/input_tokens`` (a
+model call of one token, for its count).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from flask import Blueprint, Flask, Response, current_app, jsonify
+
+from app import compaction, token_count
+from app.config import Settings
+from app.jobs import JobQueue
+from app.store import ResponseStore
+from gateway.auth import current_tenant
+from gateway.context import gateway
+from gateway.responses import json_body
+
+blueprint = Blueprint("jobs", __name__)
+
+_EXTENSION = "antwort.jobs"
+
+
+def register(app: Flask, queue: JobQueue) -> None:
+    """Serve the endpoints, queueing their jobs on ``queue``."""
+    app.extensions[_EXTENSION] = queue
+    app.register_blueprint(blueprint)
+
+
+@blueprint.post("/v1/responses/compact")
+def compact() -> Response:
+    """Compact the given conversation into user messages and one sealed ``compaction`` item."""
+    return _answered(compaction.start_compaction, compaction.wait_for_compaction)
+
+
+@blueprint.post("/v1/responses/input_tokens")
+def count_input_tokens() -> Response:
+    """The input tokens of the response the body describes, counted by its model's server."""
+    return _answered(token_count.start_count, token_count.wait_for_count)
+
+
+def _answered(start: _Start, wait: _Wait) -> Response:
+    """Start the job the request's body describes, as the caller's tenant; its answer."""
+    gw = gateway()
+    queue = current_app.extensions[_EXTENSION]
+    job_id = start(gw.store, queue, gw.settings, json_body(), tenant=current_tenant().name)
+    return jsonify(wait(gw.store, job_id, timeout_seconds=gw.settings.sync_timeout_seconds))
+
+
+class _Start(Protocol):
+    def __call__(
+        self,
+        store: ResponseStore,
+        queue: JobQueue,
+        settings: Settings,
+        body: Any,
+        /,
+        *,
+        tenant: str,
+    ) -> str: ...
+
+
+class _Wait(Protocol):
+    def __call__(
+        self, store: ResponseStore, job_id: str, /, *, timeout_seconds: float
+    ) -> dict[str, Any]: ...
