@@ -18,6 +18,10 @@ The kept start (:class:`Prefix`) is correct by construction, not by checking lat
   comes after cannot change how it is shown;
 - it is keyed by the list, the presenters and the one setting that changes the view
   (``llm_reasoning_replay``), and used only by a history that reaches past its end.
+
+A history with a ``compaction`` item is shown from it on (``items.since_compaction``: before
+it, only the messages not the model's), prepared whole: a compaction item is sealed, so no
+prefix holds one, and one after the prefix shortens what the prefix stood for.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import Settings
-from app.protocol.items import is_turn_break, is_user_message
+from app.protocol.items import is_turn_break, is_user_message, since_compaction
 from app.providers.translate import ChatMessage, PreparedItems, encode_json, to_chat_messages
 from app.sealing import is_sealed, model_items
 from app.store import ResponseStore
@@ -121,7 +125,10 @@ def prepared_items(  # noqa: PLR0913 - keywords, each an input of the view
         PREFIXES.put(key, prefix)
     if prefix.length >= len(history):  # a shorter history of the list: the prefix is not its
         prefix = EMPTY
-    opened = [*prefix.opened, *model_items(store, settings, [*history[prefix.length :], *rest])]
+    after = [*history[prefix.length :], *rest]
+    if any(item.get("type") == "compaction" for item in after):  # (a prefix holds none: sealed)
+        prefix, after = EMPTY, since_compaction([*history, *rest])
+    opened = [*prefix.opened, *model_items(store, settings, after)]
     view = [*prefix.view, *presenters.model_view(opened, start=len(prefix.opened))]
     return PreparedItems(view, prefix=prefix.view, messages=prefix.messages, encoded=prefix.encoded)
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from app.config import Settings
 from app.errors import ModelBehaviorError
-from app.protocol.items import item_id
+from app.protocol.items import item_id, since_compaction
 from app.protocol.response import ResponseObject, Usage
 from app.providers.chunks import Chunk, TextDelta, UsageReport
 from app.providers.json_protocol import model_protocol, render_transcript
@@ -60,7 +60,8 @@ def compaction_item(
     """One summary turn over ``items``: the ``compaction`` item sealing it, and the turn's usage.
 
     The model reads the items as on any turn: every kind's calls as calls and results, or as
-    plain messages for a model on the JSON tool protocol (its server takes no tool messages).
+    plain messages for a model on the JSON tool protocol (its server takes no tool messages);
+    an earlier compaction's summary stands for what came before it.
     ``new_id``: the item's id; ``owner``: the tenant that may send the item back.
 
     Raises:
@@ -68,7 +69,7 @@ def compaction_item(
         UpstreamError: the model server failed.
     """
     sealer = fleet_sealer(deps.store, deps.settings)
-    viewed = deps.kinds.presenters.model_view(open_items(sealer, items))
+    viewed = deps.kinds.presenters.model_view(open_items(sealer, since_compaction(items)))
     if model_protocol(deps.settings, model) == "json":
         viewed = render_transcript(viewed)
     request = ModelRequest(

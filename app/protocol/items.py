@@ -359,6 +359,24 @@ def check_compaction_trigger(inputs: Sequence[dict[str, Any]], *, has_history: b
         )
 
 
+def since_compaction(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items the model is shown: the latest ``compaction`` item stands for what came before.
+
+    Its summary covers the model's side of the conversation before it (answers, reasoning,
+    calls and their results), which is left out; the messages not the model's (the user's,
+    the system's and developer's) are kept, as ``/v1/responses/compact`` keeps the user's. So
+    a chain or a stateless history compacted once is shown shortened from then on, however
+    it reached the fleet (OpenAI: "the latest compaction item carries the necessary context").
+    """
+    latest = next(
+        (n for n in range(len(items) - 1, -1, -1) if items[n].get("type") == "compaction"), None
+    )
+    if latest is None:
+        return list(items)
+    kept = [item for item in items[:latest] if is_turn_break(item)]
+    return [*kept, *items[latest:]]
+
+
 class ConfigurationReasoning(_Strict):
     """The reasoning settings a ``configuration_update`` changes: the effort alone."""
 

@@ -13,6 +13,7 @@ from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
 
 from app.config import Settings
 from app.errors import InvalidRequestError
+from app.protocol.items import since_compaction
 from app.providers.translate import to_chat_messages
 from app.responses import create_response
 from app.sealing import SUMMARY_HEADER, load_sealer
@@ -103,3 +104,73 @@ def test_a_trigger_before_another_item_or_with_nothing_before_it_is_a_400(
         create_response(store, RecordingDispatcher(), make_settings(), {"model": "m", **body})
 
     assert (refused.value.param, refused.value.code) == (param, "invalid_value")
+
+
+def test_a_chain_after_its_compaction_shows_the_summary_not_what_it_covers(
+    run: Run,  # noqa: F811 - the fixture
+) -> None:
+    first = run(answer("Noted: Tuesday."), input="We launch on Tuesday.")
+    compacted = run(
+        answer("Launch: Tuesday."), input=[TRIGGER], previous_response_id=first.response_id
+    )
+
+    after = run(answer("Tuesday."), input="When?", previous_response_id=compacted.response_id)
+
+    seen = to_chat_messages(None, after.model.requests[0].items)
+    assert seen == [
+        {"role": "user", "content": "We launch on Tuesday."},
+        {"role": "assistant", "content": f"{SUMMARY_HEADER}\nLaunch: Tuesday."},
+        {"role": "user", "content": "When?"},
+    ]
+
+
+def test_a_second_compaction_summarises_from_the_first_on(run: Run) -> None:  # noqa: F811
+    first = run(answer("Noted: Tuesday."), input="We launch on Tuesday.")
+    once = run(answer("Launch: Tuesday."), input=[TRIGGER], previous_response_id=first.response_id)
+    more = run(answer("In Oslo."), input="Where?", previous_response_id=once.response_id)
+
+    twice = run(answer("Tuesday, Oslo."), input=[TRIGGER], previous_response_id=more.response_id)
+
+    seen = to_chat_messages(None, twice.model.requests[0].items)
+    assert [m["content"] for m in seen] == [
+        "We launch on Tuesday.",
+        f"{SUMMARY_HEADER}\nLaunch: Tuesday.",
+        "Where?",
+        "In Oslo.",
+        SUMMARY_REQUEST,
+    ]
+
+
+def test_a_stateless_history_with_a_compaction_item_is_shown_from_it_on(
+    run: Run,  # noqa: F811 - the fixture
+) -> None:
+    compacted = run(answer("Launch: Tuesday."), input=[*CONVERSATION, TRIGGER], store=False)
+    [item] = compacted.output
+    call = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
+    result = {"type": "function_call_output", "call_id": "c1", "output": "Tuesday"}
+    history = [
+        {"role": "developer", "content": "Be brief."},
+        *CONVERSATION,
+        call,
+        result,
+        item,
+        {"role": "user", "content": "When?"},
+    ]
+
+    after = run(answer("Tuesday."), input=history, store=False)
+
+    seen = to_chat_messages(None, after.model.requests[0].items)
+    assert [m["role"] for m in seen] == ["system", "user", "assistant", "user"]
+    assert seen[2]["content"] == f"{SUMMARY_HEADER}\nLaunch: Tuesday."
+
+
+def test_since_compaction_keeps_what_is_not_the_models_before_the_latest_one() -> None:
+    user, system = {"role": "user", "content": "u"}, {"role": "system", "content": "s"}
+    answer_item = {"type": "message", "role": "assistant", "content": "a"}
+    reasoning = {"type": "reasoning", "summary": []}
+    first, latest = {"type": "compaction", "id": "1"}, {"type": "compaction", "id": "2"}
+    items = [system, user, reasoning, answer_item, first, user, answer_item, latest, answer_item]
+
+    assert since_compaction(items) == [system, user, user, latest, answer_item]
+    assert since_compaction(items[:4]) == items[:4]
+    assert since_compaction([]) == []

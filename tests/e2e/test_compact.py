@@ -253,3 +253,34 @@ def test_a_compaction_trigger_streams_one_compaction_item_the_next_request_conti
     )
     assert after.status == "completed"
     assert sent[1]["messages"][1]["content"].startswith(SUMMARY_HEADER)
+
+
+def test_a_chain_compacted_by_a_trigger_is_shown_from_its_compaction_on(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """OpenAI's rule: the latest compaction item carries what came before it (a chain too)."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    first = client.responses.create(
+        model="antwort-sim",
+        input=f"{marker} use echo",
+        tools=[{"type": "mcp", "server_label": "local", "require_approval": "never"}],
+    )
+    assert [item.type for item in first.output].count("mcp_call") == 1
+    compacted = client.responses.create(
+        model="antwort-sim",
+        input=[{"type": "compaction_trigger"}],  # type: ignore[list-item]
+        previous_response_id=first.id,
+    )
+    assert [item.type for item in compacted.output] == ["compaction"]
+
+    after = client.responses.create(
+        model="antwort-sim", input="What did echo say?", previous_response_id=compacted.id
+    )
+
+    assert after.status == "completed"
+    seen = sent[-1]["messages"]
+    assert [m["role"] for m in seen] == ["user", "assistant", "user"]
+    assert seen[0]["content"] == f"{marker} use echo"
+    assert seen[1]["content"].startswith(SUMMARY_HEADER)
+    assert not [m for m in seen if m["role"] == "tool" or m.get("tool_calls")]
