@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     answered 429 and closed."""
     sync_timeout_seconds: float = Field(default=600.0, gt=0)
     """How long a non-streaming, non-background request waits for its answer."""
+    compact_threshold: int | None = Field(default=None, ge=1)
+    """The prompt tokens past which a response whose ``context_management`` asks for compaction
+    without a ``compact_threshold`` compacts its context (None: such a request compacts never)."""
     llm_timeout_seconds: float = Field(default=300.0, gt=0)
     """Read timeout of one model call."""
     llm_connect_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -35,7 +35,7 @@ from app.protocol.response import (
 )
 from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
 from app.providers.translate import chat_params
-from app.run import NO_OUTPUT_EXTRA, fail_response, unanswered_calls
+from app.run import COMPACT_THRESHOLD_EXTRA, NO_OUTPUT_EXTRA, fail_response, unanswered_calls
 from app.sealing import check_sealed_items
 from app.store import ResponseStore, StoredEvent, StoredResponse
 from app.store.status import CANCEL
@@ -311,7 +311,8 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
     )
     check_forced_tool_kept(request, tools.tools)
     response = _new_response(request, model, tools=tools.tools, keys=store.keys)
-    extra = {**_extra(request), **tools.extra}  # the kinds': secrets, sealed (never in plain)
+    # the kinds' extra: secrets, sealed (never in plain)
+    extra = {**_extra(request, settings), **tools.extra}
     extra.update(_kept_by_protocol(store, settings, response))
     return PreparedResponse(
         request=request, response=response, inputs=inputs, history=history, extra=extra
@@ -441,9 +442,25 @@ def check_background_options(request: CreateResponseRequest) -> None:
         )
 
 
-def _extra(request: CreateResponseRequest) -> dict[str, Any]:
+def _extra(request: CreateResponseRequest, settings: Settings) -> dict[str, Any]:
     """What a run needs of the request that the response object does not hold."""
-    return {"params": _params(request), "include": request.include or [], "user": request.user}
+    extra: dict[str, Any] = {
+        "params": _params(request),
+        "include": request.include or [],
+        "user": request.user,
+    }
+    threshold = _compact_threshold(request, settings)
+    if threshold is not None:
+        extra[COMPACT_THRESHOLD_EXTRA] = threshold
+    return extra
+
+
+def _compact_threshold(request: CreateResponseRequest, settings: Settings) -> int | None:
+    """``context_management``'s compaction threshold (else the fleet's default; None: none)."""
+    for entry in request.context_management or ():
+        if entry.type == "compaction":
+            return entry.compact_threshold or settings.compact_threshold
+    return None
 
 
 def _new_response(

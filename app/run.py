@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, assert_never
 
@@ -67,6 +67,7 @@ from app.protocol.items import (
     asks_compaction,
     configured_effort,
     is_answer,
+    is_compactable,
     is_turn_break,
     turn_tag_of,
 )
@@ -78,7 +79,13 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
-from app.providers.json_protocol import EXCHANGES_EXTRA, Memory, with_tool_protocol
+from app.providers.chunks import UsageReport
+from app.providers.json_protocol import (
+    EXCHANGES_EXTRA,
+    JsonToolProtocol,
+    Memory,
+    with_tool_protocol,
+)
 from app.providers.translate import ModelProvider, ModelRequest, reasoning_effort_param
 from app.replay import ReplayGuard
 from app.sealing import ENCRYPTED_REASONING, fleet_sealer
@@ -99,6 +106,10 @@ from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
 
 logger = logging.getLogger(__name__)
+
+COMPACT_THRESHOLD_EXTRA = "compact_threshold"
+"""Set in a response's extra from its ``context_management``: compact the context before a
+model turn whose prompt is at least that many tokens (:func:`compact_context`)."""
 
 NO_OUTPUT_EXTRA = "no_output"
 """Set in a response's extra when it stores its request's state only (WebSocket mode's
@@ -284,6 +295,7 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     if state.turn == 0 and asks_compaction(state.inputs):
         return compact_conversation(deps, state, sink)
     state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
+    compact_context(deps, state, sink)
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(
         update={
@@ -310,7 +322,7 @@ def compact_conversation(deps: RunDeps, state: RunState, sink: EventSink) -> Com
     tool is offered or called.
     """
     conversation = [*state.history, *state.inputs[:-1]]
-    item, usage = compaction_turn(deps, state.response, conversation)
+    item, usage = compaction_turn(deps, state.response, conversation, turn=state.turn)
     index = len(state.response.output)
     sink.emit(ev.output_item_added(index, item))
     sink.emit(ev.output_item_done(index, item))
@@ -319,6 +331,58 @@ def compact_conversation(deps: RunDeps, state: RunState, sink: EventSink) -> Com
     )
     state.turn += 1
     return Complete()
+
+
+def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
+    """Add a ``compaction`` item before the model's turn when the context crossed its threshold.
+
+    ``context_management``'s ``compact_threshold``: the prompt the model would be sent now,
+    counted by its server (:func:`prompt_tokens`), is at least that many tokens, and the
+    context holds something a summary shortens (the model's side after the latest compaction;
+    ``items.since_compaction``). The item summarises the context so far; the model is then
+    shown the context from it on.
+    """
+    threshold = state.extra.get(COMPACT_THRESHOLD_EXTRA)
+    context = [*state.context, *state.response.output]
+    if not threshold or not is_compactable(context):
+        return
+    tokens = prompt_tokens(deps, state)
+    if tokens is None or tokens < threshold:
+        return
+    item, usage = compaction_turn(deps, state.response, context, turn=state.turn)
+    index = len(state.response.output)
+    sink.emit(ev.output_item_added(index, item))
+    sink.emit(ev.output_item_done(index, item))
+    state.response = state.response.model_copy(
+        update={
+            "output": [*state.response.output, item],
+            "usage": state.response.usage.plus(usage) if state.response.usage else usage,
+        }
+    )
+
+
+def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
+    """The prompt tokens of the run's next model call, as its server counts them.
+
+    None: the server reported no usage. The call is built as :func:`call_model` builds it (on
+    the JSON tool protocol, its first call) and sent for one token; the server's prefix cache
+    makes the call after it cheap.
+    """
+    request, provider = model_call(deps, state)
+    if isinstance(provider, JsonToolProtocol):
+        request = provider.first_call(request)
+    request = replace(request, params={**request.params, "max_tokens": 1})
+    chunks = deps.provider.stream(request)
+    tokens = None
+    try:
+        for chunk in chunks:
+            if isinstance(chunk, UsageReport):
+                tokens = chunk.usage.input_tokens
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return tokens
 
 
 def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:

@@ -86,17 +86,24 @@ def compaction_item(
 
 
 def compaction_turn(
-    deps: SummaryDeps, response: ResponseObject, items: Sequence[dict[str, Any]]
+    deps: SummaryDeps,
+    response: ResponseObject,
+    items: Sequence[dict[str, Any]],
+    *,
+    turn: int,
 ) -> tuple[dict[str, Any], Usage]:
-    """The turn of a response whose input ends with ``compaction_trigger``: its one output item.
+    """A summary turn of a response: the ``compaction`` output item it adds at ``turn``.
 
-    ``items``: the conversation before the trigger (the chain's history, then the input). The
+    The response's input ends with ``compaction_trigger`` (the item is its one output), or its
+    context crossed its ``context_management`` threshold (the model's turn follows the item).
+    ``items``: the conversation so far (the chain's history, the input, the output). The
     summary follows the compaction instructions, not the response's (an agent's own).
     """
     stored = deps.store.load(response.id)
+    index = len(response.output)
     return compaction_item(
         deps,
-        item_id("cmp", response.id, 0, 0),  # a turn run again names it as the first run did
+        item_id("cmp", response.id, turn, index),  # a turn run again names it as the first did
         model=response.model,
         instructions=None,
         items=items,

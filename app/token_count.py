@@ -4,7 +4,7 @@ The request is a create's (its input, instructions, tools, ``previous_response_i
 ``conversation``, …; :data:`COUNT_FIELDS`), checked as a create checks it and made the response it
 would be, nothing stored (:func:`app.responses.prepare_response`). An ``input_tokens`` job
 (:mod:`app.jobs`) hands that response to an ``inference`` worker, which builds the model
-server's request of its first turn as a run does (:func:`app.run.model_call`: the history and
+server's request of its first turn as a run does (:func:`app.run.prompt_tokens`: the history and
 input as the kinds present them, the tools with every MCP server listed, the JSON tool
 protocol's prompt for a model on it) and asks the model server for one token: the count is
 the ``prompt_tokens`` the model server reports. It is exact for that model, whatever its
@@ -14,8 +14,6 @@ tokenizer and chat template, and costs one prefill.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from app.config import Settings
@@ -31,10 +29,8 @@ from app.jobs import (
 )
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
-from app.providers.chunks import Chunk, UsageReport
-from app.providers.json_protocol import JsonToolProtocol
 from app.responses import prepare_response
-from app.run import RunDeps, RunState, model_call
+from app.run import RunDeps, RunState, prompt_tokens
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT
 from app.tools.kinds import StepInput
@@ -144,30 +140,13 @@ def count_input_tokens(deps: RunDeps, job: dict[str, Any]) -> int:
     )
     # the MCP servers are listed, as before a turn: their tools are part of the prompt
     state.response = deps.kinds.before_model(deps.kind_deps, step, _NoEvents())
-    request, provider = model_call(deps, state)
-    if isinstance(provider, JsonToolProtocol):
-        request = provider.first_call(request)
-    request = replace(request, params={**request.params, "max_tokens": 1})
-    usage = _reported_usage(deps.provider.stream(request))
-    if usage is None:
+    tokens = prompt_tokens(deps, state)
+    if tokens is None:
         raise UpstreamError(
             "The model server reported no token usage, so the input could not be counted.",
             code="usage_not_reported",
         )
-    return usage
-
-
-def _reported_usage(chunks: Iterator[Chunk]) -> int | None:
-    usage = None
-    try:
-        for chunk in chunks:
-            if isinstance(chunk, UsageReport):
-                usage = chunk.usage.input_tokens
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
-    return usage
+    return tokens
 
 
 class _NoEvents:

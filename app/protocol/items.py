@@ -377,6 +377,20 @@ def since_compaction(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*kept, *items[latest:]]
 
 
+def is_compactable(items: Sequence[dict[str, Any]]) -> bool:
+    """Whether a summary would shorten ``items`` (:func:`since_compaction` would leave one out).
+
+    That is an item of the model's side after the latest ``compaction`` item, or anywhere
+    without one.
+    """
+    for item in reversed(items):
+        if item.get("type") == "compaction":
+            return False
+        if not is_turn_break(item):
+            return True
+    return False
+
+
 class ConfigurationReasoning(_Strict):
     """The reasoning settings a ``configuration_update`` changes: the effort alone."""
 

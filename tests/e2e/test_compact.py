@@ -284,3 +284,36 @@ def test_a_chain_compacted_by_a_trigger_is_shown_from_its_compaction_on(
     assert seen[0]["content"] == f"{marker} use echo"
     assert seen[1]["content"].startswith(SUMMARY_HEADER)
     assert not [m for m in seen if m["role"] == "tool" or m.get("tool_calls")]
+
+
+def test_context_management_compacts_a_long_context_before_the_models_turn(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """Server-side compaction: the prompt, counted by the model server, crossed the threshold."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    first = client.responses.create(model="antwort-sim", input=f"{marker} We launch on Tuesday.")
+
+    with client.responses.stream(
+        model="antwort-sim",
+        input="When do we launch?",
+        previous_response_id=first.id,
+        context_management=[{"type": "compaction", "compact_threshold": 5}],
+    ) as stream:
+        done = [event.item for event in stream if event.type == "response.output_item.done"]
+        compacted = stream.get_final_response()
+
+    assert [item.type for item in done] == ["compaction", "message"]
+    assert [item.type for item in compacted.output] == ["compaction", "message"]
+    measured, summary, answered = sent[1:]
+    assert measured["max_tokens"] == 1
+    assert summary["messages"][-1]["content"] == SUMMARY_REQUEST
+    assert [m["role"] for m in answered["messages"]] == ["user", "user", "assistant"]
+    assert answered["messages"][-1]["content"].startswith(SUMMARY_HEADER)
+    after = client.responses.create(
+        model="antwort-sim", input="Thanks.", previous_response_id=compacted.id
+    )
+    assert after.status == "completed"
+    shown = [m["content"] for m in sent[-1]["messages"]]  # the chain, from the compaction on
+    assert first.output_text not in shown and compacted.output_text in shown
+    assert len(shown) == 5  # two user messages, the summary, the answer, "Thanks."
