@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, assert_never
@@ -42,7 +42,13 @@ from opentelemetry.trace import SpanKind
 from app.config import Settings
 from app.conversation import history_of
 from app.dispatch import Dispatcher
-from app.errors import RESPONSE_ERROR_CODES, AppError, ModelBehaviorError, UpstreamError
+from app.errors import (
+    CONTEXT_LENGTH_EXCEEDED,
+    RESPONSE_ERROR_CODES,
+    AppError,
+    ModelBehaviorError,
+    UpstreamError,
+)
 from app.lease import LeaseKeeper
 from app.model_prefix import prepared_items
 from app.output import OutputBuilder, ReasoningOutput, TurnOutput
@@ -69,6 +75,7 @@ from app.protocol.items import (
     is_answer,
     is_compactable,
     is_turn_break,
+    is_user_message,
     turn_tag_of,
 )
 from app.protocol.response import (
@@ -79,7 +86,7 @@ from app.protocol.response import (
     ResponseObject,
     ResponseStatus,
 )
-from app.providers.chunks import UsageReport
+from app.providers.chunks import Chunk, UsageReport
 from app.providers.json_protocol import (
     EXCHANGES_EXTRA,
     JsonToolProtocol,
@@ -364,7 +371,8 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
 def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
     """The prompt tokens of the run's next model call, as its server counts them.
 
-    None: the server reported no usage. The call is built as :func:`call_model` builds it (on
+    None: the server reported no usage, or refused the prompt as longer than the model's
+    context. The call is built as :func:`call_model` builds it (on
     the JSON tool protocol, its first call) and sent for one token; the server's prefix cache
     makes the call after it cheap.
     """
@@ -378,6 +386,10 @@ def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
         for chunk in chunks:
             if isinstance(chunk, UsageReport):
                 tokens = chunk.usage.input_tokens
+    except UpstreamError as exc:
+        if exc.code != CONTEXT_LENGTH_EXCEEDED:
+            raise
+        return None  # longer than the model's context: the turn truncates it, or fails
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:
@@ -537,7 +549,13 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
         },
         kind=SpanKind.CLIENT,
     ):
-        output = _stream_model(provider, request, builder, model=response.model)
+        output = _stream_model(
+            provider,
+            request,
+            builder,
+            model=response.model,
+            truncates=response.truncation == "auto",
+        )
         tracing.annotate(
             {
                 "gen_ai.usage.input_tokens": output.usage.input_tokens,
@@ -585,18 +603,25 @@ def model_call(deps: RunDeps, state: RunState) -> tuple[ModelRequest, ModelProvi
 
 
 def _stream_model(
-    provider: ModelProvider, request: ModelRequest, builder: OutputBuilder, *, model: str
+    provider: ModelProvider,
+    request: ModelRequest,
+    builder: OutputBuilder,
+    *,
+    model: str,
+    truncates: bool = False,
 ) -> TurnOutput:
-    """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`)."""
+    """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`).
+
+    ``truncates`` (``truncation: "auto"``): a prompt the model server refuses as longer than
+    its context is sent again without its oldest turns (:func:`_fitting_stream`).
+    """
     timer = metrics.ModelCallTimer(model)
-    stream = provider.stream(request)
+    stream, first = _fitting_stream(provider, request, truncates=truncates)
     try:
-        chunks = iter(stream)
-        first = next(chunks, None)
         if first is not None:  # timed alone, so the chunks after it cost nothing more
             timer.first_chunk()
             builder.feed(first)
-        for chunk in chunks:
+        for chunk in stream:
             builder.feed(chunk)
     finally:
         close = getattr(stream, "close", None)
@@ -605,6 +630,54 @@ def _stream_model(
     output = builder.close()
     timer.done(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
     return output
+
+
+def _fitting_stream(
+    provider: ModelProvider, request: ModelRequest, *, truncates: bool
+) -> tuple[Iterator[Chunk], Chunk | None]:
+    """The model's stream and its first chunk, the prompt shortened to fit when it may be.
+
+    A refusal for the context's length comes before any chunk. With ``truncates``, the call is
+    made again without the oldest turns of the conversation (a user message and what followed
+    it, up to the next): one, then twice as many each time (so at most twice as many as
+    needed), keeping the last turn and the messages before the first (OpenAI: "dropping items
+    from the beginning").
+    """
+    dropped = 0
+    items = list(request.items)
+    while True:
+        stream = provider.stream(request)
+        chunks = iter(stream)
+        try:
+            return chunks, next(chunks, None)
+        except UpstreamError as exc:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+            if not truncates or exc.code != CONTEXT_LENGTH_EXCEEDED:
+                raise
+            dropped = max(1, 2 * dropped)
+            shorter = without_oldest_turns(items, dropped)
+            if shorter is None or len(shorter) == len(request.items):  # the last turn alone
+                raise
+            logger.info("the prompt is longer than the model's context: %d turns left out", dropped)
+            request = replace(request, items=shorter)
+
+
+def without_oldest_turns(
+    items: Sequence[dict[str, Any]], count: int
+) -> list[dict[str, Any]] | None:
+    """``items`` without their first ``count`` turns, or as many as leave the last one.
+
+    A turn is a user message and what follows it, up to the next user message; what comes
+    before the first (system and developer messages, a compaction's summary) is kept. None:
+    one turn is all there is.
+    """
+    starts = [n for n, item in enumerate(items) if is_user_message(item)]
+    if len(starts) <= 1:
+        return None
+    cut = starts[min(count, len(starts) - 1)]
+    return [*items[: starts[0]], *items[cut:]]
 
 
 def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:

@@ -189,6 +189,48 @@ def test_a_prompt_longer_than_the_model_context_fails_the_response_as_openai_fai
     )
 
 
+def test_truncation_auto_leaves_the_oldest_turns_out_until_the_prompt_fits(
+    proxy: ModelProxy, client: openai.OpenAI
+) -> None:
+    """``truncation: "auto"``: a prompt the server refuses as too long is sent again without
+    its oldest turns; ``disabled`` (the default) fails as the server says."""
+    proxy.behave()
+    first = client.responses.create(model="antwort-sim", input="One.")
+    second = client.responses.create(
+        model="antwort-sim", input="Two.", previous_response_id=first.id
+    )
+    asked_before = len(proxy.exchanges)
+    # a context of four messages: the instructions, a turn, and the question
+    proxy.behave(refusal=CONTEXT_OVERFLOW, refuses=lambda body: len(body["messages"]) > 4)
+
+    fitted = client.responses.create(
+        model="antwort-sim",
+        instructions="Be brief.",
+        input="Three.",
+        previous_response_id=second.id,
+        truncation="auto",
+    )
+    failed = client.responses.create(
+        model="antwort-sim",
+        instructions="Be brief.",
+        input="Three.",
+        previous_response_id=second.id,
+    )
+
+    assert fitted.status == "completed", fitted.error
+    assert fitted.truncation == "auto"
+    sent = [request["messages"] for request, _ in proxy.exchanges[asked_before:]]
+    assert [len(messages) for messages in sent] == [6, 4, 6]  # fitted: one turn out; failed
+    assert [m["content"] for m in sent[1]] == [
+        "Be brief.",
+        "Two.",
+        second.output_text,
+        "Three.",
+    ]
+    assert failed.status == "failed"
+    assert failed.error is not None and failed.error.code == "context_length_exceeded"
+
+
 def test_a_model_the_server_does_not_have_fails_the_response_as_openai_fails_it(
     proxy: ModelProxy, client: openai.OpenAI
 ) -> None:

@@ -56,6 +56,7 @@ class ModelProxy(ThreadingHTTPServer):
         self.edit_request: Edit = unchanged
         self.edit_events: EditEvents = unchanged
         self.refusal: Refusal | None = None
+        self.refuses: Callable[[dict[str, Any]], bool] = lambda body: True
         self.exchanges: list[tuple[dict[str, Any], str]] = []
         """Each request the simulator got, with the answer the caller got (its body's text)."""
 
@@ -65,12 +66,14 @@ class ModelProxy(ThreadingHTTPServer):
         request: Edit = unchanged,
         events: EditEvents = unchanged,
         refusal: Refusal | None = None,
+        refuses: Callable[[dict[str, Any]], bool] = lambda body: True,
     ) -> None:
         """Edit the requests and answers from now on as given (unchanged by default), or answer
-        every request with ``refusal``."""
+        with ``refusal`` every request (or those ``refuses`` picks, by their body)."""
         self.edit_request = request
         self.edit_events = events
         self.refusal = refusal
+        self.refuses = refuses
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -81,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         request = self.server.edit_request(body)
         refusal = self.server.refusal
-        if refusal is not None:
+        if refusal is not None and self.server.refuses(request):
             self._reply(request, refusal.status, "application/json", json.dumps(refusal.body))
             return
         answer = self.server.client.post(f"{self.server.upstream}{self.path}", json=request)
