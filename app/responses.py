@@ -24,9 +24,9 @@ from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
-from app.protocol.items import check_compaction_trigger, output_text_part
+from app.protocol.items import AdditionalToolsItem, check_compaction_trigger, output_text_part
 from app.protocol.options import ECHOED_OPTIONS
-from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest
+from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest, ToolList
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseConversation,
@@ -62,6 +62,7 @@ _ITEM_PREFIX = {
     "file_search_call": "fs",
     "image_generation_call": "ig",
     "configuration_update": "cfg",
+    "additional_tools": "at",
     **CLIENT_ITEM_PREFIXES,
 }
 
@@ -295,7 +296,7 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
         InvalidRequestError: the request is not one the fleet would run, or continues what
             ``tenant`` does not own.
     """
-    request = parse_request(body)
+    request = _with_additional_tools(parse_request(body))
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
@@ -317,6 +318,29 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
     return PreparedResponse(
         request=request, response=response, inputs=inputs, history=history, extra=extra
     )
+
+
+def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequest:
+    """The request with the tools of its input's ``additional_tools`` items among its ``tools``.
+
+    Raises:
+        InvalidRequestError: a tool the request's ``tools`` would refuse (``param``: its place
+            in the item).
+    """
+    if isinstance(request.input, str):
+        return request
+    added: list[Any] = []
+    for index, item in enumerate(request.input):
+        if not isinstance(item, AdditionalToolsItem):
+            continue
+        try:
+            added += parse_body(ToolList, {"tools": item.tools}).tools
+        except InvalidRequestError as exc:
+            param = f"input.{index}" + (f".{exc.param}" if exc.param else "")
+            raise InvalidRequestError(exc.message, param=param, code=exc.code) from None
+    if not added:
+        return request
+    return request.model_copy(update={"tools": [*request.tools, *added]})
 
 
 def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:

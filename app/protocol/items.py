@@ -386,9 +386,28 @@ def is_compactable(items: Sequence[dict[str, Any]]) -> bool:
     for item in reversed(items):
         if item.get("type") == "compaction":
             return False
-        if not is_turn_break(item):
+        if not is_turn_break(item) and item.get("type") not in _NEVER_SHOWN:
             return True
     return False
+
+
+_NEVER_SHOWN = frozenset({"additional_tools", "configuration_update", COMPACTION_TRIGGER})
+"""Items the model is never shown (a summary shortens nothing by leaving them out)."""
+
+
+class AdditionalToolsItem(_Strict):
+    """Tools made available at this point of the conversation.
+
+    Codex CLI's "lite" requests declare their tools this way, and no ``tools``. The model
+    never sees the item. The tools of the input's items join the request's ``tools``
+    (checked as those are: ``app.responses.prepare_response``); an earlier response's items in
+    a chain still offer their function, custom and namespace tools (``app.tools.tool_search``).
+    """
+
+    type: Literal["additional_tools"]
+    role: Literal["developer"] = "developer"
+    tools: list[dict[str, Any]]
+    id: str | None = None
 
 
 class ConfigurationReasoning(_Strict):
@@ -486,6 +505,7 @@ InputItem = Annotated[
     | Annotated[FileSearchCallItem, Tag("file_search_call")]
     | Annotated[ImageGenerationCallItem, Tag("image_generation_call")]
     | Annotated[ConfigurationUpdateItem, Tag("configuration_update")]
+    | Annotated[AdditionalToolsItem, Tag("additional_tools")]
     # the client-executed kinds' calls and outputs (app/protocol/client_items.py)
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
     | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]

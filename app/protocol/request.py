@@ -328,6 +328,12 @@ ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "u
 """``service_tier``'s values (the pinned SDK's ``ServiceTier``): echoed; one fleet serves all."""
 
 
+class ToolList(_Strict):
+    """The tools of an ``additional_tools`` input item, checked as the request's own."""
+
+    tools: list[Tool]
+
+
 class CreateResponseRequest(_Strict):
     """``POST /v1/responses``. Unknown fields are refused with ``param`` naming them."""
 

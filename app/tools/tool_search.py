@@ -53,21 +53,29 @@ def tool_search_definition(tool: Item | None = None) -> ToolDefinition:
 def searched_tools(
     declared: Sequence[Item], items: Sequence[Item], extra: Mapping[str, Any]
 ) -> dict[str, ToolDefinition]:
-    """The tools the chain's ``tool_search_output`` items loaded, by the model's name for them."""
+    """The tools the chain's items brought, by the model's name for them.
+
+    Those a ``tool_search_output`` loaded, and the function, custom and namespace tools of an
+    ``additional_tools`` item (the input's join the request's tools when it is made; these are
+    for the later responses of a chain).
+    """
     found: dict[str, ToolDefinition] = {}
     for item in items:
-        if item.get("type") == "tool_search_output":
+        if item.get("type") in ("tool_search_output", "additional_tools"):
             for tool in item["tools"]:
                 found.update(_loaded(tool))
     return found
 
 
 def _loaded(tool: Item) -> dict[str, ToolDefinition]:
-    if tool["type"] == "namespace":
+    kind = tool.get("type")
+    if kind == "namespace":
         return namespace_tools([tool], (), {})
-    if tool["type"] == "custom":
+    if kind == "custom":
         return {tool["name"]: custom_definition(tool)}
-    return {tool["name"]: function_definition(tool)}
+    if kind == "function":
+        return {tool["name"]: function_definition(tool)}
+    return {}  # an additional_tools item's others are the request's own, when it is made
 
 
 def loaded_text(item: Item) -> str:

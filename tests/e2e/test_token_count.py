@@ -10,18 +10,11 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Fleet
-from tests.e2e.helpers import assert_error_body
+from tests.e2e.helpers import CLIENT_FN, assert_error_body
 from tests.support.recording import Recorder
 
 LOCAL = {"type": "mcp", "server_label": "local", "require_approval": "never"}
 """The fleet's configured stdio MCP server (tests/support/mcp_servers.py's tools)."""
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    "strict": False,
-}
 
 
 def without_max_tokens(body: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +51,7 @@ def test_count_lists_mcp_servers_and_speaks_the_tool_protocol_as_a_turn_does(
     body: dict[str, Any] = {
         "model": "antwort-sim",
         "input": f"{marker} hello",
-        "tools": [LOCAL, WEATHER],
+        "tools": [LOCAL, CLIENT_FN],
     }
     metadata = {"antwort_tool_protocol": protocol}
 
