@@ -101,6 +101,40 @@ def test_codex_with_its_own_openai_provider_pointed_at_the_fleet_runs_a_command(
     assert answer.startswith("Tool results: ") and marker in answer
 
 
+def lite_catalog(tmp_path: Path) -> Path:
+    """A model catalog (``model_catalog_json``) naming the simulator as Codex's own models are
+    named: one of its built-in catalog's "Responses Lite" entries, under the simulator's slug."""
+    home = tmp_path / "catalog-home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(home)}
+    listed = subprocess.run(
+        [str(CODEX), "debug", "models"], env=env, capture_output=True, text=True, check=True
+    )
+    lite = next(m for m in json.loads(listed.stdout)["models"] if m.get("use_responses_lite"))
+    catalog = tmp_path / "catalog.json"
+    entry = {**lite, "slug": "antwort-sim", "display_name": "antwort-sim"}
+    catalog.write_text(json.dumps({"models": [entry]}))
+    return catalog
+
+
+@needs_codex
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_lite_requests_declare_their_tools_in_an_additional_tools_item(
+    fleet: Fleet, tmp_path: Path, websockets: bool
+) -> None:
+    """A "Responses Lite" model (most of Codex 0.171's catalog): no ``tools``, no
+    ``instructions``; the first input item is ``additional_tools`` (namespaces, among them
+    ``functions`` with the code-mode ``exec`` tool). The model's ``exec`` call runs in Codex."""
+    config = f'model_catalog_json = "{lite_catalog(tmp_path)}"\n'
+    prompt = 'Go. [call functions__exec {"input": "text(String(6*7))"}]'
+
+    done = run_codex(fleet, tmp_path, prompt, websockets=websockets, config=config)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = (tmp_path / "answer.txt").read_text()
+    assert answer.startswith("Tool results: ") and "Output: 42" in answer
+
+
 @needs_codex
 def test_codex_with_its_own_openai_provider_compacts_through_the_fleet(
     fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
