@@ -449,3 +449,31 @@ def test_agents_hosted_mcp_approval_in_the_whole_history(fleet: Fleet) -> None:
 
     assert asked == ["echo"]
     assert result.final_output == "Tool results: local: kiwi"
+
+
+@TRANSPORTS
+def test_agents_context_management_compacts_and_the_next_run_goes_on_from_the_item(
+    fleet: Fleet, transport: str
+) -> None:
+    """``ModelSettings.context_management``: past the threshold the fleet compacts the context
+    before the model's next turn; the SDK keeps the ``compaction`` item and sends it back."""
+    settings = {"context_management": [{"type": "compaction", "compact_threshold": 5}]}
+
+    async def body(client: AsyncOpenAI) -> tuple[Any, Any]:
+        model = model_for(transport, client)
+        assistant = agent(client, model=model, **settings)
+        first = await closing(model, Runner.run(assistant, "Use get_weather for city=Oslo"))
+        later = [*first.to_input_list(), {"role": "user", "content": "And tomorrow?"}]
+        model = model_for(transport, client)
+        second = await closing(model, Runner.run(agent(client, model=model, **settings), later))
+        return first, second
+
+    first, second = run(fleet, body)
+
+    assert CALLS == ["weather:Oslo"]
+    raw = [item.raw_item for item in first.new_items]
+    kinds = [item["type"] if isinstance(item, dict) else item.type for item in raw]
+    # the compaction came before the turn that read the tool's result
+    assert kinds == ["function_call", "function_call_output", "compaction", "message"]
+    assert any(item.get("type") == "compaction" for item in first.to_input_list())
+    assert second.final_output.startswith("Simulated answer to: And tomorrow?")
