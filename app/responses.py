@@ -343,18 +343,26 @@ def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequ
     return request.model_copy(update={"tools": [*request.tools, *added]})
 
 
+_UNSPOKEN = frozenset({"reasoning", "additional_tools", "configuration_update"})
+"""Input items that say nothing to the model by themselves."""
+
+
 def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:
     """Without instructions or history, the input must hold an item the model is shown.
 
-    Reasoning goes with the assistant message after it; alone, the model would be sent no
-    message at all, which a model server refuses.
+    Reasoning goes with the assistant message after it, and the model never sees an
+    ``additional_tools`` or ``configuration_update`` item; with those alone, the model would be
+    sent no message at all, which a model server refuses.
 
     Raises:
-        InvalidRequestError: the input is empty, or holds reasoning only.
+        InvalidRequestError: the input is empty, or holds only such items.
     """
-    if any(item.get("type") != "reasoning" for item in inputs):
+    if any(item.get("type") not in _UNSPOKEN for item in inputs):
         return
-    what = "empty" if not inputs else "it holds reasoning items only"
+    what = "empty"
+    if inputs:
+        alone = all(item.get("type") == "reasoning" for item in inputs)
+        what = "it holds reasoning items only" if alone else "it holds no item the model is shown"
     raise InvalidRequestError(
         f"Invalid 'input': {what}, so the model would be sent nothing. Give a message, "
         "'instructions', or a 'previous_response_id' or 'conversation' with items.",

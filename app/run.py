@@ -13,8 +13,11 @@ committed (N). Each call takes the response's lease, loads its state and takes o
    only stores its request's state (WebSocket mode's ``"generate": false``) completes here with
    no output (``Complete``), and one whose input ends with ``compaction_trigger`` completes with
    one ``compaction`` item, its summary turn's (:func:`compact_conversation`);
-4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the model is called
-   for turn N+1 and its calls are planned (:mod:`app.plan`).
+4. otherwise the kinds' ``before_model`` hooks run (MCP servers are listed), the context is
+   compacted first if it crossed the response's ``context_management`` threshold
+   (:func:`compact_context`), the model is called for turn N+1 (a prompt too long for it is
+   sent again without its oldest turns under ``truncation: "auto"``) and its calls are planned
+   (:mod:`app.plan`).
 
 The step is a closed union, ``NextStep``, which :func:`apply_step` carries out: finalize
 (``Complete``, ``PauseForClient``, ``StopIncomplete``, or ``CancelByModel`` when the model gave
@@ -372,9 +375,9 @@ def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
     """The prompt tokens of the run's next model call, as its server counts them.
 
     None: the server reported no usage, or refused the prompt as longer than the model's
-    context. The call is built as :func:`call_model` builds it (on
-    the JSON tool protocol, its first call) and sent for one token; the server's prefix cache
-    makes the call after it cheap.
+    context. The call is built as :func:`call_model` builds it (on the JSON tool protocol, its
+    first call) and sent for one token; the server's prefix cache makes the call after it
+    cheap.
     """
     request, provider = model_call(deps, state)
     if isinstance(provider, JsonToolProtocol):

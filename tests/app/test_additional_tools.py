@@ -116,3 +116,14 @@ def test_a_bad_item_is_a_400_naming_its_place(
         create_response(store, RecordingDispatcher(), make_settings(), body)
 
     assert refused.value.param == param
+
+
+def test_an_input_of_added_tools_alone_is_a_400(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        create_response(
+            store, RecordingDispatcher(), make_settings(), {"model": "m", "input": [ADDED]}
+        )
+
+    assert (refused.value.param, refused.value.code) == ("input", "invalid_value")
