@@ -8,10 +8,16 @@ from openai.types.responses.input_token_count_params import InputTokenCountParam
 from openai.types.responses.input_token_count_response import InputTokenCountResponse
 
 from app.config import Settings
-from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
+from app.conversations import create_conversation
+from app.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    PreviousResponseNotFoundError,
+    UpstreamError,
+)
 from app.protocol.response import Usage
 from app.providers.chunks import Finish, TextDelta, UsageReport
-from app.providers.translate import ModelRequest, build_chat_body
+from app.providers.translate import ModelRequest, build_chat_body, to_chat_messages
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.token_count import COUNT_FIELDS, run_count, start_count, wait_for_count
@@ -240,3 +246,22 @@ def test_count_of_another_tenants_chain_is_not_found(
             {"model": "m", "previous_response_id": theirs, "input": "x"},
             tenant="team-b",
         )
+
+
+def test_count_of_a_conversation_reads_its_items(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    items = [
+        {"type": "message", "role": "user", "content": "My name is Ada."},
+        {"type": "message", "role": "assistant", "content": "Hello Ada."},
+    ]
+    conversation = create_conversation(store, {"items": items})
+    model = counted(21)
+
+    result = count(store, make_settings(), model, conversation=conversation["id"], input="Name?")
+
+    assert result["input_tokens"] == 21
+    texts = [m["content"] for m in to_chat_messages(None, model.requests[0].items)]
+    assert texts == ["My name is Ada.", "Hello Ada.", "Name?"]
+    with pytest.raises(NotFoundError):
+        count(store, make_settings(), counted(1), tenant="team-b", conversation=conversation["id"])
