@@ -3,7 +3,7 @@
 The gateway validates the request (:func:`start_compaction`) and queues a ``compaction`` job
 (the items to summarise, the model; :mod:`app.jobs`); a worker runs one summary turn
 (:func:`run_compaction`, :mod:`app.summary`) and pushes the answer, which the gateway pops
-(:func:`wait_for_compaction`). The answer is a ``response.compaction`` object whose output
+(:func:`app.jobs.wait_for_result`). The answer is a ``response.compaction`` object whose output
 holds the conversation's user messages, then one ``compaction`` item sealing the summary
 (:mod:`app.sealing`). A later request that sends that output as input continues from the
 summary.
@@ -17,16 +17,8 @@ from typing import Any
 
 from app.config import Settings
 from app.conversation import load_history
-from app.errors import AppError, InvalidRequestError, ModelBehaviorError, UpstreamError
-from app.jobs import (
-    JobQueue,
-    checked_body,
-    fail_job,
-    push_result,
-    start_job,
-    take_job,
-    wait_for_result,
-)
+from app.errors import AppError, InvalidRequestError
+from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
 from app.protocol.items import is_user_message
 from app.responses import new_response_id, normalise_input, parse_request
 from app.run import RunDeps
@@ -88,33 +80,15 @@ def start_compaction(
     return compaction_id
 
 
-def wait_for_compaction(
-    store: ResponseStore, compaction_id: str, *, timeout_seconds: float
-) -> dict[str, Any]:
-    """The compaction object once a worker made it.
-
-    Raises:
-        AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
-    """
-    return wait_for_result(store, "compaction", compaction_id, timeout_seconds=timeout_seconds)
-
-
 def run_compaction(deps: RunDeps, compaction_id: str) -> str:
-    """The worker's side: summarise the job's items and push the answer; returns what happened.
-
-    A redelivered task whose answer was pushed (or popped and its job removed) does nothing.
-    """
-    store = deps.store
-    job = take_job(store, "compaction", compaction_id)
-    if job is None:
-        return "skipped"
-    try:
-        result = compact(deps, compaction_id, job)
-    except (InvalidRequestError, UpstreamError, ModelBehaviorError) as exc:
-        fail_compaction(store, compaction_id, exc)
-        return "failed"
-    push_result(store, "compaction", compaction_id, result)
-    return "completed"
+    """The worker's side: summarise the job's items and push the answer; returns what happened."""
+    return run_job(
+        deps.store,
+        "compaction",
+        compaction_id,
+        lambda job: compact(deps, compaction_id, job),
+        lease_seconds=deps.settings.lease_seconds,
+    )
 
 
 def fail_compaction(store: ResponseStore, compaction_id: str, error: AppError) -> None:

@@ -4,17 +4,30 @@ Two endpoints answer that way, each a kind of job: ``POST /v1/responses/compact`
 (``compaction``, :mod:`app.compaction`) and ``POST /v1/responses/input_tokens``
 (``input_tokens``, :mod:`app.token_count`). The gateway validates the request, stores the job
 (what the worker needs, JSON, with a TTL) and queues the kind's task (:func:`start_job`); a
-worker reads the job (:func:`take_job`), does it and pushes the answer, or an error, to the
+worker takes the job (:func:`held_job`), does it and pushes the answer, or an error, to the
 job's result list (:func:`push_result`, :func:`fail_job`), which the gateway pops
 (:func:`wait_for_result`). A job is answered once: a redelivered task finds the answer there
 (or the job gone once the gateway took it) and does nothing.
+
+A worker that dies mid-job would leave its message to Celery's redelivery (the visibility
+timeout, an hour). So the worker holds a lease on the job while it runs (``lease_seconds``,
+renewed every third of it, as a turn's), and the waiting gateway looks between its waits: a job
+that was started and whose lease lapsed without an answer is queued again, at once. A job that
+kills every worker it runs on is failed after ``max_task_deliveries`` (``workers.tasks``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, Protocol
+
+import redis
 
 from app.config import Settings
 from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, QueueUnavailableError
@@ -84,18 +97,36 @@ def start_job(
 
 
 def wait_for_result(
-    store: ResponseStore, kind: JobKind, job_id: str, *, timeout_seconds: float
+    store: ResponseStore,
+    kind: JobKind,
+    job_id: str,
+    *,
+    timeout_seconds: float,
+    queue: JobQueue | None = None,
+    lease_seconds: float = 3.0,
 ) -> dict[str, Any]:
     """The job's answer once a worker pushed it; the job is removed.
+
+    ``queue``: where a job whose worker died (its lease lapsed without an answer) is queued
+    again, looked at every ``lease_seconds`` (None: no watch).
 
     Raises:
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
     """
-    popped = store.redis.blpop([store.keys.job_result(kind, job_id)], timeout=timeout_seconds)
-    if popped is None:
-        raise ServerError(
-            f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
-        )
+    key = store.keys.job_result(kind, job_id)
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ServerError(
+                f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
+            )
+        popped = store.redis.blpop([key], timeout=min(remaining, lease_seconds))
+        if popped is not None:
+            break
+        if queue is not None and _lost(store, kind, job_id):
+            logger.warning("the worker of %s job %s died; queueing it again", kind, job_id)
+            queue.enqueue_job(kind, job_id)
     store.redis.delete(store.keys.job(kind, job_id))
     result: dict[str, Any] = json.loads(popped[1])
     error = result.get("error")
@@ -104,13 +135,95 @@ def wait_for_result(
     return result
 
 
-def take_job(store: ResponseStore, kind: JobKind, job_id: str) -> dict[str, Any] | None:
-    """The worker's side: the job to do; None when it was answered (or taken, or expired)."""
+def run_job(
+    store: ResponseStore,
+    kind: JobKind,
+    job_id: str,
+    do: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    lease_seconds: float,
+) -> str:
+    """The worker's side: do the job and push its answer; returns what happened.
+
+    The answer is the error the request gets when the job fails. A redelivered task whose
+    answer was pushed (or popped and its job removed) does nothing, and neither does one while
+    another delivery holds the job's lease.
+    """
+    with held_job(store, kind, job_id, lease_seconds=lease_seconds) as job:
+        if job is None:
+            return "skipped"
+        try:
+            result = do(job)
+        except (InvalidRequestError, UpstreamError, ModelBehaviorError) as exc:
+            fail_job(store, kind, job_id, exc)
+            return "failed"
+        push_result(store, kind, job_id, result)
+        return "completed"
+
+
+def _lost(store: ResponseStore, kind: JobKind, job_id: str) -> bool:
+    """Whether the job was started and its lease lapsed (its worker died).
+
+    The start is forgotten, so that one death queues the job once.
+    """
+    started, lease = store.keys.job_started(kind, job_id), store.keys.job_lease(kind, job_id)
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.exists(started)
+    pipe.exists(lease)
+    was_started, is_held = pipe.execute()
+    if not was_started or is_held:
+        return False
+    return bool(store.redis.delete(started))
+
+
+@contextmanager
+def held_job(
+    store: ResponseStore, kind: JobKind, job_id: str, *, lease_seconds: float
+) -> Iterator[dict[str, Any] | None]:
+    """The worker's side: the job to do, its lease held (and renewed) meanwhile.
+
+    None when it was answered (or taken, or expired), or another delivery holds it.
+    """
     raw = store.redis.get(store.keys.job(kind, job_id))
     if raw is None or store.redis.exists(store.keys.job_result(kind, job_id)):
-        return None
-    job: dict[str, Any] = json.loads(raw)
-    return job
+        yield None
+        return
+    token = secrets.token_hex(8)
+    lease, started = store.keys.job_lease(kind, job_id), store.keys.job_started(kind, job_id)
+    milliseconds = int(lease_seconds * 1000)
+    pipe = store.redis.pipeline(transaction=True)
+    pipe.set(lease, token, nx=True, px=milliseconds)
+    pipe.set(started, 1, ex=int(lease_seconds) + RESULT_TTL_SECONDS)
+    if not pipe.execute()[0]:
+        yield None  # another delivery runs it; the gateway watches that one's lease
+        return
+    done = threading.Event()
+    renewal = threading.Thread(
+        target=_renew,
+        args=(store, lease, token, milliseconds, done),
+        name=f"{kind}-lease",
+        daemon=True,
+    )
+    renewal.start()
+    try:
+        yield json.loads(raw)
+    finally:
+        done.set()
+        renewal.join(timeout=lease_seconds)
+        if store.redis.get(lease) in (token, token.encode()):
+            store.redis.delete(lease, started)  # answered: the gateway has nothing to watch
+
+
+def _renew(
+    store: ResponseStore, lease: str, token: str, milliseconds: int, done: threading.Event
+) -> None:
+    while not done.wait(milliseconds / 3000):
+        try:
+            if store.redis.get(lease) not in (token, token.encode()):
+                return  # it lapsed (this worker stalled): the job may run elsewhere now
+            store.redis.pexpire(lease, milliseconds)
+        except redis.RedisError:
+            logger.warning("could not renew a job's lease", exc_info=True)
 
 
 def push_result(store: ResponseStore, kind: JobKind, job_id: str, result: dict[str, Any]) -> None:

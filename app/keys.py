@@ -236,6 +236,14 @@ class Keys:
         """String with TTL: what a job's task does (JSON; :mod:`app.jobs`)."""
         return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}"
 
+    def job_lease(self, kind: str, job_id: str) -> str:
+        """String with TTL: the worker running the job holds it (``app.jobs.held_job``)."""
+        return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:lease"
+
+    def job_started(self, kind: str, job_id: str) -> str:
+        """String with TTL: a worker took the job's lease and has not answered yet."""
+        return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:started"
+
     def job_result(self, kind: str, job_id: str) -> str:
         """List with TTL: the job's answer, popped by the waiting gateway."""
         return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:result"

@@ -18,15 +18,7 @@ from typing import Any
 
 from app.config import Settings
 from app.errors import AppError, InvalidRequestError, UpstreamError
-from app.jobs import (
-    JobQueue,
-    checked_body,
-    fail_job,
-    push_result,
-    start_job,
-    take_job,
-    wait_for_result,
-)
+from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.responses import prepare_response
@@ -87,30 +79,15 @@ def _check_personality(personality: Any) -> None:
         )
 
 
-def wait_for_count(store: ResponseStore, job_id: str, *, timeout_seconds: float) -> dict[str, Any]:
-    """The ``response.input_tokens`` object once a worker counted.
-
-    Raises:
-        AppError: the worker's error (the model server failed, …), or a ``ServerError`` on
-            timeout.
-    """
-    return wait_for_result(store, "input_tokens", job_id, timeout_seconds=timeout_seconds)
-
-
 def run_count(deps: RunDeps, job_id: str) -> str:
     """The worker's side: count the job's tokens and push the answer; returns what happened."""
-    store = deps.store
-    job = take_job(store, "input_tokens", job_id)
-    if job is None:
-        return "skipped"
-    try:
-        tokens = count_input_tokens(deps, job)
-    except (InvalidRequestError, UpstreamError) as exc:
-        fail_count(store, job_id, exc)
-        return "failed"
-    answer = {"object": "response.input_tokens", "input_tokens": tokens}
-    push_result(store, "input_tokens", job_id, answer)
-    return "completed"
+
+    def count(job: dict[str, Any]) -> dict[str, Any]:
+        return {"object": "response.input_tokens", "input_tokens": count_input_tokens(deps, job)}
+
+    return run_job(
+        deps.store, "input_tokens", job_id, count, lease_seconds=deps.settings.lease_seconds
+    )
 
 
 def fail_count(store: ResponseStore, job_id: str, error: AppError) -> None:

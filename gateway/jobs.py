@@ -12,7 +12,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from app import compaction, token_count
 from app.config import Settings
-from app.jobs import JobQueue
+from app.jobs import JobKind, JobQueue, wait_for_result
 from app.store import ResponseStore
 from gateway.auth import current_tenant
 from gateway.context import gateway
@@ -32,21 +32,32 @@ def register(app: Flask, queue: JobQueue) -> None:
 @blueprint.post("/v1/responses/compact")
 def compact() -> Response:
     """Compact the given conversation into user messages and one sealed ``compaction`` item."""
-    return _answered(compaction.start_compaction, compaction.wait_for_compaction)
+    return _answered("compaction", compaction.start_compaction)
 
 
 @blueprint.post("/v1/responses/input_tokens")
 def count_input_tokens() -> Response:
     """The input tokens of the response the body describes, counted by its model's server."""
-    return _answered(token_count.start_count, token_count.wait_for_count)
+    return _answered("input_tokens", token_count.start_count)
 
 
-def _answered(start: _Start, wait: _Wait) -> Response:
-    """Start the job the request's body describes, as the caller's tenant; its answer."""
+def _answered(kind: JobKind, start: _Start) -> Response:
+    """Start the job the request's body describes, as the caller's tenant; its answer.
+
+    While it waits, the gateway queues the job again if its worker dies (:mod:`app.jobs`).
+    """
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
     job_id = start(gw.store, queue, gw.settings, json_body(), tenant=current_tenant().name)
-    return jsonify(wait(gw.store, job_id, timeout_seconds=gw.settings.sync_timeout_seconds))
+    answer = wait_for_result(
+        gw.store,
+        kind,
+        job_id,
+        timeout_seconds=gw.settings.sync_timeout_seconds,
+        queue=queue,
+        lease_seconds=gw.settings.lease_seconds,
+    )
+    return jsonify(answer)
 
 
 class _Start(Protocol):
@@ -60,9 +71,3 @@ class _Start(Protocol):
         *,
         tenant: str,
     ) -> str: ...
-
-
-class _Wait(Protocol):
-    def __call__(
-        self, store: ResponseStore, job_id: str, /, *, timeout_seconds: float
-    ) -> dict[str, Any]: ...

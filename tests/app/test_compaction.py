@@ -9,9 +9,10 @@ import pytest
 from openai.types.responses.response_compact_params import ResponseCompactParams
 
 from app.aead import MissingSecretError
-from app.compaction import COMPACT_FIELDS, run_compaction, start_compaction, wait_for_compaction
+from app.compaction import COMPACT_FIELDS, run_compaction, start_compaction
 from app.config import Settings
 from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
+from app.jobs import wait_for_result
 from app.limits import Caller
 from app.providers.json_protocol import RESULT_PREFIX
 from app.providers.translate import to_chat_messages
@@ -46,7 +47,7 @@ def compact(
     compaction_id = start_compaction(store, queue, settings, body)
     assert queue.jobs == [compaction_id]
     assert run_compaction(RunDeps(store=store, provider=model, settings=settings), compaction_id)
-    return wait_for_compaction(store, compaction_id, timeout_seconds=5)
+    return wait_for_result(store, "compaction", compaction_id, timeout_seconds=5)
 
 
 def tamper(token: str) -> str:
@@ -318,7 +319,7 @@ def test_compaction_task_redelivered_after_its_answer_does_nothing(
     assert run_compaction(deps, compaction_id) == "completed"
     assert run_compaction(deps, compaction_id) == "skipped"
     assert store.redis.llen(store.keys.job_result("compaction", compaction_id)) == 1
-    wait_for_compaction(store, compaction_id, timeout_seconds=5)
+    wait_for_result(store, "compaction", compaction_id, timeout_seconds=5)
     assert run_compaction(deps, compaction_id) == "skipped"
 
 
@@ -369,7 +370,7 @@ def test_compaction_item_belongs_to_the_tenant_that_compacted(
     run_compaction(
         RunDeps(store=store, provider=answer("Tuesday."), settings=settings), compaction_id
     )
-    output = wait_for_compaction(store, compaction_id, timeout_seconds=5)["output"]
+    output = wait_for_result(store, "compaction", compaction_id, timeout_seconds=5)["output"]
     then = {"input": [*output, {"role": "user", "content": "And then?"}]}
 
     with pytest.raises(InvalidCompactionError):

@@ -15,12 +15,13 @@ from app.errors import (
     PreviousResponseNotFoundError,
     UpstreamError,
 )
+from app.jobs import wait_for_result
 from app.protocol.response import Usage
 from app.providers.chunks import Finish, TextDelta, UsageReport
 from app.providers.translate import ModelRequest, build_chat_body, to_chat_messages
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
-from app.token_count import COUNT_FIELDS, run_count, start_count, wait_for_count
+from app.token_count import COUNT_FIELDS, run_count, start_count
 from tests.app.test_run import FakeModel, answer, create
 from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
 
@@ -50,7 +51,7 @@ def count(
     job_id = start_count(store, queue, settings, body, **({"tenant": tenant} if tenant else {}))
     assert queue.jobs == [job_id] and queue.kinds == ["input_tokens"]
     assert run_count(RunDeps(store=store, provider=server, settings=settings), job_id) != "skipped"
-    return wait_for_count(store, job_id, timeout_seconds=5)
+    return wait_for_result(store, "input_tokens", job_id, timeout_seconds=5)
 
 
 def first_turn_request(
@@ -183,7 +184,7 @@ def test_count_task_redelivered_after_its_answer_does_nothing(
 
     assert run_count(deps, job_id) == "completed"
     assert run_count(deps, job_id) == "skipped"
-    assert wait_for_count(store, job_id, timeout_seconds=5)["input_tokens"] == 3
+    assert wait_for_result(store, "input_tokens", job_id, timeout_seconds=5)["input_tokens"] == 3
     assert run_count(deps, job_id) == "skipped"
 
 

@@ -8,8 +8,12 @@ again: the response streams on within seconds.
 from __future__ import annotations
 
 import signal
+import sys
+import threading
 import time
+from typing import Any
 
+import httpx
 import openai
 import redis
 
@@ -25,6 +29,7 @@ from tests.e2e.helpers import (
     wait_for_heartbeat,
     wait_for_status,
 )
+from tests.support.model_proxy import model_proxy
 
 RECOVERY_SECONDS = 60.0
 NEXT_EVENT_WITHIN_SECONDS = 30.0
@@ -84,11 +89,7 @@ def test_worker_death_sigkill_mid_turn_still_ends_the_response(
         text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
         assert text == final.output_text
     finally:
-        for name in ("worker-victim", "worker-rescue"):
-            if name in fleet.procs:
-                fleet.stop(name)
-        fleet.start_worker("worker-0")
-        _wait_until_served(client)
+        _restore(fleet, client)
 
 
 def _last_sequence_number(fleet: Fleet, response_id: str) -> int:
@@ -103,7 +104,64 @@ def _last_sequence_number(fleet: Fleet, response_id: str) -> int:
     return int(entry_id.split(b"-")[1])
 
 
+def _restore(fleet: Fleet, client: openai.OpenAI) -> None:
+    """The fleet as the other tests expect it: the victim and the rescue gone, worker-0 back."""
+    for name in ("worker-victim", "worker-rescue"):
+        if name in fleet.procs:
+            fleet.stop(name)
+    fleet.start_worker("worker-0")
+    _wait_until_served(client)
+
+
 def _wait_until_served(client: openai.OpenAI) -> None:
     """The restarted default worker answers again (later tests rely on it)."""
     probe = client.responses.create(model="antwort-sim", input="probe [tokens=2]", background=True)
     assert wait_for_status(client, probe.id, TERMINAL, timeout=60).status == "completed"
+
+
+def test_worker_death_mid_compaction_still_answers_the_waiting_request(
+    fleet: Fleet, client: openai.OpenAI, sim_url: str
+) -> None:
+    """A job a request waits for (``/compact``, ``/input_tokens``): the worker holds its lease,
+    and the waiting gateway queues the job again once the lease lapses."""
+    held = threading.Event()
+
+    def hang(body: dict[str, Any]) -> dict[str, Any]:  # the victim's summary call, until killed
+        held.set()
+        time.sleep(20)
+        return body
+
+    answers: list[httpx.Response] = []
+    fleet.stop("worker-0")
+    try:
+        with model_proxy(sim_url) as proxy:
+            proxy.behave(request=hang)
+            argv = [
+                sys.executable,
+                "-m",
+                "workers.main",
+                "--queues=inference",
+                "--loglevel=WARNING",
+            ]
+            victim = fleet.spawn("worker-victim", argv, ANTWORT_LLM_BASE_URL=proxy.url)
+            wait_for_heartbeat(fleet.env, "inference", victim.pid)
+            body = {"model": "antwort-sim", "input": [{"role": "user", "content": "Tuesday."}]}
+            asking = threading.Thread(
+                target=lambda: answers.append(
+                    httpx.post(f"{fleet.base_url}/v1/responses/compact", json=body, timeout=120)
+                )
+            )
+            asking.start()
+            assert held.wait(30), "the victim never called the model"
+            rescue = fleet.start_worker("worker-rescue")  # on the simulator itself
+            wait_for_heartbeat(fleet.env, "inference", rescue.pid)
+            fleet.stop("worker-victim", signal.SIGKILL)
+            killed_at = time.monotonic()
+            asking.join(timeout=RECOVERY_SECONDS)
+
+            [answer] = answers
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["output"][-1]["type"] == "compaction"
+            assert time.monotonic() - killed_at < NEXT_EVENT_WITHIN_SECONDS
+    finally:
+        _restore(fleet, client)

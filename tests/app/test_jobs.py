@@ -1,0 +1,107 @@
+"""The jobs a gateway waits for (``app.jobs``): a job whose worker dies is queued again at once,
+not after Celery's visibility timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.errors import ServerError
+from app.jobs import held_job, run_job, start_job, wait_for_result
+from app.store import ResponseStore
+from tests.support.dispatch import RecordingJobQueue
+
+LEASE = 1.5
+"""Seconds (3 by default); renewed every half second, so that only a death lets it lapse."""
+
+
+def started(store: ResponseStore, make_settings: Callable[..., Settings]) -> RecordingJobQueue:
+    queue = RecordingJobQueue()
+    start_job(store, queue, make_settings(), "input_tokens", "job-1", {"n": 1})
+    return queue
+
+
+def answer_after(store: ResponseStore, seconds: float, **result: Any) -> threading.Thread:
+    """A worker that holds the job ``seconds``, then answers ``result``."""
+
+    def work(job: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(seconds)
+        return result
+
+    thread = threading.Thread(
+        target=run_job, args=(store, "input_tokens", "job-1", work), kwargs={"lease_seconds": LEASE}
+    )
+    thread.start()
+    return thread
+
+
+def test_a_job_held_longer_than_its_lease_is_not_queued_again(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    queue = started(store, make_settings)
+    worker = answer_after(store, 2 * LEASE, input_tokens=7)
+
+    result = wait_for_result(
+        store, "input_tokens", "job-1", timeout_seconds=10, queue=queue, lease_seconds=LEASE
+    )
+
+    worker.join()
+    assert result == {"input_tokens": 7}
+    assert queue.jobs == ["job-1"]  # the renewed lease kept the gateway from queueing it again
+    assert not store.redis.exists(store.keys.job_lease("input_tokens", "job-1"))
+
+
+def test_a_job_whose_worker_died_is_queued_again_once(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    queue = started(store, make_settings)
+    dying = held_job(store, "input_tokens", "job-1", lease_seconds=LEASE)
+    assert dying.__enter__() == {"n": 1}
+    # the worker dies holding it: its renewal stops, its lease lapses, nothing is answered
+    store.redis.delete(store.keys.job_lease("input_tokens", "job-1"))
+    waiting: dict[str, Any] = {}
+
+    def gateway() -> None:
+        waiting["result"] = wait_for_result(
+            store, "input_tokens", "job-1", timeout_seconds=10, queue=queue, lease_seconds=LEASE
+        )
+
+    thread = threading.Thread(target=gateway)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(queue.jobs) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue.jobs == ["job-1", "job-1"]  # queued again, once
+    answer_after(store, 0, input_tokens=9).join()  # the redelivery, on another worker
+    thread.join()
+
+    assert waiting["result"] == {"input_tokens": 9}
+    assert queue.jobs == ["job-1", "job-1"]
+
+
+def test_a_second_delivery_while_the_first_holds_the_job_does_nothing(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    started(store, make_settings)
+    with held_job(store, "input_tokens", "job-1", lease_seconds=LEASE) as first:
+        assert first == {"n": 1}
+        with held_job(store, "input_tokens", "job-1", lease_seconds=LEASE) as second:
+            assert second is None
+
+
+def test_a_job_never_started_is_not_queued_again_and_times_out(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    queue = started(store, make_settings)
+
+    with pytest.raises(ServerError, match="did not finish within 2s"):
+        wait_for_result(
+            store, "input_tokens", "job-1", timeout_seconds=2, queue=queue, lease_seconds=LEASE
+        )
+
+    assert queue.jobs == ["job-1"]
