@@ -107,14 +107,16 @@ def wait_for_result(
 ) -> dict[str, Any]:
     """The job's answer once a worker pushed it; the job is removed.
 
-    ``queue``: where a job whose worker died (its lease lapsed without an answer) is queued
-    again, looked at every ``lease_seconds`` (None: no watch).
+    ``queue``: where a lost job is queued again, looked for every ``lease_seconds`` (None: no
+    watch): one whose worker died (its lease lapsed without an answer), or one Redis lost (it
+    restarted empty; the job is stored again as it was).
 
     Raises:
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
     """
     key = store.keys.job_result(kind, job_id)
     deadline = time.monotonic() + timeout_seconds
+    job = store.redis.get(store.keys.job(kind, job_id)) if queue is not None else None
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -124,8 +126,8 @@ def wait_for_result(
         popped = store.redis.blpop([key], timeout=min(remaining, lease_seconds))
         if popped is not None:
             break
-        if queue is not None and _lost(store, kind, job_id):
-            logger.warning("the worker of %s job %s died; queueing it again", kind, job_id)
+        if queue is not None and _lost(store, kind, job_id, job, ttl=remaining):
+            logger.warning("%s job %s was lost; queueing it again", kind, job_id)
             queue.enqueue_job(kind, job_id)
     store.redis.delete(store.keys.job(kind, job_id))
     result: dict[str, Any] = json.loads(popped[1])
@@ -161,16 +163,25 @@ def run_job(
         return "completed"
 
 
-def _lost(store: ResponseStore, kind: JobKind, job_id: str) -> bool:
-    """Whether the job was started and its lease lapsed (its worker died).
+def _lost(
+    store: ResponseStore, kind: JobKind, job_id: str, job: bytes | str | None, *, ttl: float
+) -> bool:
+    """Whether the job must be queued again (a lost job).
 
-    The start is forgotten, so that one death queues the job once.
+    Redis lost it (it is stored again, from ``job``), or it was started and its lease lapsed
+    (its worker died); the start is forgotten, so that one death queues the job once.
     """
+    stored = store.keys.job(kind, job_id)
     started, lease = store.keys.job_started(kind, job_id), store.keys.job_lease(kind, job_id)
     pipe = store.redis.pipeline(transaction=False)
+    pipe.exists(stored)
     pipe.exists(started)
     pipe.exists(lease)
-    was_started, is_held = pipe.execute()
+    is_stored, was_started, is_held = pipe.execute()
+    if not is_stored:
+        if job is None:
+            return False
+        return bool(store.redis.set(stored, job, nx=True, ex=int(ttl) + RESULT_TTL_SECONDS))
     if not was_started or is_held:
         return False
     return bool(store.redis.delete(started))

@@ -16,8 +16,8 @@ from app.jobs import held_job, run_job, start_job, wait_for_result
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingJobQueue
 
-LEASE = 1.5
-"""Seconds (3 by default); renewed every half second, so that only a death lets it lapse."""
+LEASE = 3.0
+"""Seconds, the default; renewed every second, so that only a death lets it lapse."""
 
 
 def started(store: ResponseStore, make_settings: Callable[..., Settings]) -> RecordingJobQueue:
@@ -40,14 +40,38 @@ def answer_after(store: ResponseStore, seconds: float, **result: Any) -> threadi
     return thread
 
 
+def requeued_then_answered(
+    store: ResponseStore, queue: RecordingJobQueue, tokens: int
+) -> dict[str, Any]:
+    """The gateway waits while the job is lost; it must queue it again once, and then get the
+    answer of the delivery that follows."""
+    waiting: dict[str, Any] = {}
+
+    def gateway() -> None:
+        waiting["result"] = wait_for_result(
+            store, "input_tokens", "job-1", timeout_seconds=30, queue=queue, lease_seconds=LEASE
+        )
+
+    thread = threading.Thread(target=gateway)
+    thread.start()
+    deadline = time.monotonic() + 3 * LEASE
+    while len(queue.jobs) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue.jobs == ["job-1", "job-1"]  # queued again, once
+    answer_after(store, 0, input_tokens=tokens).join()  # the next delivery, on a worker
+    thread.join()
+    assert queue.jobs == ["job-1", "job-1"]
+    return dict(waiting["result"])
+
+
 def test_a_job_held_longer_than_its_lease_is_not_queued_again(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
     queue = started(store, make_settings)
-    worker = answer_after(store, 2 * LEASE, input_tokens=7)
+    worker = answer_after(store, 1.5 * LEASE, input_tokens=7)
 
     result = wait_for_result(
-        store, "input_tokens", "job-1", timeout_seconds=10, queue=queue, lease_seconds=LEASE
+        store, "input_tokens", "job-1", timeout_seconds=30, queue=queue, lease_seconds=LEASE
     )
 
     worker.join()
@@ -64,24 +88,8 @@ def test_a_job_whose_worker_died_is_queued_again_once(
     assert dying.__enter__() == {"n": 1}
     # the worker dies holding it: its renewal stops, its lease lapses, nothing is answered
     store.redis.delete(store.keys.job_lease("input_tokens", "job-1"))
-    waiting: dict[str, Any] = {}
 
-    def gateway() -> None:
-        waiting["result"] = wait_for_result(
-            store, "input_tokens", "job-1", timeout_seconds=10, queue=queue, lease_seconds=LEASE
-        )
-
-    thread = threading.Thread(target=gateway)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while len(queue.jobs) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert queue.jobs == ["job-1", "job-1"]  # queued again, once
-    answer_after(store, 0, input_tokens=9).join()  # the redelivery, on another worker
-    thread.join()
-
-    assert waiting["result"] == {"input_tokens": 9}
-    assert queue.jobs == ["job-1", "job-1"]
+    assert requeued_then_answered(store, queue, 9) == {"input_tokens": 9}
 
 
 def test_a_second_delivery_while_the_first_holds_the_job_does_nothing(
@@ -105,3 +113,22 @@ def test_a_job_never_started_is_not_queued_again_and_times_out(
         )
 
     assert queue.jobs == ["job-1"]
+
+
+def test_a_job_redis_lost_is_stored_and_queued_again(
+    store: ResponseStore, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = started(store, make_settings)
+    job_key = store.keys.job("input_tokens", "job-1")
+    read = store.redis.get
+
+    def read_then_lose(key: str) -> Any:  # Redis restarts empty just after the gateway's read
+        value = read(key)
+        if key == job_key:
+            monkeypatch.undo()
+            store.redis.delete(job_key)
+        return value
+
+    monkeypatch.setattr(store.redis, "get", read_then_lose)
+
+    assert requeued_then_answered(store, queue, 5) == {"input_tokens": 5}
