@@ -5,7 +5,7 @@
 records, events and results; ``ANTWORT_BROKER_URL`` (the tests' Redis) the queues. A gateway,
 an inference worker and a tool worker serve streamed, tool-using, multi-turn responses, a chain
 by ``previous_response_id`` and a conversation through the official SDK, with fair share and
-the in-flight limit on.
+the in-flight limit on, and the jobs a request waits for (a count, a compaction).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def cluster_fleet(
             # a tenant's keys in one slot, its responses in many
             ANTWORT_TENANT_MAX_RUNNING="2",
             ANTWORT_RATE_LIMIT_MAX_IN_FLIGHT="4",
+            ANTWORT_COMPACTION_KEY="cluster-e2e-key",  # compaction items are sealed with it
         ) as fleet:
             yield fleet
     finally:
@@ -102,6 +103,22 @@ def test_a_fleet_on_a_cluster_streams_tool_using_chains_and_conversations(
             "function_call_output",
         ]
         assert items[-1].type == "message" and items[-1].role == "assistant"  # type: ignore[union-attr]
+
+        # the jobs a request waits for (their job, lease and result keys share a slot), and a
+        # compaction before a turn
+        counted = client.responses.input_tokens.count(
+            model="antwort-sim", input="How long?", previous_response_id=second.id
+        )
+        assert counted.input_tokens > 0
+        compacted = client.responses.compact(model="antwort-sim", previous_response_id=second.id)
+        assert compacted.output[-1].type == "compaction"
+        third = client.responses.create(
+            model="antwort-sim",
+            input="And now?",
+            previous_response_id=second.id,
+            context_management=[{"type": "compaction", "compact_threshold": 5}],
+        )
+        assert [item.type for item in third.output] == ["compaction", "message"]
 
     # every event came live over sharded pub/sub: the hub never lost its subscriptions
     assert "event hub" not in (fleet.log_dir / "gateway.log").read_text()
