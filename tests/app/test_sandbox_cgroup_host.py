@@ -97,11 +97,14 @@ def test_default_settings_kill_a_run_whose_children_together_pass_the_memory_cap
 def test_default_settings_run_a_fork_bomb_to_its_end_and_remove_its_cgroup(
     cgroups: Cgroups,
 ) -> None:
-    # The program's own sleep starts before the bomb: once the bomb has taken every pid, bash
-    # could not fork one (it retries with growing pauses, 1 + 2 + 4 + 8 s). The generous time
-    # only bounds a loaded machine; the run ends with its program, after 2 s.
+    # The program forks twice, before the bomb goes off: its own sleep, then one subshell that
+    # sets the bomb off. Once the bomb has taken every pid, bash could fork nothing (it retries
+    # with growing pauses, 1 + 2 + 4 + 8 s, then gives up); calling the bomb from the program
+    # itself made it fork a pipeline's second member while the first one's children raced it
+    # for the pids, which they won on a loaded machine. The generous time only bounds a loaded
+    # machine; the run ends with its program, after 2 s.
     sandbox = make_sandbox(_settings(sandbox_timeout_seconds=40))
-    bomb = "sleep 2 & pause=$!; bomb() { bomb | bomb & }; bomb; wait $pause; echo survived"
+    bomb = "sleep 2 & pause=$!; (bomb() { bomb | bomb & }; bomb) & wait $pause; echo survived"
 
     outcome = sandbox.run(SandboxRequest(argv=("/bin/bash", "-c", bomb)))
 
