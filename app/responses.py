@@ -24,7 +24,12 @@ from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
-from app.protocol.items import AdditionalToolsItem, check_compaction_trigger, output_text_part
+from app.protocol.items import (
+    SETTINGS_ITEMS,
+    AdditionalToolsItem,
+    check_compaction_trigger,
+    output_text_part,
+)
 from app.protocol.options import ECHOED_OPTIONS
 from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest, ToolList
 from app.protocol.response import (
@@ -343,7 +348,7 @@ def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequ
     return request.model_copy(update={"tools": [*request.tools, *added]})
 
 
-_UNSPOKEN = frozenset({"reasoning", "additional_tools", "configuration_update"})
+_UNSPOKEN = SETTINGS_ITEMS | {"reasoning"}
 """Input items that say nothing to the model by themselves."""
 
 

@@ -88,6 +88,7 @@ from app.protocol.response import (
     ResponseError,
     ResponseObject,
     ResponseStatus,
+    Usage,
 )
 from app.providers.chunks import Chunk, UsageReport
 from app.providers.json_protocol import (
@@ -286,7 +287,7 @@ def _take_step(deps: RunDeps, state: RunState, sink: EventSink) -> StepOutcome:
 def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     """Collect results, then pause, stop, wait for tools, or call the model and plan."""
     kinds = deps.kinds
-    state.response = kinds.before_step(deps.kind_deps, _step_input(state), sink)
+    state.response = kinds.before_step(deps.kind_deps, step_input(state), sink)
     unanswered = plan_tool_calls(
         state.response, unanswered_calls(state.response, kinds), history=state.context, kinds=kinds
     )
@@ -304,7 +305,7 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
         return Complete()
     if state.turn == 0 and asks_compaction(state.inputs):
         return compact_conversation(deps, state, sink)
-    state.response = kinds.before_model(deps.kind_deps, _step_input(state), sink)
+    state.response = kinds.before_model(deps.kind_deps, step_input(state), sink)
     compact_context(deps, state, sink)
     output = call_model(deps, state, sink)
     state.response = state.response.model_copy(
@@ -332,12 +333,8 @@ def compact_conversation(deps: RunDeps, state: RunState, sink: EventSink) -> Com
     tool is offered or called.
     """
     conversation = [*state.history, *state.inputs[:-1]]
-    item, usage = compaction_turn(deps, state.response, conversation, turn=state.turn)
-    index = len(state.response.output)
-    sink.emit(ev.output_item_added(index, item))
-    sink.emit(ev.output_item_done(index, item))
-    state.response = state.response.model_copy(
-        update={"output": [*state.response.output, item], "usage": usage}
+    _add_compaction(
+        state, sink, *compaction_turn(deps, state.response, conversation, turn=state.turn)
     )
     state.turn += 1
     return Complete()
@@ -359,7 +356,11 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
     tokens = prompt_tokens(deps, state)
     if tokens is None or tokens < threshold:
         return
-    item, usage = compaction_turn(deps, state.response, context, turn=state.turn)
+    _add_compaction(state, sink, *compaction_turn(deps, state.response, context, turn=state.turn))
+
+
+def _add_compaction(state: RunState, sink: EventSink, item: dict[str, Any], usage: Usage) -> None:
+    """Append a summary turn's ``compaction`` item to the output, with its events and usage."""
     index = len(state.response.output)
     sink.emit(ev.output_item_added(index, item))
     sink.emit(ev.output_item_done(index, item))
@@ -420,7 +421,8 @@ def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
         raise LeaseLostError(result.status)
 
 
-def _step_input(state: RunState) -> StepInput:
+def step_input(state: RunState) -> StepInput:
+    """The step as a kind's hook sees it."""
     return StepInput(
         response=state.response,
         turn=state.turn,

@@ -1,10 +1,11 @@
 """The summary turn: a conversation sealed into one ``compaction`` item.
 
-Both ways to compact run it on an ``inference`` worker: ``POST /v1/responses/compact``
-(:mod:`app.compaction`) and a response whose input ends with ``compaction_trigger``
-(:func:`app.run.compact_conversation`). The model reads the conversation as on any turn, then
-a request to summarise it; the summary is sealed (:mod:`app.sealing`) so that only the fleet
-reads it back, for the tenant that compacted.
+Every way to compact runs it on an ``inference`` worker: ``POST /v1/responses/compact``
+(:mod:`app.compaction`), a response whose input ends with ``compaction_trigger``
+(:func:`app.run.compact_conversation`), and a response whose context crossed its
+``context_management`` threshold (:func:`app.run.compact_context`). The model reads the
+conversation as on any turn, then a request to summarise it; the summary is sealed
+(:mod:`app.sealing`) so that only the fleet reads it back, for the tenant that compacted.
 """
 
 from __future__ import annotations

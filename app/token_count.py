@@ -22,10 +22,9 @@ from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.responses import prepare_response
-from app.run import RunDeps, RunState, prompt_tokens
+from app.run import RunDeps, RunState, prompt_tokens, step_input
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT
-from app.tools.kinds import StepInput
 
 COUNT_FIELDS = frozenset(
     {
@@ -108,15 +107,8 @@ def count_input_tokens(deps: RunDeps, job: dict[str, Any]) -> int:
         history=job["history"],
         inputs=job["inputs"],
     )
-    step = StepInput(
-        response=state.response,
-        turn=0,
-        history=state.history,
-        inputs=state.inputs,
-        extra=state.extra,
-    )
     # the MCP servers are listed, as before a turn: their tools are part of the prompt
-    state.response = deps.kinds.before_model(deps.kind_deps, step, _NoEvents())
+    state.response = deps.kinds.before_model(deps.kind_deps, step_input(state), _NoEvents())
     tokens = prompt_tokens(deps, state)
     if tokens is None:
         raise UpstreamError(

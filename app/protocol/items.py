@@ -391,7 +391,9 @@ def is_compactable(items: Sequence[dict[str, Any]]) -> bool:
     return False
 
 
-_NEVER_SHOWN = frozenset({"additional_tools", "configuration_update", COMPACTION_TRIGGER})
+SETTINGS_ITEMS = frozenset({"additional_tools", "configuration_update"})
+"""Items that set what a response may use and how, and that the model never sees."""
+_NEVER_SHOWN = SETTINGS_ITEMS | {COMPACTION_TRIGGER}
 """Items the model is never shown (a summary shortens nothing by leaving them out)."""
 
 
