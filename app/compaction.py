@@ -19,13 +19,14 @@ from app.config import Settings
 from app.conversation import load_history
 from app.errors import AppError, InvalidRequestError
 from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
+from app.limits import Caller
 from app.protocol.items import is_user_message
 from app.responses import new_response_id, normalise_input, parse_request
 from app.run import RunDeps
 from app.sealing import check_sealed_items
 from app.store import ResponseStore
 from app.summary import compaction_item
-from app.tenancy import OPEN_TENANT
+from app.tenancy import OPEN_TENANT, Tenant
 
 COMPACT_FIELDS = frozenset(
     {
@@ -42,16 +43,21 @@ def start_compaction(
     settings: Settings,
     body: Any,
     *,
-    tenant: str = OPEN_TENANT,
+    caller: Caller | None = None,
 ) -> str:
     """Validate a compact request, store its job and queue it; returns the compaction's id.
 
-    ``tenant`` must own what it compacts, and owns the compaction item it gets back.
+    ``caller``'s tenant must own what it compacts, and owns the compaction item it gets back;
+    its limits take the job as they would take a response of the same request (None: the open
+    tenant, no limits).
 
     Raises:
         InvalidRequestError: a missing ``model``, an unknown field, a bad item, a tampered
             compaction item, or a ``previous_response_id`` that names nothing usable.
+        RateLimitError: a limit of the caller's tenant refuses it.
     """
+    caller = caller or Caller(Tenant(name=OPEN_TENANT))
+    tenant = caller.tenant.name
     body = checked_body(body, COMPACT_FIELDS)
     request = parse_request(body)
     if not request.model:
@@ -76,7 +82,9 @@ def start_compaction(
         "created_at": int(time.time()),
         "owner": tenant,
     }
-    start_job(store, queue, settings, "compaction", compaction_id, job)
+    start_job(
+        store, queue, settings, "compaction", compaction_id, job, caller=caller, request=request
+    )
     return compaction_id
 
 

@@ -39,6 +39,8 @@ from app.errors import (
     UpstreamError,
     retry_later,
 )
+from app.limits import Caller
+from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
 
 JobKind = Literal["compaction", "input_tokens"]
@@ -72,21 +74,37 @@ def checked_body(body: Any, fields: frozenset[str]) -> dict[str, Any]:
     return dict(body)
 
 
-def start_job(
+def start_job(  # noqa: PLR0913 - the caller and its request, keywords
     store: ResponseStore,
     queue: JobQueue,
     settings: Settings,
     kind: JobKind,
     job_id: str,
     job: dict[str, Any],
+    *,
+    caller: Caller,
+    request: CreateResponseRequest,
 ) -> None:
-    """Store the job and queue its task.
+    """Admit the job against its caller's limits (as ``request`` would be), store it, queue it.
+
+    Once queued, the job counts in flight until its gateway calls ``caller.release`` (its wait
+    renews the place: ``caller.hold``); a job that could not be queued is released here.
 
     Raises:
+        RateLimitError: a limit of the caller's tenant refuses it.
         AppError: a 503 to retry when the broker is away, a 500 when the send failed otherwise.
     """
+    caller.admit(job_id, request)
     ttl = int(settings.sync_timeout_seconds) + RESULT_TTL_SECONDS
-    store.redis.set(store.keys.job(kind, job_id), json.dumps(job), ex=ttl)
+    try:
+        store.redis.set(store.keys.job(kind, job_id), json.dumps(job), ex=ttl)
+        _enqueue(queue, kind, job_id)
+    except BaseException:
+        caller.release(job_id)
+        raise
+
+
+def _enqueue(queue: JobQueue, kind: JobKind, job_id: str) -> None:
     try:
         queue.enqueue_job(kind, job_id)
     except QueueUnavailableError as exc:
@@ -96,7 +114,7 @@ def start_job(
         raise ServerError(f"The server could not queue the {_named(kind)}.") from exc
 
 
-def wait_for_result(
+def wait_for_result(  # noqa: PLR0913 - optional keywords, the watch and its hook
     store: ResponseStore,
     kind: JobKind,
     job_id: str,
@@ -104,12 +122,14 @@ def wait_for_result(
     timeout_seconds: float,
     queue: JobQueue | None = None,
     lease_seconds: float = 3.0,
+    on_wait: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """The job's answer once a worker pushed it; the job is removed.
 
     ``queue``: where a lost job is queued again, looked for every ``lease_seconds`` (None: no
     watch): one whose worker died (its lease lapsed without an answer), or one Redis lost (it
-    restarted empty; the job is stored again as it was).
+    restarted empty; the job is stored again as it was). ``on_wait``: called as often, while
+    no answer came (the job's place in flight is renewed: :meth:`app.limits.Caller.hold`).
 
     Raises:
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
@@ -126,6 +146,8 @@ def wait_for_result(
         popped = store.redis.blpop([key], timeout=min(remaining, lease_seconds))
         if popped is not None:
             break
+        if on_wait is not None:
+            on_wait()
         if queue is not None and _lost(store, kind, job_id, job, ttl=remaining):
             logger.warning("%s job %s was lost; queueing it again", kind, job_id)
             queue.enqueue_job(kind, job_id)

@@ -6,6 +6,10 @@ replicas through one counter each; tokens are estimated when a response is creat
 characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything.
 A refusal is a :class:`~app.errors.RateLimitError` carrying ``Retry-After`` and OpenAI's
 ``x-ratelimit-*`` headers; an admission carries the same headers for the answer.
+
+A job a request waits for (``/v1/responses/compact``, ``/v1/responses/input_tokens``:
+:mod:`app.jobs`) is a model call too: it is admitted as a response is, its tokens estimated by
+the same rule, and counts in flight while its gateway waits for it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from app.tenancy import Tenant
 WINDOW_MS = 60_000
 RESERVE_MS = 30_000
 """How long an admitted response counts in flight before it is stored (a gateway that died
-between the two leaves a place taken no longer than this)."""
+between the two leaves a place taken no longer than this); a job renews it while it waits."""
+HOLD_SECONDS = RESERVE_MS / 3000
+"""How often a waiting job renews its place in flight (:meth:`RateLimiter.hold`)."""
 _REFUSED = {1: "requests", 2: "tokens", 3: "in_flight"}
 
 
@@ -74,6 +80,21 @@ class RateLimiter:
         if tenant.limits.max_in_flight:
             key = self.store.keys.in_flight(tenant.name)
             self.store.redis.zadd(key, {response_id: 0}, xx=True)
+
+    def hold(self, tenant: Tenant, job_id: str) -> None:
+        """An admitted job is still waited for: its place in flight is reserved anew.
+
+        A job has no record in ``active``: it counts by its reservation, renewed by its
+        gateway while it waits (a gateway that died leaves the place taken ``RESERVE_MS``).
+        """
+        if tenant.limits.max_in_flight:
+            key = self.store.keys.in_flight(tenant.name)
+            self.store.redis.zadd(key, {job_id: int(self.clock() * 1000)}, xx=True)
+
+    def release(self, tenant: Tenant, job_id: str) -> None:
+        """An admitted job was answered (or failed): its place in flight is free."""
+        if tenant.limits.max_in_flight:
+            self.store.redis.zrem(self.store.keys.in_flight(tenant.name), job_id)
 
     def _admit(
         self, tenant: Tenant, *, requests: int, tokens: int, response_id: str
@@ -187,6 +208,16 @@ class Caller:
         """The response is stored (and watched by the sweeper): it counts while it runs."""
         if self.limiter is not None:
             self.limiter.confirm(self.tenant, response_id)
+
+    def hold(self, job_id: str) -> None:
+        """An admitted job is still waited for (:meth:`RateLimiter.hold`); every ~10 s."""
+        if self.limiter is not None:
+            self.limiter.hold(self.tenant, job_id)
+
+    def release(self, job_id: str) -> None:
+        """An admitted job ended, answered or not: its place in flight is free."""
+        if self.limiter is not None:
+            self.limiter.release(self.tenant, job_id)
 
 
 def _one() -> int:

@@ -19,12 +19,13 @@ from typing import Any
 from app.config import Settings
 from app.errors import AppError, InvalidRequestError, UpstreamError
 from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
+from app.limits import Caller
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
 from app.responses import prepare_response
 from app.run import RunDeps, RunState, prompt_tokens, step_input
 from app.store import ResponseStore
-from app.tenancy import OPEN_TENANT
+from app.tenancy import OPEN_TENANT, Tenant
 
 COUNT_FIELDS = frozenset(
     {
@@ -45,17 +46,22 @@ def start_count(
     settings: Settings,
     body: Any,
     *,
-    tenant: str = OPEN_TENANT,
+    caller: Caller | None = None,
 ) -> str:
     """Check a count request, store its job and queue it; returns the job's id.
 
+    ``caller``'s tenant must own the chain or conversation it continues, and its limits take
+    the job as they would take the response (None: the open tenant, no limits).
+
     Raises:
         InvalidRequestError: a field the count does not take, or a request a create would
-            refuse (``tenant`` must own the chain or conversation it continues).
+            refuse.
+        RateLimitError: a limit of the caller's tenant refuses it.
     """
+    caller = caller or Caller(Tenant(name=OPEN_TENANT))
     body = checked_body(body, COUNT_FIELDS)
     _check_personality(body.pop("personality", None))
-    prepared = prepare_response(store, settings, body, tenant=tenant)
+    prepared = prepare_response(store, settings, body, tenant=caller.tenant.name)
     job = {
         "response": prepared.response.model_dump(mode="json"),
         "extra": prepared.extra,
@@ -63,7 +69,9 @@ def start_count(
         "inputs": prepared.inputs,
     }
     job_id = "itc_" + secrets.token_hex(24)
-    start_job(store, queue, settings, "input_tokens", job_id, job)
+    start_job(
+        store, queue, settings, "input_tokens", job_id, job, caller=caller, request=prepared.request
+    )
     return job_id
 
 

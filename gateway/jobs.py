@@ -13,8 +13,9 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 from app import compaction, token_count
 from app.config import Settings
 from app.jobs import JobKind, JobQueue, wait_for_result
+from app.limits import HOLD_SECONDS, Caller
 from app.store import ResponseStore
-from gateway.auth import current_tenant
+from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import gateway
 from gateway.responses import json_body
 
@@ -44,19 +45,26 @@ def count_input_tokens() -> Response:
 def _answered(kind: JobKind, start: _Start) -> Response:
     """Start the job the request's body describes, as the caller's tenant; its answer.
 
-    While it waits, the gateway queues the job again if its worker dies (:mod:`app.jobs`).
+    The job is admitted against the tenant's limits and counts in flight while the gateway
+    waits. Meanwhile the gateway queues the job again if its worker dies (:mod:`app.jobs`).
     """
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
-    job_id = start(gw.store, queue, gw.settings, json_body(), tenant=current_tenant().name)
-    answer = wait_for_result(
-        gw.store,
-        kind,
-        job_id,
-        timeout_seconds=gw.settings.sync_timeout_seconds,
-        queue=queue,
-        lease_seconds=gw.settings.lease_seconds,
-    )
+    caller = Caller(current_tenant(), gw.limiter)
+    job_id = start(gw.store, queue, gw.settings, json_body(), caller=caller)
+    try:
+        answer = wait_for_result(
+            gw.store,
+            kind,
+            job_id,
+            timeout_seconds=gw.settings.sync_timeout_seconds,
+            queue=queue,
+            lease_seconds=min(gw.settings.lease_seconds, HOLD_SECONDS),
+            on_wait=lambda: caller.hold(job_id),
+        )
+    finally:
+        caller.release(job_id)
+    add_rate_headers(caller.headers)
     return jsonify(answer)
 
 
@@ -69,5 +77,5 @@ class _Start(Protocol):
         body: Any,
         /,
         *,
-        tenant: str,
+        caller: Caller,
     ) -> str: ...

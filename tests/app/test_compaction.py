@@ -366,7 +366,9 @@ def test_compaction_item_belongs_to_the_tenant_that_compacted(
     settings = make_settings()
     queue = RecordingJobQueue()
     body = {"model": "antwort-sim", "input": CONVERSATION}
-    compaction_id = start_compaction(store, queue, settings, body, tenant="team-a")
+    compaction_id = start_compaction(
+        store, queue, settings, body, caller=Caller(Tenant(name="team-a"))
+    )
     run_compaction(
         RunDeps(store=store, provider=answer("Tuesday."), settings=settings), compaction_id
     )

@@ -13,7 +13,10 @@ import pytest
 from app.config import Settings
 from app.errors import ServerError
 from app.jobs import held_job, run_job, start_job, wait_for_result
+from app.limits import Caller
+from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
+from app.tenancy import OPEN_TENANT, Tenant
 from tests.support.dispatch import RecordingJobQueue
 
 LEASE = 3.0
@@ -22,7 +25,16 @@ LEASE = 3.0
 
 def started(store: ResponseStore, make_settings: Callable[..., Settings]) -> RecordingJobQueue:
     queue = RecordingJobQueue()
-    start_job(store, queue, make_settings(), "input_tokens", "job-1", {"n": 1})
+    start_job(
+        store,
+        queue,
+        make_settings(),
+        "input_tokens",
+        "job-1",
+        {"n": 1},
+        caller=Caller(Tenant(name=OPEN_TENANT)),
+        request=CreateResponseRequest(model="m", input="x"),
+    )
     return queue
 
 

@@ -16,11 +16,13 @@ from app.errors import (
     UpstreamError,
 )
 from app.jobs import wait_for_result
+from app.limits import Caller
 from app.protocol.response import Usage
 from app.providers.chunks import Finish, TextDelta, UsageReport
 from app.providers.translate import ModelRequest, build_chat_body, to_chat_messages
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
+from app.tenancy import Tenant
 from app.token_count import COUNT_FIELDS, run_count, start_count
 from tests.app.test_run import FakeModel, answer, create
 from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
@@ -48,7 +50,9 @@ def count(
     """The whole round trip: gateway side, worker side, gateway side."""
     queue = RecordingJobQueue()
     body.setdefault("model", "antwort-sim")
-    job_id = start_count(store, queue, settings, body, **({"tenant": tenant} if tenant else {}))
+    job_id = start_count(
+        store, queue, settings, body, caller=Caller(Tenant(name=tenant)) if tenant else None
+    )
     assert queue.jobs == [job_id] and queue.kinds == ["input_tokens"]
     assert run_count(RunDeps(store=store, provider=server, settings=settings), job_id) != "skipped"
     return wait_for_result(store, "input_tokens", job_id, timeout_seconds=5)
@@ -245,7 +249,7 @@ def test_count_of_another_tenants_chain_is_not_found(
             RecordingJobQueue(),
             settings,
             {"model": "m", "previous_response_id": theirs, "input": "x"},
-            tenant="team-b",
+            caller=Caller(Tenant(name="team-b")),
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +13,7 @@ from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from werkzeug.test import TestResponse
 
+from app.jobs import JobKind, push_result
 from app.keys import Keys
 from app.tenancy import KeyStore
 from tests.gateway.conftest import error_of
@@ -144,3 +147,88 @@ def test_metrics_count_creates_and_refusals_per_tenant(make_app: Callable[..., F
     assert (first.status_code, second.status_code) == (200, 429)
     assert sample("antwort_responses_created_total", tenant="team-m") == created + 1
     assert sample("antwort_rate_limited_total", tenant="team-m", limit="requests") == refused + 1
+
+
+class WaitingJob:
+    """A job request sent on a thread: it waits for its answer as a client would."""
+
+    def __init__(self, web: FlaskClient, path: str, headers: dict[str, str], body: dict[str, Any]):
+        self.answer: TestResponse | None = None
+        self.thread = threading.Thread(target=self._send, args=(web, path, headers, body))
+        self.thread.start()
+
+    def _send(
+        self, web: FlaskClient, path: str, headers: dict[str, str], body: dict[str, Any]
+    ) -> None:
+        self.answer = web.post(path, headers=headers, json=body)
+
+    def answered(self, app: Flask, kind: JobKind, result: dict[str, Any]) -> TestResponse:
+        """Answer the job as a worker would, once it is queued; the request's answer."""
+        queue = app.extensions["antwort.jobs"]
+        deadline = time.monotonic() + 5
+        while not queue.jobs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        push_result(app.extensions["antwort"].store, kind, queue.jobs[-1], result)
+        self.thread.join(timeout=5)
+        assert self.answer is not None
+        return self.answer
+
+
+def queued(app: Flask) -> list[str]:
+    return list(app.extensions["antwort.jobs"].jobs)
+
+
+@pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/responses/compact"])
+def test_rate_limit_a_job_counts_its_tokens_as_a_response_would(
+    make_pair: Callable[..., tuple[FlaskClient, FlaskClient]], path: str
+) -> None:
+    """A count or a compaction is a model call: it spends the tenant's tokens of the minute (a
+    job over them is refused at once, not queued and left to time out)."""
+    one, two = make_pair(rate_limit_tokens_per_minute=300, sync_timeout_seconds=2)
+    first = create(one, A, input="x" * 800)  # ~200 tokens of 300
+    left = int(first.headers["x-ratelimit-remaining-tokens"])
+
+    refused = two.post(path, headers=A, json={"model": "m", "input": "x" * 800})
+
+    error = error_of(refused, 429)
+    assert (error.type, error.code) == ("tokens", "rate_limit_exceeded")
+    assert queued(one.application) == queued(two.application) == []
+    job = WaitingJob(two, path, A, {"model": "m", "input": "x" * 200})  # ~50 tokens: fits
+    kind: JobKind = "input_tokens" if path.endswith("input_tokens") else "compaction"
+    answer = job.answered(two.application, kind, {"object": "response.input_tokens"})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert 50 <= left - int(answer.headers["x-ratelimit-remaining-tokens"]) <= 60
+
+
+def test_rate_limit_a_job_takes_a_place_in_flight_while_its_gateway_waits(
+    make_pair: Callable[..., tuple[FlaskClient, FlaskClient]],
+    redis_client: Any,
+    key_prefix: str,
+) -> None:
+    one, two = make_pair(rate_limit_max_in_flight=1, lease_seconds=1.2)
+    now = [NOW]
+    for web in (one, two):
+        web.application.extensions["antwort"].limiter.clock = lambda: now[0]
+    count = {"model": "m", "input": "hi"}
+    job = WaitingJob(one, "/v1/responses/input_tokens", A, count)
+    while not queued(one.application):
+        time.sleep(0.01)
+
+    refused = [create(two, A), two.post("/v1/responses/input_tokens", headers=A, json=count)]
+
+    for answer in refused:
+        error = error_of(answer, 429)
+        assert "1 responses queued or running" in error.message
+    assert queued(two.application) == []
+    # past its admission's reservation, the waiting gateway renews the job's place
+    now[0] = NOW + 25
+    in_flight, job_id = Keys(key_prefix).in_flight("team-a"), queued(one.application)[0]
+    deadline = time.monotonic() + 5
+    while redis_client.zscore(in_flight, job_id) != (NOW + 25) * 1000:
+        assert time.monotonic() < deadline, "the waiting job's place was not renewed"
+        time.sleep(0.05)
+    now[0] = NOW + 50
+    assert create(two, A).status_code == 429
+    answer = job.answered(one.application, "input_tokens", {"input_tokens": 3})
+    assert answer.status_code == 200
+    assert create(two, A).status_code == 200  # answered: its place is free
