@@ -20,6 +20,13 @@ live threads read then: :func:`cap_of`, the same computation on every process.
 What starts parked responses: the worker that ends a response (its turn task), a cancel at the
 gateway, and every sweep (each inference worker's sweeper, once a second by default), which
 also catches a response deleted or expired without an end.
+
+A job a request waits for (a compaction, a token count: :mod:`app.jobs`) is a model call on the
+same fleet: it takes one of its tenant's places too (:meth:`FairShare.submit_job`), or parks in
+the same order. Its place is held while its gateway waits (renewed: :meth:`FairShare.hold_job`;
+it lapses :data:`JOB_PLACE_SECONDS` after a gateway that died) and freed when it is answered
+(:meth:`FairShare.end_job`). A parked job that gets a place is handed to its gateway (a push on
+its ``placed`` list), which queues it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.base import text
 from app.store.fair_share import FAIR_SHARE, FairShareCall, ended_responses
+
+JOB_PLACE_SECONDS = 30.0
+"""How long a job's place outlasts its gateway's last renewal (a gateway renews it every 10 s)."""
+_JOB = "job:"
 
 AUTO = "auto"
 """The mode of an unset ``ANTWORT_TENANT_MAX_RUNNING`` on a fleet of several tenants."""
@@ -82,6 +93,33 @@ class FairShare:
         if response_id in started:
             dispatcher.enqueue_turn(response_id, 0)
         return response_id in started
+
+    def submit_job(self, tenant: str, kind: str, job_id: str) -> bool:
+        """Take a place for a stored job, or park it; whether it may be queued now.
+
+        With the cap off, always. A parked job's gateway waits for its ``placed`` push.
+        """
+        if self.mode is None:
+            return True
+        member = _job_member(kind, job_id)
+        return member in self._take_places(tenant, member, self.mode)
+
+    def hold_job(self, tenant: str, kind: str, job_id: str) -> None:
+        """The job is still waited for: its place (if it has one) is kept another while."""
+        until = int((time.time() + JOB_PLACE_SECONDS) * 1000)
+        member = _job_member(kind, job_id)
+        self.store.redis.zadd(self.store.keys.tenant_jobs(tenant), {member: until}, xx=True)
+
+    def end_job(self, tenant: str, kind: str, job_id: str) -> None:
+        """The job was answered (or given up): its place, or its turn parked, is no more.
+
+        :meth:`release` gives the place to the tenant's next parked work.
+        """
+        keys, member = self.store.keys, _job_member(kind, job_id)
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.zrem(keys.tenant_jobs(tenant), member)
+        pipe.zrem(keys.tenant_parked(tenant), member)
+        pipe.execute()
 
     def release(self, dispatcher: Dispatcher, tenant: str) -> list[str]:
         """Start the tenant's parked responses that fit now; their ids.
@@ -137,9 +175,11 @@ class FairShare:
                 parked_tenants=keys.parked_tenants_of(tenant),
                 arrivals=keys.tenant_arrivals(tenant),
                 cap_key=keys.fair_share_cap_of(tenant),
+                jobs=keys.tenant_jobs(tenant),
                 cap=cap_of(mode, live_threads),
                 now_ms=int(now * 1000),
                 watch_until=now + self.grace_seconds,
+                job_until=int((now + JOB_PLACE_SECONDS) * 1000),
                 response_id=response_id,
                 tenant=tenant,
                 mode=mode if response_id else "",
@@ -148,9 +188,10 @@ class FairShare:
             )
         )
         ids = [text(raw) for raw in started]
-        if keys.is_sharded and ids:  # under the sweeper's watch, as the script does on one Redis
+        responses = [id_ for id_ in ids if not id_.startswith(_JOB)]
+        if keys.is_sharded and responses:  # the sweeper's watch, as the script does on one Redis
             pipe = redis.pipeline(transaction=False)
-            for id_ in ids:
+            for id_ in responses:
                 pipe.zadd(keys.active_of(id_), {id_: now + self.grace_seconds})
             pipe.execute()
         return ids
@@ -159,7 +200,10 @@ class FairShare:
         """Queue the first turns of parked responses that got a place; those still queued."""
         queued: list[str] = []
         for response_id in started:
-            if self.store.status(response_id) == ResponseStatus.QUEUED:
+            if response_id.startswith(_JOB):  # its gateway queues it (gone: the place lapses)
+                self._hand_over(response_id)
+                queued.append(response_id)
+            elif self.store.status(response_id) == ResponseStatus.QUEUED:
                 dispatcher.enqueue_turn(response_id, 0)
                 queued.append(response_id)
             else:  # cancelled or deleted while parked: its place goes to the next
@@ -168,3 +212,17 @@ class FairShare:
         if len(queued) < len(started):
             queued += self.release(dispatcher, tenant)
         return queued
+
+    def _hand_over(self, member: str) -> None:
+        """Tell a parked job's gateway that it has its place now."""
+        _, kind, job_id = member.split(":", 2)
+        placed = self.store.keys.job_placed(kind, job_id)
+        pipe = self.store.redis.pipeline(transaction=True)
+        pipe.rpush(placed, 1)
+        pipe.expire(placed, int(JOB_PLACE_SECONDS))
+        pipe.execute()
+
+
+def _job_member(kind: str, job_id: str) -> str:
+    """A job among the tenant's responses (``fair_share.lua`` tells them apart by the prefix)."""
+    return f"{_JOB}{kind}:{job_id}"

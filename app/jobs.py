@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 import redis
 
 from app.config import Settings
-from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, QueueUnavailableError
+from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
 from app.errors import (
     AppError,
     InvalidRequestError,
@@ -39,9 +39,11 @@ from app.errors import (
     UpstreamError,
     retry_later,
 )
-from app.limits import Caller
+from app.fairness import FairShare
+from app.limits import HOLD_SECONDS, Caller
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
+from app.store.base import text
 
 JobKind = Literal["compaction", "input_tokens"]
 
@@ -87,8 +89,10 @@ def start_job(  # noqa: PLR0913 - the caller and its request, keywords
 ) -> None:
     """Admit the job against its caller's limits (as ``request`` would be), store it, queue it.
 
-    Once queued, the job counts in flight until its gateway calls ``caller.release`` (its wait
-    renews the place: ``caller.hold``); a job that could not be queued is released here.
+    It takes a place of its tenant's fair share, or is parked until one frees (its gateway
+    queues it then: :func:`wait_for_result`). Once started, the job counts in flight and holds
+    its place until its gateway is answered (:func:`wait_for_answer`); a job that could not be
+    queued is released here.
 
     Raises:
         RateLimitError: a limit of the caller's tenant refuses it.
@@ -96,12 +100,53 @@ def start_job(  # noqa: PLR0913 - the caller and its request, keywords
     """
     caller.admit(job_id, request)
     ttl = int(settings.sync_timeout_seconds) + RESULT_TTL_SECONDS
+    fair = FairShare(store, settings, tenants=caller.tenants())
     try:
         store.redis.set(store.keys.job(kind, job_id), json.dumps(job), ex=ttl)
-        _enqueue(queue, kind, job_id)
+        if fair.submit_job(caller.tenant.name, kind, job_id):
+            _enqueue(queue, kind, job_id)
     except BaseException:
         caller.release(job_id)
+        fair.end_job(caller.tenant.name, kind, job_id)
         raise
+
+
+def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it frees a place for
+    store: ResponseStore,
+    queue: JobQueue,
+    settings: Settings,
+    kind: JobKind,
+    job_id: str,
+    *,
+    caller: Caller,
+    dispatcher: Dispatcher,
+) -> dict[str, Any]:
+    """The gateway's wait for a job it started (:func:`wait_for_result`), its places held.
+
+    Meanwhile the job's place in flight and its fair share's place are renewed; once it is
+    answered (or the wait fails) both are freed, and the place goes to the tenant's next
+    parked work (``dispatcher`` queues a parked response's first turn).
+    """
+    fair, tenant = FairShare(store, settings), caller.tenant.name
+
+    def renew() -> None:
+        caller.hold(job_id)
+        fair.hold_job(tenant, kind, job_id)
+
+    try:
+        return wait_for_result(
+            store,
+            kind,
+            job_id,
+            timeout_seconds=settings.sync_timeout_seconds,
+            queue=queue,
+            lease_seconds=min(settings.lease_seconds, HOLD_SECONDS),
+            on_wait=renew,
+        )
+    finally:
+        caller.release(job_id)
+        fair.end_job(tenant, kind, job_id)
+        fair.release(dispatcher, tenant)
 
 
 def _enqueue(queue: JobQueue, kind: JobKind, job_id: str) -> None:
@@ -128,13 +173,15 @@ def wait_for_result(  # noqa: PLR0913 - optional keywords, the watch and its hoo
 
     ``queue``: where a lost job is queued again, looked for every ``lease_seconds`` (None: no
     watch): one whose worker died (its lease lapsed without an answer), or one Redis lost (it
-    restarted empty; the job is stored again as it was). ``on_wait``: called as often, while
-    no answer came (the job's place in flight is renewed: :meth:`app.limits.Caller.hold`).
+    restarted empty; the job is stored again as it was); and where a job the fair share parked
+    is queued once it gets its place. ``on_wait``: called as often, while no answer came (the
+    job's places are renewed: :func:`wait_for_answer`).
 
     Raises:
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
     """
     key = store.keys.job_result(kind, job_id)
+    placed = store.keys.job_placed(kind, job_id)
     deadline = time.monotonic() + timeout_seconds
     job = store.redis.get(store.keys.job(kind, job_id)) if queue is not None else None
     while True:
@@ -143,9 +190,13 @@ def wait_for_result(  # noqa: PLR0913 - optional keywords, the watch and its hoo
             raise ServerError(
                 f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
             )
-        popped = store.redis.blpop([key], timeout=min(remaining, lease_seconds))
-        if popped is not None:
+        watched = [key] if queue is None else [key, placed]
+        popped = store.redis.blpop(watched, timeout=min(remaining, lease_seconds))
+        if popped is not None and text(popped[0]) == key:
             break
+        if popped is not None and queue is not None:  # parked, it got its place: queue it now
+            _enqueue(queue, kind, job_id)
+            continue
         if on_wait is not None:
             on_wait()
         if queue is not None and _lost(store, kind, job_id, job, ttl=remaining):

@@ -244,6 +244,10 @@ class Keys:
         """String with TTL: a worker took the job's lease and has not answered yet."""
         return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:started"
 
+    def job_placed(self, kind: str, job_id: str) -> str:
+        """List with TTL: pushed when a parked job got its place (its gateway then queues it)."""
+        return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:placed"
+
     def job_result(self, kind: str, job_id: str) -> str:
         """List with TTL: the job's answer, popped by the waiting gateway."""
         return f"{self.prefix}{self._tag(job_id)}{kind}:{job_id}:result"
@@ -305,6 +309,10 @@ class Keys:
     def tenant_parked(self, tenant: str) -> str:
         """Sorted set: the tenant's responses waiting for a place, by arrival (fair share)."""
         return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:parked"
+
+    def tenant_jobs(self, tenant: str) -> str:
+        """Sorted set: the tenant's jobs with a place on the fleet, by when it lapses (ms)."""
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:jobs"
 
     def tenant_arrivals(self, tenant: str) -> str:
         """Counter: the arrival order of the tenant's parked responses (fair share)."""

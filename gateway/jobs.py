@@ -12,8 +12,8 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from app import compaction, token_count
 from app.config import Settings
-from app.jobs import JobKind, JobQueue, wait_for_result
-from app.limits import HOLD_SECONDS, Caller
+from app.jobs import JobKind, JobQueue, wait_for_answer
+from app.limits import Caller
 from app.store import ResponseStore
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import gateway
@@ -45,25 +45,17 @@ def count_input_tokens() -> Response:
 def _answered(kind: JobKind, start: _Start) -> Response:
     """Start the job the request's body describes, as the caller's tenant; its answer.
 
-    The job is admitted against the tenant's limits and counts in flight while the gateway
-    waits. Meanwhile the gateway queues the job again if its worker dies (:mod:`app.jobs`).
+    The job is admitted against the tenant's limits and takes a place of its fair share (or
+    waits parked for one) while the gateway waits; meanwhile the gateway queues the job again
+    if its worker dies (:mod:`app.jobs`).
     """
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
-    caller = Caller(current_tenant(), gw.limiter)
+    caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     job_id = start(gw.store, queue, gw.settings, json_body(), caller=caller)
-    try:
-        answer = wait_for_result(
-            gw.store,
-            kind,
-            job_id,
-            timeout_seconds=gw.settings.sync_timeout_seconds,
-            queue=queue,
-            lease_seconds=min(gw.settings.lease_seconds, HOLD_SECONDS),
-            on_wait=lambda: caller.hold(job_id),
-        )
-    finally:
-        caller.release(job_id)
+    answer = wait_for_answer(
+        gw.store, queue, gw.settings, kind, job_id, caller=caller, dispatcher=gw.dispatcher
+    )
     add_rate_headers(caller.headers)
     return jsonify(answer)
 

@@ -28,12 +28,16 @@ class FairShareCall:
     """Counter: the order of the tenant's parked responses."""
     cap_key: str = key()
     """String with TTL: the mode the gateways last applied (``app.fairness``)."""
+    jobs: str = key()
+    """Sorted set: the tenant's jobs that have a place, by when it lapses (ms)."""
     cap: int
     now_ms: int
     watch_until: float
     """When the sweeper queues a dispatched response's first turn again (as ``watch_queued``)."""
+    job_until: int
+    """When the place of a job that gets one here lapses unless renewed (ms)."""
     response_id: str
-    """A new response ("": only start parked ones)."""
+    """A new response, or a job (``job:<kind>:<id>``); "": only start parked ones."""
     tenant: str
     mode: str = ""
     """A gateway's: ``auto`` or its configured number, kept in ``cap_key`` ("": leave it)."""

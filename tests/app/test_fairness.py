@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from app.config import Settings
 from app.errors import RateLimitError
 from app.fairness import AUTO, FairShare, cap_of, mode_of
+from app.jobs import wait_for_answer
 from app.lease import Sweeper
 from app.limits import Caller, RateLimiter
 from app.protocol import events as ev
-from app.protocol.response import ResponseStatus
+from app.protocol.response import ResponseStatus, Usage
+from app.providers.chunks import Finish, TextDelta, UsageReport
 from app.responses import cancel_response, create_response
+from app.run import RunDeps
 from app.store import ResponseStore
 from app.store.status import FAIL
 from app.tenancy import Limits, Tenant
-from tests.support.dispatch import RecordingDispatcher
+from app.token_count import run_count, start_count
+from tests.app.test_run import FakeModel
+from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
 
 
 def submit(
@@ -186,3 +194,122 @@ def test_fairness_the_cap_follows_the_live_threads(
     sweeper.tick()
 
     assert queued(dispatcher) == [first, second]
+
+
+class WaitingGateway:
+    """A count request on a gateway: the job started, its answer waited for on a thread."""
+
+    def __init__(
+        self,
+        store: ResponseStore,
+        settings: Settings,
+        dispatcher: RecordingDispatcher,
+        tenant: Tenant,
+    ):
+        self.queue = RecordingJobQueue()
+        caller = Caller(tenant, RateLimiter(store), tenants=lambda: 2)
+        body = {"model": "m", "input": "hi"}
+        self.job_id = start_count(store, self.queue, settings, body, caller=caller)
+        self.answer: dict[str, Any] = {}
+        self.thread = threading.Thread(
+            target=self._wait, args=(store, settings, dispatcher, caller), daemon=True
+        )
+        self.thread.start()
+
+    def _wait(
+        self,
+        store: ResponseStore,
+        settings: Settings,
+        dispatcher: RecordingDispatcher,
+        caller: Caller,
+    ) -> None:
+        self.answer = wait_for_answer(
+            store,
+            self.queue,
+            settings,
+            "input_tokens",
+            self.job_id,
+            caller=caller,
+            dispatcher=dispatcher,
+        )
+
+    def queued_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self.queue.jobs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.queue.jobs == [self.job_id]
+
+    def answered(self, store: ResponseStore, settings: Settings) -> dict[str, Any]:
+        """A worker counts the job; the gateway's answer."""
+        server = FakeModel(
+            TextDelta(text="A"),
+            Finish(reason="length"),
+            UsageReport(usage=Usage(input_tokens=5, output_tokens=1, total_tokens=6)),
+        )
+        run_count(RunDeps(store=store, provider=server, settings=settings), self.job_id)
+        self.thread.join(timeout=10)
+        return self.answer
+
+
+def test_fairness_a_job_takes_one_of_its_tenants_places_or_waits_parked_for_one(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A count or a compaction is a model call on the fleet: a tenant's flood of them waits in
+    Redis behind its cap, as its responses do, not in the shared queue before everyone's."""
+    settings = make_settings(tenant_max_running=2)
+    dispatcher = RecordingDispatcher()
+    flood = [submit(store, dispatcher, settings, A) for _ in range(2)]
+
+    job = WaitingGateway(store, settings, dispatcher, A)
+    theirs = submit(store, dispatcher, settings, B)
+    after_job = submit(store, dispatcher, settings, A)
+
+    assert not job.queued_within(0.3)  # parked: A has two responses on the fleet
+    assert queued(dispatcher) == [*flood, theirs]
+    end(store, flood[0])
+    assert FairShare(store, settings).release_owner_of(dispatcher, flood[0]) == [
+        f"job:input_tokens:{job.job_id}"
+    ]
+    assert job.queued_within(5)  # its gateway queues it: in arrival order, before after_job
+    assert queued(dispatcher) == [*flood, theirs]
+    assert job.answered(store, settings) == {"object": "response.input_tokens", "input_tokens": 5}
+    assert queued(dispatcher) == [*flood, theirs, after_job]  # the job's place went on
+    assert store.redis.zcard(store.keys.tenant_jobs("team-a")) == 0
+
+
+def test_fairness_a_job_with_a_place_holds_it_until_answered(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(tenant_max_running=1, lease_seconds=1.2)
+    dispatcher = RecordingDispatcher()
+    job = WaitingGateway(store, settings, dispatcher, A)
+    assert job.queued_within(5)
+    jobs, member = store.keys.tenant_jobs("team-a"), f"job:input_tokens:{job.job_id}"
+    first_until = store.redis.zscore(jobs, member)
+
+    parked = submit(store, dispatcher, settings, A)
+
+    assert queued(dispatcher) == []
+    deadline = time.monotonic() + 5
+    while store.redis.zscore(jobs, member) == first_until:  # its gateway renews the place
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job.answered(store, settings)
+    assert queued(dispatcher) == [parked]
+
+
+def test_fairness_a_jobs_place_lapses_when_its_gateway_stops_renewing_it(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(tenant_max_running=1)
+    dispatcher = RecordingDispatcher()
+    fair = FairShare(store, settings, tenants=2)
+    assert fair.submit_job("team-a", "compaction", "resp_gone")  # its gateway then died
+    assert submit(store, dispatcher, settings, A, tenants=2) not in queued(dispatcher)
+
+    jobs = store.keys.tenant_jobs("team-a")
+    store.redis.zadd(jobs, {"job:compaction:resp_gone": (time.time() - 1) * 1000})
+    fair.release(dispatcher, "team-a")
+
+    assert len(queued(dispatcher)) == 1
+    assert store.redis.zcard(jobs) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -270,3 +271,28 @@ def test_tenancy_e2e_by_default_another_tenant_starts_while_a_flood_is_parked(
     assert [a.responses.retrieve(rid).status for rid in flood[1:]] == ["queued", "queued"]
     for rid in flood:  # each started by the end of the one before it, on the worker
         assert wait_for_status(a, rid, ["completed"], timeout=60).status == "completed"
+
+
+def test_tenancy_e2e_a_flood_of_jobs_waits_its_turn_too(default_fair_fleet: str) -> None:
+    """Token counts (and compactions) are model calls on the same threads: one tenant's flood
+    of them takes its share, parked in Redis, not every thread before another tenant."""
+    a, b = sdk(default_fair_fleet, "ka"), sdk(default_fair_fleet, "kb")
+    counted: list[int] = []
+
+    def count() -> None:
+        answer = a.responses.input_tokens.count(model="antwort-sim", input="slow [ttft_ms=8000]")
+        counted.append(answer.input_tokens)
+
+    flood = [threading.Thread(target=count) for _ in range(2)]
+    for thread in flood:
+        thread.start()
+    time.sleep(0.5)  # both sent; a share is one thread of the worker's two
+
+    theirs = b.responses.create(model="antwort-sim", input="quick")
+
+    assert theirs.status == "completed"
+    # without it A's two counts took both threads: B ran once they were answered (8 s)
+    assert counted == []
+    for thread in flood:
+        thread.join(timeout=60)
+    assert len(counted) == 2 and counted[0] > 0 and counted[0] == counted[1]

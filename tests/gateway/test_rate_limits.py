@@ -184,7 +184,9 @@ def test_rate_limit_a_job_counts_its_tokens_as_a_response_would(
 ) -> None:
     """A count or a compaction is a model call: it spends the tenant's tokens of the minute (a
     job over them is refused at once, not queued and left to time out)."""
-    one, two = make_pair(rate_limit_tokens_per_minute=300, sync_timeout_seconds=2)
+    one, two = make_pair(
+        rate_limit_tokens_per_minute=300, sync_timeout_seconds=2, tenant_max_running=0
+    )
     first = create(one, A, input="x" * 800)  # ~200 tokens of 300
     left = int(first.headers["x-ratelimit-remaining-tokens"])
 
@@ -205,7 +207,7 @@ def test_rate_limit_a_job_takes_a_place_in_flight_while_its_gateway_waits(
     redis_client: Any,
     key_prefix: str,
 ) -> None:
-    one, two = make_pair(rate_limit_max_in_flight=1, lease_seconds=1.2)
+    one, two = make_pair(rate_limit_max_in_flight=1, lease_seconds=1.2, tenant_max_running=0)
     now = [NOW]
     for web in (one, two):
         web.application.extensions["antwort"].limiter.clock = lambda: now[0]

@@ -12,7 +12,12 @@
 -- On a Redis Cluster (`watches_active` 0) `active` is in another slot: the caller passes the
 -- running responses it found ended (no longer queued or running: `ended`), and puts the ones
 -- dispatched here under the sweeper's watch itself (app/fairness.py).
--- Returns the ids to queue on the fleet now, in order.
+-- A job a request waits for (`job:<kind>:<id>`: a compaction, a token count) takes a place as a
+-- response does, or parks in the same order; its place is in `jobs`, scored by when it lapses
+-- (`job_until`; the waiting gateway renews it and frees it once answered). A job's own call
+-- starts no parked response: places it finds free while others are parked are the next end's
+-- or sweep's to give.
+-- Returns the ids to queue on the fleet now, in order (a job: its member, for its gateway).
 --- @include operands
 local running = KEYS[1]
 local active = KEYS[2]
@@ -20,15 +25,18 @@ local parked = KEYS[3]
 local parked_tenants = KEYS[4]
 local arrivals = KEYS[5]
 local cap_key = KEYS[6]
+local jobs = KEYS[7]
 local cap = ARGV[1]
 local now_ms = ARGV[2]
 local watch_until = ARGV[3]
-local response_id = ARGV[4]
-local tenant = ARGV[5]
-local mode = ARGV[6]
-local watches_active = ARGV[7]
-local ended = counted_list(8)
+local job_until = ARGV[4]
+local response_id = ARGV[5]
+local tenant = ARGV[6]
+local mode = ARGV[7]
+local watches_active = ARGV[8]
+local ended = counted_list(9)
 cap = tonumber(cap)
+local function is_job(id) return string.sub(id, 1, 4) == 'job:' end
 
 if mode ~= '' then redis.call('SET', cap_key, mode, 'EX', 86400) end
 
@@ -38,11 +46,17 @@ if watches_active == '1' then
   end
 end
 for _, member in ipairs(ended) do redis.call('ZREM', running, member) end
-local count = redis.call('ZCARD', running)
+redis.call('ZREMRANGEBYSCORE', jobs, '-inf', now_ms)  -- lapsed: their gateway stopped waiting
+local count = redis.call('ZCARD', running) + redis.call('ZCARD', jobs)
 local start = {}
 local function dispatch(id)
-  redis.call('ZADD', running, now_ms, id)
-  if watches_active == '1' then redis.call('ZADD', active, watch_until, id) end
+  if is_job(id) then
+    redis.call('ZADD', jobs, job_until, id)
+    redis.call('PEXPIRE', jobs, 86400000)
+  else
+    redis.call('ZADD', running, now_ms, id)
+    if watches_active == '1' then redis.call('ZADD', active, watch_until, id) end
+  end
   start[#start + 1] = id
   count = count + 1
 end
@@ -56,7 +70,7 @@ if response_id ~= '' then
     redis.call('SADD', parked_tenants, tenant)
   end
 end
-while count < cap do
+while count < cap and not is_job(response_id) do
   local popped = redis.call('ZPOPMIN', parked)
   if #popped == 0 then break end
   dispatch(popped[1])
