@@ -104,6 +104,11 @@ class FairShare:
         member = _job_member(kind, job_id)
         return member in self._take_places(tenant, member, self.mode)
 
+    def is_parked(self, tenant: str, kind: str, job_id: str) -> bool:
+        """Whether the job waits for a place (its gateway then queues it once it has one)."""
+        parked = self.store.keys.tenant_parked(tenant)
+        return self.store.redis.zscore(parked, _job_member(kind, job_id)) is not None
+
     def hold_job(self, tenant: str, kind: str, job_id: str) -> None:
         """The job is still waited for: its place (if it has one) is kept another while."""
         until = int((time.time() + JOB_PLACE_SECONDS) * 1000)

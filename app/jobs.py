@@ -12,8 +12,14 @@ job's result list (:func:`push_result`, :func:`fail_job`), which the gateway pop
 A worker that dies mid-job would leave its message to Celery's redelivery (the visibility
 timeout, an hour). So the worker holds a lease on the job while it runs (``lease_seconds``,
 renewed every third of it, as a turn's), and the waiting gateway looks between its waits: a job
-that was started and whose lease lapsed without an answer is queued again, at once. A job that
-kills every worker it runs on is failed after ``max_task_deliveries`` (``workers.tasks``).
+that was started and whose lease lapsed without an answer is queued again, at once; one that no
+worker started within ``queued_grace_seconds`` (its message was lost) too, as a response's first
+turn is. A job that kills every worker it runs on is failed after ``max_task_deliveries``
+(``workers.tasks``).
+
+A job is a model call on the fleet, so its tenant's limits and fair share take it as they take
+a response (:func:`start_job`): it may wait parked for a place, and holds one until its gateway
+is answered (:func:`wait_for_answer`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import redis
@@ -40,6 +47,7 @@ from app.errors import (
     retry_later,
 )
 from app.fairness import FairShare
+from app.lease import QueuedWatch
 from app.limits import HOLD_SECONDS, Caller
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
@@ -133,15 +141,19 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
         caller.hold(job_id)
         fair.hold_job(tenant, kind, job_id)
 
+    watch = Watch(
+        queue=queue,
+        every=min(settings.lease_seconds, HOLD_SECONDS),
+        unstarted=QueuedWatch(
+            grace_seconds=settings.queued_grace_seconds,
+            max_resends=settings.max_task_deliveries,
+        ),
+        queued=not fair.is_parked(tenant, kind, job_id),
+        on_wait=renew,
+    )
     try:
         return wait_for_result(
-            store,
-            kind,
-            job_id,
-            timeout_seconds=settings.sync_timeout_seconds,
-            queue=queue,
-            lease_seconds=min(settings.lease_seconds, HOLD_SECONDS),
-            on_wait=renew,
+            store, kind, job_id, timeout_seconds=settings.sync_timeout_seconds, watch=watch
         )
     finally:
         caller.release(job_id)
@@ -159,23 +171,39 @@ def _enqueue(queue: JobQueue, kind: JobKind, job_id: str) -> None:
         raise ServerError(f"The server could not queue the {_named(kind)}.") from exc
 
 
-def wait_for_result(  # noqa: PLR0913 - optional keywords, the watch and its hook
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch:
+    """What a waiting gateway looks after between its waits (:func:`wait_for_result`)."""
+
+    queue: JobQueue
+    """Where the job is queued (again)."""
+    every: float = 3.0
+    """Seconds between looks (``lease_seconds``: a dead worker's lease has lapsed by then)."""
+    unstarted: QueuedWatch = QueuedWatch()
+    """When a queued job that no worker started is queued again (its message was lost)."""
+    queued: bool = True
+    """False: the fair share parked it; it is queued once it gets its place."""
+    on_wait: Callable[[], None] | None = None
+    """Called at each look (the job's places are renewed: :func:`wait_for_answer`)."""
+
+
+def wait_for_result(
     store: ResponseStore,
     kind: JobKind,
     job_id: str,
     *,
     timeout_seconds: float,
-    queue: JobQueue | None = None,
-    lease_seconds: float = 3.0,
-    on_wait: Callable[[], None] | None = None,
+    watch: Watch | None = None,
 ) -> dict[str, Any]:
     """The job's answer once a worker pushed it; the job is removed.
 
-    ``queue``: where a lost job is queued again, looked for every ``lease_seconds`` (None: no
-    watch): one whose worker died (its lease lapsed without an answer), or one Redis lost (it
-    restarted empty; the job is stored again as it was); and where a job the fair share parked
-    is queued once it gets its place. ``on_wait``: called as often, while no answer came (the
-    job's places are renewed: :func:`wait_for_answer`).
+    ``watch`` (None: none): between its waits the gateway queues again a job that was lost:
+    one whose worker died (its lease lapsed without an answer), one Redis lost (it restarted
+    empty; the job is stored again as it was), or one no worker started in time (its message
+    was lost: a broker restarted empty, a failover; as a response's first turn,
+    ``ANTWORT_QUEUED_GRACE_SECONDS`` then twice as long each time, ``ANTWORT_MAX_TASK_DELIVERIES``
+    times at most; a message that waited its turn behind others runs as a no-op). A job the
+    fair share parked is queued once it gets its place.
 
     Raises:
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
@@ -183,25 +211,39 @@ def wait_for_result(  # noqa: PLR0913 - optional keywords, the watch and its hoo
     key = store.keys.job_result(kind, job_id)
     placed = store.keys.job_placed(kind, job_id)
     deadline = time.monotonic() + timeout_seconds
-    job = store.redis.get(store.keys.job(kind, job_id)) if queue is not None else None
+    job = store.redis.get(store.keys.job(kind, job_id)) if watch is not None else None
+    queued_at = time.monotonic() if watch is not None and watch.queued else None
+    resends = 0
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ServerError(
                 f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
             )
-        watched = [key] if queue is None else [key, placed]
-        popped = store.redis.blpop(watched, timeout=min(remaining, lease_seconds))
+        if watch is None:
+            popped = store.redis.blpop([key], timeout=remaining)
+            if popped is not None:
+                break
+            continue
+        popped = store.redis.blpop([key, placed], timeout=min(remaining, watch.every))
         if popped is not None and text(popped[0]) == key:
             break
-        if popped is not None and queue is not None:  # parked, it got its place: queue it now
-            _enqueue(queue, kind, job_id)
+        if popped is not None:  # parked, it got its place: queue it now
+            _enqueue(watch.queue, kind, job_id)
+            queued_at = time.monotonic()
             continue
-        if on_wait is not None:
-            on_wait()
-        if queue is not None and _lost(store, kind, job_id, job, ttl=remaining):
-            logger.warning("%s job %s was lost; queueing it again", kind, job_id)
-            queue.enqueue_job(kind, job_id)
+        if watch.on_wait is not None:
+            watch.on_wait()
+        overdue = (
+            queued_at is not None
+            and resends < watch.unstarted.max_resends
+            and time.monotonic() - queued_at >= watch.unstarted.next_wait(resends)
+        )
+        lost = _lost(store, kind, job_id, job, ttl=remaining, unstarted=overdue)
+        if lost:
+            logger.warning("%s job %s %s; queueing it again", kind, job_id, lost)
+            watch.queue.enqueue_job(kind, job_id)
+            queued_at, resends = time.monotonic(), resends + 1
     store.redis.delete(store.keys.job(kind, job_id))
     result: dict[str, Any] = json.loads(popped[1])
     error = result.get("error")
@@ -237,12 +279,19 @@ def run_job(
 
 
 def _lost(
-    store: ResponseStore, kind: JobKind, job_id: str, job: bytes | str | None, *, ttl: float
-) -> bool:
-    """Whether the job must be queued again (a lost job).
+    store: ResponseStore,
+    kind: JobKind,
+    job_id: str,
+    job: bytes | str | None,
+    *,
+    ttl: float,
+    unstarted: bool,
+) -> str:
+    """Why the job must be queued again ("": it need not).
 
-    Redis lost it (it is stored again, from ``job``), or it was started and its lease lapsed
-    (its worker died); the start is forgotten, so that one death queues the job once.
+    Redis lost it (it is stored again, from ``job``); it was started and its lease lapsed
+    (its worker died; the start is forgotten, so that one death queues the job once); or it
+    was not started and ``unstarted`` says it is overdue.
     """
     stored = store.keys.job(kind, job_id)
     started, lease = store.keys.job_started(kind, job_id), store.keys.job_lease(kind, job_id)
@@ -253,11 +302,14 @@ def _lost(
     is_stored, was_started, is_held = pipe.execute()
     if not is_stored:
         if job is None:
-            return False
-        return bool(store.redis.set(stored, job, nx=True, ex=int(ttl) + RESULT_TTL_SECONDS))
-    if not was_started or is_held:
-        return False
-    return bool(store.redis.delete(started))
+            return ""
+        restored = store.redis.set(stored, job, nx=True, ex=int(ttl) + RESULT_TTL_SECONDS)
+        return "was lost by Redis" if restored else ""
+    if not was_started:
+        return "was not started in time" if unstarted and not is_held else ""
+    if is_held:
+        return ""
+    return "lost its worker" if store.redis.delete(started) else ""
 
 
 @contextmanager

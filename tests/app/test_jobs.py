@@ -12,7 +12,8 @@ import pytest
 
 from app.config import Settings
 from app.errors import ServerError
-from app.jobs import held_job, run_job, start_job, wait_for_result
+from app.jobs import Watch, held_job, run_job, start_job, wait_for_result
+from app.lease import QueuedWatch
 from app.limits import Caller
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
@@ -61,7 +62,11 @@ def requeued_then_answered(
 
     def gateway() -> None:
         waiting["result"] = wait_for_result(
-            store, "input_tokens", "job-1", timeout_seconds=30, queue=queue, lease_seconds=LEASE
+            store,
+            "input_tokens",
+            "job-1",
+            timeout_seconds=30,
+            watch=Watch(queue=queue, every=LEASE),
         )
 
     thread = threading.Thread(target=gateway)
@@ -83,7 +88,7 @@ def test_a_job_held_longer_than_its_lease_is_not_queued_again(
     worker = answer_after(store, 1.5 * LEASE, input_tokens=7)
 
     result = wait_for_result(
-        store, "input_tokens", "job-1", timeout_seconds=30, queue=queue, lease_seconds=LEASE
+        store, "input_tokens", "job-1", timeout_seconds=30, watch=Watch(queue=queue, every=LEASE)
     )
 
     worker.join()
@@ -114,14 +119,14 @@ def test_a_second_delivery_while_the_first_holds_the_job_does_nothing(
             assert second is None
 
 
-def test_a_job_never_started_is_not_queued_again_and_times_out(
+def test_a_job_not_started_within_its_grace_is_not_queued_again_and_times_out(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
     queue = started(store, make_settings)
 
     with pytest.raises(ServerError, match="did not finish within 2s"):
         wait_for_result(
-            store, "input_tokens", "job-1", timeout_seconds=2, queue=queue, lease_seconds=LEASE
+            store, "input_tokens", "job-1", timeout_seconds=2, watch=Watch(queue=queue, every=LEASE)
         )
 
     assert queue.jobs == ["job-1"]
@@ -144,3 +149,46 @@ def test_a_job_redis_lost_is_stored_and_queued_again(
     monkeypatch.setattr(store.redis, "get", read_then_lose)
 
     assert requeued_then_answered(store, queue, 5) == {"input_tokens": 5}
+
+
+def test_a_job_no_worker_started_is_queued_again_after_its_grace_then_twice_as_long(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """Its message was lost (a broker restarted empty, a failover): as a response's first
+    turn, it is queued again after the grace, then twice as long, at most ``max_resends``."""
+    queue = started(store, make_settings)
+    unstarted = QueuedWatch(grace_seconds=0.3, max_resends=2)
+    watch = Watch(queue=queue, every=0.1, unstarted=unstarted)
+
+    with pytest.raises(ServerError):
+        wait_for_result(store, "input_tokens", "job-1", timeout_seconds=4, watch=watch)
+
+    assert queue.jobs == ["job-1"] * 3  # queued, then at 0.3 s and 0.9 s; no more
+
+
+def test_a_parked_job_is_queued_once_it_gets_its_place_and_not_before(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    queue = RecordingJobQueue()
+    store.redis.set(store.keys.job("input_tokens", "job-1"), '{"n": 1}')
+    unstarted = QueuedWatch(grace_seconds=0.1, max_resends=3)
+    watch = Watch(queue=queue, every=0.1, unstarted=unstarted, queued=False)
+    waiting: dict[str, Any] = {}
+
+    def gateway() -> None:
+        waiting["result"] = wait_for_result(
+            store, "input_tokens", "job-1", timeout_seconds=10, watch=watch
+        )
+
+    thread = threading.Thread(target=gateway)
+    thread.start()
+    time.sleep(0.5)
+    assert queue.jobs == []  # parked: never "not started in time"
+    store.redis.rpush(store.keys.job_placed("input_tokens", "job-1"), 1)  # the fair share
+    deadline = time.monotonic() + 5
+    while not queue.jobs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    answer_after(store, 0, input_tokens=2).join()
+    thread.join(timeout=5)
+    assert waiting["result"] == {"input_tokens": 2}
+    assert queue.jobs[0] == "job-1"

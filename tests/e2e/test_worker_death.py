@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from tests.e2e.helpers import (
     wait_for_heartbeat,
     wait_for_status,
 )
+from tests.e2e.own_fleet import own_fleet
 from tests.support.model_proxy import model_proxy
 
 RECOVERY_SECONDS = 60.0
@@ -165,3 +167,39 @@ def test_worker_death_mid_compaction_still_answers_the_waiting_request(
             assert time.monotonic() - killed_at < NEXT_EVENT_WITHIN_SECONDS
     finally:
         _restore(fleet, client)
+
+
+def test_a_job_whose_message_was_lost_is_queued_again_and_answered(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A broker that restarted empty (or failed over to a replica behind it) lost the job's
+    message while the gateway waited: the job is queued again after the queued grace, as a
+    response's first turn is, instead of waiting out the sync timeout (600 s) for a 500."""
+    grace = {"ANTWORT_QUEUED_GRACE_SECONDS": "2"}
+    with own_fleet(fleet.env, tmp_path, queues=("inference",), **grace) as own:
+        own.stop("inference")  # ready once; from now on nobody takes the job
+        broker = redis.Redis.from_url(own.env["ANTWORT_REDIS_URL"])
+        queue = Keys(own.env["ANTWORT_KEY_PREFIX"]).queue("inference")
+        answers: list[httpx.Response] = []
+        body = {"model": "antwort-sim", "input": "How many tokens is this?"}
+        asking = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(f"{own.base_url}/v1/responses/input_tokens", json=body, timeout=120)
+            )
+        )
+        asking.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not broker.llen(queue):  # queued; no worker has taken it
+                assert time.monotonic() < deadline, "the job was never queued"
+                time.sleep(0.05)
+            assert broker.delete(queue) == 1  # its message is lost
+            worker = own.start_worker("late")
+            wait_for_heartbeat(own.env, "inference", worker.pid)
+            asking.join(timeout=RECOVERY_SECONDS)
+        finally:
+            broker.close()
+
+        [answer] = answers
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["input_tokens"] > 0
