@@ -52,6 +52,7 @@ from app.limits import HOLD_SECONDS, Caller
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
 from app.store.base import text
+from app.telemetry import metrics
 
 JobKind = Literal["compaction", "input_tokens"]
 
@@ -241,7 +242,8 @@ def wait_for_result(
         )
         lost = _lost(store, kind, job_id, job, ttl=remaining, unstarted=overdue)
         if lost:
-            logger.warning("%s job %s %s; queueing it again", kind, job_id, lost)
+            logger.warning("%s job %s: %s; queueing it again", kind, job_id, lost)
+            metrics.JOB_REQUEUES.labels(kind, lost).inc()
             watch.queue.enqueue_job(kind, job_id)
             queued_at, resends = time.monotonic(), resends + 1
     store.redis.delete(store.keys.job(kind, job_id))
@@ -287,11 +289,11 @@ def _lost(
     ttl: float,
     unstarted: bool,
 ) -> str:
-    """Why the job must be queued again ("": it need not).
+    """Why the job must be queued again, its metric's reason ("": it need not).
 
-    Redis lost it (it is stored again, from ``job``); it was started and its lease lapsed
-    (its worker died; the start is forgotten, so that one death queues the job once); or it
-    was not started and ``unstarted`` says it is overdue.
+    ``redis_lost``: Redis lost it (it is stored again, from ``job``); ``worker_died``: it was
+    started and its lease lapsed (the start is forgotten, so that one death queues the job
+    once); ``not_started``: it was not started and ``unstarted`` says it is overdue.
     """
     stored = store.keys.job(kind, job_id)
     started, lease = store.keys.job_started(kind, job_id), store.keys.job_lease(kind, job_id)
@@ -304,12 +306,12 @@ def _lost(
         if job is None:
             return ""
         restored = store.redis.set(stored, job, nx=True, ex=int(ttl) + RESULT_TTL_SECONDS)
-        return "was lost by Redis" if restored else ""
+        return "redis_lost" if restored else ""
     if not was_started:
-        return "was not started in time" if unstarted and not is_held else ""
+        return "not_started" if unstarted and not is_held else ""
     if is_held:
         return ""
-    return "lost its worker" if store.redis.delete(started) else ""
+    return "worker_died" if store.redis.delete(started) else ""
 
 
 @contextmanager

@@ -111,6 +111,12 @@ SWEEPER_RERUNS = Counter(
     "Turns the sweeper queued again, by the status the response had (queued, in_progress).",
     ["status"],
 )
+JOB_REQUEUES = Counter(
+    "antwort_job_requeues",
+    "Jobs a waiting gateway queued again (compaction, input_tokens), by kind and why "
+    "(worker_died, not_started, redis_lost).",
+    ["kind", "reason"],
+)
 TASK_REDELIVERIES = Counter(
     "antwort_task_redeliveries",
     "Tasks a worker received again (the broker redelivered them), by task name.",

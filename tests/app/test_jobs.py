@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app.config import Settings
 from app.errors import ServerError
@@ -160,10 +161,14 @@ def test_a_job_no_worker_started_is_queued_again_after_its_grace_then_twice_as_l
     unstarted = QueuedWatch(grace_seconds=0.3, max_resends=2)
     watch = Watch(queue=queue, every=0.1, unstarted=unstarted)
 
+    labels = {"kind": "input_tokens", "reason": "not_started"}
+    before = REGISTRY.get_sample_value("antwort_job_requeues_total", labels) or 0.0
+
     with pytest.raises(ServerError):
         wait_for_result(store, "input_tokens", "job-1", timeout_seconds=4, watch=watch)
 
     assert queue.jobs == ["job-1"] * 3  # queued, then at 0.3 s and 0.9 s; no more
+    assert REGISTRY.get_sample_value("antwort_job_requeues_total", labels) == before + 2
 
 
 def test_a_parked_job_is_queued_once_it_gets_its_place_and_not_before(
