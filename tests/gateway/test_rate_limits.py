@@ -165,11 +165,11 @@ class WaitingJob:
     def answered(self, app: Flask, kind: JobKind, result: dict[str, Any]) -> TestResponse:
         """Answer the job as a worker would, once it is queued; the request's answer."""
         queue = app.extensions["antwort.jobs"]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while not queue.jobs and time.monotonic() < deadline:
             time.sleep(0.01)
         push_result(app.extensions["antwort"].store, kind, queue.jobs[-1], result)
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=30)
         assert self.answer is not None
         return self.answer
 
@@ -185,7 +185,7 @@ def test_rate_limit_a_job_counts_its_tokens_as_a_response_would(
     """A count or a compaction is a model call: it spends the tenant's tokens of the minute (a
     job over them is refused at once, not queued and left to time out)."""
     one, two = make_pair(
-        rate_limit_tokens_per_minute=300, sync_timeout_seconds=2, tenant_max_running=0
+        rate_limit_tokens_per_minute=300, sync_timeout_seconds=10, tenant_max_running=0
     )
     first = create(one, A, input="x" * 800)  # ~200 tokens of 300
     left = int(first.headers["x-ratelimit-remaining-tokens"])
@@ -213,7 +213,9 @@ def test_rate_limit_a_job_takes_a_place_in_flight_while_its_gateway_waits(
         web.application.extensions["antwort"].limiter.clock = lambda: now[0]
     count = {"model": "m", "input": "hi"}
     job = WaitingJob(one, "/v1/responses/input_tokens", A, count)
+    deadline = time.monotonic() + 30
     while not queued(one.application):
+        assert time.monotonic() < deadline, "the count was never queued"
         time.sleep(0.01)
 
     refused = [create(two, A), two.post("/v1/responses/input_tokens", headers=A, json=count)]
@@ -225,7 +227,7 @@ def test_rate_limit_a_job_takes_a_place_in_flight_while_its_gateway_waits(
     # past its admission's reservation, the waiting gateway renews the job's place
     now[0] = NOW + 25
     in_flight, job_id = Keys(key_prefix).in_flight("team-a"), queued(one.application)[0]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while redis_client.zscore(in_flight, job_id) != (NOW + 25) * 1000:
         assert time.monotonic() < deadline, "the waiting job's place was not renewed"
         time.sleep(0.05)
