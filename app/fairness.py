@@ -38,6 +38,7 @@ from app.dispatch import Dispatcher
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.base import text
+from app.store.events import WAKE_LINE, publish
 from app.store.fair_share import FAIR_SHARE, FairShareCall, ended_responses
 
 JOB_PLACE_SECONDS = 30.0
@@ -226,6 +227,7 @@ class FairShare:
         pipe.rpush(placed, 1)
         pipe.expire(placed, int(JOB_PLACE_SECONDS))
         pipe.execute()
+        publish(self.store.redis, self.store.keys.channel(job_id), WAKE_LINE)
 
 
 def _job_member(kind: str, job_id: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import secrets
 import threading
 import time
@@ -47,11 +48,14 @@ from app.errors import (
     retry_later,
 )
 from app.fairness import FairShare
+from app.inbox import Inbox
 from app.lease import QueuedWatch
 from app.limits import HOLD_SECONDS, Caller
 from app.protocol.request import CreateResponseRequest
+from app.relay import EventHub
 from app.store import ResponseStore
 from app.store.base import text
+from app.store.events import WAKE_LINE, publish
 from app.telemetry import metrics
 
 JobKind = Literal["compaction", "input_tokens"]
@@ -129,6 +133,7 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
     *,
     caller: Caller,
     dispatcher: Dispatcher,
+    hub: EventHub | None = None,
 ) -> dict[str, Any]:
     """The gateway's wait for a job it started (:func:`wait_for_result`), its places held.
 
@@ -151,6 +156,7 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
         ),
         queued=not fair.is_parked(tenant, kind, job_id),
         on_wait=renew,
+        hub=hub,
     )
     try:
         return wait_for_result(
@@ -186,6 +192,9 @@ class Watch:
     """False: the fair share parked it; it is queued once it gets its place."""
     on_wait: Callable[[], None] | None = None
     """Called at each look (the job's places are renewed: :func:`wait_for_answer`)."""
+    hub: EventHub | None = None
+    """The gateway's: a waiter is woken by a publish and holds no Redis connection meanwhile
+    (None: it blocks on one, ``BLPOP``)."""
 
 
 def wait_for_result(
@@ -210,25 +219,43 @@ def wait_for_result(
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
     """
     key = store.keys.job_result(kind, job_id)
-    placed = store.keys.job_placed(kind, job_id)
+    if watch is None:
+        popped = store.redis.blpop([key], timeout=timeout_seconds)
+        if popped is None:
+            raise _timed_out(kind, timeout_seconds)
+        return _answer(store, kind, job_id, popped[1])
+    hub = watch.hub
+    inbox = None if hub is None else hub.listen(job_id, keepalive_seconds=watch.every)
+    try:
+        answer = _watched(store, kind, job_id, timeout_seconds, watch, inbox)
+    finally:
+        if hub is not None and inbox is not None:
+            hub.unlisten(job_id, inbox)
+    return _answer(store, kind, job_id, answer)
+
+
+def _watched(
+    store: ResponseStore,
+    kind: JobKind,
+    job_id: str,
+    timeout_seconds: float,
+    watch: Watch,
+    inbox: Inbox | None,
+) -> bytes | str:
+    """The job's answer as popped, its watch kept between waits (:func:`wait_for_result`)."""
+    key = store.keys.job_result(kind, job_id)
+    lists = [key, store.keys.job_placed(kind, job_id)]
     deadline = time.monotonic() + timeout_seconds
-    job = store.redis.get(store.keys.job(kind, job_id)) if watch is not None else None
-    queued_at = time.monotonic() if watch is not None and watch.queued else None
+    job = store.redis.get(store.keys.job(kind, job_id))
+    queued_at = time.monotonic() if watch.queued else None
     resends = 0
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ServerError(
-                f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
-            )
-        if watch is None:
-            popped = store.redis.blpop([key], timeout=remaining)
-            if popped is not None:
-                break
-            continue
-        popped = store.redis.blpop([key, placed], timeout=min(remaining, watch.every))
-        if popped is not None and text(popped[0]) == key:
-            break
+            raise _timed_out(kind, timeout_seconds)
+        popped = _next_arrival(store, lists, inbox, min(remaining, watch.every))
+        if popped is not None and popped[0] == key:
+            return popped[1]
         if popped is not None:  # parked, it got its place: queue it now
             _enqueue(watch.queue, kind, job_id)
             queued_at = time.monotonic()
@@ -246,12 +273,50 @@ def wait_for_result(
             metrics.JOB_REQUEUES.labels(kind, lost).inc()
             watch.queue.enqueue_job(kind, job_id)
             queued_at, resends = time.monotonic(), resends + 1
+
+
+def _next_arrival(
+    store: ResponseStore, lists: list[str], inbox: Inbox | None, timeout: float
+) -> tuple[str, bytes | str] | None:
+    """The first of ``lists`` to hold an item, and the item popped; None after ``timeout``.
+
+    Without an inbox, a ``BLPOP`` (a connection held while it waits). With one, what is
+    there is popped, else the wait is for the hub's wake-up (a publish, or quiet after the
+    inbox's keepalive) and what it brought; a wake-up with nothing (the hub subscribed again)
+    is None too: the caller looks again.
+    """
+    if inbox is None:
+        popped = store.redis.blpop(lists, timeout=timeout)
+        return None if popped is None else (text(popped[0]), popped[1])
+    for attempt in range(2):
+        pipe = store.redis.pipeline(transaction=False)
+        for name in lists:
+            pipe.lpop(name)
+        for name, item in zip(lists, pipe.execute(), strict=True):
+            if item is not None:
+                return name, item
+        if attempt == 0:
+            try:
+                inbox.take()
+            except queue.Empty:
+                return None
+    return None
+
+
+def _answer(store: ResponseStore, kind: JobKind, job_id: str, raw: bytes | str) -> dict[str, Any]:
+    """The popped answer (the job is removed); a worker's error raised."""
     store.redis.delete(store.keys.job(kind, job_id))
-    result: dict[str, Any] = json.loads(popped[1])
+    result: dict[str, Any] = json.loads(raw)
     error = result.get("error")
     if error is not None:
         raise _error_from(error)
     return result
+
+
+def _timed_out(kind: JobKind, timeout_seconds: float) -> ServerError:
+    return ServerError(
+        f"The {_named(kind)} did not finish within {timeout_seconds:.0f}s; try again later."
+    )
 
 
 def run_job(
@@ -371,6 +436,7 @@ def push_result(store: ResponseStore, kind: JobKind, job_id: str, result: dict[s
     pipe.rpush(key, json.dumps(result))
     pipe.expire(key, RESULT_TTL_SECONDS)
     pipe.execute()
+    publish(store.redis, store.keys.channel(job_id), WAKE_LINE)  # its gateway's hub wakes it
 
 
 def fail_job(store: ResponseStore, kind: JobKind, job_id: str, error: AppError) -> None:

@@ -11,7 +11,12 @@ probes again while A's backlog is still there. Run once with the fair share as `
 (``auto``, the default: ``ANTWORT_TENANT_MAX_RUNNING`` unset, as a fleet has it out of the box;
 or a number) and once with it off (``0``), to show what it prevents.
 
+With ``--flood-kind counts`` A floods with token counts instead (``POST
+/v1/responses/input_tokens``, ``--flood`` requests at once, each waiting for its answer and
+sent again, until B's probes end): jobs a request waits for, which take a tenant's places too.
+
     .venv/bin/python -m bench.fairness            # writes bench/results/fairness.json
+    .venv/bin/python -m bench.fairness --flood-kind counts --flood 200  # fairness-counts.json
 """
 
 from __future__ import annotations
@@ -99,6 +104,41 @@ def flood(url: str, count: int, ttft_ms: int) -> float:
     return time.perf_counter() - t0
 
 
+class CountFlood:
+    """A's token counts: ``count`` requests at once, each sent again once answered, until
+    :meth:`stop`; each waits ``ttft_ms`` for its model (the count's one-token call)."""
+
+    def __init__(self, url: str, count: int, ttft_ms: int):
+        self.body = {"input": f"count me [ttft_ms={ttft_ms}]"}
+        self.url = url
+        self.answered = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._send, daemon=True) for _ in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def _send(self) -> None:
+        with httpx.Client(timeout=300.0) as client:
+            while not self._stop.is_set():
+                answer = client.post(
+                    f"{self.url}/v1/responses/input_tokens", json=self.body, headers=A
+                )
+                with self._lock:
+                    if answer.status_code == 200:
+                        self.answered += 1
+                    else:
+                        self.failed += 1
+
+    def stop(self) -> dict[str, int]:
+        """Send no more (the requests on their way finish); what was answered."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=300)
+        return {"answered": self.answered, "failed": self.failed}
+
+
 def waiting_of_a(fleet: Fleet) -> dict[str, int]:
     """A's responses not yet started: parked (fair share) and queued on the fleet."""
     client = redis.Redis.from_url(REDIS_URL)
@@ -121,10 +161,17 @@ def run_one(cap: int | None, args: argparse.Namespace) -> dict[str, Any]:
         for client in clients:  # warm-up: each client's connection open, the fleet's caches
             probe(client, url)
         idle = probes(clients, url, args.spacing)
-        flood_seconds = flood(url, args.flood, args.flood_ttft_ms)
+        counts = None
+        if args.flood_kind == "counts":
+            counts = CountFlood(url, args.flood, args.flood_ttft_ms)
+            time.sleep(2.0)  # every count sent; A's share (or every thread) taken
+            flood_seconds = 0.0
+        else:
+            flood_seconds = flood(url, args.flood, args.flood_ttft_ms)
         before = waiting_of_a(fleet)
         loaded = probes(clients, url, args.spacing)
         after = waiting_of_a(fleet)
+        counted = counts.stop() if counts is not None else None
     finally:
         for client in clients:
             client.close()
@@ -141,6 +188,7 @@ def run_one(cap: int | None, args: argparse.Namespace) -> dict[str, Any]:
         "flood_post_seconds": round(flood_seconds, 2),
         "a_waiting_before_probes": before,
         "a_waiting_after_probes": after,
+        "a_counts": counted,
         "commands": fleet.commands(),
     }
 
@@ -155,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cap", default="auto", help="ANTWORT_TENANT_MAX_RUNNING; auto (default): unset"
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip the run with it off")
+    parser.add_argument(
+        "--flood-kind",
+        choices=["responses", "counts"],
+        default="responses",
+        help="A's flood: background responses, or token counts waited for (fairness-counts.json)",
+    )
     args = parser.parse_args(argv)
     runs = [run_one(None if args.cap == "auto" else int(args.cap), args)]
     if not args.no_baseline:
@@ -165,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fairness.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "fairness.json" if args.flood_kind == "responses" else "fairness-counts.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     for run in runs:
         print(
             f"cap {run['tenant_max_running']}: B's first event p50 idle "

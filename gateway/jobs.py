@@ -54,7 +54,14 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     job_id = start(gw.store, queue, gw.settings, json_body(), caller=caller)
     answer = wait_for_answer(
-        gw.store, queue, gw.settings, kind, job_id, caller=caller, dispatcher=gw.dispatcher
+        gw.store,
+        queue,
+        gw.settings,
+        kind,
+        job_id,
+        caller=caller,
+        dispatcher=gw.dispatcher,
+        hub=gw.hub,
     )
     add_rate_headers(caller.headers)
     return jsonify(answer)

@@ -32,6 +32,8 @@ END_EVENT_TYPE = "end"
 """The type of the line published when a response ends (or is deleted)."""
 END_LINE = f"-1{LINE_FIELD_SEPARATOR}{END_EVENT_TYPE}{LINE_FIELD_SEPARATOR}-"
 """That line in full: no event, only the news that none will follow."""
+WAKE_LINE = f"-1{LINE_FIELD_SEPARATOR}antwort.wake{LINE_FIELD_SEPARATOR}-"
+"""Published on a job's channel (:mod:`app.jobs`): its gateway has something to pop."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

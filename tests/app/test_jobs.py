@@ -9,17 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client import REGISTRY
 
 from app.config import Settings
 from app.errors import ServerError
-from app.jobs import Watch, held_job, run_job, start_job, wait_for_result
+from app.jobs import Watch, held_job, push_result, run_job, start_job, wait_for_result
 from app.lease import QueuedWatch
 from app.limits import Caller
 from app.protocol.request import CreateResponseRequest
+from app.relay import EventHub
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT, Tenant
 from tests.support.dispatch import RecordingJobQueue
+from tests.support.hub import stop_hub
 
 LEASE = 3.0
 """Seconds, the default; renewed every second, so that only a death lets it lapse."""
@@ -197,3 +200,49 @@ def test_a_parked_job_is_queued_once_it_gets_its_place_and_not_before(
     thread.join(timeout=30)
     assert waiting["result"] == {"input_tokens": 2}
     assert queue.jobs[0] == "job-1"
+
+
+def test_gateways_waiting_on_the_hub_hold_no_redis_connection(store: ResponseStore) -> None:
+    """A flood of waiting counts must not take the gateway's Redis pool (200 connections by
+    default) from its other requests: each waiter is woken by the hub's publish, not blocked
+    in a ``BLPOP`` of its own. Twelve waiters here share a pool of four."""
+    small = _with_a_pool_of_four(store)
+    hub = EventHub(store.redis, store.keys)
+    queue = RecordingJobQueue()
+    ids = [f"job-{n}" for n in range(12)]
+    for job_id in ids:
+        store.redis.set(store.keys.job("input_tokens", job_id), '{"n": 1}')
+    answers: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def gateway(job_id: str) -> None:
+        watch = Watch(queue=queue, every=LEASE, hub=hub)
+        try:
+            answers[job_id] = wait_for_result(
+                small, "input_tokens", job_id, timeout_seconds=30, watch=watch
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=gateway, args=(job_id,)) for job_id in ids]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(3.0)  # every waiter waiting, longer than the pool lets one wait for a connection
+        for n, job_id in enumerate(ids):
+            push_result(store, "input_tokens", job_id, {"input_tokens": n})
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        stop_hub(hub, store)
+        small.redis.close()
+        small.redis.connection_pool.disconnect()
+    assert errors == []
+    assert answers == {job_id: {"input_tokens": n} for n, job_id in enumerate(ids)}
+
+
+def _with_a_pool_of_four(store: ResponseStore) -> ResponseStore:
+    """The store on a client of its own whose pool has four connections (a wait of 2 s)."""
+    options = store.redis.connection_pool.connection_kwargs
+    pool = redis.BlockingConnectionPool(max_connections=4, timeout=2, **options)
+    return ResponseStore(redis.Redis(connection_pool=pool), keys=store.keys, ttl_seconds=600)
