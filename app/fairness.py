@@ -26,7 +26,7 @@ same fleet: it takes one of its tenant's places too (:meth:`FairShare.submit_job
 the same order. Its place is held while its gateway waits (renewed: :meth:`FairShare.hold_job`;
 it lapses :data:`JOB_PLACE_SECONDS` after a gateway that died) and freed when it is answered
 (:meth:`FairShare.end_job`). A parked job that gets a place is handed to its gateway (a push on
-its ``placed`` list), which queues it.
+its ``placed`` list, and a wake-up on its channel), which queues it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from app.store.events import WAKE_LINE, publish
 from app.store.fair_share import FAIR_SHARE, FairShareCall, ended_responses
 
 JOB_PLACE_SECONDS = 30.0
-"""How long a job's place outlasts its gateway's last renewal (a gateway renews it every 10 s)."""
+"""How long a job's place outlasts its gateway's last renewal (renewed every few seconds)."""
 _JOB = "job:"
 
 AUTO = "auto"

@@ -60,6 +60,8 @@ from app.telemetry import metrics
 
 JobKind = Literal["compaction", "input_tokens"]
 
+BLOCK_SECONDS = 3.0
+"""The longest one ``BLPOP`` of a wait blocks for (a wait is made of several)."""
 RESULT_TTL_SECONDS = 600
 """How long an answer waits for its gateway (and a job outlives the gateway's wait)."""
 
@@ -219,11 +221,13 @@ def wait_for_result(
         AppError: the worker's error (the model failed, …), or a ``ServerError`` on timeout.
     """
     key = store.keys.job_result(kind, job_id)
-    if watch is None:
-        popped = store.redis.blpop([key], timeout=timeout_seconds)
-        if popped is None:
-            raise _timed_out(kind, timeout_seconds)
-        return _answer(store, kind, job_id, popped[1])
+    if watch is None:  # short blocks: a client's socket timeout may be shorter than the wait
+        deadline = time.monotonic() + timeout_seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            popped = store.redis.blpop([key], timeout=min(remaining, BLOCK_SECONDS))
+            if popped is not None:
+                return _answer(store, kind, job_id, popped[1])
+        raise _timed_out(kind, timeout_seconds)
     hub = watch.hub
     inbox = None if hub is None else hub.listen(job_id, keepalive_seconds=watch.every)
     try:

@@ -210,7 +210,10 @@ class Caller:
             self.limiter.confirm(self.tenant, response_id)
 
     def hold(self, job_id: str) -> None:
-        """An admitted job is still waited for (:meth:`RateLimiter.hold`); every ~10 s."""
+        """An admitted job is still waited for: its place is renewed (:meth:`RateLimiter.hold`).
+
+        At each look of its gateway: every ``lease_seconds``, 10 s at most.
+        """
         if self.limiter is not None:
             self.limiter.hold(self.tenant, job_id)
 
