@@ -110,6 +110,18 @@ class FairShare:
         parked = self.store.keys.tenant_parked(tenant)
         return self.store.redis.zscore(parked, _job_member(kind, job_id)) is not None
 
+    def holds_job(self, tenant: str, kind: str, job_id: str) -> bool:
+        """Whether the job is parked or has a place (False: it was dropped, or has ended).
+
+        A process of an older fleet, releasing the tenant's parked work, pops a parked job as
+        if it were a response and drops it, never handing it over.
+        """
+        keys, member = self.store.keys, _job_member(kind, job_id)
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.zscore(keys.tenant_parked(tenant), member)
+        pipe.zscore(keys.tenant_jobs(tenant), member)
+        return any(score is not None for score in pipe.execute())
+
     def hold_job(self, tenant: str, kind: str, job_id: str) -> None:
         """The job is still waited for: its place (if it has one) is kept another while."""
         until = int((time.time() + JOB_PLACE_SECONDS) * 1000)

@@ -157,6 +157,7 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
             max_resends=settings.max_task_deliveries,
         ),
         queued=not fair.is_parked(tenant, kind, job_id),
+        held=lambda: fair.holds_job(tenant, kind, job_id),
         on_wait=renew,
         hub=hub,
     )
@@ -192,6 +193,9 @@ class Watch:
     """When a queued job that no worker started is queued again (its message was lost)."""
     queued: bool = True
     """False: the fair share parked it; it is queued once it gets its place."""
+    held: Callable[[], bool] | None = None
+    """While it is parked: whether the fair share still holds it (False: a process of an older
+    fleet dropped it; it is queued at once)."""
     on_wait: Callable[[], None] | None = None
     """Called at each look (the job's places are renewed: :func:`wait_for_answer`)."""
     hub: EventHub | None = None
@@ -266,6 +270,11 @@ def _watched(
             continue
         if watch.on_wait is not None:
             watch.on_wait()
+        if queued_at is None and watch.held is not None and not watch.held():
+            logger.warning("%s job %s was dropped while parked; queueing it", kind, job_id)
+            _enqueue(watch.queue, kind, job_id)
+            queued_at = time.monotonic()
+            continue
         overdue = (
             queued_at is not None
             and resends < watch.unstarted.max_resends

@@ -313,3 +313,21 @@ def test_fairness_a_jobs_place_lapses_when_its_gateway_stops_renewing_it(
 
     assert len(queued(dispatcher)) == 1
     assert store.redis.zcard(jobs) == 0
+
+
+def test_fairness_a_parked_job_an_older_fleet_dropped_is_queued_by_its_gateway(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """In a rolling upgrade, an older process that releases the tenant's parked work pops a
+    parked job as if it were a response, finds no record and drops it: its gateway, which
+    would wait for a hand-over that never comes, queues it at its next look."""
+    settings = make_settings(tenant_max_running=1, lease_seconds=1.2)
+    dispatcher = RecordingDispatcher()
+    submit(store, dispatcher, settings, A, tenants=2)  # A's one place
+    job = WaitingGateway(store, settings, dispatcher, A)
+    assert not job.queued_within(0.3)
+
+    store.redis.zrem(store.keys.tenant_parked("team-a"), f"job:input_tokens:{job.job_id}")
+
+    assert job.queued_within(30)
+    assert job.answered(store, settings) == {"object": "response.input_tokens", "input_tokens": 5}
