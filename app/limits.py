@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 
+from app import cooperation
 from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
@@ -38,9 +39,18 @@ _REFUSED = {1: "requests", 2: "tokens", 3: "in_flight"}
 
 
 def estimate_tokens(request: CreateResponseRequest) -> int:
-    """A create's tokens before the model runs: input and instructions / 4, plus its output cap."""
-    text = json.dumps(request.model_dump(mode="json", include={"input", "instructions"}))
-    return max(1, len(text) // 4 + (request.max_output_tokens or 0))
+    """A create's tokens before the model runs: input and instructions / 4, plus its output cap.
+
+    The characters are those of the two as JSON; a list input's, a batch of items at a time
+    (:mod:`app.cooperation`).
+    """
+    if isinstance(request.input, str):
+        chars = len(json.dumps(request.model_dump(mode="json", include={"input", "instructions"})))
+    else:
+        chars = len(json.dumps(request.instructions))
+        for batch in cooperation.in_batches(request.input):
+            chars += len(json.dumps([item.model_dump(mode="json") for item in batch]))
+    return max(1, chars // 4 + (request.max_output_tokens or 0))
 
 
 def _reset(milliseconds: int) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
+from app import cooperation
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, check_item_ids, load_conversation
@@ -27,6 +29,7 @@ from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import (
     SETTINGS_ITEMS,
     AdditionalToolsItem,
+    InputItem,
     check_compaction_trigger,
     output_text_part,
 )
@@ -86,8 +89,38 @@ def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> 
 
 
 def parse_request(body: Any) -> CreateResponseRequest:
-    """Validate a create body; the first problem becomes a 400 whose ``param`` names the field."""
-    return parse_body(CreateResponseRequest, body)
+    """Validate a create body; the first problem becomes a 400 whose ``param`` names the field.
+
+    A list ``input`` longer than a batch is validated a batch at a time, the process's other
+    work running between two (:mod:`app.cooperation`); the problem reported is the one a
+    validation of the whole body would report.
+    """
+    items = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(items, list) or len(items) <= cooperation.BATCH:
+        return parse_body(CreateResponseRequest, body)
+    errors: list[ErrorDetails] = []
+    request = None
+    try:
+        request = CreateResponseRequest.model_validate({**body, "input": []})
+    except ValidationError as exc:
+        errors += exc.errors(include_url=False)
+    validated: list[Any] = []
+    for start, batch in enumerate(cooperation.in_batches(items)):
+        try:
+            validated += _INPUT_ITEMS.validate_python(batch)
+        except ValidationError as exc:
+            offset = start * cooperation.BATCH
+            for error in exc.errors(include_url=False):
+                where = ("input", offset + int(error["loc"][0]), *error["loc"][1:])
+                errors.append({**error, "loc": where})
+            break  # the first bad batch says enough
+    if errors or request is None:
+        raise _invalid_request(errors)
+    return request.model_copy(update={"input": validated})
+
+
+_INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+"""A list ``input``'s items, validated as :class:`CreateResponseRequest` validates them."""
 
 
 def parse_body(model: type[BodyT], body: Any) -> BodyT:
@@ -101,12 +134,17 @@ def parse_body(model: type[BodyT], body: Any) -> BodyT:
 
 
 def invalid_request_from(exc: ValidationError) -> InvalidRequestError:
-    """The most specific pydantic error as an OpenAI-style 400.
+    """The most specific pydantic error as an OpenAI-style 400 (:func:`_invalid_request`)."""
+    return _invalid_request(exc.errors(include_url=False))
+
+
+def _invalid_request(errors: Sequence[ErrorDetails]) -> InvalidRequestError:
+    """The most specific of pydantic's errors as an OpenAI-style 400.
 
     Every branch of a union reports its own error; the deepest location is the branch the client
     meant (a bad item of a list ``input``, not "``input`` should be a string").
     """
-    error = max(exc.errors(include_url=False), key=lambda error: len(error["loc"]))
+    error = max(errors, key=lambda error: len(error["loc"]))
     location = [
         str(part)
         for previous, part in zip((None, *error["loc"]), error["loc"], strict=False)
@@ -583,7 +621,10 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
             }
         ]
     else:
-        raw = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
+        raw = [
+            item.model_dump(mode="json", exclude_none=True)
+            for item in cooperation.each(request.input)
+        ]
     return normalise_items(raw)
 
 
@@ -605,7 +646,7 @@ def normalise_items(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     An item of a type whose stored form has a ``status`` has one (:data:`_STATUS_KEPT`).
     """
-    for item in raw:
+    for item in cooperation.each(raw):
         item.setdefault("type", "message")
         item.setdefault("id", f"{_ITEM_PREFIX[item['type']]}_{secrets.token_hex(16)}")
         if item["type"] in _STATUS_KEPT:

@@ -67,7 +67,7 @@ def _not_a_number(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_NOT_MARKS = bytes(set(range(256)) - set(b'"[]{}'))
 _INNERMOST = re.compile(rb"\[\]|\{\}")
 _MAY_BE_A_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]")
 """An escaped surrogate (or ``\\\\u…``, text), or one encoded (ED A0–BF: only surrogates)."""
@@ -79,10 +79,13 @@ def _nests_deeper(text: bytes, limit: int) -> bool:
     The brackets outside strings, their innermost pairs taken away once per level.
     """
     # in valid JSON a backslash escapes only within a string: without the escaped backslashes
-    # and quotes, every other quote opens a string
+    # and quotes, every other quote opens a string. Of the text only quotes and brackets are
+    # kept, and two quotes side by side dropped (a string without brackets, or the end of one
+    # and the start of the next: the quotes after them keep their parity), so the split below
+    # makes a part only for what is left: a string holding a bracket.
     unescaped = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(unescaped.split(b'"')[::2])
-    brackets = outside.translate(None, delete=_NOT_BRACKETS)
+    marks = unescaped.translate(None, delete=_NOT_MARKS).replace(b'""', b"")
+    brackets = b"".join(marks.split(b'"')[::2])
     for _ in range(limit):
         if not brackets:
             return False

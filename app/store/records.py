@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app import cooperation
 from app.errors import NotFoundError
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
@@ -232,7 +233,7 @@ class Records(StoreBase):
             checks=None,
             events=encoded,
             new=_NewRecord(
-                inputs=tuple(json.dumps(item) for item in inputs),
+                inputs=tuple(json.dumps(item) for item in cooperation.each(inputs)),
                 extra=json.dumps(extra),
                 started=_started(response),
                 owner=owner,

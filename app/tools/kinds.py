@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import redis
 
+from app import cooperation
 from app.config import Settings
 from app.keys import Keys
 from app.protocol.client_tools import EXTENSION_TYPE
@@ -326,9 +327,12 @@ class ToolKinds:
         Raises:
             InvalidRequestError: what a kind refused.
         """
+        is_long = len(context.inputs) > cooperation.BATCH
         for spec in self.specs:
             if spec.check_inputs is not None:
                 spec.check_inputs(context)
+                if is_long:  # a check reads every item: other work runs between two
+                    cooperation.pause()
         tools, extra = declared, dict[str, Any]()
         for spec in self.specs:
             if spec.prepare is not None:

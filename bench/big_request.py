@@ -1,0 +1,156 @@
+"""A large create and everyone else: does one client's big request stall its gateway process?
+
+One gateway process and one inference worker (16 threads) on a private fleet with two tenants'
+keys. Tenant B probes the gateway all along: ``/healthz`` in a loop (a 10 ms rest between two)
+and, on a connection of its own, a streamed response (``hello [tokens=5]``) one after another,
+timed to its first event. First on the idle gateway for ``--seconds``; then tenant A posts
+``--requests`` background creates one after another, each of ``--items`` one-word user
+messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once it is
+stored (what the worker then does with it is not the point), while B probes on. The figures
+are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken.
+
+    .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.fairness import TenantFleet
+from bench.stats import percentiles
+
+RESULTS = Path(__file__).resolve().parent / "results"
+A = {"Authorization": "Bearer ka", "Content-Type": "application/json"}
+B = {"Authorization": "Bearer kb"}
+
+
+class Probes:
+    """Tenant B's probes, in two threads, until stopped; each probe's latency in ms."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.health: list[float] = []
+        self.first_event: list[float] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._healthz, daemon=True),
+            threading.Thread(target=self._streams, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _healthz(self) -> None:
+        with httpx.Client(timeout=60.0) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                try:
+                    client.get(f"{self.url}/healthz").raise_for_status()
+                    self.health.append((time.perf_counter() - start) * 1000)
+                except httpx.HTTPError:
+                    self.failed += 1
+                time.sleep(0.01)
+
+    def _streams(self) -> None:
+        body = {"model": "antwort-sim", "input": "hello [tokens=5]", "stream": True}
+        with httpx.Client(timeout=60.0, headers=B) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                first = None
+                try:
+                    with client.stream("POST", f"{self.url}/v1/responses", json=body) as answer:
+                        answer.raise_for_status()
+                        for line in answer.iter_lines():
+                            if first is None and line.startswith("data:"):
+                                first = (time.perf_counter() - start) * 1000
+                except httpx.HTTPError:
+                    self.failed += 1
+                if first is not None:
+                    self.first_event.append(first)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+        return {
+            "healthz_ms": percentiles(self.health) | {"max": round(max(self.health), 1)},
+            "first_event_ms": percentiles(self.first_event)
+            | {"max": round(max(self.first_event), 1)},
+            "probes": {"healthz": len(self.health), "streams": len(self.first_event)},
+            "failed": self.failed,
+        }
+
+
+def big_creates(url: str, requests: int, items: int) -> dict[str, Any]:
+    """A's creates, one after another; each one's time and the body's size."""
+    body = json.dumps(
+        {
+            "model": "antwort-sim",
+            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+            "background": True,
+        }
+    ).encode()
+    seconds = []
+    with httpx.Client(timeout=300.0, headers=A) as client:
+        for _ in range(requests):
+            start = time.perf_counter()
+            answer = client.post(f"{url}/v1/responses", content=body)
+            seconds.append(round(time.perf_counter() - start, 2))
+            answer.raise_for_status()
+            client.post(f"{url}/v1/responses/{answer.json()['id']}/cancel")
+            time.sleep(0.5)
+    return {"body_mb": round(len(body) / 1e6, 2), "create_seconds": seconds}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    fleet = TenantFleet(inference_workers=1, worker_threads=16)
+    fleet.start()
+    try:
+        idle = Probes(fleet.gateway_url)
+        time.sleep(args.seconds)
+        idle_figures = idle.stop()
+        loaded = Probes(fleet.gateway_url)
+        creates = big_creates(fleet.gateway_url, args.requests, args.items)
+        loaded_figures = loaded.stop()
+    finally:
+        fleet.stop()
+    return {
+        "idle": idle_figures,
+        "while_big_creates": loaded_figures,
+        "big_creates": creates,
+        "commands": fleet.commands(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.big_request", description=__doc__)
+    parser.add_argument("--items", type=int, default=450_000)
+    parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="the idle probes' time")
+    parser.add_argument("--out", default="big-request.json")
+    args = parser.parse_args(argv)
+    result = {"machine": {"python": platform.python_version()}, "args": vars(args), **run(args)}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / args.out).write_text(json.dumps(result, indent=2) + "\n")
+    for phase in ("idle", "while_big_creates"):
+        figures = result[phase]
+        print(
+            f"{phase}: /healthz p50 {figures['healthz_ms']['p50']} ms, p99 "
+            f"{figures['healthz_ms']['p99']} ms, max {figures['healthz_ms']['max']} ms; "
+            f"B's first event p50 {figures['first_event_ms']['p50']} ms, max "
+            f"{figures['first_event_ms']['max']} ms; failed {figures['failed']}"
+        )
+    print(f"A's creates: {result['big_creates']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
