@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 from app.config import Settings
 from app.conversation import load_history
+from app.cooperation import one_large_at_a_time
 from app.dispatch import Dispatcher
 from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError, quoted
 from app.limits import Caller
@@ -266,6 +267,8 @@ class _Message:
     """Not JSON: the error its lane sends, in its turn."""
     claimed: _Claimed | None = None
     """A create from a paused response: what the reader took from it for this continuation."""
+    size: int = 0
+    """The message's bytes (:func:`app.cooperation.one_large_at_a_time`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,7 +374,7 @@ class SocketSession:
     def _take(self, transport: Transport, message: str | bytes) -> None:
         """Queue ``message`` on its lane, and start the lane's worker if none runs."""
         try:
-            taken = _Message(load_json(message))
+            taken = _Message(load_json(message), size=len(message))
         except AppError as error:
             # kept for its lane, so without its traceback and the parser's error: their frames
             # (this one among them) would hold it, and the session with them, in a cycle
@@ -382,7 +385,7 @@ class SocketSession:
             return
         if isinstance(taken.event, dict) and taken.event.get("type") == CREATE_EVENT:
             # in message order: a steer read after this create finds its response continued
-            taken = _Message(taken.event, claimed=self._claim(taken.event))
+            taken = _Message(taken.event, claimed=self._claim(taken.event), size=len(message))
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1
@@ -448,7 +451,12 @@ class SocketSession:
                 create = parse_create_event(message.event)
                 body = create.body
                 self.run(
-                    transport, body, generate=create.generate, lane=lane, claimed=message.claimed
+                    transport,
+                    body,
+                    generate=create.generate,
+                    lane=lane,
+                    claimed=message.claimed,
+                    size=message.size,
                 )
             except ConnectionLimitError:
                 return False  # the reader says why, once
@@ -473,13 +481,16 @@ class SocketSession:
         generate: bool = True,
         lane: Lane = None,
         claimed: _Claimed | None = None,
+        size: int = 0,
     ) -> None:
         """Create the response, relay its events, and remember it when it can be continued.
 
         Then its successors, while steering input arrives for them.
 
         ``generate``: False to complete it with no output (the request's state only);
-        ``claimed``: what it continues a paused response with (its queued steers join the input).
+        ``claimed``: what it continues a paused response with (its queued steers join the input);
+        ``size``: the message's bytes (a large one is made a response when no other large body
+        of the process is: :func:`app.cooperation.one_large_at_a_time`).
 
         Raises:
             AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
@@ -487,7 +498,10 @@ class SocketSession:
         """
         steers = claimed.steers if claimed is not None else []
         try:
-            created = self._create(with_queued(body, steers) if steers else body, generate, lane)
+            with one_large_at_a_time(size):
+                created = self._create(
+                    with_queued(body, steers) if steers else body, generate, lane
+                )
         except AppError:
             if claimed is not None:
                 self._put_back(claimed)

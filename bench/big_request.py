@@ -7,7 +7,8 @@ timed to its first event. First on the idle gateway for ``--seconds``; then tena
 ``--requests`` background creates one after another, each of ``--items`` one-word user
 messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once it is
 stored (what the worker then does with it is not the point), while B probes on. The figures
-are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken.
+are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken; and
+each process's peak RSS meanwhile. ``--at-once K``: A's creates come from K clients at once.
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 
 from bench.fairness import TenantFleet
+from bench.fleet import RssSampler
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -89,8 +91,8 @@ class Probes:
         }
 
 
-def big_creates(url: str, requests: int, items: int) -> dict[str, Any]:
-    """A's creates, one after another; each one's time and the body's size."""
+def big_creates(url: str, requests: int, items: int, at_once: int = 1) -> dict[str, Any]:
+    """A's creates, one after another (``at_once`` clients each); each one's time, the size."""
     body = json.dumps(
         {
             "model": "antwort-sim",
@@ -98,16 +100,24 @@ def big_creates(url: str, requests: int, items: int) -> dict[str, Any]:
             "background": True,
         }
     ).encode()
-    seconds = []
-    with httpx.Client(timeout=300.0, headers=A) as client:
-        for _ in range(requests):
-            start = time.perf_counter()
-            answer = client.post(f"{url}/v1/responses", content=body)
-            seconds.append(round(time.perf_counter() - start, 2))
-            answer.raise_for_status()
-            client.post(f"{url}/v1/responses/{answer.json()['id']}/cancel")
-            time.sleep(0.5)
-    return {"body_mb": round(len(body) / 1e6, 2), "create_seconds": seconds}
+    seconds: list[float] = []
+
+    def one_client() -> None:
+        with httpx.Client(timeout=600.0, headers=A) as client:
+            for _ in range(requests):
+                start = time.perf_counter()
+                answer = client.post(f"{url}/v1/responses", content=body)
+                seconds.append(round(time.perf_counter() - start, 2))
+                answer.raise_for_status()
+                client.post(f"{url}/v1/responses/{answer.json()['id']}/cancel")
+                time.sleep(0.5)
+
+    clients = [threading.Thread(target=one_client) for _ in range(at_once)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    return {"body_mb": round(len(body) / 1e6, 2), "create_seconds": sorted(seconds)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.seconds)
         idle_figures = idle.stop()
         loaded = Probes(fleet.gateway_url)
-        creates = big_creates(fleet.gateway_url, args.requests, args.items)
+        with RssSampler(fleet, interval=0.05) as rss:
+            creates = big_creates(fleet.gateway_url, args.requests, args.items, args.at_once)
         loaded_figures = loaded.stop()
     finally:
         fleet.stop()
@@ -126,6 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "idle": idle_figures,
         "while_big_creates": loaded_figures,
         "big_creates": creates,
+        "peak_rss_mb": rss.peaks_mb(),
         "commands": fleet.commands(),
     }
 
@@ -133,7 +145,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.big_request", description=__doc__)
     parser.add_argument("--items", type=int, default=450_000)
-    parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=3, help="creates of each A client")
+    parser.add_argument("--at-once", type=int, default=1, help="A's clients, all at once")
     parser.add_argument("--seconds", type=float, default=5.0, help="the idle probes' time")
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             f"B's first event p50 {figures['first_event_ms']['p50']} ms, max "
             f"{figures['first_event_ms']['max']} ms; failed {figures['failed']}"
         )
-    print(f"A's creates: {result['big_creates']}")
+    print(f"A's creates: {result['big_creates']}; peak RSS MB: {result['peak_rss_mb']}")
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from app import cooperation
 from app import responses as core
 from app.errors import (
     InvalidRequestError,
@@ -58,6 +59,15 @@ def json_body() -> object:
     return load_json(data)
 
 
+def read_body_size() -> int:
+    """The request body's size, read whole first: a client sending slowly holds no place.
+
+    Raises:
+        RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
+    """
+    return len(request.get_data(cache=True))
+
+
 @blueprint.post("/v1/responses")
 def create() -> Response:
     """Create a response: SSE when ``stream``, at once when ``background``, else when done.
@@ -70,17 +80,21 @@ def create() -> Response:
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     relay = CreatedRelay(gw.store, gw.hub)
     try:
-        response, parsed = core.create_response(
-            gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller, on_stored=relay
-        )
+        with cooperation.one_large_at_a_time(read_body_size()):
+            response, parsed = core.create_response(
+                gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller, on_stored=relay
+            )
     except BaseException:
         relay.close()  # stored, then failed: nobody follows it
         raise
     add_rate_headers(caller.headers)
-    if parsed.background and not parsed.stream:  # answered at once: nobody follows it
+    # the request (its input's items) is not kept while a sync create waits, minutes maybe
+    background, stream = parsed.background, parsed.stream
+    del parsed
+    if background and not stream:  # answered at once: nobody follows it
         relay.close()
         return jsonify(response.wire())
-    if parsed.stream:
+    if stream:
         batches = relay.batches(keepalive_seconds=gw.settings.keepalive_seconds)
         return sse_response(batches, on_close=relay.close)
     try:  # a sync create waits with a 1 s keepalive: its deadline's tick

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,32 @@ def test_a_bad_field_beside_a_long_input_is_named_too() -> None:
     assert json.dumps(batched.value.message) == json.dumps(
         "Invalid type for 'temperature': expected a number, but got a string instead."
     )
+
+
+def test_large_bodies_go_one_at_a_time_and_smaller_ones_meanwhile() -> None:
+    entered: list[str] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES):
+            entered.append("first")
+            first_in.set()
+            release.wait(30)
+
+    def second() -> None:
+        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES + 1):
+            entered.append("second")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert first_in.wait(30)
+    threads[1].start()
+    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES - 1):
+        entered.append("small")
+    threads[1].join(0.5)  # time enough to enter, were the place not taken
+
+    assert entered == ["first", "small"]
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    assert entered == ["first", "small", "second"]

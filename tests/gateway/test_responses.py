@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from openai.types.responses import (
     ResponseInputText,
     ResponseItemList,
 )
+from werkzeug.test import TestResponse
 
+from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import FINISH
@@ -330,3 +333,26 @@ def test_a_create_followed_by_nobody_leaves_no_listener(
     failed = web.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
     assert failed.status_code == 500
     assert hub.listening(dispatcher.turns[-1][0]) == 0
+
+
+def test_a_large_body_waits_for_the_process_s_place_and_a_small_one_does_not(
+    web: FlaskClient,
+) -> None:
+    """Large bodies are made responses one at a time in a process (their items take many times
+    their size meanwhile); the others go on."""
+    large = {"model": "m", "background": True, "input": "x" * cooperation.LARGE_BYTES}
+    answers: dict[str, TestResponse] = {}
+
+    def post_large() -> None:
+        answers["large"] = web.post("/v1/responses", json=large)
+
+    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES):  # another one's place
+        thread = threading.Thread(target=post_large)
+        thread.start()
+        small = web.post("/v1/responses", json={"model": "m", "background": True, "input": "hi"})
+        assert small.status_code == 200
+        thread.join(0.5)  # time enough to be answered, were the place not taken
+        assert "large" not in answers
+
+    thread.join(30)
+    assert answers["large"].status_code == 200
