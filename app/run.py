@@ -33,6 +33,7 @@ lives in Redis, never in a task message.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -347,16 +348,47 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
     counted by its server (:func:`prompt_tokens`), is at least that many tokens, and the
     context holds something a summary shortens (the model's side after the latest compaction;
     ``items.since_compaction``). The item summarises the context so far; the model is then
-    shown the context from it on.
+    shown the context from it on. A prompt surely under the threshold by its bytes
+    (:func:`tokens_at_most`) is not sent to be counted: the turn makes one model call, not two.
     """
     threshold = state.extra.get(COMPACT_THRESHOLD_EXTRA)
     context = [*state.context, *state.response.output]
     if not threshold or not is_compactable(context):
         return
-    tokens = prompt_tokens(deps, state)
+    request = _prompt_request(deps, state)
+    at_most = tokens_at_most(request)
+    if at_most is not None and at_most < threshold:
+        return  # surely under: no call to count
+    tokens = _counted(deps, request)
     if tokens is None or tokens < threshold:
         return
     _add_compaction(state, sink, *compaction_turn(deps, state.response, context, turn=state.turn))
+
+
+TEMPLATE_TOKENS = 1024
+"""What a chat template may add to a prompt beyond its items' and tools' JSON. Each message's
+markers are fewer tokens than the JSON around it, but a template may add text of its own
+(instructions for tool use, a default system prompt, the date): a few hundred tokens."""
+
+_MEDIA_PARTS = tuple(
+    f'"type": "{kind}"'
+    for kind in ("input_image", "input_file", "input_audio", "computer_screenshot")
+)
+
+
+def tokens_at_most(request: ModelRequest) -> int | None:
+    """At most how many tokens the prompt of ``request`` is, without asking its model's server.
+
+    A token is at least a byte of text in the tokenizers chat models use (BPE over bytes;
+    SentencePiece, whose unknown characters fall back to bytes), so the prompt is at most as
+    many tokens as its items, instructions and tools take bytes as JSON, plus what the chat
+    template adds (:data:`TEMPLATE_TOKENS`). None: the prompt holds an image, a file or audio,
+    whose tokens no text measures.
+    """
+    text = json.dumps([request.instructions, request.items, request.tools], ensure_ascii=False)
+    if any(part in text for part in _MEDIA_PARTS):  # as a part's type, never in a string
+        return None
+    return len(text.encode("utf-8", "surrogatepass")) + TEMPLATE_TOKENS
 
 
 def _add_compaction(state: RunState, sink: EventSink, item: dict[str, Any], usage: Usage) -> None:
@@ -380,9 +412,19 @@ def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
     first call) and sent for one token; the server's prefix cache makes the call after it
     cheap.
     """
+    return _counted(deps, _prompt_request(deps, state))
+
+
+def _prompt_request(deps: RunDeps, state: RunState) -> ModelRequest:
+    """The run's next model call as :func:`call_model` sends it (the JSON protocol's first)."""
     request, provider = model_call(deps, state)
     if isinstance(provider, JsonToolProtocol):
         request = provider.first_call(request)
+    return request
+
+
+def _counted(deps: RunDeps, request: ModelRequest) -> int | None:
+    """The prompt tokens of ``request`` as its server counts them, sent for one token."""
     request = replace(request, params={**request.params, "max_tokens": 1})
     chunks = deps.provider.stream(request)
     tokens = None

@@ -14,7 +14,7 @@ from app.config import Settings
 from app.providers.chunks import Finish, TextDelta
 from app.providers.translate import to_chat_messages
 from app.responses import create_response
-from app.run import RunDeps, advance_response
+from app.run import TEMPLATE_TOKENS, RunDeps, advance_response
 from app.sealing import SUMMARY_HEADER
 from app.store import ResponseStore
 from app.summary import SUMMARY_REQUEST
@@ -187,3 +187,32 @@ def test_a_stateless_history_is_compacted_and_the_next_request_shown_from_the_it
         "assistant",
         "user",
     ]
+
+
+def test_a_prompt_surely_under_the_threshold_by_its_bytes_is_not_counted(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """Its tokens are at most its bytes as JSON plus what a template adds: no call to count
+    them, so the turn makes one model call. Before, every turn made two."""
+    turn = asked(store, make_settings(), context_management=compacting(TEMPLATE_TOKENS + 4000))
+
+    [answered] = turn.model.requests
+    assert "max_tokens" not in answered.params
+    assert [item["type"] for item in turn.output] == ["message"]
+
+
+def test_a_prompt_over_the_bound_or_with_an_image_is_counted_by_the_server(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"}
+    for question in ("When? " + "x" * 5000, [{"type": "input_text", "text": "When?"}, image]):
+        turn = chained(
+            store,
+            make_settings(),
+            answer("On Tuesday."),
+            input=[{"role": "user", "content": question}],
+            context_management=compacting(TEMPLATE_TOKENS + 4000),
+        )
+
+        measured, answered = turn.model.requests
+        assert measured.params["max_tokens"] == 1 and "max_tokens" not in answered.params
