@@ -11,8 +11,10 @@ and its events are relayed from the event log as they are — same events, same 
 ``stream_id``. Messages without one share the default lane, whose events carry none (one
 response at a time, as clients that know no lanes expect). ``previous_response_id`` may name a
 response of any lane (a new lane forks from it). The reader takes up to
-``websocket_max_pending`` messages ahead (queued or running, all lanes); beyond that it reads
-no more until one is done, so a client cannot queue without bound.
+``websocket_max_pending`` messages ahead (queued or running, all lanes), and more than one only
+while they take fewer than ``max_body_bytes`` together; beyond that it reads no more until one
+is done, so a client cannot queue without bound (sixteen 16 MB messages of tiny items, parsed,
+would take gigabytes).
 
 ``"generate": false`` prepares a response without calling the model: it completes with no
 output, and a later ``response.create`` continues from it with ``previous_response_id``
@@ -310,6 +312,8 @@ class SocketSession:
         self._lanes: dict[Lane, deque[_Message]] = {}
         self._pending = 0
         """Messages taken and not yet done, all lanes (the running ones included)."""
+        self._pending_bytes = 0
+        """Their bytes as sent."""
         self._last_done = self.clock()
         self._ended = False
         self._sending = threading.Lock()
@@ -359,12 +363,17 @@ class SocketSession:
             return self._pending > 0
 
     def _room(self) -> bool:
-        """Whether fewer than ``websocket_max_pending`` messages are pending.
+        """Whether another message may be taken (one, however large, always may).
 
-        Waits for one to be done, at most until the connection's time is up.
+        Fewer than ``websocket_max_pending`` messages must be pending, taking fewer than
+        ``max_body_bytes`` together. Waits for one to be done, at most until the connection's
+        time is up.
         """
         with self._state:
-            while self._pending >= self.settings.websocket_max_pending:
+            while (
+                self._pending >= self.settings.websocket_max_pending
+                or self._pending_bytes >= self.settings.max_body_bytes
+            ):
                 left = self.deadline - self.clock()
                 if left <= 0:
                     return False
@@ -389,6 +398,7 @@ class SocketSession:
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1
+            self._pending_bytes += taken.size
             queue = self._lanes.get(lane)
             if queue is not None:
                 queue.append(taken)
@@ -403,6 +413,7 @@ class SocketSession:
                 queue = self._lanes[lane]
                 if not queue or self._ended:
                     self._pending -= len(queue)
+                    self._pending_bytes -= sum(message.size for message in queue)
                     del self._lanes[lane]
                     self._state.notify_all()
                     return
@@ -413,6 +424,7 @@ class SocketSession:
                 with self._state:
                     queue.popleft()
                     self._pending -= 1
+                    self._pending_bytes -= message.size
                     self._last_done = self.clock()
                     self._state.notify_all()
             if not alive:

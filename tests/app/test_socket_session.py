@@ -534,15 +534,41 @@ def test_session_reads_no_further_than_its_pending_limit(
 ) -> None:
     model = HeldModel()
     session = make_session(model, websocket_max_pending=1)
-    unread: list[int] = []
     transport = LeavingTransport(
         create(input="hold on", stream_id="a"),
         create(input="go", stream_id="b"),
         ready=lambda _: True,
     )
 
+    assert unread_while_held(session, model, transport) == 1  # b's create stayed unread
+    a, b = transport.of_lane("a"), transport.of_lane("b")
+    assert transport.sent.index(a[-1]) < transport.sent.index(b[0])
+
+
+@pytest.mark.parametrize(("padding", "left_unread"), [(0, 0), (1100, 1)])
+def test_session_reads_no_further_than_its_pending_bytes(
+    make_session: Callable[..., SocketSession], padding: int, left_unread: int
+) -> None:
+    """Past ``max_body_bytes`` of pending messages the reader waits (one is always taken): a
+    client cannot have sixteen large messages parsed and held at once."""
+    model = HeldModel()
+    session = make_session(model, max_body_bytes=1024)
+    transport = LeavingTransport(
+        create(input="hold on " + "x" * padding, stream_id="a"),
+        create(input="go", stream_id="b"),
+        ready=lambda _: True,
+    )
+
+    assert unread_while_held(session, model, transport) == left_unread
+    assert transport.of_lane("a") and transport.of_lane("b")
+
+
+def unread_while_held(session: SocketSession, model: HeldModel, transport: LeavingTransport) -> int:
+    """How many of ``transport``'s messages stay unread while the first one's model is held."""
+    unread: list[int] = []
+
     def look_then_release() -> None:
-        wait_for(session.busy, timeout=10, what="a's create taken")
+        wait_for(session.busy, timeout=10, what="the first create taken")
         time.sleep(0.2)  # room for a reader that would read on
         unread.append(len(transport.messages))
         model.release.set()
@@ -551,7 +577,5 @@ def test_session_reads_no_further_than_its_pending_limit(
     looker.start()
     serve(session, transport)
     looker.join(timeout=10)
-
-    assert unread == [1]  # b's create stayed unread while a's ran
-    a, b = transport.of_lane("a"), transport.of_lane("b")
-    assert transport.sent.index(a[-1]) < transport.sent.index(b[0])
+    [count] = unread
+    return count
