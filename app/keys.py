@@ -60,6 +60,10 @@ class Keys:
         """List: the response's own input items (JSON), in order."""
         return f"{self._r(response_id)}:in"
 
+    def staged_inputs(self, response_id: str) -> str:
+        """List: a new response's input items staged before its create renames it to ``inputs``."""
+        return f"{self._r(response_id)}:in:staged"
+
     def events(self, response_id: str) -> str:
         """Stream: every event of the response, entry id ``1-<sequence_number>``."""
         return f"{self._r(response_id)}:ev"

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app import cooperation
 from app.aead import Aead, fleet_secret
 from app.config import Settings
 from app.errors import InvalidRequestError
@@ -165,10 +166,10 @@ def check_sealed_items(
             tenant's compaction item is refused like a forged one.
         InvalidReasoningError: with ``param`` naming the first bad reasoning item.
     """
-    if not any(is_sealed(item) for item in inputs):
+    if not any(is_sealed(item) for item in cooperation.each(inputs)):
         return
     sealer = fleet_sealer(store, settings)
-    for index, item in enumerate(inputs):
+    for index, item in enumerate(cooperation.each(inputs, every=100)):  # each one a decryption
         param = f"input.{index}.encrypted_content"
         if item.get("type") == "compaction":
             if sealer.open(item["encrypted_content"], param=param).owner != owner:

@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from app import cooperation
 from app.errors import InvalidRequestError
 from app.protocol.client_items import (
     ApplyPatchCallItem,
@@ -343,7 +344,7 @@ def check_compaction_trigger(inputs: Sequence[dict[str, Any]], *, has_history: b
     Raises:
         InvalidRequestError: a trigger before another item, or one with nothing to compact.
     """
-    for index, item in enumerate(inputs[:-1]):
+    for index, item in enumerate(cooperation.each(inputs[:-1])):
         if item.get("type") == COMPACTION_TRIGGER:
             raise InvalidRequestError(
                 "A 'compaction_trigger' item must be the last input item.",

@@ -107,6 +107,8 @@ class WriteCall:
     results: str = key()
     own_history: str = key()
     """The history list the response's create began (``Keys.history(id, id)``)."""
+    staged_inputs: str = key()
+    """A create's input items staged by ``stage_inputs.lua`` (``is_staged``)."""
     channel: str
     maxlen: int
     ttl: int
@@ -147,8 +149,10 @@ class WriteCall:
     is_forgotten: bool
     """A terminal write of a ``store: false`` response: its tool results and the history list
     its create began (the context a WebSocket connection gave it) take the record's ``ttl``."""
+    is_staged: bool
+    """A create whose input items are on ``staged_inputs``: the list becomes ``inputs_key``."""
     inputs: tuple[str, ...] = counted()
-    """Stored by a create."""
+    """Stored by a create (after the staged ones)."""
     event_types: tuple[str, ...] = counted()
     event_json_prefixes: tuple[str, ...] = counted()
     conversation_items: tuple[str, ...] = counted()
@@ -171,6 +175,17 @@ class SetExtraCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StageInputsCall:
+    """The operands of ``stage_inputs.lua``."""
+
+    staged: str = key()
+    before: int
+    """The items the list must hold for this batch to go on (else it went on already)."""
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Checks:
     """What a write (not a create) checks before it writes."""
 
@@ -187,12 +202,17 @@ class _NewRecord:
     inputs: tuple[str, ...]
     extra: str
     started: str
+    is_staged: bool = False
+    """The input items are on the staged list (:meth:`Records._stage`), not in ``inputs``."""
     owner: str = ""
     watch_until: float | None = None
     history: HistoryRef | None = None
 
 
 WRITE = LuaScript("write", WriteCall)
+STAGE_INPUTS = LuaScript("stage_inputs", StageInputsCall)
+STAGED_SECONDS = 3600
+"""How long staged input items wait for their create (which follows within seconds)."""
 SET_EXTRA = LuaScript("set_extra", SetExtraCall)
 _CREATED = ""  # a create checks no source status (the record must not exist)
 _VERSION_MOVED, _LEASE_LOST = -3, -4
@@ -228,14 +248,19 @@ class Records(StoreBase):
         (``app.lease.sweep``).
         """
         encoded = encode_events(events)
+        items = [json.dumps(item) for item in cooperation.each(inputs)]
+        is_staged = len(items) > cooperation.BATCH
+        if is_staged:
+            self._stage(response.id, items)
         result = self._put(
             response,
             checks=None,
             events=encoded,
             new=_NewRecord(
-                inputs=tuple(json.dumps(item) for item in cooperation.each(inputs)),
+                inputs=() if is_staged else tuple(items),
                 extra=json.dumps(extra),
                 started=_started(response),
+                is_staged=is_staged,
                 owner=owner,
                 watch_until=watch_until,
                 history=history,
@@ -244,6 +269,29 @@ class Records(StoreBase):
         if not result.ok:  # ids are random; a clash is a bug
             raise RuntimeError(f"response {response.id} already exists")
         return logged_events(encoded, first=0)
+
+    def _stage(self, response_id: str, items: Sequence[str]) -> None:
+        """Put a new response's input items on its staged list, a batch a call.
+
+        Many items in the create's one call held Redis for everyone while it ran (450,000: 0.77
+        s), and the gateway while it packed them; a batch is a few milliseconds of either, with
+        the gateway's other work between two (:mod:`app.cooperation`). Should the create never
+        come (the gateway failed), the list goes after :data:`STAGED_SECONDS`.
+
+        Raises:
+            RuntimeError: the list did not grow by the batch (it went away meanwhile).
+        """
+        staged = self.keys.staged_inputs(response_id)
+        stage = self.script(STAGE_INPUTS)
+        before = 0
+        for batch in cooperation.in_batches(items):
+            call = StageInputsCall(
+                staged=staged, before=before, ttl=STAGED_SECONDS, items=tuple(batch)
+            )
+            length = stage(call)
+            before += len(batch)
+            if int(length) != before:
+                raise RuntimeError(f"the input items of {response_id} were not staged")
 
     def write(
         self,
@@ -309,6 +357,7 @@ class Records(StoreBase):
                 conversation_order=self.keys.conversation_order(conversation_keys_id),
                 results=self.keys.tool_results(rid),
                 own_history=self.keys.history(rid, rid),
+                staged_inputs=self.keys.staged_inputs(rid),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -334,6 +383,7 @@ class Records(StoreBase):
                 watch_until=new.watch_until,
                 history="" if new.history is None else new.history.encode(),
                 is_forgotten=is_terminal and not response.store,
+                is_staged=new.is_staged,
                 inputs=new.inputs,
                 event_types=events.types,
                 event_json_prefixes=events.json_prefixes,

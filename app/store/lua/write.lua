@@ -2,7 +2,8 @@
 -- Checks the record's status (one of the transition's sources; for a create: no record yet)
 -- and optionally its version, then writes the record and emits the events in the same step,
 -- so `response.completed` exists exactly when the stored status says `completed`. A create
--- stores the input items too, and with a `watch_until` puts the response under the sweeper's
+-- stores the input items too (or renames the list they were staged on, `is_staged`:
+-- stage_inputs.lua), and with a `watch_until` puts the response under the sweeper's
 -- watch until then (its first turn must start by then). A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
@@ -34,6 +35,7 @@ local conversation_items_key = KEYS[8]
 local conversation_order = KEYS[9]
 local results = KEYS[10]
 local own_history = KEYS[11]
+local staged_inputs = KEYS[12]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -59,7 +61,8 @@ local once_token = ARGV[22]
 local watch_until = ARGV[23]
 local history = ARGV[24]
 local is_forgotten = ARGV[25]
-local inputs, at = counted_list(26)
+local is_staged = ARGV[26]
+local inputs, at = counted_list(27)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -83,6 +86,9 @@ if not holds_lease(record, lease, active, lease_token, lease_ms, lease_deadline,
 end
 if is_create == '1' then
   redis.call('DEL', inputs_key)
+  if is_staged == '1' then
+    redis.call('RENAME', staged_inputs, inputs_key)
+  end
   for i = 1, #inputs, 1000 do
     redis.call('RPUSH', inputs_key, unpack(inputs, i, math.min(i + 999, #inputs)))
   end
