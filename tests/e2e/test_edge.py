@@ -316,6 +316,28 @@ def test_edge_a_body_shorter_than_its_content_length_is_400(edge: str, path: str
     assert "ended before" in error.message
 
 
+def test_edge_a_create_of_many_items_stores_them_all_in_order(edge: str) -> None:
+    """Its per-item work pauses between batches and its items reach Redis a batch a call
+    (``app.cooperation``, ``stage_inputs.lua``); what the client reads back is what it sent."""
+    items = [{"role": "user", "content": f"item {n}"} for n in range(20_000)]
+
+    created = httpx.post(
+        f"{edge}/v1/responses", json={"model": "m", "input": items, "background": True}, timeout=120
+    )
+
+    assert created.status_code == 200, created.text
+    listed = f"{edge}/v1/responses/{created.json()['id']}/input_items"
+    first = httpx.get(listed, params={"order": "asc", "limit": 100}, timeout=30).json()
+    last = httpx.get(listed, params={"order": "desc", "limit": 100}, timeout=30).json()
+    assert [item["content"][0]["text"] for item in first["data"]] == [
+        f"item {n}" for n in range(100)
+    ]
+    assert [item["content"][0]["text"] for item in last["data"]] == [
+        f"item {n}" for n in range(19_999, 19_899, -1)
+    ]
+    assert first["has_more"] and last["has_more"]
+
+
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 def test_edge_the_listen_queue_is_as_long_as_the_pool(fleet: Fleet) -> None:
     """The gateway listens with a queue as long as its pool (4,000 by default), kernel permitting.
