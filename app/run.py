@@ -33,7 +33,6 @@ lives in Redis, never in a task message.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -98,7 +97,12 @@ from app.providers.json_protocol import (
     Memory,
     with_tool_protocol,
 )
-from app.providers.translate import ModelProvider, ModelRequest, reasoning_effort_param
+from app.providers.translate import (
+    ModelProvider,
+    ModelRequest,
+    encode_chat_body,
+    reasoning_effort_param,
+)
 from app.replay import ReplayGuard
 from app.sealing import ENCRYPTED_REASONING, fleet_sealer
 from app.sink import EventSink, LeaseLostError, ResponseInactiveError
@@ -366,14 +370,11 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
 
 
 TEMPLATE_TOKENS = 1024
-"""What a chat template may add to a prompt beyond its items' and tools' JSON. Each message's
+"""What a chat template may add to a prompt beyond its Chat Completions body. Each message's
 markers are fewer tokens than the JSON around it, but a template may add text of its own
 (instructions for tool use, a default system prompt, the date): a few hundred tokens."""
 
-_MEDIA_PARTS = tuple(
-    f'"type": "{kind}"'
-    for kind in ("input_image", "input_file", "input_audio", "computer_screenshot")
-)
+_MEDIA_PARTS = tuple(f'"type":"{kind}"'.encode() for kind in ("image_url", "file", "input_audio"))
 
 
 def tokens_at_most(request: ModelRequest) -> int | None:
@@ -381,14 +382,15 @@ def tokens_at_most(request: ModelRequest) -> int | None:
 
     A token is at least a byte of text in the tokenizers chat models use (BPE over bytes;
     SentencePiece, whose unknown characters fall back to bytes), so the prompt is at most as
-    many tokens as its items, instructions and tools take bytes as JSON, plus what the chat
-    template adds (:data:`TEMPLATE_TOKENS`). None: the prompt holds an image, a file or audio,
-    whose tokens no text measures.
+    many tokens as its Chat Completions body takes bytes (:func:`encode_chat_body`: the
+    messages, tools and their descriptions as sent), plus what the chat template adds
+    (:data:`TEMPLATE_TOKENS`). None: the prompt holds an image, a file or audio, whose tokens
+    no text measures.
     """
-    text = json.dumps([request.instructions, request.items, request.tools], ensure_ascii=False)
-    if any(part in text for part in _MEDIA_PARTS):  # as a part's type, never in a string
+    body = encode_chat_body(request)
+    if any(part in body for part in _MEDIA_PARTS):  # as a part's type, never in a string
         return None
-    return len(text.encode("utf-8", "surrogatepass")) + TEMPLATE_TOKENS
+    return len(body) + TEMPLATE_TOKENS
 
 
 def _add_compaction(state: RunState, sink: EventSink, item: dict[str, Any], usage: Usage) -> None:
