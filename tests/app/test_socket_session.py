@@ -1,3 +1,4 @@
+import contextlib
 import dataclasses
 import json
 import logging
@@ -559,17 +560,27 @@ def test_session_reads_no_further_than_its_pending_bytes(
         ready=lambda _: True,
     )
 
-    assert unread_while_held(session, model, transport) == left_unread
+    assert unread_while_held(session, model, transport, reads_on=not left_unread) == left_unread
     assert transport.of_lane("a") and transport.of_lane("b")
 
 
-def unread_while_held(session: SocketSession, model: HeldModel, transport: LeavingTransport) -> int:
-    """How many of ``transport``'s messages stay unread while the first one's model is held."""
+def unread_while_held(
+    session: SocketSession, model: HeldModel, transport: LeavingTransport, *, reads_on: bool = False
+) -> int:
+    """How many of ``transport``'s messages stay unread while the first one's model is held.
+
+    ``reads_on``: the reader is expected to read every message meanwhile; it is waited for
+    (10 s at most), not given a fixed time, which a busy machine may not be enough.
+    """
     unread: list[int] = []
 
     def look_then_release() -> None:
         wait_for(session.busy, timeout=10, what="the first create taken")
-        time.sleep(0.2)  # room for a reader that would read on
+        if reads_on:
+            with contextlib.suppress(TimeoutError):
+                wait_for(lambda: not transport.messages, timeout=10, what="every message read")
+        else:
+            time.sleep(0.2)  # room for a reader that would read on
         unread.append(len(transport.messages))
         model.release.set()
 
