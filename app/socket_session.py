@@ -55,7 +55,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from app.config import Settings
@@ -394,7 +394,7 @@ class SocketSession:
             return
         if isinstance(taken.event, dict) and taken.event.get("type") == CREATE_EVENT:
             # in message order: a steer read after this create finds its response continued
-            taken = _Message(taken.event, claimed=self._claim(taken.event), size=len(message))
+            taken = replace(taken, claimed=self._claim(taken.event))
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1

@@ -10,14 +10,14 @@ from typing import Any, Protocol
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
 
-from app import compaction, cooperation, token_count
+from app import compaction, token_count
 from app.config import Settings
 from app.jobs import JobKind, JobQueue, wait_for_answer
 from app.limits import Caller
 from app.store import ResponseStore
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import gateway
-from gateway.responses import json_body, read_body_size
+from gateway.responses import json_body_in_turn
 
 blueprint = Blueprint("jobs", __name__)
 
@@ -52,8 +52,8 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
-    with cooperation.one_large_at_a_time(read_body_size()):
-        job_id = start(gw.store, queue, gw.settings, json_body(), caller=caller)
+    with json_body_in_turn() as body:
+        job_id = start(gw.store, queue, gw.settings, body, caller=caller)
     answer = wait_for_answer(
         gw.store,
         queue,

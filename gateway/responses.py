@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator
-from contextlib import closing
+from collections.abc import Generator, Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -59,13 +59,18 @@ def json_body() -> object:
     return load_json(data)
 
 
-def read_body_size() -> int:
-    """The request body's size, read whole first: a client sending slowly holds no place.
+@contextmanager
+def json_body_in_turn() -> Iterator[object]:
+    """The request's JSON body (:func:`json_body`), parsed and used in a large body's turn.
+
+    The process takes large bodies one at a time (:func:`app.cooperation.one_large_at_a_time`).
+    The body is read whole before the turn is taken: a client sending slowly holds no place.
 
     Raises:
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
     """
-    return len(request.get_data(cache=True))
+    with cooperation.one_large_at_a_time(len(request.get_data(cache=True))):
+        yield json_body()
 
 
 @blueprint.post("/v1/responses")
@@ -80,9 +85,9 @@ def create() -> Response:
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     relay = CreatedRelay(gw.store, gw.hub)
     try:
-        with cooperation.one_large_at_a_time(read_body_size()):
+        with json_body_in_turn() as body:
             response, parsed = core.create_response(
-                gw.store, gw.dispatcher, gw.settings, json_body(), caller=caller, on_stored=relay
+                gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
             )
     except BaseException:
         relay.close()  # stored, then failed: nobody follows it
