@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from app import cooperation
 from app.keys import Keys
 from app.store.scripts import BoundScript, LuaScript
 
@@ -46,3 +49,19 @@ class StoreBase:
 def text(raw: bytes | str) -> str:
     """A Redis reply as text."""
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def json_items(raw: Sequence[bytes | str]) -> list[dict[str, Any]]:
+    """Items stored as JSON texts (a list's), parsed: one parse per batch of them, not per item.
+
+    A batch is :data:`app.cooperation.BATCH` items, with a pause between two, so a long list
+    lets its process's other threads (or greenlets) run while it is parsed.
+    """
+    items: list[dict[str, Any]] = []
+    for batch in cooperation.in_batches(raw):
+        if batch and isinstance(batch[0], bytes):
+            joined: bytes | str = b"[" + b",".join(batch) + b"]"  # type: ignore[arg-type]
+        else:
+            joined = "[" + ",".join(map(text, batch)) + "]"
+        items.extend(json.loads(joined))
+    return items

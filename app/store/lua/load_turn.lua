@@ -16,9 +16,14 @@
 --
 -- `steered` is there when a WebSocket client steered the response (app/socket_session.py).
 --
+-- The input items come in the reply when there are at most `inline_inputs` of them; else their
+-- count does, and the caller reads the list with a plain LRANGE (app/store/turns.py): a list
+-- read into a script costs Redis some twenty times a plain read (each item a Lua string),
+-- time in which every client of the fleet waits. The list never changes once created.
+--
 -- Returns {1 when the lease was taken (or none was asked for), the start count (0: none
--- counted), and only when taken {record fields, inputs, the mark, 1 when a re-run, 1 when
--- steered}}.
+-- counted), and only when taken {record fields, inputs (or their count), the mark, 1 when a
+-- re-run, 1 when steered}}.
 --- @include operands
 --- @include events
 local record = KEYS[1]
@@ -43,6 +48,7 @@ local response_id = ARGV[11]
 local counts_start = ARGV[12]
 local run_field = ARGV[13]
 local run_stamp = ARGV[14]
+local inline_inputs = ARGV[15]
 
 local function start(fields)
   local started = fields[6]
@@ -61,7 +67,8 @@ end
 local function load_turn()
   local fields = redis.call(
     'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started', 'history')
-  local inputs = redis.call('LRANGE', inputs_key, 0, -1)
+  local inputs = redis.call('LLEN', inputs_key)
+  if inputs <= tonumber(inline_inputs) then inputs = redis.call('LRANGE', inputs_key, 0, -1) end
   local read = {fields[1], fields[2], fields[3], fields[4], fields[7]}
   if not fields[1] then return {read, inputs, -1, 0, 0} end
   -- Which worker runs the turn, and when its message was sent and taken (the last run's).
