@@ -20,6 +20,7 @@ from app.store import ResponseStore
 from app.store.history import Histories, HistoryRef, ReadItems
 from tests.app.test_loop import Loop
 from tests.support.model import ScriptedModel, text
+from tests.support.replies import Replies
 
 
 class Echo(ScriptedModel):
@@ -180,3 +181,36 @@ def test_a_process_keeps_history_it_read_up_to_a_bound_in_bytes(
     key = store.keys.history(first.chain, first.list)
     items, ends = kept.get(key)
     assert len(items) == 2 and ends[1] == 2 * ends[0] and kept.held_bytes <= 300_000
+
+
+def test_a_history_read_never_shortens_its_lists_life(store: ResponseStore) -> None:
+    ref = store.extend_history(None, [{"type": "message"}], response_id="resp_1")
+    assert ref is not None
+    key = store.keys.history(ref.chain, ref.list)
+    store.redis.expire(key, 10 * store.history_ttl)
+    assert store.history(ref) == [{"type": "message"}]
+    assert store.redis.ttl(key) > 9 * store.history_ttl
+
+
+def test_a_long_history_is_read_and_branched_with_no_script_holding_its_items(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list read into a Lua script costs Redis ~20 times a plain read (a Lua string per item),
+    and Redis serves nobody else meanwhile: 2,500 items, ~3 ms; 450,000, over a second. A cold
+    read of a long chain (a new worker, or one whose kept items were evicted) did that; so did a
+    branch from an older response of it (``extend_history.lua`` copies the list natively now:
+    its reply tells nothing of that, the branch's items show it right)."""
+    monkeypatch.setattr(Histories, "read_items", property(lambda _: ReadItems()))  # cold
+    items = [{"type": "message", "role": "user", "content": f"m{i} ✓"} for i in range(2500)]
+    tip = store.extend_history(None, items, response_id="resp_1")
+    assert tip is not None
+    older = HistoryRef(tip.chain, tip.list, 2000)
+    replies = Replies(store.redis, monkeypatch)
+
+    assert store.history(tip) == items
+    branch = store.extend_history(older, [{"type": "message"}], response_id="resp_2")
+    assert branch == HistoryRef("resp_1", "resp_2", 2001)
+
+    assert max(replies.scripts) <= 2  # extend_history's reply: {code, length}
+    assert store.history(branch) == [*items[:2000], {"type": "message"}]
+    assert store.history(tip) == items  # the tip's list unchanged
