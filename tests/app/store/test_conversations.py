@@ -7,6 +7,7 @@ from app.protocol.response import ResponseConversation, ResponseStatus
 from app.store import ResponseStore
 from app.store.status import COMMIT, FAIL, FINISH
 from tests.app.store.support import keys_like, make_response
+from tests.support.replies import Replies
 
 
 def conversation(store: ResponseStore, *items: dict[str, Any]) -> str:
@@ -86,6 +87,24 @@ def test_conversation_item_and_conversation_delete(
     assert store.delete_conversation_item(cid, "msg_b") == (None, False)
     assert not store.update_conversation({"id": cid, "metadata": {}})
     assert not keys_like(redis_client, f"{store.keys.conversation(cid)}*")
+
+
+def test_a_whole_conversation_is_read_in_order_with_no_script_holding_its_items(
+    store: ResponseStore, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn of a response in a conversation reads all of it. Read by a script, each item was a
+    Lua string (some twenty times a plain read's cost) while Redis served no one else."""
+    items = [message(f"msg_{i}", f"m{i} ✓") for i in range(2500)]
+    cid = conversation(store, *items)
+    store.delete_conversation_item(cid, "msg_7")
+    replies = Replies(redis_client, monkeypatch)
+
+    page = store.conversation_items(cid)
+
+    assert page is not None and page.conversation["id"] == cid and not page.has_more
+    assert page.items == [item for item in items if item["id"] != "msg_7"]
+    assert max(replies.scripts, default=0) < 10
+    assert store.conversation_items("conv_none") is None
 
 
 def _finish_in(store: ResponseStore, cid: str, status: str, *, store_response: bool = True) -> str:
