@@ -79,7 +79,13 @@ class LeaseKeeper:
         the turn's start is counted in the same step (:meth:`ResponseStore.open_turn`).
         """
         token = secrets.token_hex(8)
-        opened = self._store.open_turn(
+
+        def hold() -> None:  # renewed from the moment it is taken, before the turn is read
+            with self._lock:
+                self._held[response_id] = (token, turn)
+                self._start_renewer()
+
+        return self._store.open_turn(
             response_id,
             turn,
             lease=LeaseRequest(
@@ -88,12 +94,8 @@ class LeaseKeeper:
                 deadline=time.time() + self._lease_seconds,
             ),
             counts_start=counts_start,
+            on_taken=hold,
         )
-        if opened.taken:
-            with self._lock:
-                self._held[response_id] = (token, turn)
-                self._start_renewer()
-        return opened
 
     def release(self, response_id: str, *, wait_until: float | None = None) -> None:
         """Give the lease back.

@@ -1,3 +1,4 @@
+import json
 import threading
 import time
 
@@ -5,6 +6,7 @@ import pytest
 
 from app.lease import LeaseKeeper, sweep, sweep_interval
 from app.store import ResponseStore
+from app.store.turns import Turns
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
 from tests.support.sentinel import wait_for
@@ -29,6 +31,32 @@ def test_acquire_takes_the_lease_and_reads_the_turn_in_one_step(store: ResponseS
     assert store.redis.exists(store.keys.lease(rid))
     assert store.redis.zscore(store.keys.active_of(rid), rid) is not None
     keeper.release(rid)
+
+
+def test_a_long_input_is_read_with_the_lease_already_renewed(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease lasts 3 s by default: a turn whose input took longer to read and parse than
+    that (450,000 items, on a busy worker) lost it before its renewals began, and the sweeper
+    ran the turn a second time beside it."""
+    response = stored_response(store)
+    inputs = [{"type": "message", "role": "user", "content": str(i)} for i in range(500)]
+    store.redis.rpush(store.keys.inputs(response.id), *map(json.dumps, inputs))
+    keeper = LeaseKeeper(store, lease_seconds=30)
+    held_while_read: list[int] = []
+    read = Turns._read_inputs
+
+    def reading(turns: Turns, response_id: str, count: int) -> list[bytes | str]:
+        held_while_read.append(keeper.held())
+        return read(turns, response_id, count)
+
+    monkeypatch.setattr(Turns, "_read_inputs", reading)
+
+    acquired = keeper.acquire(response.id, 0)
+
+    assert acquired.loaded is not None and acquired.loaded.inputs == inputs
+    assert held_while_read == [1]
+    keeper.release(response.id)
 
 
 def test_a_held_lease_is_not_taken_and_the_turn_not_read(store: ResponseStore) -> None:
