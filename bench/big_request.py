@@ -6,9 +6,12 @@ and, on a connection of its own, a streamed response (``hello [tokens=5]``) one 
 timed to its first event. First on the idle gateway for ``--seconds``; then tenant A posts
 ``--requests`` background creates one after another, each of ``--items`` one-word user
 messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once it is
-stored (what the worker then does with it is not the point), while B probes on. The figures
+stored (what the worker then does with it is not the point), while B probes on. ``--runs``: A's
+responses run to their end instead (polled), so the inference worker takes them too. The figures
 are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken; and
-each process's peak RSS meanwhile. ``--at-once K``: A's creates come from K clients at once.
+each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
+during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
+logs). ``--at-once K``: A's creates come from K clients at once.
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -24,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 from bench.fairness import TenantFleet
-from bench.fleet import RssSampler
+from bench.fleet import REDIS_URL, RssSampler
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -91,8 +95,13 @@ class Probes:
         }
 
 
-def big_creates(url: str, requests: int, items: int, at_once: int = 1) -> dict[str, Any]:
-    """A's creates, one after another (``at_once`` clients each); each one's time, the size."""
+def big_creates(
+    url: str, requests: int, items: int, at_once: int = 1, *, runs: bool = False
+) -> dict[str, Any]:
+    """A's creates, one after another (``at_once`` clients each); each one's time, the size.
+
+    ``runs``: each response runs to its end (polled) rather than being cancelled once stored.
+    """
     body = json.dumps(
         {
             "model": "antwort-sim",
@@ -101,6 +110,8 @@ def big_creates(url: str, requests: int, items: int, at_once: int = 1) -> dict[s
         }
     ).encode()
     seconds: list[float] = []
+    ended: list[float] = []
+    statuses: list[str] = []
 
     def one_client() -> None:
         with httpx.Client(timeout=600.0, headers=A) as client:
@@ -109,15 +120,65 @@ def big_creates(url: str, requests: int, items: int, at_once: int = 1) -> dict[s
                 answer = client.post(f"{url}/v1/responses", content=body)
                 seconds.append(round(time.perf_counter() - start, 2))
                 answer.raise_for_status()
-                client.post(f"{url}/v1/responses/{answer.json()['id']}/cancel")
-                time.sleep(0.5)
+                response_id = answer.json()["id"]
+                if not runs:
+                    client.post(f"{url}/v1/responses/{response_id}/cancel")
+                    time.sleep(0.5)
+                    continue
+                while True:
+                    found = client.get(f"{url}/v1/responses/{response_id}").json()
+                    if found["status"] not in ("queued", "in_progress"):
+                        ended.append(round(time.perf_counter() - start, 2))
+                        error = found.get("error") or {}
+                        statuses.append(" ".join([found["status"], *error.values()]))
+                        break
+                    time.sleep(0.5)
 
     clients = [threading.Thread(target=one_client) for _ in range(at_once)]
     for thread in clients:
         thread.start()
     for thread in clients:
         thread.join()
-    return {"body_mb": round(len(body) / 1e6, 2), "create_seconds": sorted(seconds)}
+    figures: dict[str, Any] = {"body_mb": round(len(body) / 1e6, 2)}
+    figures["create_seconds"] = sorted(seconds)
+    if runs:
+        figures |= {"ended_after_seconds": sorted(ended), "statuses": statuses}
+    return figures
+
+
+class SlowCalls:
+    """Redis's calls of ``SLOWER_THAN_US`` or longer while in the block, longest first.
+
+    Redis serves no other client during a call, so the longest is how long every tenant's
+    events and turns, fleet-wide, waited at once. The machine's Redis: its slow log settings
+    are put back after.
+    """
+
+    SLOWER_THAN_US = 5000
+
+    def __init__(self) -> None:
+        self.client = redis.Redis.from_url(REDIS_URL)
+        self.calls: list[dict[str, Any]] = []
+
+    def __enter__(self) -> SlowCalls:
+        self._saved = str(
+            self.client.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+        )
+        self.client.slowlog_reset()
+        self.client.config_set("slowlog-log-slower-than", self.SLOWER_THAN_US)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.config_set("slowlog-log-slower-than", self._saved)
+        entries = self.client.slowlog_get(128)
+        self.client.slowlog_reset()
+        self.calls = [
+            {
+                "ms": round(entry["duration"] / 1000, 1),
+                "command": " ".join(entry["command"].decode(errors="replace").split()[:2])[:60],
+            }
+            for entry in sorted(entries, key=lambda entry: -entry["duration"])[:10]
+        ]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,16 +189,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.seconds)
         idle_figures = idle.stop()
         loaded = Probes(fleet.gateway_url)
-        with RssSampler(fleet, interval=0.05) as rss:
-            creates = big_creates(fleet.gateway_url, args.requests, args.items, args.at_once)
+        with RssSampler(fleet, interval=0.05) as rss, SlowCalls() as slow:
+            creates = big_creates(
+                fleet.gateway_url, args.requests, args.items, args.at_once, runs=args.runs
+            )
         loaded_figures = loaded.stop()
     finally:
         fleet.stop()
+    run_again = sum(
+        log.read_text(errors="replace").count("lost its worker")
+        for log in fleet.logdir.glob("worker*.log")
+    )
     return {
         "idle": idle_figures,
         "while_big_creates": loaded_figures,
         "big_creates": creates,
         "peak_rss_mb": rss.peaks_mb(),
+        "redis_slowest_calls": slow.calls,
+        "turns_run_again": run_again,
         "commands": fleet.commands(),
     }
 
@@ -148,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=3, help="creates of each A client")
     parser.add_argument("--at-once", type=int, default=1, help="A's clients, all at once")
     parser.add_argument("--seconds", type=float, default=5.0, help="the idle probes' time")
+    parser.add_argument(
+        "--runs", action="store_true", help="A's responses run to their end (not cancelled)"
+    )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
     result = {"machine": {"python": platform.python_version()}, "args": vars(args), **run(args)}
@@ -162,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{figures['first_event_ms']['max']} ms; failed {figures['failed']}"
         )
     print(f"A's creates: {result['big_creates']}; peak RSS MB: {result['peak_rss_mb']}")
+    print(f"Redis's slowest calls: {result['redis_slowest_calls'][:3]}")
+    print(f"turns the sweeper ran again (their lease lapsed): {result['turns_run_again']}")
     return 0
 
 
