@@ -38,6 +38,23 @@ class StoreBase:
         self.stream_maxlen = stream_maxlen
         self._scripts: dict[str, BoundScript[Any]] = {}
 
+    def read_list(self, key: str, count: int | None = None) -> list[bytes | str]:
+        """The first ``count`` items of the list ``key`` (None: all), as stored.
+
+        A batch a call (:data:`app.cooperation.BATCH` items): Redis serves everyone else between
+        two (one read of 450,000 items held it 70 ms). Stops at the list's end.
+        """
+        raw: list[bytes | str] = []
+        while True:
+            start = len(raw)
+            size = cooperation.BATCH if count is None else min(cooperation.BATCH, count - start)
+            if size <= 0:
+                return raw
+            batch = self.redis.lrange(key, start, start + size - 1)
+            raw.extend(batch)
+            if len(batch) < size:
+                return raw
+
     def script(self, script: LuaScript[CallT]) -> BoundScript[CallT]:
         """``script`` registered with this store's client (once)."""
         bound = self._scripts.get(script.name)

@@ -22,7 +22,7 @@ from app import cooperation
 from app.errors import NotFoundError
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
-from app.store.base import StoreBase, text
+from app.store.base import StoreBase, json_items, text
 from app.store.conversations import encode_items
 from app.store.events import (
     END_LINE,
@@ -472,8 +472,8 @@ class Records(StoreBase):
         return None if raw is None else text(raw)
 
     def inputs(self, response_id: str) -> list[dict[str, Any]]:
-        """The response's own input items, in order."""
-        return [json.loads(raw) for raw in self.redis.lrange(self.keys.inputs(response_id), 0, -1)]
+        """The response's own input items, in order (a batch a call, a batch a parse)."""
+        return json_items(self.read_list(self.keys.inputs(response_id)))
 
 
 def _started(response: ResponseObject) -> str:
