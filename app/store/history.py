@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app import cooperation
 from app.store.base import StoreBase, json_items, text
 from app.store.lru import BoundedLru
 from app.store.scripts import LuaScript, counted, key
@@ -72,6 +73,17 @@ class ExtendHistoryCall:
     base: str = key()
     branch: str = key()
     base_length: int
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendBatchCall:
+    """The operands of ``append_batch.lua``: a guarded append to any list."""
+
+    target: str = key()
+    before: int
+    """The items the list must hold for this batch to go on (else it went on already)."""
     ttl: int
     items: tuple[str, ...] = counted()
 
@@ -131,6 +143,7 @@ class ReadItems:
 
 
 EXTEND_HISTORY = LuaScript("extend_history", ExtendHistoryCall)
+APPEND_BATCH = LuaScript("append_batch", AppendBatchCall)
 _APPENDED, _BRANCHED = 1, 2
 
 
@@ -148,8 +161,16 @@ class Histories(StoreBase):
         """The history of a new response ``response_id``: ``base``, then ``items``.
 
         One round trip, carrying ``items`` alone when ``base``'s list ends where ``base`` does.
-        None when ``base``'s list expired (its items are gone).
+        None when ``base``'s list expired (its items are gone). More than
+        :data:`app.cooperation.BATCH` items go a batch a call: the script takes the first batch
+        (appending, or branching), the rest follow it on the list it chose (``append_batch.lua``,
+        each only where the one before left the list). Meanwhile nobody else appends to that
+        list: the list's end is no response's history, and a sibling of the same parent finds
+        the list longer than its base and branches. Items left by a create that died half-way
+        are past every reference, so nobody reads them.
         """
+        encoded = [json.dumps(item) for item in cooperation.each(items)]
+        first, rest = encoded[: cooperation.BATCH], encoded[cooperation.BATCH :]
         chain = base.chain if base is not None else response_id
         branch = self.keys.history(chain, response_id)
         code, length = self.script(EXTEND_HISTORY)(
@@ -158,15 +179,29 @@ class Histories(StoreBase):
                 branch=branch,
                 base_length=0 if base is None else base.length,
                 ttl=self.history_ttl,
-                items=tuple(json.dumps(item) for item in items),
+                items=tuple(first),
             )
         )
         if code == _APPENDED:
             assert base is not None
-            return HistoryRef(base.chain, base.list, int(length))
-        if code == _BRANCHED:
-            return HistoryRef(chain, response_id, int(length))
-        return None
+            extended = HistoryRef(base.chain, base.list, int(length))
+        elif code == _BRANCHED:
+            extended = HistoryRef(chain, response_id, int(length))
+        else:
+            return None
+        return self._append_rest(extended, rest)
+
+    def _append_rest(self, ref: HistoryRef, rest: list[str]) -> HistoryRef | None:
+        """``ref`` extended by ``rest``, a batch a call; None when its list went away."""
+        key, length = self.keys.history(ref.chain, ref.list), ref.length
+        for batch in cooperation.in_batches(rest):
+            call = AppendBatchCall(
+                target=key, before=length, ttl=self.history_ttl, items=tuple(batch)
+            )
+            if int(self.script(APPEND_BATCH)(call)) != length + len(batch):
+                return None
+            length += len(batch)
+        return HistoryRef(ref.chain, ref.list, length)
 
     @property
     def read_items(self) -> ReadItems:

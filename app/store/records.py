@@ -33,7 +33,7 @@ from app.store.events import (
     publish,
 )
 from app.store.fence import NO_FENCE, Fence
-from app.store.history import HistoryRef
+from app.store.history import APPEND_BATCH, AppendBatchCall, HistoryRef
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
@@ -108,7 +108,7 @@ class WriteCall:
     own_history: str = key()
     """The history list the response's create began (``Keys.history(id, id)``)."""
     staged_inputs: str = key()
-    """A create's input items staged by ``stage_inputs.lua`` (``is_staged``)."""
+    """A create's input items staged by ``append_batch.lua`` (``is_staged``)."""
     channel: str
     maxlen: int
     ttl: int
@@ -175,17 +175,6 @@ class SetExtraCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StageInputsCall:
-    """The operands of ``stage_inputs.lua``."""
-
-    staged: str = key()
-    before: int
-    """The items the list must hold for this batch to go on (else it went on already)."""
-    ttl: int
-    items: tuple[str, ...] = counted()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Checks:
     """What a write (not a create) checks before it writes."""
 
@@ -210,7 +199,6 @@ class _NewRecord:
 
 
 WRITE = LuaScript("write", WriteCall)
-STAGE_INPUTS = LuaScript("stage_inputs", StageInputsCall)
 STAGED_SECONDS = 3600
 """How long staged input items wait for their create (which follows within seconds)."""
 SET_EXTRA = LuaScript("set_extra", SetExtraCall)
@@ -282,11 +270,11 @@ class Records(StoreBase):
             RuntimeError: the list did not grow by the batch (it went away meanwhile).
         """
         staged = self.keys.staged_inputs(response_id)
-        stage = self.script(STAGE_INPUTS)
+        stage = self.script(APPEND_BATCH)
         before = 0
         for batch in cooperation.in_batches(items):
-            call = StageInputsCall(
-                staged=staged, before=before, ttl=STAGED_SECONDS, items=tuple(batch)
+            call = AppendBatchCall(
+                target=staged, before=before, ttl=STAGED_SECONDS, items=tuple(batch)
             )
             length = stage(call)
             before += len(batch)

@@ -214,3 +214,33 @@ def test_a_long_history_is_read_and_branched_with_no_script_holding_its_items(
     assert max(replies.scripts) <= 2  # extend_history's reply: {code, length}
     assert store.history(branch) == [*items[:2000], {"type": "message"}]
     assert store.history(tip) == items  # the tip's list unchanged
+
+
+def test_a_long_block_extends_a_history_a_batch_a_call(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Continuing a response of 450,000 input items sent them all in one script call, which
+    held Redis (every tenant's events and turns) for most of a second."""
+    first = [{"type": "message", "role": "user", "content": f"a{i}"} for i in range(2500)]
+    second = [{"type": "message", "role": "user", "content": f"b{i} ✓"} for i in range(2300)]
+    sent: list[int] = []
+    execute = store.redis.execute_command
+
+    def counting(*args: Any, **options: Any) -> Any:
+        sent.append(len(args))
+        return execute(*args, **options)
+
+    monkeypatch.setattr(store.redis, "execute_command", counting)
+
+    tip = store.extend_history(None, first, response_id="resp_1")
+    appended = store.extend_history(tip, second, response_id="resp_2")  # onto the tip
+    sibling = store.extend_history(tip, second[:1500], response_id="resp_3")  # a branch
+
+    monkeypatch.undo()
+    assert max(sent) < 1100
+    assert tip == HistoryRef("resp_1", "resp_1", 2500)
+    assert appended == HistoryRef("resp_1", "resp_1", 4800)
+    assert sibling == HistoryRef("resp_1", "resp_3", 4000)
+    assert store.history(appended) == [*first, *second]
+    assert store.history(sibling) == [*first, *second[:1500]]
+    assert store.history(tip) == first

@@ -318,7 +318,7 @@ def test_edge_a_body_shorter_than_its_content_length_is_400(edge: str, path: str
 
 def test_edge_a_create_of_many_items_stores_them_all_in_order(edge: str) -> None:
     """Its per-item work pauses between batches and its items reach Redis a batch a call
-    (``app.cooperation``, ``stage_inputs.lua``); what the client reads back is what it sent."""
+    (``app.cooperation``, ``append_batch.lua``); what the client reads back is what it sent."""
     items = [{"role": "user", "content": f"item {n}"} for n in range(20_000)]
 
     created = httpx.post(

@@ -3,7 +3,7 @@
 -- and optionally its version, then writes the record and emits the events in the same step,
 -- so `response.completed` exists exactly when the stored status says `completed`. A create
 -- stores the input items too (or renames the list they were staged on, `is_staged`:
--- stage_inputs.lua), and with a `watch_until` puts the response under the sweeper's
+-- append_batch.lua), and with a `watch_until` puts the response under the sweeper's
 -- watch until then (its first turn must start by then). A terminal write sets the inputs' time to live, frees the
 -- response's lease (no run of it is needed any more) and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds

@@ -8,7 +8,7 @@ import redis
 from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
-from app.store.records import STAGE_INPUTS, StageInputsCall
+from app.store.records import APPEND_BATCH, AppendBatchCall
 from app.store.status import CANCEL, COMMIT, FAIL, FINISH
 from tests.app.store.support import created, delta, keys_like, make_response, new_response
 from tests.support.replies import Replies
@@ -102,9 +102,9 @@ def test_a_staged_batch_sent_again_goes_on_once(
 ) -> None:
     """A replay after a lost reply: the list holds more than the batch expects, so it waits."""
     staged = store.keys.staged_inputs(f"resp_{uuid.uuid4().hex}")
-    call = StageInputsCall(staged=staged, before=0, ttl=60, items=("a", "b"))
+    call = AppendBatchCall(target=staged, before=0, ttl=60, items=("a", "b"))
 
-    assert [store.script(STAGE_INPUTS)(call) for _ in range(2)] == [2, 2]
+    assert [store.script(APPEND_BATCH)(call) for _ in range(2)] == [2, 2]
     assert redis_client.lrange(staged, 0, -1) == [b"a", b"b"]
     assert 0 < redis_client.ttl(staged) <= 60
 
