@@ -38,19 +38,19 @@ class StoreBase:
         self.stream_maxlen = stream_maxlen
         self._scripts: dict[str, BoundScript[Any]] = {}
 
-    def read_list(self, key: str, count: int | None = None) -> list[bytes | str]:
-        """The first ``count`` items of the list ``key`` (None: all), as stored.
+    def read_list(self, key: str, end: int | None = None, *, start: int = 0) -> list[bytes | str]:
+        """The items of the list ``key`` from ``start`` up to ``end`` (None: its end), as stored.
 
         A batch a call (:data:`app.cooperation.BATCH` items): Redis serves everyone else between
         two (one read of 450,000 items held it 70 ms). Stops at the list's end.
         """
         raw: list[bytes | str] = []
         while True:
-            start = len(raw)
-            size = cooperation.BATCH if count is None else min(cooperation.BATCH, count - start)
+            first = start + len(raw)
+            size = cooperation.BATCH if end is None else min(cooperation.BATCH, end - first)
             if size <= 0:
                 return raw
-            batch = self.redis.lrange(key, start, start + size - 1)
+            batch = self.redis.lrange(key, first, first + size - 1)
             raw.extend(batch)
             if len(batch) < size:
                 return raw

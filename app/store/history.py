@@ -8,13 +8,13 @@ alone, whatever the chain's length — and copies the parent's prefix into a lis
 when it branches from an older response (``extend_history.lua``). Items are never changed nor
 removed, so a reference stays true whoever appends after it, and a deleted response takes
 nothing from the others' histories: a list lives on until none of its responses can need it
-(every create and every turn that uses it keeps it at least the store's lifetime plus a day).
+(every create and every turn that uses it keeps it at least the store's lifetime plus 23 hours).
 Reading a history is one round trip (a plain LRANGE, never a script's: a list read into a
-script costs Redis some twenty times as much, while every client of the fleet waits): the round
-trips do not grow with the chain. Nor, mostly, does the payload: a list's items never change,
-so a process keeps the items it read of a list (:class:`ReadItems`, least recently used first
-out) and reads only the items after them — the turns of one response, and the next response of
-the chain, read what was added since.
+script costs Redis some twenty times as much, while every client of the fleet waits; past
+1,000 items not known yet, a batch a call): the round trips do not grow with the chain. Nor,
+mostly, does the payload: a list's items never change, so a process keeps the items it read of
+a list (:class:`ReadItems`, least recently used first out) and reads only the items after them
+— the turns of one response, and the next response of the chain, read what was added since.
 """
 
 from __future__ import annotations
@@ -211,17 +211,21 @@ class Histories(StoreBase):
     def history(self, ref: HistoryRef) -> list[dict[str, Any]] | None:
         """The items ``ref`` names, oldest first; None when its list expired.
 
-        One round trip, which reads the items after those this process knows already; the list
-        then lives about the history's lifetime from now (each turn that reads it keeps it for
-        the responses after: :data:`HISTORY_RENEW_SECONDS`).
+        One round trip, which reads the items after those this process knows already (up to
+        :data:`app.cooperation.BATCH` of them; more, a batch a call: Redis serves everyone else
+        between two); the list then lives about the history's lifetime from now (each turn that
+        reads it keeps it for the responses after: :data:`HISTORY_RENEW_SECONDS`).
         """
         key = self.keys.history(ref.chain, ref.list)
         known, ends = self.read_items.get(key, ref.length)
+        first_end = min(ref.length, len(known) + cooperation.BATCH)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.lrange(key, len(known), ref.length - 1)  # nothing when all are known
+        pipe.lrange(key, len(known), first_end - 1)  # nothing when all are known
         pipe.ttl(key)
         raw: list[bytes | str]
         raw, left = pipe.execute()
+        if first_end < ref.length and len(raw) == first_end - len(known):  # the rest, if long
+            raw += self.read_list(key, ref.length, start=first_end)
         if len(known) + len(raw) < ref.length:
             self.read_items.drop(key)
             return None

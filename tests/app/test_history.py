@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app import cooperation
 from app.config import Settings
 from app.errors import PreviousResponseNotFoundError
 from app.providers.translate import ModelRequest
@@ -212,6 +213,7 @@ def test_a_long_history_is_read_and_branched_with_no_script_holding_its_items(
     assert branch == HistoryRef("resp_1", "resp_2", 2001)
 
     assert max(replies.scripts) <= 2  # extend_history's reply: {code, length}
+    assert replies.largest == cooperation.BATCH  # read a batch a call
     assert store.history(branch) == [*items[:2000], {"type": "message"}]
     assert store.history(tip) == items  # the tip's list unchanged
 
