@@ -7,7 +7,8 @@ timed to its first event. First on the idle gateway for ``--seconds``; then tena
 ``--requests`` background creates one after another, each of ``--items`` one-word user
 messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once it is
 stored (what the worker then does with it is not the point), while B probes on. ``--runs``: A's
-responses run to their end instead (polled), so the inference worker takes them too. The figures
+responses run to their end instead (polled), so the inference worker takes them too;
+``--continues``: then a short response continues each (its history is the long one). The figures
 are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken; and
 each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
 during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
@@ -96,11 +97,19 @@ class Probes:
 
 
 def big_creates(
-    url: str, requests: int, items: int, at_once: int = 1, *, runs: bool = False
+    url: str,
+    requests: int,
+    items: int,
+    at_once: int = 1,
+    *,
+    runs: bool = False,
+    continues: bool = False,
 ) -> dict[str, Any]:
     """A's creates, one after another (``at_once`` clients each); each one's time, the size.
 
-    ``runs``: each response runs to its end (polled) rather than being cancelled once stored.
+    ``runs``: each response runs to its end (polled) rather than being cancelled once stored;
+    ``continues``: then a short response continues it (``previous_response_id``: its history is
+    the long input and the answer), run to its end too.
     """
     body = json.dumps(
         {
@@ -121,18 +130,18 @@ def big_creates(
                 seconds.append(round(time.perf_counter() - start, 2))
                 answer.raise_for_status()
                 response_id = answer.json()["id"]
-                if not runs:
+                if not (runs or continues):
                     client.post(f"{url}/v1/responses/{response_id}/cancel")
                     time.sleep(0.5)
                     continue
-                while True:
-                    found = client.get(f"{url}/v1/responses/{response_id}").json()
-                    if found["status"] not in ("queued", "in_progress"):
-                        ended.append(round(time.perf_counter() - start, 2))
-                        error = found.get("error") or {}
-                        statuses.append(" ".join([found["status"], *error.values()]))
-                        break
-                    time.sleep(0.5)
+                statuses.append(_ended(client, url, response_id))
+                if continues:
+                    more = {"model": "antwort-sim", "input": "and then?", "background": True}
+                    more["previous_response_id"] = response_id
+                    answer = client.post(f"{url}/v1/responses", json=more)
+                    answer.raise_for_status()
+                    statuses.append("then " + _ended(client, url, answer.json()["id"]))
+                ended.append(round(time.perf_counter() - start, 2))
 
     clients = [threading.Thread(target=one_client) for _ in range(at_once)]
     for thread in clients:
@@ -141,9 +150,19 @@ def big_creates(
         thread.join()
     figures: dict[str, Any] = {"body_mb": round(len(body) / 1e6, 2)}
     figures["create_seconds"] = sorted(seconds)
-    if runs:
+    if runs or continues:
         figures |= {"ended_after_seconds": sorted(ended), "statuses": statuses}
     return figures
+
+
+def _ended(client: httpx.Client, url: str, response_id: str) -> str:
+    """The response's status once it ended (polled), with its error's code and message."""
+    while True:
+        found = client.get(f"{url}/v1/responses/{response_id}").json()
+        if found["status"] not in ("queued", "in_progress"):
+            error = found.get("error") or {}
+            return " ".join([found["status"], *error.values()])
+        time.sleep(0.5)
 
 
 class SlowCalls:
@@ -191,7 +210,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loaded = Probes(fleet.gateway_url)
         with RssSampler(fleet, interval=0.05) as rss, SlowCalls() as slow:
             creates = big_creates(
-                fleet.gateway_url, args.requests, args.items, args.at_once, runs=args.runs
+                fleet.gateway_url,
+                args.requests,
+                args.items,
+                args.at_once,
+                runs=args.runs,
+                continues=args.continues,
             )
         loaded_figures = loaded.stop()
     finally:
@@ -219,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="the idle probes' time")
     parser.add_argument(
         "--runs", action="store_true", help="A's responses run to their end (not cancelled)"
+    )
+    parser.add_argument(
+        "--continues",
+        action="store_true",
+        help="then a short response continues each (previous_response_id), run to its end",
     )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
