@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from app import cooperation
 from app.keys import Keys
-from app.store.scripts import BoundScript, LuaScript
+from app.store.scripts import BoundScript, LuaScript, counted, key
 
 if TYPE_CHECKING:
     from app.store.scripts import CallT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendBatchCall:
+    """The operands of ``append_batch.lua``: a guarded append to any list."""
+
+    target: str = key()
+    before: int
+    """The items the list must hold for this batch to go on (else it went on already)."""
+    ttl: int
+    items: tuple[str, ...] = counted()
+
+
+APPEND_BATCH = LuaScript("append_batch", AppendBatchCall)
 
 
 class StoreBase:
@@ -54,6 +69,23 @@ class StoreBase:
             raw.extend(batch)
             if len(batch) < size:
                 return raw
+
+    def append_list(self, key: str, items: Sequence[str], *, before: int, ttl: int) -> bool:
+        """Append ``items`` to the list ``key``, which holds ``before`` items; whether all went on.
+
+        A batch a call (``append_batch.lua``), each only where the one before left the list (a
+        replay after a lost reply pushes nothing twice); Redis serves everyone else between two.
+        Each batch sets the list to live ``ttl`` seconds. False when a batch found the list
+        elsewhere (it went away meanwhile).
+        """
+        append = self.script(APPEND_BATCH)
+        length = before
+        for batch in cooperation.in_batches(items):
+            call = AppendBatchCall(target=key, before=length, ttl=ttl, items=tuple(batch))
+            length += len(batch)
+            if int(append(call)) != length:
+                return False
+        return True
 
     def script(self, script: LuaScript[CallT]) -> BoundScript[CallT]:
         """``script`` registered with this store's client (once)."""

@@ -77,17 +77,6 @@ class ExtendHistoryCall:
     items: tuple[str, ...] = counted()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendBatchCall:
-    """The operands of ``append_batch.lua``: a guarded append to any list."""
-
-    target: str = key()
-    before: int
-    """The items the list must hold for this batch to go on (else it went on already)."""
-    ttl: int
-    items: tuple[str, ...] = counted()
-
-
 @dataclass(slots=True)
 class _Read:
     items: list[dict[str, Any]]
@@ -143,7 +132,6 @@ class ReadItems:
 
 
 EXTEND_HISTORY = LuaScript("extend_history", ExtendHistoryCall)
-APPEND_BATCH = LuaScript("append_batch", AppendBatchCall)
 _APPENDED, _BRANCHED = 1, 2
 
 
@@ -189,19 +177,10 @@ class Histories(StoreBase):
             extended = HistoryRef(chain, response_id, int(length))
         else:
             return None
-        return self._append_rest(extended, rest)
-
-    def _append_rest(self, ref: HistoryRef, rest: list[str]) -> HistoryRef | None:
-        """``ref`` extended by ``rest``, a batch a call; None when its list went away."""
-        key, length = self.keys.history(ref.chain, ref.list), ref.length
-        for batch in cooperation.in_batches(rest):
-            call = AppendBatchCall(
-                target=key, before=length, ttl=self.history_ttl, items=tuple(batch)
-            )
-            if int(self.script(APPEND_BATCH)(call)) != length + len(batch):
-                return None
-            length += len(batch)
-        return HistoryRef(ref.chain, ref.list, length)
+        key = self.keys.history(extended.chain, extended.list)
+        if not self.append_list(key, rest, before=extended.length, ttl=self.history_ttl):
+            return None
+        return HistoryRef(extended.chain, extended.list, extended.length + len(rest))
 
     @property
     def read_items(self) -> ReadItems:

@@ -33,7 +33,7 @@ from app.store.events import (
     publish,
 )
 from app.store.fence import NO_FENCE, Fence
-from app.store.history import APPEND_BATCH, AppendBatchCall, HistoryRef
+from app.store.history import HistoryRef
 from app.store.once import this_thread
 from app.store.scripts import LuaScript, counted, key
 from app.store.status import APPENDING_STATUSES, START, TERMINAL_STATUSES, Transition, packed
@@ -270,16 +270,8 @@ class Records(StoreBase):
             RuntimeError: the list did not grow by the batch (it went away meanwhile).
         """
         staged = self.keys.staged_inputs(response_id)
-        stage = self.script(APPEND_BATCH)
-        before = 0
-        for batch in cooperation.in_batches(items):
-            call = AppendBatchCall(
-                target=staged, before=before, ttl=STAGED_SECONDS, items=tuple(batch)
-            )
-            length = stage(call)
-            before += len(batch)
-            if int(length) != before:
-                raise RuntimeError(f"the input items of {response_id} were not staged")
+        if not self.append_list(staged, items, before=0, ttl=STAGED_SECONDS):
+            raise RuntimeError(f"the input items of {response_id} were not staged")
 
     def write(
         self,

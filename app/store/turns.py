@@ -195,15 +195,11 @@ class Turns(StoreBase):
         loaded = _loaded_turn(raw[2])
         count = raw[2][1]
         if isinstance(count, int) and loaded.stored is not None:  # counted, not read
-            inputs = json_items(self._read_inputs(response_id, count))
+            inputs = json_items(self.read_list(self.keys.inputs(response_id), count))
             if len(inputs) < count:  # deleted since (the list never changes otherwise)
                 loaded = replace(loaded, stored=None)
             loaded = replace(loaded, inputs=inputs)
         return OpenedTurn(taken=True, starts=starts, loaded=loaded, fence=fence)
-
-    def _read_inputs(self, response_id: str, count: int) -> list[bytes | str]:
-        """The first ``count`` items of a response's input list, as stored, a batch a call."""
-        return self.read_list(self.keys.inputs(response_id), count)
 
 
 def _loaded_turn(raw: list[Any]) -> LoadedTurn:

@@ -1,12 +1,13 @@
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from app.lease import LeaseKeeper, sweep, sweep_interval
 from app.store import ResponseStore
-from app.store.turns import Turns
+from app.store.base import StoreBase
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
 from tests.support.sentinel import wait_for
@@ -44,13 +45,13 @@ def test_a_long_input_is_read_with_the_lease_already_renewed(
     store.redis.rpush(store.keys.inputs(response.id), *map(json.dumps, inputs))
     keeper = LeaseKeeper(store, lease_seconds=30)
     held_while_read: list[int] = []
-    read = Turns._read_inputs
+    read = StoreBase.read_list
 
-    def reading(turns: Turns, response_id: str, count: int) -> list[bytes | str]:
+    def reading(turns: StoreBase, *args: Any, **kwargs: Any) -> list[bytes | str]:
         held_while_read.append(keeper.held())
-        return read(turns, response_id, count)
+        return read(turns, *args, **kwargs)
 
-    monkeypatch.setattr(Turns, "_read_inputs", reading)
+    monkeypatch.setattr(StoreBase, "read_list", reading)
 
     acquired = keeper.acquire(response.id, 0)
 

@@ -8,7 +8,7 @@ import redis
 from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
-from app.store.records import APPEND_BATCH, AppendBatchCall
+from app.store.base import APPEND_BATCH, AppendBatchCall
 from app.store.status import CANCEL, COMMIT, FAIL, FINISH
 from tests.app.store.support import created, delta, keys_like, make_response, new_response
 from tests.support.replies import Replies
