@@ -31,7 +31,7 @@ import httpx
 import redis
 
 from bench.fairness import TenantFleet
-from bench.fleet import REDIS_URL, RssSampler
+from bench.fleet import REDIS_URL, RssSampler, SlowLog
 from bench.stats import percentiles
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -169,28 +169,21 @@ class SlowCalls:
     """Redis's calls of ``SLOWER_THAN_US`` or longer while in the block, longest first.
 
     Redis serves no other client during a call, so the longest is how long every tenant's
-    events and turns, fleet-wide, waited at once. The machine's Redis: its slow log settings
-    are put back after.
+    events and turns, fleet-wide, waited at once.
     """
 
     SLOWER_THAN_US = 5000
 
     def __init__(self) -> None:
-        self.client = redis.Redis.from_url(REDIS_URL)
+        self._log = SlowLog(redis.Redis.from_url(REDIS_URL), slower_than_us=self.SLOWER_THAN_US)
         self.calls: list[dict[str, Any]] = []
 
     def __enter__(self) -> SlowCalls:
-        self._saved = str(
-            self.client.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
-        )
-        self.client.slowlog_reset()
-        self.client.config_set("slowlog-log-slower-than", self.SLOWER_THAN_US)
+        self._log.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.client.config_set("slowlog-log-slower-than", self._saved)
-        entries = self.client.slowlog_get(128)
-        self.client.slowlog_reset()
+        entries = self._log.stop()
         self.calls = [
             {
                 "ms": round(entry["duration"] / 1000, 1),

@@ -33,7 +33,7 @@ import redis
 
 from app.store.scripts import lua_source
 from bench.clients import Connection, address, consume
-from bench.fleet import REDIS_URL, Fleet, add_settings_option
+from bench.fleet import REDIS_URL, Fleet, SlowLog, add_settings_option
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -124,31 +124,20 @@ class RedisAccount:
     def __init__(self, client: redis.Redis, *, with_scripts: bool):
         self.client = client
         self.with_scripts = with_scripts
-        self._saved: dict[str, str] = {}
+        self._slow_log = SlowLog(client, slower_than_us=0, length=self.SLOWLOG_LEN)
         self._before: dict[str, dict[str, Any]] = {}
         self._after: dict[str, dict[str, Any]] = {}
         self._entries: list[dict[str, Any]] = []
 
     def start(self) -> None:
         if self.with_scripts:
-            self._saved = {
-                name: str(self.client.config_get(name)[name])
-                for name in ("slowlog-log-slower-than", "slowlog-max-len")
-            }
-            self.client.config_set("slowlog-max-len", self.SLOWLOG_LEN)
-            self.client.slowlog_reset()
-            self.client.config_set("slowlog-log-slower-than", 0)
+            self._slow_log.start()
         self._before = self.client.info("commandstats")
 
     def stop(self) -> None:
         self._after = self.client.info("commandstats")
         if self.with_scripts:
-            self.client.config_set(
-                "slowlog-log-slower-than", self._saved["slowlog-log-slower-than"]
-            )
-            self._entries = self.client.slowlog_get(self.SLOWLOG_LEN)
-            self.client.slowlog_reset()
-            self.client.config_set("slowlog-max-len", self._saved["slowlog-max-len"])
+            self._entries = self._slow_log.stop()
 
     def figures(self, responses: int) -> dict[str, Any]:
         figures: dict[str, Any] = {"commands": command_costs(self._before, self._after, responses)}

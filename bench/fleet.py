@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -296,6 +297,36 @@ class Fleet:
             deleted += int(client.unlink(*batch))
         client.close()
         return deleted
+
+
+class SlowLog:
+    """Redis's slow log from :meth:`start` to :meth:`stop`, its settings put back after.
+
+    The machine's Redis, shared: ``slower_than_us`` is what it logs meanwhile (0: every command),
+    ``length`` how many entries it keeps.
+    """
+
+    SETTINGS = ("slowlog-log-slower-than", "slowlog-max-len")
+
+    def __init__(self, client: redis.Redis, *, slower_than_us: int, length: int = 128):
+        self.client = client
+        self.slower_than_us = slower_than_us
+        self.length = length
+        self._saved: dict[str, str] = {}
+
+    def start(self) -> None:
+        self._saved = {name: str(self.client.config_get(name)[name]) for name in self.SETTINGS}
+        self.client.config_set("slowlog-max-len", self.length)
+        self.client.slowlog_reset()
+        self.client.config_set("slowlog-log-slower-than", self.slower_than_us)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """The entries logged since :meth:`start`, newest first."""
+        self.client.config_set("slowlog-log-slower-than", self._saved["slowlog-log-slower-than"])
+        entries: list[dict[str, Any]] = self.client.slowlog_get(self.length)
+        self.client.slowlog_reset()
+        self.client.config_set("slowlog-max-len", self._saved["slowlog-max-len"])
+        return entries
 
 
 class RssSampler:
