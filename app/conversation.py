@@ -57,6 +57,8 @@ class History(Sequence[Item]):
         """
         if self.is_empty():
             return None
+        if self.base is not None and not self.tail:  # a list's first items never change
+            return self.base
         kept = self.store.extend_history(self.base, self.tail, response_id=response_id)
         if kept is None:
             raise PreviousResponseNotFoundError(
@@ -146,6 +148,33 @@ OWNER_FIELD = "owner"
 """Where a stored conversation object keeps its owner (:mod:`app.ownership`); never served."""
 
 
+def conversation_history(
+    store: ResponseStore, conversation_id: str, inputs: Sequence[Item], *, owner: str
+) -> History:
+    """What a new response of a conversation ``owner`` owns has before its ``inputs``.
+
+    The conversation's items as they are now, by reference to its history list: none is read.
+    The inputs join the conversation when the response ends: none of their ids may be taken
+    there. A conversation made before it had a history list is read whole, and copied.
+
+    Raises:
+        NotFoundError: as :func:`load_conversation`.
+        InvalidRequestError: an input's id is taken (:func:`check_item_ids`).
+    """
+    check_conversation_id(conversation_id, param="conversation")
+    head = store.head(conversation_id, [item["id"] for item in inputs])
+    owned_conversation(
+        head.conversation if head else None, conversation_id, owner, param="conversation"
+    )
+    assert head is not None
+    if head.history is None:
+        held = load_conversation(store, conversation_id, owner=owner)
+        check_item_ids(inputs, held_ids=[item["id"] for item in held], param="input")
+        return History(store, tail=held)
+    check_item_ids(inputs, held_ids=head.held, param="input")
+    return History(store, base=head.history)
+
+
 def load_conversation(
     store: ResponseStore, conversation_id: str, *, owner: str
 ) -> list[dict[str, Any]]:
@@ -200,18 +229,18 @@ def conversation_not_found(conversation_id: str, *, param: str) -> NotFoundError
     return NotFoundError(f"Conversation with id {quoted(conversation_id)} not found.", param=param)
 
 
-def check_item_ids(items: Sequence[Item], *, held: Iterable[Item] = (), param: str) -> None:
+def check_item_ids(items: Sequence[Item], *, held_ids: Iterable[str] = (), param: str) -> None:
     """Each of ``items`` (with their ids) takes an id no other item has in the conversation.
 
     An id names one item of a conversation, so a second item of it would take the first
     one's place: OpenAI refuses the request, and so does the fleet, before anything is added.
-    ``held``: the conversation's items; ``param``: where ``items`` are in the request.
+    ``held_ids``: ids the conversation holds; ``param``: where ``items`` are in the request.
 
     Raises:
-        InvalidRequestError: the first item whose id one of ``held`` or an earlier item has
+        InvalidRequestError: the first item whose id is held or an earlier item's
             (``param`` ``<param>.<index>.id``).
     """
-    seen = {item["id"] for item in held}
+    seen = set(held_ids)
     for index, item in enumerate(items):
         if item["id"] in seen:
             raise duplicate_item(item["id"], param=f"{param}.{index}.id")

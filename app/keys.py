@@ -80,6 +80,22 @@ class Keys:
         """
         return f"{self._r(chain_id)}:hist:{list_id}"  # in the slot of the chain's responses
 
+    def conversation_history(self, conversation_id: str) -> str:
+        """List: a conversation's items, as a history list whose items change only by a delete.
+
+        Its chain and list are the conversation's id (in the conversation's slot); the list as
+        it was before a delete is kept (:meth:`conversation_history_at`).
+        """
+        return self.history(conversation_id, conversation_id)
+
+    def conversation_history_at(self, conversation_id: str, generation: int) -> str:
+        """List: :meth:`conversation_history` as it was at ``generation`` (kept at a delete)."""
+        return self.history(conversation_id, f"{conversation_id}.{generation}")
+
+    def conversation_generation(self, conversation_id: str) -> str:
+        """Counter: the deletes :meth:`conversation_history` has seen (none: it has no list)."""
+        return f"{self.conversation_history(conversation_id)}:gen"
+
     def channel(self, response_id: str) -> str:
         """Where the response's live events are published (``include/events.lua``).
 

@@ -15,7 +15,7 @@ from pydantic_core import ErrorDetails
 from app import cooperation
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
-from app.conversation import History, chain_history, check_item_ids, load_conversation
+from app.conversation import History, chain_history, conversation_history
 from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, retry_later
 from app.fairness import FairShare
@@ -425,7 +425,7 @@ def _history_of(
     """The items before the input: ``context`` if given, else the chain or the conversation.
 
     Stored as the response's history, it is what every turn and tool call of this response
-    sees: a conversation's items as they are now (copied), a chain's by reference. The input
+    sees: a conversation's items as they are now, a chain's, each by reference. The input
     joins the conversation when the response ends: none of its ids may be taken there.
     """
     if request.conversation_id is not None:
@@ -435,9 +435,7 @@ def _history_of(
                 "'previous_response_id' or 'conversation'.",
                 code="mutually_exclusive_parameters",
             )
-        held = load_conversation(store, request.conversation_id, owner=tenant)
-        check_item_ids(inputs, held=held, param="input")
-        return History(store, tail=held)
+        return conversation_history(store, request.conversation_id, inputs, owner=tenant)
     if context is None and request.previous_response_id:
         return chain_history(store, request.previous_response_id, owner=tenant)
     return History(store, tail=context or [])

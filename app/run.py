@@ -509,11 +509,7 @@ def load_state(
         extra=stored.extra,
         history=history,
         inputs=inputs,
-        history_list=(
-            store.keys.history(stored.history.chain, stored.history.list)
-            if stored.history is not None
-            else None
-        ),
+        history_list=None if stored.history is None else store.history_key(stored.history),
         start_sequence_number=loaded.start_sequence_number,
         is_rerun=loaded.is_rerun,
         steered=loaded.steered,

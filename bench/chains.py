@@ -2,7 +2,8 @@
 
 Its own fleet (see ``bench.fleet``: the machine's Redis db 14, the simulator at zero delay, one
 gateway, one inference worker, one ``tools.internal`` worker) and chains of ``--depth`` responses
-linked by ``previous_response_id``, one after another:
+linked by ``previous_response_id`` (``--via conversation``: each in one conversation, made
+first, ``conversation`` naming it), one after another:
 
 - ``plain``: each response one turn, a 50-word ask answered in 50 words;
 - ``tool``: each response two turns, the model calls the built-in ``calculator`` and then
@@ -18,7 +19,7 @@ costs at most 1.5 x the band 0-9. Beside it, the fleet's CPU time per response, 
 (gateway, inference and tool workers: their processes' user + system time across the response,
 which the kernel counts in 10 ms ticks; not Redis, which the machine's other users share, nor
 the simulator): what the fleet does per response, which the machine's other load does not
-stretch as it stretches wall time. Writes ``bench/results/chains.json``.
+stretch as it stretches wall time. Writes ``bench/results/chains.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from bench.run import RESULTS, provenance
 WORDS = " ".join(f"w{i}" for i in range(44))
 BAND = 10
 KINDS = ("plain", "tool")
+VIAS = ("previous", "conversation")
 TARGET_RATIO = 1.5
 CALCULATOR = {
     "type": "function",
@@ -89,6 +91,8 @@ class Chain:
     stream: bool
     items: list[dict[str, Any]] = field(default_factory=list)
     previous: str | None = None
+    conversation: str | None = None
+    """The conversation every response is in (``--via conversation``), else None."""
     added_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
 
@@ -132,7 +136,9 @@ def step(chain: Chain, index: int, fleet: Http, model: Http, procs: list[psutil.
     body: dict[str, Any] = {"model": "antwort-sim", "input": [user], "stream": chain.stream}
     if chain.kind == "tool":
         body["tools"] = [{"type": "internal", "name": "calculator"}]
-    if chain.previous is not None:
+    if chain.conversation is not None:
+        body["conversation"] = chain.conversation
+    elif chain.previous is not None:
         body["previous_response_id"] = chain.previous
     cpu = cpu_seconds(procs)
     start = time.perf_counter()
@@ -166,13 +172,15 @@ def bands(
     return rows
 
 
-def run(
+def run(  # noqa: PLR0913 - the fleet, the model, and what to run
     fleet_url: str,
     model_url: str,
     depth: int,
     chains: int,
     procs: list[psutil.Process],
     kinds: Sequence[str] = KINDS,
+    *,
+    via: str = "previous",
 ) -> dict[str, Any]:
     fleet, model = Http(fleet_url), Http(model_url)
     added: dict[str, list[list[float]]] = {}
@@ -181,6 +189,8 @@ def run(
         for kind in kinds:
             for stream in (False, True):
                 chain = Chain(kind=kind, stream=stream)
+                if via == "conversation":
+                    chain.conversation = json.loads(fleet.post("/v1/conversations", {}))["id"]
                 for index in range(depth):
                     step(chain, index, fleet, model, procs)
                 name = f"{kind} {'streamed' if stream else 'sync'}"
@@ -224,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depth", type=int, default=200)
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--via", choices=VIAS, default="previous", help="how responses link")
+    parser.add_argument("--out", default="chains.json", help="file name in bench/results/")
     args = parser.parse_args(argv)
     fleet = Fleet(inference_workers=1, worker_threads=8, tool_workers=1, tool_threads=4)
     fleet.start()
@@ -231,12 +243,18 @@ def main(argv: list[str] | None = None) -> None:
         psutil.Process(pid) for role, pids in fleet.pids().items() if role != "sim" for pid in pids
     ]
     warm: Callable[[], dict[str, Any]] = lambda: run(  # noqa: E731
-        fleet.gateway_url, f"{fleet.sim_url}/v1", 3, 1, procs
+        fleet.gateway_url, f"{fleet.sim_url}/v1", 3, 1, procs, via=args.via
     )
     try:
         warm()
         results = run(
-            fleet.gateway_url, f"{fleet.sim_url}/v1", args.depth, args.chains, procs, args.kinds
+            fleet.gateway_url,
+            f"{fleet.sim_url}/v1",
+            args.depth,
+            args.chains,
+            procs,
+            args.kinds,
+            via=args.via,
         )
     finally:
         fleet.stop()
@@ -244,11 +262,12 @@ def main(argv: list[str] | None = None) -> None:
         **provenance("bench.chains", fleet=fleet),
         "measure": "fleet time minus the same model calls made directly, p50 ms per depth band",
         "cpu_measure": "gateway + workers' CPU time (user + system) per response, mean ms per band",
+        "via": args.via,
         "target": f"band {args.depth - BAND}-{args.depth - 1} <= {TARGET_RATIO} x band 0-9",
         "results": results,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "chains.json").write_text(json.dumps(record, indent=2) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(table(results))
     print()
     print(table(results, cpu=True))

@@ -29,6 +29,9 @@ class AppendBatchCall:
 
 
 APPEND_BATCH = LuaScript("append_batch", AppendBatchCall)
+HISTORY_SLACK_SECONDS = 24 * 3600
+"""How much longer than a record a history list lives: a record's last write may come a turn
+after the last read of its history."""
 
 
 class StoreBase:
@@ -52,6 +55,11 @@ class StoreBase:
         self.unstored_ttl_seconds = unstored_ttl_seconds
         self.stream_maxlen = stream_maxlen
         self._scripts: dict[str, BoundScript[Any]] = {}
+
+    @property
+    def history_ttl(self) -> int:
+        """A history list's lifetime (:mod:`app.store.history`), from its last use."""
+        return self.ttl_seconds + HISTORY_SLACK_SECONDS
 
     def read_list(self, key: str, end: int | None = None, *, start: int = 0) -> list[bytes | str]:
         """The items of the list ``key`` from ``start`` up to ``end`` (None: its end), as stored.

@@ -9,6 +9,12 @@ string of each, some twenty times the cost of a plain read, while Redis serves n
 response that belongs to a conversation appends its input and output items as one block when it
 ends, in the same script as its final write (``write.lua``): blocks of responses that end at the
 same time follow each other in the order the responses ended, never interleaved.
+
+The same scripts keep the items in a fourth key, the conversation's history list
+(``Keys.conversation_history``, :mod:`app.store.history`): a new response of the conversation
+references its items there, as a response of a chain references its chain's, and neither reads
+nor copies them (:meth:`Conversations.head`). A delete takes the item from the list too, and
+keeps the list as it was for the references made before (``delete_conversation_item.lua``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.store.base import StoreBase, json_items, text
+from app.store.history import HistoryRef
 from app.store.scripts import LuaScript, counted, key
 
 
@@ -32,19 +39,29 @@ class _ConversationCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateConversationCall(_ConversationCall):
+class _HistoryCall(_ConversationCall):
+    """The keys of a conversation and of its items' history list (``conversation.lua``)."""
+
+    history: str = key()
+    generation: str = key()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateConversationCall(_HistoryCall):
     """The operands of ``create_conversation.lua``."""
 
     object: str
     ttl: int
+    history_ttl: int
     items: tuple[str, ...] = counted()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppendConversationCall(_ConversationCall):
+class AppendConversationCall(_HistoryCall):
     """The operands of ``append_conversation.lua``."""
 
     ttl: int
+    history_ttl: int
     items: tuple[str, ...] = counted()
 
 
@@ -68,10 +85,15 @@ class UpdateConversationCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteConversationItemCall(_ConversationCall):
+class DeleteConversationItemCall(_HistoryCall):
     """The operands of ``delete_conversation_item.lua``."""
 
+    snapshot: str = key()
+    """The history list as it is now, kept as the list of ``expected_generation``."""
     item_id: str
+    expected_generation: str
+    """The generation read before the call ("": none, a conversation without a list)."""
+    history_ttl: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +106,19 @@ class ItemPage:
     has_more: bool
     is_after_known: bool = True
     """False: the conversation holds no item of the ``after`` id (the page is empty)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationHead:
+    """What a new response of a conversation needs of it (:meth:`Conversations.head`)."""
+
+    conversation: dict[str, Any]
+    """The conversation object."""
+    history: HistoryRef | None
+    """Its items now, in its history list (None: a conversation made before it had one, or
+    whose list missed a change: an older fleet's)."""
+    held: frozenset[str]
+    """Those of the ids asked about that the conversation holds already."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,15 +153,23 @@ class Conversations(StoreBase):
             "order_key": self.keys.conversation_order(conversation_id),
         }
 
+    def _history_keys(self, conversation_id: str) -> dict[str, str]:
+        return {
+            **self._conversation_keys(conversation_id),
+            "history": self.keys.conversation_history(conversation_id),
+            "generation": self.keys.conversation_generation(conversation_id),
+        }
+
     def create_conversation(
         self, conversation: dict[str, Any], *, items: Sequence[dict[str, Any]]
     ) -> None:
         """Store a new conversation (its ``id`` fresh) with its first items."""
         created = self.script(CREATE_CONVERSATION)(
             CreateConversationCall(
-                **self._conversation_keys(conversation["id"]),
+                **self._history_keys(conversation["id"]),
                 object=json.dumps(conversation),
                 ttl=self.ttl_seconds,
+                history_ttl=self.history_ttl,
                 items=encode_items(items),
             )
         )
@@ -139,8 +182,9 @@ class Conversations(StoreBase):
         """Append ``items`` as one block, or nothing when the conversation holds one's id."""
         raw, held = self.script(APPEND_CONVERSATION)(
             AppendConversationCall(
-                **self._conversation_keys(conversation_id),
+                **self._history_keys(conversation_id),
                 ttl=self.ttl_seconds,
+                history_ttl=self.history_ttl,
                 items=encode_items(items),
             )
         )
@@ -195,6 +239,36 @@ class Conversations(StoreBase):
         ordered = [by_id[id_] for id_ in ids if id_ in by_id]
         return ItemPage(conversation=_object(raw_object), items=json_items(ordered), has_more=False)
 
+    def head(self, conversation_id: str, item_ids: Sequence[str]) -> ConversationHead | None:
+        """The conversation, its items by reference, and which of ``item_ids`` it holds.
+
+        One transaction of plain reads, whatever the conversation's length: none of its items
+        is read (None: no such conversation).
+        """
+        keys = self._history_keys(conversation_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(keys["conversation"], "object")
+            pipe.get(keys["generation"])
+            pipe.llen(keys["history"])
+            pipe.zcard(keys["order_key"])
+            if item_ids:
+                pipe.hmget(keys["items_key"], list(item_ids))
+            raw_object, generation, length, count, *found = pipe.execute()
+        if raw_object is None:
+            return None
+        # a list that does not hold every item (an older fleet's script added or deleted one
+        # during an upgrade) is not used: the conversation is read whole
+        history = (
+            HistoryRef(conversation_id, conversation_id, int(length), int(generation))
+            if generation is not None and length == count
+            else None
+        )
+        stored = found[0] if found else []
+        held = [id_ for id_, item in zip(item_ids, stored, strict=True) if item is not None]
+        return ConversationHead(
+            conversation=_object(raw_object), history=history, held=frozenset(held)
+        )
+
     def conversation(self, conversation_id: str) -> dict[str, Any] | None:
         """The conversation object, or None when unknown, expired or deleted."""
         raw = self.redis.hget(self.keys.conversation(conversation_id), "object")
@@ -227,11 +301,27 @@ class Conversations(StoreBase):
     def delete_conversation_item(
         self, conversation_id: str, item_id: str
     ) -> tuple[dict[str, Any] | None, bool]:
-        """Remove an item: the conversation object (None: none) and whether the item was there."""
-        raw, removed = self.script(DELETE_CONVERSATION_ITEM)(
-            DeleteConversationItemCall(**self._conversation_keys(conversation_id), item_id=item_id)
-        )
-        return (None if raw is None else _object(raw)), bool(removed)
+        """Remove an item: the conversation object (None: none) and whether the item was there.
+
+        Its history list loses it too, the list as it was kept for the references into it
+        (``delete_conversation_item.lua``): the generation is read first, and again should
+        another delete come between.
+        """
+        keys = self._history_keys(conversation_id)
+        while True:
+            generation = self.redis.get(keys["generation"])
+            expected = "" if generation is None else text(generation)
+            raw, removed = self.script(DELETE_CONVERSATION_ITEM)(
+                DeleteConversationItemCall(
+                    **keys,
+                    snapshot=self.keys.conversation_history_at(conversation_id, int(expected or 0)),
+                    item_id=item_id,
+                    expected_generation=expected,
+                    history_ttl=self.history_ttl,
+                )
+            )
+            if removed != -1:
+                return (None if raw is None else _object(raw)), bool(removed)
 
     def delete_conversation(self, conversation_id: str) -> bool:
         """Remove a conversation with its items; False when there was none."""

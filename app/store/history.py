@@ -15,6 +15,12 @@ script costs Redis some twenty times as much, while every client of the fleet wa
 mostly, does the payload: a list's items never change, so a process keeps the items it read of
 a list (:class:`ReadItems`, least recently used first out) and reads only the items after them
 — the turns of one response, and the next response of the chain, read what was added since.
+
+A conversation keeps its items in such a list too (``Keys.conversation_history``), appended by
+the conversation's own scripts alone. It is the one list whose items change: a delete from the
+conversation takes the item out. A reference into it names the list's generation (the deletes
+it had seen); each delete first keeps the list as it was as the list of the generation it ends,
+so a reference reads the items it was made with, whatever deletes came after.
 """
 
 from __future__ import annotations
@@ -33,9 +39,6 @@ HISTORY_CACHE_ITEMS = 20_000
 """How many items of history lists a process keeps, at most (:class:`ReadItems`)."""
 HISTORY_CACHE_BYTES = 32 * 2**20
 """How much of history lists a process keeps, at most, counted as their items' JSON."""
-HISTORY_SLACK_SECONDS = 24 * 3600
-"""How much longer than a record a history list lives: a record's last write may come a turn
-after the last read of its history."""
 HISTORY_RENEW_SECONDS = 3600
 """A read renews a list's life once it has run down this much (one more round trip, at most
 hourly per list): its life after a read is at least the store's lifetime plus 23 hours.
@@ -45,25 +48,33 @@ of ``antwort up`` is 6.2.)"""
 
 @dataclass(frozen=True, slots=True)
 class HistoryRef:
-    """A response's history: the first ``length`` items of a chain's list."""
+    """A response's history: the first ``length`` items of a chain's list.
+
+    Or of a conversation's list (``Keys.conversation_history``: chain and list are the
+    conversation's id) as it was at its ``generation``: the list loses an item at each delete,
+    and the list as it was before is kept as the list ``<list>.<generation>``.
+    """
 
     chain: str
     """The response whose create began the chain's first list (``Keys.history``)."""
     list: str
     """The response whose create began this list (the chain's, or a branch's)."""
     length: int
+    generation: int | None = None
+    """A conversation's list: the deletes it had seen (None: a chain's list, never changed)."""
 
     def encode(self) -> str:
         """As the record's ``history`` field holds it (response ids hold no space)."""
-        return f"{self.chain} {self.list} {self.length}"
+        generation = "" if self.generation is None else f" {self.generation}"
+        return f"{self.chain} {self.list} {self.length}{generation}"
 
     @staticmethod
     def decode(raw: bytes | str | None) -> HistoryRef | None:
         """Inverse of :meth:`encode`; None for no field."""
         if not raw:
             return None
-        chain, list_id, length = text(raw).split(" ")
-        return HistoryRef(chain, list_id, int(length))
+        chain, list_id, length, *generation = text(raw).split(" ")
+        return HistoryRef(chain, list_id, int(length), int(generation[0]) if generation else None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,11 +149,6 @@ _APPENDED, _BRANCHED = 1, 2
 class Histories(StoreBase):
     """Chains' histories: extended by a create, read by a response's turns."""
 
-    @property
-    def history_ttl(self) -> int:
-        """A history list's lifetime, from its last use."""
-        return self.ttl_seconds + HISTORY_SLACK_SECONDS
-
     def extend_history(
         self, base: HistoryRef | None, items: Sequence[dict[str, Any]], *, response_id: str
     ) -> HistoryRef | None:
@@ -156,7 +162,15 @@ class Histories(StoreBase):
         list: the list's end is no response's history, and a sibling of the same parent finds
         the list longer than its base and branches. Items left by a create that died half-way
         are past every reference, so nobody reads them.
+
+        A conversation's list (``base.generation``) is never appended to but by its
+        conversation: its items are read and copied into the new response's own list.
         """
+        if base is not None and base.generation is not None:
+            held = self.history(base)
+            if held is None:
+                return None
+            return self.extend_history(None, [*held, *items], response_id=response_id)
         encoded = [json.dumps(item) for item in cooperation.each(items)]
         first, rest = encoded[: cooperation.BATCH], encoded[cooperation.BATCH :]
         chain = base.chain if base is not None else response_id
@@ -187,29 +201,63 @@ class Histories(StoreBase):
         """The history items this store read (one per process: the store's is the process')."""
         return _READ_ITEMS
 
+    def history_key(self, ref: HistoryRef) -> str:
+        """The list whose first items ``ref`` names, whatever deletes came after."""
+        if ref.generation is None:
+            return self.keys.history(ref.chain, ref.list)
+        return self.keys.conversation_history_at(ref.chain, ref.generation)
+
     def history(self, ref: HistoryRef) -> list[dict[str, Any]] | None:
         """The items ``ref`` names, oldest first; None when its list expired.
 
         One round trip, which reads the items after those this process knows already (up to
         :data:`app.cooperation.BATCH` of them; more, a batch a call: Redis serves everyone else
         between two); the list then lives about the history's lifetime from now (each turn that
-        reads it keeps it for the responses after: :data:`HISTORY_RENEW_SECONDS`).
+        reads it keeps it for the responses after: :data:`HISTORY_RENEW_SECONDS`). A
+        conversation's list is read with its generation, in one transaction: when a delete came
+        since ``ref`` was made, its items are in the list kept at that delete (one more).
         """
-        key = self.keys.history(ref.chain, ref.list)
-        known, ends = self.read_items.get(key, ref.length)
-        first_end = min(ref.length, len(known) + cooperation.BATCH)
-        pipe = self.redis.pipeline(transaction=False)
+        view = self.history_key(ref)
+        if ref.generation is not None:
+            live = _Live(self.keys.conversation_generation(ref.chain), ref.generation)
+            try:
+                return self._history(view, self.keys.history(ref.chain, ref.list), ref.length, live)
+            except _MovedError:
+                pass  # the list kept at the delete holds them
+        return self._history(view, view, ref.length)
+
+    def _history(
+        self, view: str, key: str, length: int, live: _Live | None = None
+    ) -> list[dict[str, Any]] | None:
+        """:meth:`history` of the list ``key``, its items known as ``view``'s.
+
+        ``live``: ``key`` is a conversation's list, which must still be at its generation.
+
+        Raises:
+            _MovedError: it is not.
+        """
+        known, ends = self.read_items.get(view, length)
+        first_end = min(length, len(known) + cooperation.BATCH)
+        pipe = self.redis.pipeline(transaction=live is not None)
         pipe.lrange(key, len(known), first_end - 1)  # nothing when all are known
         pipe.ttl(key)
+        if live is not None:
+            pipe.get(live.counter)
         raw: list[bytes | str]
-        raw, left = pipe.execute()
-        if first_end < ref.length and len(raw) == first_end - len(known):  # the rest, if long
-            raw += self.read_list(key, ref.length, start=first_end)
-        if len(known) + len(raw) < ref.length:
-            self.read_items.drop(key)
+        raw, left, *generation = pipe.execute()
+        if live is not None and not live.holds(generation[0]):
+            raise _MovedError
+        if first_end < length and len(raw) == first_end - len(known):  # the rest, if long
+            raw += self.read_list(key, length, start=first_end)
+            if live is not None and not live.holds(self.redis.get(live.counter)):
+                raise _MovedError  # a delete came between two batches
+        if len(known) + len(raw) < length:
+            self.read_items.drop(view)
             return None
         if 0 <= left < self.history_ttl - HISTORY_RENEW_SECONDS:  # never shortened
             self.redis.expire(key, self.history_ttl)
+            if live is not None:
+                self.redis.expire(live.counter, self.history_ttl)
         if not raw:
             return list(known)
         items = [*known, *json_items(raw)]
@@ -217,8 +265,25 @@ class Histories(StoreBase):
         for entry in raw:
             size += len(entry)
             ends.append(size)
-        self.read_items.put(key, items, ends)
+        self.read_items.put(view, items, ends)
         return list(items)
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """A conversation's list as a reference saw it: at ``generation`` of its ``counter``."""
+
+    counter: str
+    """``Keys.conversation_generation``."""
+    generation: int
+
+    def holds(self, raw: bytes | str | None) -> bool:
+        """Whether the counter's value (``raw``) is still this generation."""
+        return raw is not None and int(raw) == self.generation
+
+
+class _MovedError(Exception):
+    """A conversation's list had a delete since the reference was made."""
 
 
 _READ_ITEMS = ReadItems()

@@ -109,6 +109,9 @@ class WriteCall:
     """The history list the response's create began (``Keys.history(id, id)``)."""
     staged_inputs: str = key()
     """A create's input items staged by ``append_batch.lua`` (``is_staged``)."""
+    conversation_history: str = key()
+    """The conversation's items as a history list (``Keys.conversation_history``)."""
+    conversation_generation: str = key()
     channel: str
     maxlen: int
     ttl: int
@@ -151,6 +154,8 @@ class WriteCall:
     its create began (the context a WebSocket connection gave it) take the record's ``ttl``."""
     is_staged: bool
     """A create whose input items are on ``staged_inputs``: the list becomes ``inputs_key``."""
+    history_ttl: int
+    """Of ``conversation_history``, from an append to it."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create (after the staged ones)."""
     event_types: tuple[str, ...] = counted()
@@ -338,6 +343,8 @@ class Records(StoreBase):
                 results=self.keys.tool_results(rid),
                 own_history=self.keys.history(rid, rid),
                 staged_inputs=self.keys.staged_inputs(rid),
+                conversation_history=self.keys.conversation_history(conversation_keys_id),
+                conversation_generation=self.keys.conversation_generation(conversation_keys_id),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -364,6 +371,7 @@ class Records(StoreBase):
                 history="" if new.history is None else new.history.encode(),
                 is_forgotten=is_terminal and not response.store,
                 is_staged=new.is_staged,
+                history_ttl=self.history_ttl,
                 inputs=new.inputs,
                 event_types=events.types,
                 event_json_prefixes=events.json_prefixes,

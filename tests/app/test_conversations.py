@@ -1,5 +1,6 @@
 """Responses in a conversation: what the model reads, what the conversation gains, races."""
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +10,7 @@ import redis
 
 from app.config import Settings
 from app.conversation import history_of
-from app.conversations import add_items, create_conversation, list_items
+from app.conversations import add_items, create_conversation, delete_item, list_items
 from app.errors import InvalidRequestError, NotFoundError
 from app.keys import Keys
 from app.providers.chunks import Finish, TextDelta, ToolCallDelta
@@ -18,6 +19,7 @@ from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from tests.app.test_run import WEATHER_TOOL, FakeModel, answer
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.replies import Replies
 
 
 def user(text: str) -> dict[str, Any]:
@@ -278,3 +280,121 @@ def test_loading_a_conversation_costs_the_same_round_trips_whatever_its_length(
 
     assert round_trips[0] == round_trips[1]
     pool.disconnect()
+
+
+def model_texts(model: FakeModel, call: int = 0) -> list[str]:
+    return [part["text"] for item in model.requests[call].items for part in item["content"]]
+
+
+def test_a_response_of_a_long_conversation_reads_and_copies_none_of_its_items_at_create(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The conversation's items are referenced in its history list, as a chain's are.
+
+    Before, each create read the whole conversation and copied it into a list of its own: the
+    cost of a response grew with the conversation, and its memory with its square.
+    """
+    settings = make_settings()
+    cid = new_conversation(store)
+    for start in range(0, 300, 20):
+        add_items(store, cid, {"items": [user(f"q{i}") for i in range(start, start + 20)]})
+    lists_before = set(store.redis.scan_iter(match=f"{store.keys.prefix}*:hist:*"))
+    replies = Replies(store.redis, monkeypatch)
+
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "Now?", "conversation": cid}
+    )
+
+    assert replies.largest < 20
+    assert set(store.redis.scan_iter(match=f"{store.keys.prefix}*:hist:*")) == lists_before
+    model = answer("Answer.")
+    assert run(store, settings, response.id, model) == "completed"
+    assert model_texts(model) == [*(f"q{i}" for i in range(300)), "Now?"]
+
+
+def test_a_delete_takes_the_item_from_later_responses_and_not_from_earlier_ones(
+    store_on_both: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    store, settings, dispatcher = store_on_both, make_settings(), RecordingDispatcher()
+    cid = new_conversation(store, "A", "B", "C")
+    b_id = list_items(store, cid, limit=10, order="asc", after=None)["data"][1]["id"]
+    before, _ = create_response(store, dispatcher, settings, {"input": "q1", "conversation": cid})
+    early = answer("a1")
+    assert run(store, settings, before.id, early) == "completed"  # its history read, and kept
+
+    delete_item(store, cid, b_id)
+    after, _ = create_response(store, dispatcher, settings, {"input": "q2", "conversation": cid})
+    chained, _ = create_response(
+        store, dispatcher, settings, {"input": "q3", "previous_response_id": before.id}
+    )
+    late, onward = answer("a2"), answer("a3")
+
+    assert run(store, settings, after.id, late) == "completed"
+    assert run(store, settings, chained.id, onward) == "completed"
+    assert model_texts(early) == ["A", "B", "C", "q1"]
+    assert model_texts(late) == ["A", "C", "q1", "a1", "q2"]
+    assert model_texts(onward) == ["A", "B", "C", "q1", "a1", "q3"]  # its chain, as it was
+    assert history_of(store, store.get(before.id)) == history_of(store, store.get(chained.id))[:3]
+    assert texts(store, cid) == ["A", "C", "q1", "a1", "q2", "a2"]
+
+
+def test_a_delete_between_a_create_and_its_run_leaves_the_response_its_history(
+    store_on_both: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    store, settings = store_on_both, make_settings()
+    cid = new_conversation(store, "A", "B")
+    a_id = list_items(store, cid, limit=10, order="asc", after=None)["data"][0]["id"]
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
+    )
+    delete_item(store, cid, a_id)
+    add_items(store, cid, {"items": [user("D")]})
+    model = answer("a")
+
+    assert run(store, settings, response.id, model) == "completed"
+
+    assert model_texts(model) == ["A", "B", "q"]
+    assert texts(store, cid) == ["B", "D", "q", "a"]
+
+
+def test_a_conversation_made_before_its_history_list_is_read_whole(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A conversation stored by an older fleet has no history list: it is read and copied."""
+    settings = make_settings()
+    cid = new_conversation(store, "A", "B")
+    keys = store.keys
+    store.redis.delete(keys.conversation_history(cid), keys.conversation_generation(cid))
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
+    )
+    model = answer("a")
+
+    assert run(store, settings, response.id, model) == "completed"
+
+    assert model_texts(model) == ["A", "B", "q"]
+    assert texts(store, cid) == ["A", "B", "q", "a"]
+    assert not store.redis.exists(store.keys.conversation_history(cid))
+
+
+def test_a_conversation_changed_by_an_older_fleet_is_read_whole(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """During an upgrade an older fleet's scripts add and delete items without the list."""
+    settings = make_settings()
+    cid = new_conversation(store, "A", "B")
+    keys = store.keys
+    [item] = list_items(store, cid, limit=1, order="asc", after=None)["data"]
+    added = {**item, "id": "msg_old", "content": [{**item["content"][0], "text": "C"}]}
+    store.redis.hset(keys.conversation_items(cid), "msg_old", json.dumps(added))
+    store.redis.zadd(keys.conversation_order(cid), {"msg_old": 100})
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
+    )
+    model = answer("a")
+
+    assert run(store, settings, response.id, model) == "completed"
+
+    assert model_texts(model) == ["A", "B", "C", "q"]

@@ -246,3 +246,48 @@ def test_a_long_block_extends_a_history_a_batch_a_call(
     assert store.history(appended) == [*first, *second]
     assert store.history(sibling) == [*first, *second[:1500]]
     assert store.history(tip) == first
+
+
+def conversation_of(store: ResponseStore, count: int) -> tuple[str, list[dict[str, Any]]]:
+    """A conversation of ``count`` items (made in the store: the API adds 20 a call)."""
+    items = [{"type": "message", "id": f"msg_{i}", "content": f"m{i}"} for i in range(count)]
+    store.create_conversation({"id": "conv_1", "object": "conversation"}, items=items)
+    return "conv_1", items
+
+
+def test_a_conversation_s_history_is_what_it_was_when_referenced(
+    store_on_both: ResponseStore,
+) -> None:
+    store = store_on_both
+    cid, items = conversation_of(store, 3)
+    head = store.head(cid, [])
+    assert head is not None and head.history == HistoryRef(cid, cid, 3, 0)
+
+    store.append_to_conversation(cid, [{"type": "message", "id": "msg_3", "content": "m3"}])
+    store.delete_conversation_item(cid, "msg_1")
+    store.delete_conversation_item(cid, "msg_0")
+    later = store.head(cid, ["msg_1", "msg_2"])
+
+    assert later is not None and later.history == HistoryRef(cid, cid, 2, 2)
+    assert later.held == {"msg_2"}
+    assert store.history(head.history) == items
+    assert store.history(later.history) == [items[2], {**items[2], "id": "msg_3", "content": "m3"}]
+
+
+def test_a_delete_between_two_batches_of_a_long_read_is_not_read_into_the_history(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history of more than a batch is read a batch a call: a delete may come between."""
+    monkeypatch.setattr(Histories, "read_items", property(lambda _: ReadItems()))  # cold
+    cid, items = conversation_of(store, 2500)
+    head = store.head(cid, [])
+    assert head is not None and head.history is not None
+    read_list = store.read_list
+
+    def deleting(key: str, end: int | None = None, *, start: int = 0) -> list[bytes | str]:
+        store.delete_conversation_item(cid, "msg_10")
+        return read_list(key, end, start=start)
+
+    monkeypatch.setattr(store, "read_list", deleting)
+
+    assert store.history(head.history) == items

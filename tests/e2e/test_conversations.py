@@ -109,3 +109,36 @@ def test_an_item_id_the_conversation_holds_is_refused(client: openai.OpenAI) -> 
     assert [(item.id, item.model_dump()["content"][0]["text"]) for item in items] == [
         ("msg_1", "first")
     ]
+
+
+def test_a_deleted_item_leaves_later_responses_and_stays_in_earlier_chains(
+    client: openai.OpenAI,
+) -> None:
+    """The model's prompt, counted by the simulator (a message: its words and one)."""
+    conversation = client.conversations.create(
+        items=[
+            {"type": "message", "role": "user", "content": "alpha " * 10},  # 11
+            {"type": "message", "role": "user", "content": "beta"},  # 2
+        ]
+    )
+    first = client.responses.create(model="antwort-sim", input="one", conversation=conversation.id)
+    alpha = next(iter(client.conversations.items.list(conversation.id, order="asc")))
+    client.conversations.items.delete(alpha.id, conversation_id=conversation.id)
+
+    later = client.responses.create(model="antwort-sim", input="two", conversation=conversation.id)
+    chained = client.responses.create(
+        model="antwort-sim", input="three", previous_response_id=first.id
+    )
+
+    assert first.usage is not None and later.usage is not None and chained.usage is not None
+    answer = first.usage.output_tokens + 1
+    assert first.usage.input_tokens == 11 + 2 + 2
+    assert later.usage.input_tokens == 2 + 2 + answer + 2
+    assert chained.usage.input_tokens == 11 + 2 + 2 + answer + 2
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.id for item in items][1:] == [
+        *(item.id for item in client.responses.input_items.list(first.id).data),
+        first.output[0].id,
+        *(item.id for item in client.responses.input_items.list(later.id).data),
+        later.output[0].id,
+    ]

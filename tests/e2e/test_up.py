@@ -160,7 +160,11 @@ def test_up_s_embedded_redis_serves_chains_branches_conversations_and_long_input
     answered(input="second", previous_response_id=first)  # the chain's list, read back
     answered(input="a branch", previous_response_id=first)  # a branch from an older response
     conversation = httpx.post(f"{up.url}/v1/conversations", json={}, timeout=30).json()["id"]
-    for word in ("one", "two"):  # the second reads the conversation whole
-        answered(input=word, conversation=conversation)
+    in_conversation = [answered(input=word, conversation=conversation) for word in ("one", "two")]
+    items = f"{up.url}/v1/conversations/{conversation}/items"
+    oldest = httpx.get(items, params={"order": "asc"}, timeout=30).json()["data"][0]["id"]
+    assert httpx.delete(f"{items}/{oldest}", timeout=30).status_code == 200  # COPY, LREM
+    answered(input="three", conversation=conversation)
+    answered(input="onward", previous_response_id=in_conversation[1])  # as it was, copied
     messages = [{"role": "user", "content": f"m{i}"} for i in range(250)]
     answered(input=messages)  # read after the turn's script, a batch at a time

@@ -7,12 +7,15 @@
 local conversation = KEYS[1]
 local items_key = KEYS[2]
 local order_key = KEYS[3]
+local history = KEYS[4]
+local generation = KEYS[5]
 local ttl = ARGV[1]
-local items = counted_list(2)
+local history_ttl = ARGV[2]
+local items = counted_list(3)
 
 local object = redis.call('HGET', conversation, 'object')
 if not object then return {false, 0} end
 local held = first_held(items_key, items)
 if held > 0 then return {object, held} end
-append_items(conversation, items_key, order_key, ttl, items)
+append_items(conversation, items_key, order_key, ttl, items, history, generation, history_ttl)
 return {object, 0}

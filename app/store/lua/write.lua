@@ -9,7 +9,8 @@
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
 -- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
--- the conversation as one block (conversation.lua), unless the conversation is gone.
+-- the conversation as one block (conversation.lua: and to its items' history list,
+-- `conversation_history`, with its `conversation_generation`), unless the conversation is gone.
 -- A create records the response's owner (`owner`, "": none) and its history's reference
 -- (`history`, "": none). A terminal write that `is_forgotten` (a `store: false` response's)
 -- gives its tool results and the history list its create began the record's time to live: what
@@ -36,6 +37,8 @@ local conversation_order = KEYS[9]
 local results = KEYS[10]
 local own_history = KEYS[11]
 local staged_inputs = KEYS[12]
+local conversation_history = KEYS[13]
+local conversation_generation = KEYS[14]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -62,7 +65,8 @@ local watch_until = ARGV[23]
 local history = ARGV[24]
 local is_forgotten = ARGV[25]
 local is_staged = ARGV[26]
-local inputs, at = counted_list(27)
+local history_ttl = ARGV[27]
+local inputs, at = counted_list(28)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -124,7 +128,8 @@ if is_terminal == '1' then
   if appends_to_conversation == '1' and redis.call('EXISTS', conversation) == 1 then
     local block = redis.call('LRANGE', inputs_key, 0, -1)
     for _, item in ipairs(conversation_items) do block[#block + 1] = item end
-    append_items(conversation, conversation_items_key, conversation_order, conversation_ttl, block)
+    append_items(conversation, conversation_items_key, conversation_order, conversation_ttl, block,
+                 conversation_history, conversation_generation, history_ttl)
   end
 end
 publish(channel, lines)

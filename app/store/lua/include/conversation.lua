@@ -24,15 +24,19 @@ end
 -- and the one there keeps its place and content. The scripts a client's request runs refuse
 -- such a block first (`first_held`); a response's final write cannot be refused, and meets one
 -- only when an id of the response's input was added after the response was created.
+-- `history` (`Keys.conversation_history`, app/store/history.py) holds the same items in the
+-- same order, as a history list, when its `generation` key exists (a conversation made before
+-- it has none): the items added are pushed there too, and both live `history_ttl` from now.
 -- Returns how many items were added.
-local function append_items(conversation, items_key, order_key, ttl, items)
-  local added = 0
+local function append_items(conversation, items_key, order_key, ttl, items, history, generation,
+                            history_ttl)
+  local added = {}
   for _, item in ipairs(items) do
     local position = redis.call('HINCRBY', conversation, 'next', 1)
     local id = id_of(item) or ('item_' .. position)
     if redis.call('HSETNX', items_key, id, item) == 1 then
       redis.call('ZADD', order_key, position, id)
-      added = added + 1
+      added[#added + 1] = item
     end
   end
   redis.call('EXPIRE', conversation, ttl)
@@ -40,5 +44,12 @@ local function append_items(conversation, items_key, order_key, ttl, items)
     redis.call('EXPIRE', items_key, ttl)
     redis.call('EXPIRE', order_key, ttl)
   end
-  return added
+  if redis.call('EXISTS', generation) == 1 then
+    for i = 1, #added, 1000 do
+      redis.call('RPUSH', history, unpack(added, i, math.min(i + 999, #added)))
+    end
+    redis.call('EXPIRE', history, history_ttl)
+    redis.call('EXPIRE', generation, history_ttl)
+  end
+  return #added
 end
