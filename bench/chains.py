@@ -19,7 +19,8 @@ costs at most 1.5 x the band 0-9. Beside it, the fleet's CPU time per response, 
 (gateway, inference and tool workers: their processes' user + system time across the response,
 which the kernel counts in 10 ms ticks; not Redis, which the machine's other users share, nor
 the simulator): what the fleet does per response, which the machine's other load does not
-stretch as it stretches wall time. Writes ``bench/results/chains.json`` (``--out``).
+stretch as it stretches wall time. And what Redis holds for it all at the end (``stored_mb``).
+Writes ``bench/results/chains.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
+import redis
 
 from app.providers.translate import ModelRequest, build_chat_body
-from bench.fleet import Fleet
+from bench.fleet import REDIS_URL, Fleet
 from bench.run import RESULTS, provenance
 
 WORDS = " ".join(f"w{i}" for i in range(44))
@@ -213,6 +215,16 @@ def run(  # noqa: PLR0913 - the fleet, the model, and what to run
     return results
 
 
+def stored_mb(prefix: str) -> float:
+    """What Redis holds under the fleet's keys (``MEMORY USAGE`` of each), in MB."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        total = sum(client.memory_usage(key) or 0 for key in client.scan_iter(f"{prefix}*", 1000))
+    finally:
+        client.close()
+    return round(total / 1e6, 1)
+
+
 def table(results: dict[str, Any], *, cpu: bool = False) -> str:
     names = list(results)
     bands_key, value, ratio = (
@@ -256,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
             args.kinds,
             via=args.via,
         )
+        stored = stored_mb(fleet.prefix)
     finally:
         fleet.stop()
     record = {
@@ -265,12 +278,15 @@ def main(argv: list[str] | None = None) -> None:
         "via": args.via,
         "target": f"band {args.depth - BAND}-{args.depth - 1} <= {TARGET_RATIO} x band 0-9",
         "results": results,
+        "stored_mb": stored,
+        "stored_measure": "MEMORY USAGE of every key of the fleet after the runs (warm-up too)",
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(table(results))
     print()
     print(table(results, cpu=True))
+    print(f"\nRedis holds {stored} MB under the fleet's keys")
 
 
 if __name__ == "__main__":
