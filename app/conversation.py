@@ -172,7 +172,7 @@ def conversation_history(
         check_item_ids(inputs, held_ids=[item["id"] for item in held], param="input")
         return History(store, tail=held)
     check_item_ids(inputs, held_ids=head.held, param="input")
-    return History(store, base=head.history)
+    return History(store, base=head.history if head.history.length else None)
 
 
 def load_conversation(

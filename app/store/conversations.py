@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app import cooperation
 from app.store.base import StoreBase, json_items, text
 from app.store.history import HistoryRef
 from app.store.scripts import LuaScript, counted, key
@@ -243,19 +244,24 @@ class Conversations(StoreBase):
         """The conversation, its items by reference, and which of ``item_ids`` it holds.
 
         One transaction of plain reads, whatever the conversation's length: none of its items
-        is read (None: no such conversation).
+        is read (None: no such conversation). More than :data:`app.cooperation.BATCH` ids are
+        asked about a batch a call (Redis serves everyone else between two).
         """
         keys = self._history_keys(conversation_id)
+        first, *rest = cooperation.in_batches(item_ids) if item_ids else [()]
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hget(keys["conversation"], "object")
             pipe.get(keys["generation"])
             pipe.llen(keys["history"])
             pipe.zcard(keys["order_key"])
-            if item_ids:
-                pipe.hmget(keys["items_key"], list(item_ids))
+            if first:
+                pipe.hmget(keys["items_key"], list(first))
             raw_object, generation, length, count, *found = pipe.execute()
         if raw_object is None:
             return None
+        stored = found[0] if found else []
+        for batch in rest:  # a long input's ids, a batch a call
+            stored += self.redis.hmget(keys["items_key"], list(batch))
         # a list that does not hold every item (an older fleet's script added or deleted one
         # during an upgrade) is not used: the conversation is read whole
         history = (
@@ -263,7 +269,6 @@ class Conversations(StoreBase):
             if generation is not None and length == count
             else None
         )
-        stored = found[0] if found else []
         held = [id_ for id_, item in zip(item_ids, stored, strict=True) if item is not None]
         return ConversationHead(
             conversation=_object(raw_object), history=history, held=frozenset(held)

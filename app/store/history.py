@@ -217,6 +217,8 @@ class Histories(StoreBase):
         conversation's list is read with its generation, in one transaction: when a delete came
         since ``ref`` was made, its items are in the list kept at that delete (one more).
         """
+        if not ref.length:  # (LRANGE 0 -1 would read the whole list)
+            return []
         view = self.history_key(ref)
         if ref.generation is not None:
             live = _Live(self.keys.conversation_generation(ref.chain), ref.generation)

@@ -398,3 +398,39 @@ def test_a_conversation_changed_by_an_older_fleet_is_read_whole(
     assert run(store, settings, response.id, model) == "completed"
 
     assert model_texts(model) == ["A", "B", "C", "q"]
+
+
+def test_a_response_created_when_its_conversation_was_empty_sees_none_added_after(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings, dispatcher = make_settings(), RecordingDispatcher()
+    cid = new_conversation(store)
+    first, _ = create_response(store, dispatcher, settings, {"input": "q1", "conversation": cid})
+    second, _ = create_response(store, dispatcher, settings, {"input": "q2", "conversation": cid})
+    assert run(store, settings, second.id, answer("a2")) == "completed"
+    model = answer("a1")
+
+    assert run(store, settings, first.id, model) == "completed"
+
+    assert model_texts(model) == ["q1"]
+    assert texts(store, cid) == ["q2", "a2", "q1", "a1"]
+
+
+def test_a_long_input_s_ids_are_checked_against_its_conversation_a_batch_a_call(
+    store: ResponseStore,
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cid = new_conversation(store)
+    add_items(store, cid, {"items": [{**user("held"), "id": "msg_held"}]})
+    inputs = [{**user(f"m{i}"), "id": f"msg_{i}"} for i in range(2500)]
+    inputs[2200]["id"] = "msg_held"
+    replies = Replies(store.redis, monkeypatch)
+
+    with pytest.raises(InvalidRequestError) as raised:
+        create_response(
+            store, RecordingDispatcher(), make_settings(), {"input": inputs, "conversation": cid}
+        )
+
+    assert raised.value.param == "input.2200.id"
+    assert replies.largest <= 1000 + 4  # a batch of ids, beside the head's four replies

@@ -291,3 +291,10 @@ def test_a_delete_between_two_batches_of_a_long_read_is_not_read_into_the_histor
     monkeypatch.setattr(store, "read_list", deleting)
 
     assert store.history(head.history) == items
+
+
+def test_a_reference_to_no_items_reads_none(store: ResponseStore) -> None:
+    ref = store.extend_history(None, [{"type": "message"}], response_id="resp_1")
+    assert ref is not None
+
+    assert store.history(HistoryRef(ref.chain, ref.list, 0)) == []
