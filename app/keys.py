@@ -96,6 +96,10 @@ class Keys:
         """Counter: the deletes :meth:`conversation_history` has seen (none: it has no list)."""
         return f"{self.conversation_history(conversation_id)}:gen"
 
+    def conversation_referenced(self, conversation_id: str) -> str:
+        """Flag: a reference into :meth:`conversation_history` was made since the last delete."""
+        return f"{self.conversation_history(conversation_id)}:referenced"
+
     def channel(self, response_id: str) -> str:
         """Where the response's live events are published (``include/events.lua``).
 

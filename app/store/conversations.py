@@ -91,6 +91,8 @@ class DeleteConversationItemCall(_HistoryCall):
 
     snapshot: str = key()
     """The history list as it is now, kept as the list of ``expected_generation``."""
+    referenced: str = key()
+    """Set when a reference into the list was made: only then is the snapshot kept."""
     item_id: str
     expected_generation: str
     """The generation read before the call ("": none, a conversation without a list)."""
@@ -243,36 +245,50 @@ class Conversations(StoreBase):
     def head(self, conversation_id: str, item_ids: Sequence[str]) -> ConversationHead | None:
         """The conversation, its items by reference, and which of ``item_ids`` it holds.
 
-        One transaction of plain reads, whatever the conversation's length: none of its items
-        is read (None: no such conversation). More than :data:`app.cooperation.BATCH` ids are
-        asked about a batch a call (Redis serves everyone else between two).
+        A constant number of round trips whatever the conversation's length, none of its items
+        read (None: no such conversation): one transaction of plain reads, then one that marks
+        the list referenced (``delete_conversation_item.lua`` keeps it for the reference made
+        here) and reads its generation again (a delete came between: all over). More than
+        :data:`app.cooperation.BATCH` ids are asked about a batch a call (Redis serves everyone
+        else between two).
         """
         keys = self._history_keys(conversation_id)
         first, *rest = cooperation.in_batches(item_ids) if item_ids else [()]
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hget(keys["conversation"], "object")
-            pipe.get(keys["generation"])
-            pipe.llen(keys["history"])
-            pipe.zcard(keys["order_key"])
-            if first:
-                pipe.hmget(keys["items_key"], list(first))
-            raw_object, generation, length, count, *found = pipe.execute()
-        if raw_object is None:
-            return None
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hget(keys["conversation"], "object")
+                pipe.get(keys["generation"])
+                pipe.llen(keys["history"])
+                pipe.zcard(keys["order_key"])
+                if first:
+                    pipe.hmget(keys["items_key"], list(first))
+                raw_object, generation, length, count, *found = pipe.execute()
+            if raw_object is None:
+                return None
+            # a list that does not hold every item (an older fleet's script added or deleted
+            # one during an upgrade) is not used: the conversation is read whole
+            history = (
+                HistoryRef(conversation_id, conversation_id, int(length), int(generation))
+                if generation is not None and length == count
+                else None
+            )
+            if history is None or not length or self._referenced(conversation_id, generation):
+                break
         stored = found[0] if found else []
         for batch in rest:  # a long input's ids, a batch a call
             stored += self.redis.hmget(keys["items_key"], list(batch))
-        # a list that does not hold every item (an older fleet's script added or deleted one
-        # during an upgrade) is not used: the conversation is read whole
-        history = (
-            HistoryRef(conversation_id, conversation_id, int(length), int(generation))
-            if generation is not None and length == count
-            else None
-        )
         held = [id_ for id_, item in zip(item_ids, stored, strict=True) if item is not None]
         return ConversationHead(
             conversation=_object(raw_object), history=history, held=frozenset(held)
         )
+
+    def _referenced(self, conversation_id: str, generation: bytes | str) -> bool:
+        """Mark the conversation's list referenced; whether it is still at ``generation``."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.conversation_referenced(conversation_id), 1, ex=self.history_ttl)
+            pipe.get(self.keys.conversation_generation(conversation_id))
+            _, now = pipe.execute()
+        return bool(now == generation)
 
     def conversation(self, conversation_id: str) -> dict[str, Any] | None:
         """The conversation object, or None when unknown, expired or deleted."""
@@ -320,6 +336,7 @@ class Conversations(StoreBase):
                 DeleteConversationItemCall(
                     **keys,
                     snapshot=self.keys.conversation_history_at(conversation_id, int(expected or 0)),
+                    referenced=self.keys.conversation_referenced(conversation_id),
                     item_id=item_id,
                     expected_generation=expected,
                     history_ttl=self.history_ttl,

@@ -17,7 +17,7 @@ from app.config import Settings
 from app.errors import PreviousResponseNotFoundError
 from app.providers.translate import ModelRequest
 from app.responses import delete_response
-from app.store import ResponseStore
+from app.store import Conversations, ResponseStore
 from app.store.history import Histories, HistoryRef, ReadItems
 from tests.app.test_loop import Loop
 from tests.support.model import ScriptedModel, text
@@ -298,3 +298,41 @@ def test_a_reference_to_no_items_reads_none(store: ResponseStore) -> None:
     assert ref is not None
 
     assert store.history(HistoryRef(ref.chain, ref.list, 0)) == []
+
+
+def test_a_delete_keeps_the_list_only_when_a_reference_was_made_since_the_last(
+    store: ResponseStore,
+) -> None:
+    """A client deleting items one by one (``pop_item`` in a loop) must not copy a long
+    conversation at every delete: only a response's reference needs the list as it was."""
+    cid, _ = conversation_of(store, 4)
+    kept = [store.keys.conversation_history_at(cid, generation) for generation in range(3)]
+
+    store.delete_conversation_item(cid, "msg_3")  # generation 0 → 1, nobody referenced 0
+    head = store.head(cid, [])
+    store.delete_conversation_item(cid, "msg_2")  # 1 → 2, referenced
+    store.delete_conversation_item(cid, "msg_1")  # 2 → 3, nobody referenced 2
+
+    assert [bool(store.redis.exists(key)) for key in kept] == [False, True, False]
+    assert head is not None and head.history is not None
+    assert [item["id"] for item in store.history(head.history) or []] == ["msg_0", "msg_1", "msg_2"]
+
+
+def test_a_delete_between_reading_a_head_and_marking_it_referenced_reads_it_again(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cid, _ = conversation_of(store, 3)
+    referenced = Conversations._referenced
+    deleted: list[str] = []
+
+    def deleting_first(self: Conversations, conversation_id: str, generation: Any) -> bool:
+        if not deleted:
+            deleted.append("msg_1")
+            store.delete_conversation_item(cid, "msg_1")  # the reference is not marked yet
+        return referenced(self, conversation_id, generation)
+
+    monkeypatch.setattr(Conversations, "_referenced", deleting_first)
+    head = store.head(cid, [])
+
+    assert head is not None and head.history == HistoryRef(cid, cid, 2, 1)
+    assert [item["id"] for item in store.history(head.history) or []] == ["msg_0", "msg_2"]
