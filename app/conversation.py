@@ -155,7 +155,8 @@ def conversation_history(
 
     The conversation's items as they are now, by reference to its history list: none is read.
     The inputs join the conversation when the response ends: none of their ids may be taken
-    there. A conversation made before it had a history list is read whole, and copied.
+    there. A conversation made before it had a history list (or whose list missed an older
+    fleet's change) is read whole, and copied; its list is then built afresh for the next.
 
     Raises:
         NotFoundError: as :func:`load_conversation`.
@@ -167,9 +168,10 @@ def conversation_history(
         head.conversation if head else None, conversation_id, owner, param="conversation"
     )
     assert head is not None
-    if head.history is None:
+    if head.history is None:  # the next response's create will find a list
         held = load_conversation(store, conversation_id, owner=owner)
         check_item_ids(inputs, held_ids=[item["id"] for item in held], param="input")
+        store.rebuild_history(conversation_id)
         return History(store, tail=held)
     check_item_ids(inputs, held_ids=head.held, param="input")
     return History(store, base=head.history if head.history.length else None)

@@ -96,6 +96,10 @@ class Keys:
         """Counter: the deletes :meth:`conversation_history` has seen (none: it has no list)."""
         return f"{self.conversation_history(conversation_id)}:gen"
 
+    def conversation_history_staged(self, conversation_id: str, token: str) -> str:
+        """List: :meth:`conversation_history` being built afresh, before it takes its place."""
+        return self.history(conversation_id, f"{conversation_id}.staged.{token}")
+
     def conversation_referenced(self, conversation_id: str) -> str:
         """Flag: a reference into :meth:`conversation_history` was made since the last delete."""
         return f"{self.conversation_history(conversation_id)}:referenced"

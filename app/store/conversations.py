@@ -20,6 +20,7 @@ keeps the list as it was for the references made before (``delete_conversation_i
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,25 @@ class DeleteConversationItemCall(_HistoryCall):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AdoptHistoryCall:
+    """The operands of ``adopt_conversation_history.lua``."""
+
+    conversation: str = key()
+    order_key: str = key()
+    history: str = key()
+    generation: str = key()
+    staged: str = key()
+    snapshot: str = key()
+    """The list there now, kept as the list of ``expected_generation`` (when referenced)."""
+    referenced: str = key()
+    expected_next: str
+    expected_count: int
+    expected_generation: str
+    """The list's generation when the items were read ("": it had none)."""
+    history_ttl: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemPage:
     """A page of a conversation's items (:meth:`Conversations.conversation_items`)."""
 
@@ -139,6 +159,9 @@ APPEND_CONVERSATION = LuaScript("append_conversation", AppendConversationCall)
 CONVERSATION_PAGE = LuaScript("conversation_page", ConversationPageCall)
 UPDATE_CONVERSATION = LuaScript("update_conversation", UpdateConversationCall)
 DELETE_CONVERSATION_ITEM = LuaScript("delete_conversation_item", DeleteConversationItemCall)
+ADOPT_HISTORY = LuaScript("adopt_conversation_history", AdoptHistoryCall)
+STAGED_SECONDS = 3600
+"""How long a list being built afresh lives, should its build never end."""
 
 
 def encode_items(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -161,6 +184,13 @@ class Conversations(StoreBase):
             **self._conversation_keys(conversation_id),
             "history": self.keys.conversation_history(conversation_id),
             "generation": self.keys.conversation_generation(conversation_id),
+        }
+
+    def _moving_keys(self, conversation_id: str, generation: str) -> dict[str, str]:
+        """What moving the history list on from ``generation`` ("": none) needs."""
+        return {
+            "snapshot": self.keys.conversation_history_at(conversation_id, int(generation or 0)),
+            "referenced": self.keys.conversation_referenced(conversation_id),
         }
 
     def create_conversation(
@@ -282,6 +312,45 @@ class Conversations(StoreBase):
             conversation=_object(raw_object), history=history, held=frozenset(held)
         )
 
+    def rebuild_history(self, conversation_id: str) -> bool:
+        """Build the conversation's history list afresh from its items; whether it took.
+
+        For a conversation made before it had such a list, or whose list missed a change (an
+        older fleet's script): the items, read in one transaction, go onto a list of their
+        own a batch a call, which takes the list's place when nothing changed the conversation
+        meanwhile (``adopt_conversation_history.lua``); a new response then references it.
+        """
+        keys = self._history_keys(conversation_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(keys["conversation"], "next")
+            pipe.get(keys["generation"])
+            pipe.zrange(keys["order_key"], 0, -1)
+            pipe.hgetall(keys["items_key"])
+            next_position, generation, ids, by_id = pipe.execute()
+        if next_position is None:
+            return False
+        staged = self.keys.conversation_history_staged(conversation_id, secrets.token_hex(8))
+        items = [text(by_id[id_]) for id_ in ids if id_ in by_id]
+        if not self.append_list(staged, items, before=0, ttl=STAGED_SECONDS):
+            return False
+        expected = "" if generation is None else text(generation)
+        return bool(
+            self.script(ADOPT_HISTORY)(
+                AdoptHistoryCall(
+                    conversation=keys["conversation"],
+                    order_key=keys["order_key"],
+                    history=keys["history"],
+                    generation=keys["generation"],
+                    staged=staged,
+                    **self._moving_keys(conversation_id, expected),
+                    expected_next=text(next_position),
+                    expected_count=len(ids),
+                    expected_generation=expected,
+                    history_ttl=self.history_ttl,
+                )
+            )
+        )
+
     def _referenced(self, conversation_id: str, generation: bytes | str) -> bool:
         """Mark the conversation's list referenced; whether it is still at ``generation``."""
         with self.redis.pipeline(transaction=True) as pipe:
@@ -335,8 +404,7 @@ class Conversations(StoreBase):
             raw, removed = self.script(DELETE_CONVERSATION_ITEM)(
                 DeleteConversationItemCall(
                     **keys,
-                    snapshot=self.keys.conversation_history_at(conversation_id, int(expected or 0)),
-                    referenced=self.keys.conversation_referenced(conversation_id),
+                    **self._moving_keys(conversation_id, expected),
                     item_id=item_id,
                     expected_generation=expected,
                     history_ttl=self.history_ttl,

@@ -16,7 +16,7 @@ from app.keys import Keys
 from app.providers.chunks import Finish, TextDelta, ToolCallDelta
 from app.responses import create_response
 from app.run import RunDeps, advance_response
-from app.store import ResponseStore
+from app.store import HistoryRef, ResponseStore
 from tests.app.test_run import WEATHER_TOOL, FakeModel, answer
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.replies import Replies
@@ -364,45 +364,83 @@ def test_a_delete_between_a_create_and_its_run_leaves_the_response_its_history(
     assert texts(store, cid) == ["B", "D", "q", "a"]
 
 
-def test_a_conversation_made_before_its_history_list_is_read_whole(
-    store: ResponseStore, make_settings: Callable[..., Settings]
+def test_a_conversation_made_before_its_history_list_is_read_whole_once(
+    store_on_both: ResponseStore,
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A conversation stored by an older fleet has no history list: it is read and copied."""
-    settings = make_settings()
-    cid = new_conversation(store, "A", "B")
+    """A conversation stored by an older fleet has no history list: the first response's create
+    reads it whole and copies it, and builds its list; the next references it."""
+    store, settings, dispatcher = store_on_both, make_settings(), RecordingDispatcher()
+    words = [f"w{i}" for i in range(30)]
+    cid = new_conversation(store, *words[:20])
+    add_items(store, cid, {"items": [user(word) for word in words[20:]]})
     keys = store.keys
     store.redis.delete(keys.conversation_history(cid), keys.conversation_generation(cid))
-    response, _ = create_response(
-        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
-    )
-    model = answer("a")
+    first, _ = create_response(store, dispatcher, settings, {"input": "q1", "conversation": cid})
+    early = answer("a1")
+    assert run(store, settings, first.id, early) == "completed"
+    replies = Replies(store.redis, monkeypatch)
 
-    assert run(store, settings, response.id, model) == "completed"
+    second, _ = create_response(store, dispatcher, settings, {"input": "q2", "conversation": cid})
 
-    assert model_texts(model) == ["A", "B", "q"]
-    assert texts(store, cid) == ["A", "B", "q", "a"]
-    assert not store.redis.exists(store.keys.conversation_history(cid))
+    assert replies.largest < 20
+    late = answer("a2")
+    assert run(store, settings, second.id, late) == "completed"
+    assert model_texts(early) == [*words, "q1"]
+    assert model_texts(late) == [*words, "q1", "a1", "q2"]
+    assert texts(store, cid) == [*words, "q1", "a1", "q2", "a2"]
 
 
-def test_a_conversation_changed_by_an_older_fleet_is_read_whole(
+def test_a_conversation_changed_by_an_older_fleet_is_read_whole_and_its_list_rebuilt(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
-    """During an upgrade an older fleet's scripts add and delete items without the list."""
-    settings = make_settings()
+    """During an upgrade an older fleet's scripts add and delete items without the list. A
+    response created before keeps what it referenced (the list as it was is kept)."""
+    settings, dispatcher = make_settings(), RecordingDispatcher()
     cid = new_conversation(store, "A", "B")
+    before, _ = create_response(store, dispatcher, settings, {"input": "q0", "conversation": cid})
     keys = store.keys
     [item] = list_items(store, cid, limit=1, order="asc", after=None)["data"]
     added = {**item, "id": "msg_old", "content": [{**item["content"][0], "text": "C"}]}
     store.redis.hset(keys.conversation_items(cid), "msg_old", json.dumps(added))
     store.redis.zadd(keys.conversation_order(cid), {"msg_old": 100})
-    response, _ = create_response(
-        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
-    )
-    model = answer("a")
+    store.redis.hincrby(keys.conversation(cid), "next", 1)
+    response, _ = create_response(store, dispatcher, settings, {"input": "q", "conversation": cid})
+    rebuilt = store.head(cid, [])
+    models = [answer("a0"), answer("a"), answer("a2")]
 
-    assert run(store, settings, response.id, model) == "completed"
+    assert run(store, settings, before.id, models[0]) == "completed"
+    assert run(store, settings, response.id, models[1]) == "completed"
+    later, _ = create_response(store, dispatcher, settings, {"input": "q2", "conversation": cid})
+    assert run(store, settings, later.id, models[2]) == "completed"
 
-    assert model_texts(model) == ["A", "B", "C", "q"]
+    assert rebuilt is not None and rebuilt.history == HistoryRef(cid, cid, 3, 1)
+    assert model_texts(models[0]) == ["A", "B", "q0"]
+    assert model_texts(models[1]) == ["A", "B", "C", "q"]
+    assert model_texts(models[2]) == ["A", "B", "C", "q0", "a0", "q", "a", "q2"]
+
+
+def test_a_list_built_afresh_is_not_adopted_when_the_conversation_changed_meanwhile(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cid = new_conversation(store, "A", "B")
+    a_id = list_items(store, cid, limit=1, order="asc", after=None)["data"][0]["id"]
+    store.redis.delete(store.keys.conversation_history(cid))
+    store.redis.delete(store.keys.conversation_generation(cid))
+    append_list = store.append_list
+
+    def appending_meanwhile(key: str, items: Any, *, before: int, ttl: int) -> bool:
+        delete_item(store, cid, a_id)  # as many items as before: only the counter tells
+        add_items(store, cid, {"items": [user("C")]})
+        return append_list(key, items, before=before, ttl=ttl)
+
+    monkeypatch.setattr(store, "append_list", appending_meanwhile)
+
+    assert not store.rebuild_history(cid)
+    head = store.head(cid, [])
+    assert head is not None and head.history is None
+    assert history_lists(store) == set()
 
 
 def test_a_response_created_when_its_conversation_was_empty_sees_none_added_after(

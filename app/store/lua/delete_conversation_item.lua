@@ -1,14 +1,12 @@
 -- Removes one item of a conversation.
--- Its items' history list (`history`, conversation.lua) loses the item too. References into
--- the list (app/store/history.py) name its generation, and their items must not change: when
--- one was made since the last delete (`referenced`, set as a new response reads the list's
--- head), the list as it was becomes `snapshot`, the list of generation `expected_generation`
--- (the one the caller read), before the generation moves on; deletes with no response made
--- between them keep no list. The snapshot is copied by Redis itself, never read into the
--- script.
+-- Its items' history list (`history`, conversation.lua) loses the item too, after it moved on
+-- from generation `expected_generation` (the one the caller read; `snapshot` is that
+-- generation's list: `next_generation`). Deletes with no response created between them keep no
+-- list.
 -- Returns {the conversation object (JSON), 1 removed / 0 no such item}, {false, 0} when there
 -- is no such conversation, or {the object, -1} when the generation is not the one expected
 -- (nothing removed: the caller reads it again).
+--- @include conversation
 local conversation = KEYS[1]
 local items_key = KEYS[2]
 local order_key = KEYS[3]
@@ -25,13 +23,8 @@ if not object then return {false, 0} end
 local item = redis.call('HGET', items_key, item_id)
 if item and redis.call('EXISTS', generation) == 1 then
   if redis.call('GET', generation) ~= expected_generation then return {object, -1} end
-  if redis.call('DEL', referenced) == 1 then
-    redis.call('COPY', history, snapshot, 'REPLACE')
-    redis.call('EXPIRE', snapshot, history_ttl)
-  end
+  next_generation(history, generation, snapshot, referenced, history_ttl)
   redis.call('LREM', history, 1, item)
-  redis.call('INCR', generation)
-  redis.call('EXPIRE', generation, history_ttl)
 end
 redis.call('ZREM', order_key, item_id)
 return {object, redis.call('HDEL', items_key, item_id)}

@@ -53,3 +53,18 @@ local function append_items(conversation, items_key, order_key, ttl, items, hist
   end
   return #added
 end
+
+-- Moves a conversation's history list (`history`) on to its next generation, before the list
+-- changes otherwise than by an append (a delete, or the list built afresh): the list as it is
+-- becomes `snapshot`, the list of the generation that ends, when a reference into it was made
+-- since the last move (`referenced`, set as a new response reads the conversation's head), so
+-- the reference reads the items it was made with (app/store/history.py). Redis copies it
+-- itself; nothing is read into the script.
+local function next_generation(history, generation, snapshot, referenced, history_ttl)
+  if redis.call('DEL', referenced) == 1 then
+    redis.call('COPY', history, snapshot, 'REPLACE')
+    redis.call('EXPIRE', snapshot, history_ttl)
+  end
+  redis.call('INCR', generation)
+  redis.call('EXPIRE', generation, history_ttl)
+end
