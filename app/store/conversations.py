@@ -327,10 +327,10 @@ class Conversations(StoreBase):
             pipe.zrange(keys["order_key"], 0, -1)
             pipe.hgetall(keys["items_key"])
             next_position, generation, ids, by_id = pipe.execute()
-        if next_position is None:
+        items = [text(by_id[id_]) for id_ in ids if id_ in by_id]
+        if next_position is None or len(items) != len(ids):  # gone, or an id without its item
             return False
         staged = self.keys.conversation_history_staged(conversation_id, secrets.token_hex(8))
-        items = [text(by_id[id_]) for id_ in ids if id_ in by_id]
         if not self.append_list(staged, items, before=0, ttl=STAGED_SECONDS):
             return False
         expected = "" if generation is None else text(generation)

@@ -477,3 +477,16 @@ def test_a_long_input_s_ids_are_checked_against_its_conversation_a_batch_a_call(
 
     assert raised.value.param == "input.2200.id"
     assert replies.largest <= 1000 + 4  # a batch of ids, beside the head's four replies
+
+
+def test_a_list_is_not_built_from_an_order_naming_an_item_that_is_gone(
+    store: ResponseStore,
+) -> None:
+    """Its length would never match the order's: every create after would rebuild it."""
+    cid = new_conversation(store, "A")
+    store.redis.delete(store.keys.conversation_history(cid))
+    store.redis.delete(store.keys.conversation_generation(cid))
+    store.redis.zadd(store.keys.conversation_order(cid), {"msg_gone": 100})
+
+    assert not store.rebuild_history(cid)
+    assert history_lists(store) == set()
