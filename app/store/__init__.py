@@ -9,8 +9,8 @@ hold every invariant that spans keys. The parts, by responsibility:
   stored status says ``completed``;
 * :mod:`~app.store.events` — the event log: emit (refused once the response is no longer
   active, so nothing is emitted after a cancel), stream reads, and the pub/sub line format;
-* :mod:`~app.store.history` — the items before a response's input, kept once per chain in an
-  append-only list that each response references (the chain's length costs no round trip);
+* :mod:`~app.store.history` — the items before a response's input, kept once per chain (and
+  per conversation) in a list that each response references (the length costs no round trip);
 * :mod:`~app.store.turns` — a run's first read, which marks where its turn's events begin and
   starts a queued response, together with the lease (``app.lease``) when one is asked for;
 * :mod:`~app.store.fence` — a run's emits and writes fenced with its lease token, so a run

@@ -147,7 +147,7 @@ _APPENDED, _BRANCHED = 1, 2
 
 
 class Histories(StoreBase):
-    """Chains' histories: extended by a create, read by a response's turns."""
+    """Histories: a chain's extended by a create, a conversation's by its writes; read by turns."""
 
     def extend_history(
         self, base: HistoryRef | None, items: Sequence[dict[str, Any]], *, response_id: str
