@@ -145,6 +145,21 @@ class ConversationHead:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Whole:
+    """A whole conversation as stored (:meth:`Conversations._whole`)."""
+
+    object: bytes | str
+    next_position: bytes | str | None
+    """The position its next item takes (``next``)."""
+    generation: bytes | str | None
+    """Its history list's (None: it has none)."""
+    count: int
+    """The ids in its order."""
+    items: list[str]
+    """Its items (JSON, as stored), oldest first: those of the order's ids that have one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Appended:
     """What :meth:`Conversations.append_to_conversation` did."""
 
@@ -261,16 +276,32 @@ class Conversations(StoreBase):
 
     def _all_conversation_items(self, conversation_id: str) -> ItemPage | None:
         """Every item, oldest first, in one transaction of plain reads."""
-        keys = self._conversation_keys(conversation_id)
+        whole = self._whole(conversation_id)
+        if whole is None:
+            return None
+        return ItemPage(
+            conversation=_object(whole.object), items=json_items(whole.items), has_more=False
+        )
+
+    def _whole(self, conversation_id: str) -> _Whole | None:
+        """The whole conversation as stored, in one transaction of plain reads (None: none)."""
+        keys = self._history_keys(conversation_id)
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hget(keys["conversation"], "object")
+            pipe.hget(keys["conversation"], "next")
+            pipe.get(keys["generation"])
             pipe.zrange(keys["order_key"], 0, -1)
             pipe.hgetall(keys["items_key"])
-            raw_object, ids, by_id = pipe.execute()
+            raw_object, next_position, generation, ids, by_id = pipe.execute()
         if raw_object is None:
             return None
-        ordered = [by_id[id_] for id_ in ids if id_ in by_id]
-        return ItemPage(conversation=_object(raw_object), items=json_items(ordered), has_more=False)
+        return _Whole(
+            object=raw_object,
+            next_position=next_position,
+            generation=generation,
+            count=len(ids),
+            items=[text(by_id[id_]) for id_ in ids if id_ in by_id],
+        )
 
     def head(self, conversation_id: str, item_ids: Sequence[str]) -> ConversationHead | None:
         """The conversation, its items by reference, and which of ``item_ids`` it holds.
@@ -321,19 +352,14 @@ class Conversations(StoreBase):
         meanwhile (``adopt_conversation_history.lua``); a new response then references it.
         """
         keys = self._history_keys(conversation_id)
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hget(keys["conversation"], "next")
-            pipe.get(keys["generation"])
-            pipe.zrange(keys["order_key"], 0, -1)
-            pipe.hgetall(keys["items_key"])
-            next_position, generation, ids, by_id = pipe.execute()
-        items = [text(by_id[id_]) for id_ in ids if id_ in by_id]
-        if next_position is None or len(items) != len(ids):  # gone, or an id without its item
+        whole = self._whole(conversation_id)
+        # gone, or an id without its item (the list's length would never match the order's)
+        if whole is None or whole.next_position is None or len(whole.items) != whole.count:
             return False
         staged = self.keys.conversation_history_staged(conversation_id, secrets.token_hex(8))
-        if not self.append_list(staged, items, before=0, ttl=STAGED_SECONDS):
+        if not self.append_list(staged, whole.items, before=0, ttl=STAGED_SECONDS):
             return False
-        expected = "" if generation is None else text(generation)
+        expected = "" if whole.generation is None else text(whole.generation)
         return bool(
             self.script(ADOPT_HISTORY)(
                 AdoptHistoryCall(
@@ -343,8 +369,8 @@ class Conversations(StoreBase):
                     generation=keys["generation"],
                     staged=staged,
                     **self._moving_keys(conversation_id, expected),
-                    expected_next=text(next_position),
-                    expected_count=len(ids),
+                    expected_next=text(whole.next_position),
+                    expected_count=whole.count,
                     expected_generation=expected,
                     history_ttl=self.history_ttl,
                 )
