@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import cooperation
+from app.ids import is_conversation_id
 from app.store.base import StoreBase, json_items, text
 from app.store.lru import BoundedLru
 from app.store.scripts import LuaScript, counted, key
@@ -64,8 +65,13 @@ class HistoryRef:
     """A conversation's list: the deletes it had seen (None: a chain's list, never changed)."""
 
     def encode(self) -> str:
-        """As the record's ``history`` field holds it (response ids hold no space)."""
-        generation = "" if self.generation is None else f" {self.generation}"
+        """As the record's ``history`` field holds it (response ids hold no space).
+
+        A conversation's list at generation 0 (no delete yet, most conversations) goes without
+        it, in the three parts a chain's reference has: a worker of the release before, which
+        knows no generation, reads it during a rolling upgrade (the live list is that list).
+        """
+        generation = "" if not self.generation else f" {self.generation}"
         return f"{self.chain} {self.list} {self.length}{generation}"
 
     @staticmethod
@@ -73,8 +79,9 @@ class HistoryRef:
         """Inverse of :meth:`encode`; None for no field."""
         if not raw:
             return None
-        chain, list_id, length, *generation = text(raw).split(" ")
-        return HistoryRef(chain, list_id, int(length), int(generation[0]) if generation else None)
+        chain, list_id, length, *rest = text(raw).split(" ")
+        generation = int(rest[0]) if rest else (0 if is_conversation_id(list_id) else None)
+        return HistoryRef(chain, list_id, int(length), generation)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

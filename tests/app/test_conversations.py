@@ -490,3 +490,32 @@ def test_a_list_is_not_built_from_an_order_naming_an_item_that_is_gone(
 
     assert not store.rebuild_history(cid)
     assert history_lists(store) == set()
+
+
+def previous_release_decode(raw: bytes) -> tuple[str, str, int]:
+    """How a worker of the release before conversations had lists read a ``history`` field."""
+    chain, list_id, length = raw.decode().split(" ")
+    return chain, list_id, int(length)
+
+
+def test_a_response_created_before_any_delete_is_read_by_a_worker_of_the_release_before(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """In a rolling upgrade, an older worker may run a response a newer gateway created: its
+    history must be what that worker reads (the live list: no delete has changed it)."""
+    settings, dispatcher = make_settings(), RecordingDispatcher()
+    cid = new_conversation(store, "A", "B")
+    response, _ = create_response(store, dispatcher, settings, {"input": "q", "conversation": cid})
+    raw = store.redis.hget(store.keys.record(response.id), "history")
+
+    chain, list_id, length = previous_release_decode(raw)
+
+    history = store.redis.lrange(store.keys.history(chain, list_id), 0, length - 1)
+    assert [json.loads(item)["content"][0]["text"] for item in history] == ["A", "B"]
+    assert HistoryRef.decode(raw) == HistoryRef(cid, cid, 2, 0)  # a generation, all the same
+
+    first = list_items(store, cid, limit=10, order="asc", after=None)["data"][0]
+    delete_item(store, cid, first["id"])
+    later, _ = create_response(store, dispatcher, settings, {"input": "r", "conversation": cid})
+    raw = store.redis.hget(store.keys.record(later.id), "history")
+    assert HistoryRef.decode(raw) == HistoryRef(cid, cid, 1, 1)  # only a newer worker reads it
