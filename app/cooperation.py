@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
@@ -53,23 +54,95 @@ LARGE_BYTES = 1 << 20
 """A request body (or WebSocket message) this large is made a response one at a time in its
 process (:func:`one_large_at_a_time`)."""
 
-_LARGE = threading.BoundedSemaphore(1)
+
+class TenantTurns:
+    """One place, taken by the tenants waiting for it in turn, each tenant's waiters in order.
+
+    A tenant with many waiting holds another tenant back by at most one of its own: when the
+    place frees, it goes to the tenant after the one that held it (round robin). Its locks and
+    events are ``threading``'s, which gevent patches: a waiter lets its process's other
+    greenlets run. A waiter stopped while it waits (a deadline's exception, a killed greenlet)
+    leaves its turn, or passes on the place it was given meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._holder: str | None = None
+        """The tenant holding the place (None: it is free)."""
+        self._waiting: OrderedDict[str, deque[threading.Event]] = OrderedDict()
+        """The tenants waiting, the next to have the place first, each with its waiters."""
+
+    @contextmanager
+    def held(self, tenant: str) -> Iterator[None]:
+        """Hold the place for ``tenant``, waiting for the turns before."""
+        turn = self._take(tenant)
+        if turn is not None:
+            try:
+                turn.wait()
+            except BaseException:
+                self._leave(tenant, turn)
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _take(self, tenant: str) -> threading.Event | None:
+        """None: the place was free and is ``tenant``'s; else the event that hands it over."""
+        with self._mutex:
+            if self._holder is None:
+                self._holder = tenant
+                return None
+            turn = threading.Event()
+            self._waiting.setdefault(tenant, deque()).append(turn)
+            return turn
+
+    def _leave(self, tenant: str, turn: threading.Event) -> None:
+        with self._mutex:
+            waiters = self._waiting.get(tenant)
+            if waiters is not None and turn in waiters:
+                waiters.remove(turn)
+                if not waiters:
+                    del self._waiting[tenant]
+                return
+        self._release()  # it was handed the place as it stopped: the next one's now
+
+    def _release(self) -> None:
+        with self._mutex:
+            holder = self._holder
+            if holder is not None and holder in self._waiting and len(self._waiting) > 1:
+                self._waiting.move_to_end(holder)  # the others' turn first
+            if not self._waiting:
+                self._holder = None
+                return
+            tenant, waiters = next(iter(self._waiting.items()))
+            turn = waiters.popleft()
+            if waiters:
+                self._waiting.move_to_end(tenant)
+            else:
+                del self._waiting[tenant]
+            self._holder = tenant
+            turn.set()
+
+
+_LARGE = TenantTurns()
 """The process's one place for a large body (a gateway's threading is gevent's: patched first)."""
 
 
 @contextmanager
-def one_large_at_a_time(size: int) -> Iterator[None]:
+def one_large_at_a_time(size: int, *, tenant: str = "") -> Iterator[None]:
     """Hold the process's place for a large body (``size`` bytes) while it is made a response.
 
     A body's items take many times its size while they are checked and stored (450,000
     one-word messages, 16 MB: 1.1 GB at the peak). Before the pauses above, a process took
     large bodies one after another, for it did nothing else meanwhile; with them, two at once
     would add up. So they still go one at a time, while everything smaller goes on: under
-    gevent a body waiting for the place lets the other greenlets run. A body under
-    :data:`LARGE_BYTES` takes no place.
+    gevent a body waiting for the place lets the other greenlets run. The tenants whose large
+    bodies wait take the place in turn (:class:`TenantTurns`): one sending many delays
+    another's by one of its bodies, not all. A body under :data:`LARGE_BYTES` takes no place.
     """
     if size < LARGE_BYTES:
         yield
         return
-    with _LARGE:
+    with _LARGE.held(tenant):
         yield

@@ -510,7 +510,7 @@ class SocketSession:
         """
         steers = claimed.steers if claimed is not None else []
         try:
-            with one_large_at_a_time(size):
+            with one_large_at_a_time(size, tenant=self.caller.tenant.name):
                 created = self._create(
                     with_queued(body, steers) if steers else body, generate, lane
                 )

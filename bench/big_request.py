@@ -12,7 +12,10 @@ responses run to their end instead (polled), so the inference worker takes them 
 are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken; and
 each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
 during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
-logs). ``--at-once K``: A's creates come from K clients at once.
+logs). ``--at-once K``: A's creates come from K clients at once. ``--b-large N``: a second after
+A's begin, B posts N large creates of its own (the same body), one after another, each cancelled
+once stored: how long B's wait for its process's large-body place, behind A's (timed to the
+answer).
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -155,6 +158,27 @@ def big_creates(
     return figures
 
 
+def b_large_creates(url: str, count: int, items: int, *, after: float = 1.0) -> list[float]:
+    """B's large creates, ``after`` seconds from now, one after another: each one's time."""
+    body = json.dumps(
+        {
+            "model": "antwort-sim",
+            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+            "background": True,
+        }
+    ).encode()
+    seconds: list[float] = []
+    time.sleep(after)
+    with httpx.Client(timeout=600.0, headers={**B, "Content-Type": "application/json"}) as client:
+        for _ in range(count):
+            start = time.perf_counter()
+            answer = client.post(f"{url}/v1/responses", content=body)
+            seconds.append(round(time.perf_counter() - start, 2))
+            answer.raise_for_status()
+            client.post(f"{url}/v1/responses/{answer.json()['id']}/cancel")
+    return seconds
+
+
 def _ended(client: httpx.Client, url: str, response_id: str) -> str:
     """The response's status once it ended (polled), with its error's code and message."""
     while True:
@@ -201,7 +225,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.seconds)
         idle_figures = idle.stop()
         loaded = Probes(fleet.gateway_url)
+        b_large: list[float] = []
+        b_thread = threading.Thread(
+            target=lambda: b_large.extend(
+                b_large_creates(fleet.gateway_url, args.b_large, args.items)
+            )
+        )
         with RssSampler(fleet, interval=0.05) as rss, SlowCalls() as slow:
+            if args.b_large:
+                b_thread.start()
             creates = big_creates(
                 fleet.gateway_url,
                 args.requests,
@@ -210,6 +242,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 runs=args.runs,
                 continues=args.continues,
             )
+            if args.b_large:
+                b_thread.join()
         loaded_figures = loaded.stop()
     finally:
         fleet.stop()
@@ -221,6 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "idle": idle_figures,
         "while_big_creates": loaded_figures,
         "big_creates": creates,
+        "b_large_create_seconds": b_large,
         "peak_rss_mb": rss.peaks_mb(),
         "redis_slowest_calls": slow.calls,
         "turns_run_again": run_again,
@@ -242,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="then a short response continues each (previous_response_id), run to its end",
     )
+    parser.add_argument(
+        "--b-large", type=int, default=0, help="B's large creates while A's go (timed)"
+    )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
     result = {"machine": {"python": platform.python_version()}, "args": vars(args), **run(args)}
@@ -256,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{figures['first_event_ms']['max']} ms; failed {figures['failed']}"
         )
     print(f"A's creates: {result['big_creates']}; peak RSS MB: {result['peak_rss_mb']}")
+    if args.b_large:
+        print(f"B's large creates (seconds each): {result['b_large_create_seconds']}")
     print(f"Redis's slowest calls: {result['redis_slowest_calls'][:3]}")
     print(f"turns the sweeper ran again (their lease lapsed): {result['turns_run_again']}")
     return 0

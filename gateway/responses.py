@@ -69,7 +69,9 @@ def json_body_in_turn() -> Iterator[object]:
     Raises:
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
     """
-    with cooperation.one_large_at_a_time(len(request.get_data(cache=True))):
+    with cooperation.one_large_at_a_time(
+        len(request.get_data(cache=True)), tenant=current_tenant().name
+    ):
         yield json_body()
 
 

@@ -180,3 +180,90 @@ def test_large_bodies_go_one_at_a_time_and_smaller_ones_meanwhile() -> None:
     for thread in threads:
         thread.join(30)
     assert entered == ["first", "small", "second"]
+
+
+def waiting(turns: cooperation.TenantTurns, tenant: str, count: int) -> None:
+    """Until ``count`` of ``tenant``'s bodies wait for the place."""
+    for _ in range(3000):
+        if len(turns._waiting.get(tenant, ())) == count:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{tenant}'s {count} bodies never waited")
+
+
+def test_tenants_waiting_for_the_large_body_place_take_it_in_turn() -> None:
+    """One tenant's many large bodies hold another's back by one, not by all of them."""
+    turns, entered = cooperation.TenantTurns(), []
+    release = threading.Event()
+
+    def body(tenant: str, name: str) -> None:
+        with turns.held(tenant):
+            entered.append(name)
+            if name == "a1":
+                release.wait(30)
+
+    def start(tenant: str, name: str) -> threading.Thread:
+        thread = threading.Thread(target=body, args=(tenant, name))
+        thread.start()
+        return thread
+
+    threads = [start("a", "a1")]
+    while not entered:
+        threading.Event().wait(0.01)
+    for count, name in enumerate(["a2", "a3", "a4"], start=1):
+        threads.append(start("a", name))
+        waiting(turns, "a", count)
+    threads.append(start("b", "b1"))
+    waiting(turns, "b", 1)
+    threads.append(start("c", "c1"))
+    waiting(turns, "c", 1)
+    release.set()
+    for thread in threads:
+        thread.join(30)
+
+    assert entered == ["a1", "b1", "c1", "a2", "a3", "a4"]
+    assert turns._holder is None and not turns._waiting  # free again
+
+
+STOPPED_UNDER_GEVENT = """
+from gevent import monkey; monkey.patch_all()
+import gevent
+from app import cooperation
+
+turns, entered = cooperation.TenantTurns(), []
+def body(tenant, name, hold=0):
+    with turns.held(tenant):
+        entered.append(name)
+        gevent.sleep(hold)
+first = gevent.spawn(body, "a", "a1", 0.2)
+gevent.sleep(0.05)
+stopped = gevent.spawn(body, "b", "b1")
+after = gevent.spawn(body, "a", "a2")
+gevent.sleep(0.05)
+stopped.kill()  # a deadline, a client gone: it leaves its turn
+gevent.joinall([first, after], timeout=10)
+print(entered, turns._holder, dict(turns._waiting))
+"""
+
+
+def test_a_body_stopped_while_it_waits_for_the_place_leaves_its_turn() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_UNDER_GEVENT],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+
+    assert done.stdout.strip() == "['a1', 'a2'] None {}"
+
+
+def test_a_body_handed_the_place_as_it_stops_passes_it_on() -> None:
+    turns = cooperation.TenantTurns()
+    assert turns._take("a") is None  # the place is a's
+    handed = turns._take("b")
+    waiter = turns._take("c")
+    assert handed is not None and waiter is not None
+    turns._release()  # a is done: b's turn...
+    assert handed.is_set() and turns._holder == "b"
+
+    turns._leave("b", handed)  # ...but b stopped waiting as it was handed the place
+
+    assert waiter.is_set() and turns._holder == "c"
