@@ -99,6 +99,17 @@ class Probes:
         }
 
 
+def large_body(items: int) -> bytes:
+    """A background create of ``items`` one-word user messages, as JSON."""
+    return json.dumps(
+        {
+            "model": "antwort-sim",
+            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+            "background": True,
+        }
+    ).encode()
+
+
 def big_creates(
     url: str,
     requests: int,
@@ -114,13 +125,7 @@ def big_creates(
     ``continues``: then a short response continues it (``previous_response_id``: its history is
     the long input and the answer), run to its end too.
     """
-    body = json.dumps(
-        {
-            "model": "antwort-sim",
-            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
-            "background": True,
-        }
-    ).encode()
+    body = large_body(items)
     seconds: list[float] = []
     ended: list[float] = []
     statuses: list[str] = []
@@ -160,13 +165,7 @@ def big_creates(
 
 def b_large_creates(url: str, count: int, items: int, *, after: float = 1.0) -> list[float]:
     """B's large creates, ``after`` seconds from now, one after another: each one's time."""
-    body = json.dumps(
-        {
-            "model": "antwort-sim",
-            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
-            "background": True,
-        }
-    ).encode()
+    body = large_body(items)
     seconds: list[float] = []
     time.sleep(after)
     with httpx.Client(timeout=600.0, headers={**B, "Content-Type": "application/json"}) as client:
