@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app import cooperation
 from app.config import Settings
 from app.errors import AppError, InvalidRequestError
 from app.limits import Caller
@@ -590,3 +591,27 @@ def unread_while_held(
     looker.join(timeout=10)
     [count] = unread
     return count
+
+
+def test_session_a_large_message_waits_for_the_place_in_its_tenant_s_turn(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The large-body place is taken in tenants' turns (app.cooperation): as the socket's."""
+    took: list[str] = []
+
+    class Recording(cooperation.TenantTurns):
+        @contextlib.contextmanager
+        def held(self, tenant: str) -> Iterator[None]:
+            with super().held(tenant):
+                took.append(tenant)
+                yield
+
+    monkeypatch.setattr(cooperation, "_LARGE", Recording())
+    session = make_session(answer("Noted."))
+    session.caller = Caller(Tenant(name="team-b"))
+    transport = ScriptedTransport(create(input="x" * cooperation.LARGE_BYTES))
+
+    serve(session, transport)
+
+    assert [final["status"] for final in transport.finals()] == ["completed"]
+    assert took == ["team-b"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -356,3 +358,49 @@ def test_a_large_body_waits_for_the_process_s_place_and_a_small_one_does_not(
 
     thread.join(30)
     assert answers["large"].status_code == 200
+
+
+def test_tenants_large_bodies_take_the_process_s_place_in_turn(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant with two large bodies waiting holds another tenant's back by one, not both."""
+    app = make_app(api_keys="team-a:ka, team-b:kb")
+    large = {"model": "m", "background": True, "input": "x" * cooperation.LARGE_BYTES}
+    took: list[str] = []
+
+    class Recording(cooperation.TenantTurns):
+        @contextmanager
+        def held(self, tenant: str) -> Iterator[None]:
+            with super().held(tenant):
+                took.append(tenant)
+                yield
+
+    place = Recording()
+    monkeypatch.setattr(cooperation, "_LARGE", place)
+
+    def post(key: str) -> threading.Thread:
+        headers = {"Authorization": f"Bearer {key}"}
+        thread = threading.Thread(
+            target=lambda: app.test_client().post("/v1/responses", json=large, headers=headers)
+        )
+        thread.start()
+        return thread
+
+    def waiting(tenant: str, count: int) -> None:
+        for _ in range(3000):
+            if len(place._waiting.get(tenant, ())) == count:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"{tenant}'s {count} bodies never waited")
+
+    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES, tenant="team-a"):
+        threads = [post("ka")]
+        waiting("team-a", 1)
+        threads.append(post("ka"))
+        waiting("team-a", 2)
+        threads.append(post("kb"))
+        waiting("team-b", 1)
+    for thread in threads:
+        thread.join(60)
+
+    assert took == ["team-a", "team-b", "team-a", "team-a"]  # the test's place first
