@@ -79,6 +79,7 @@ from app.protocol.items import (
     is_compactable,
     is_turn_break,
     is_user_message,
+    turn_tag,
     turn_tag_of,
 )
 from app.protocol.response import (
@@ -683,10 +684,9 @@ def _fitting_stream(
     """The model's stream and its first chunk, the prompt shortened to fit when it may be.
 
     A refusal for the context's length comes before any chunk. With ``truncates``, the call is
-    made again without the oldest turns of the conversation (a user message and what followed
-    it, up to the next): one, then twice as many each time (so at most twice as many as
-    needed), keeping the last turn and the messages before the first (OpenAI: "dropping items
-    from the beginning").
+    made again without the oldest parts of the conversation (:func:`without_oldest`): one, then
+    twice as many each time (so at most twice as many as needed), keeping the messages before
+    the first turn (OpenAI: "dropping items from the beginning").
     """
     dropped = 0
     items = list(request.items)
@@ -702,27 +702,62 @@ def _fitting_stream(
             if not truncates or exc.code != CONTEXT_LENGTH_EXCEEDED:
                 raise
             dropped = max(1, 2 * dropped)
-            shorter = without_oldest_turns(items, dropped)
-            if shorter is None or len(shorter) == len(request.items):  # the last turn alone
+            shorter = without_oldest(items, dropped)
+            if shorter is None or len(shorter) == len(request.items):  # nothing more to leave out
                 raise
-            logger.info("the prompt is longer than the model's context: %d turns left out", dropped)
+            logger.info("the prompt is longer than the model's context: %d parts left out", dropped)
             request = replace(request, items=shorter)
 
 
-def without_oldest_turns(
-    items: Sequence[dict[str, Any]], count: int
-) -> list[dict[str, Any]] | None:
-    """``items`` without their first ``count`` turns, or as many as leave the last one.
+def without_oldest(items: Sequence[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
+    """``items`` without their ``count`` oldest parts, or as many as may go; None: none may.
 
-    A turn is a user message and what follows it, up to the next user message; what comes
-    before the first (system and developer messages, a compaction's summary) is kept. None:
-    one turn is all there is.
+    The parts are the turns but the last, oldest first (a turn is a user message and what
+    follows it, up to the next user message), then the last turn's exchanges but its last (an
+    exchange: what one model turn said and called, and the answers to its calls). What comes
+    before the first turn (system and developer messages, a compaction's summary) and the last
+    turn's user message stay: a long agent run on one request leaves out its oldest steps, not
+    its task. An answer whose call went is left out with it.
     """
     starts = [n for n, item in enumerate(items) if is_user_message(item)]
-    if len(starts) <= 1:
+    if not starts:
         return None
-    cut = starts[min(count, len(starts) - 1)]
-    return [*items[: starts[0]], *items[cut:]]
+    earlier = len(starts) - 1
+    if count <= earlier:
+        return [*items[: starts[0]], *items[starts[count] :]]
+    last = starts[-1]
+    exchanges = _exchange_starts(items, last + 1)
+    left = min(count - earlier, len(exchanges) - 1)  # the last exchange stays
+    if left <= 0:
+        return None if earlier == 0 else [*items[: starts[0]], *items[last:]]
+    kept = items[exchanges[left] :]
+    called = {item.get("call_id") for item in kept if not is_answer(item)} | {None}
+    kept = [item for item in kept if not is_answer(item) or item.get("call_id") in called]
+    return [*items[: starts[0]], items[last], *kept]
+
+
+def _exchange_starts(items: Sequence[dict[str, Any]], begin: int) -> list[int]:
+    """Where each exchange from ``items[begin]`` on begins (:func:`without_oldest`).
+
+    One begins at each item of the model's after an answer, or after an item of another model
+    turn (the ids the fleet gave name their turn: a server tool's calls have no answer items).
+    """
+    found: list[int] = []
+    before: dict[str, Any] | None = None
+    for n in range(begin, len(items)):
+        item = items[n]
+        if not is_answer(item) and (
+            before is None or is_answer(before) or _other_turn(before.get("id"), item.get("id"))
+        ):
+            found.append(n)
+        before = item
+    return found
+
+
+def _other_turn(before: object, now: object) -> bool:
+    """Whether two item ids name different model turns (False when either names none)."""
+    this, that = turn_tag(before), turn_tag(now)
+    return this is not None and that is not None and this != that
 
 
 def _reasoning_output(deps: RunDeps, state: RunState) -> ReasoningOutput:

@@ -1,5 +1,6 @@
 """``truncation: "auto"``: a prompt the model server refuses as longer than its context is sent
-again without its oldest turns (OpenAI: "dropping items from the beginning")."""
+again without its oldest turns, then its last turn's oldest exchanges (OpenAI: "dropping items
+from the beginning")."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 
 from app.config import Settings
 from app.errors import CONTEXT_LENGTH_EXCEEDED, UpstreamError
+from app.protocol.items import item_id
 from app.providers.chunks import Chunk
 from app.providers.translate import ModelRequest, to_chat_messages
-from app.run import RunDeps, advance_response, without_oldest_turns
+from app.run import RunDeps, advance_response, without_oldest
 from app.store import ResponseStore
-from tests.app.test_run import answer, create
+from tests.app.test_run import WEATHER_TOOL, answer, create
 from tests.support.dispatch import RecordingDispatcher
 
 
@@ -48,19 +50,10 @@ def chain_of(store: ResponseStore, settings: Settings, *questions: str) -> str:
     return previous
 
 
-def ask(
-    store: ResponseStore, settings: Settings, model: SmallContext, previous: str, **body: Any
-) -> Any:
-    response_id = create(
-        store,
-        settings,
-        RecordingDispatcher(),
-        model="m",
-        instructions="Be brief.",
-        input="Five?",
-        previous_response_id=previous,
-        **body,
-    )
+def ask(store: ResponseStore, settings: Settings, model: SmallContext, **body: Any) -> Any:
+    """``body``'s response (instructions "Be brief.", input "Five?" unless it says), as run."""
+    body = {"model": "m", "instructions": "Be brief.", "input": "Five?", **body}
+    response_id = create(store, settings, RecordingDispatcher(), **body)
     advance_response(RunDeps(store=store, provider=model, settings=settings), response_id, 0)
     return store.get(response_id).response
 
@@ -72,7 +65,7 @@ def test_auto_leaves_out_the_oldest_turns_one_then_twice_as_many_until_it_fits(
     previous = chain_of(store, settings, "One?", "Two?", "Three?", "Four?")
     model = SmallContext(limit=4)  # the instructions, one turn, the question
 
-    response = ask(store, settings, model, previous, truncation="auto")
+    response = ask(store, settings, model, previous_response_id=previous, truncation="auto")
 
     assert response.status == "completed"
     # none out, then 1, 2, 4 of the 4 turns before the question (at most twice what is needed)
@@ -87,7 +80,7 @@ def test_disabled_fails_as_the_server_says(
     previous = chain_of(store, settings, "One?", "Two?")
     model = SmallContext(limit=4)
 
-    response = ask(store, settings, model, previous)
+    response = ask(store, settings, model, previous_response_id=previous)
 
     assert response.status == "failed" and response.error is not None
     assert response.error.code == CONTEXT_LENGTH_EXCEEDED
@@ -101,14 +94,14 @@ def test_auto_fails_when_the_last_turn_alone_does_not_fit(
     previous = chain_of(store, settings, "One?", "Two?")
     model = SmallContext(limit=1)
 
-    response = ask(store, settings, model, previous, truncation="auto")
+    response = ask(store, settings, model, previous_response_id=previous, truncation="auto")
 
     assert response.status == "failed" and response.error is not None
     assert response.error.code == CONTEXT_LENGTH_EXCEEDED
     assert [len(messages) for messages in model.asked] == [6, 4, 2]
 
 
-def test_without_oldest_turns_keeps_what_comes_before_the_first_turn_and_the_last_turn() -> None:
+def test_without_oldest_keeps_what_comes_before_the_first_turn_and_the_last_turn() -> None:
     system = {"type": "message", "role": "system", "content": "s"}
     turns = [
         [{"type": "message", "role": "user", "content": str(n)}, {"type": "reasoning"}]
@@ -116,7 +109,77 @@ def test_without_oldest_turns_keeps_what_comes_before_the_first_turn_and_the_las
     ]
     items = [system, *turns[0], *turns[1], *turns[2]]
 
-    assert without_oldest_turns(items, 1) == [system, *turns[1], *turns[2]]
-    assert without_oldest_turns(items, 2) == [system, *turns[2]]
-    assert without_oldest_turns(items, 5) == [system, *turns[2]]
-    assert without_oldest_turns([system, *turns[0]], 1) is None
+    assert without_oldest(items, 1) == [system, *turns[1], *turns[2]]
+    assert without_oldest(items, 2) == [system, *turns[2]]
+    assert without_oldest(items, 5) == [system, *turns[2]]
+    assert without_oldest([system, *turns[0]], 1) is None
+
+
+def call(n: int, *, turn: int | None = None) -> list[dict[str, Any]]:
+    """A ``get_weather`` call and its answer; with ``turn``, the call's id as the fleet makes it."""
+    made = {"id": item_id("fc", "resp_1", turn, n)} if turn is not None else {}
+    return [
+        {"type": "function_call", **made, "call_id": f"c{n}", "name": "get_weather",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"{n} degrees"},
+    ]  # fmt: skip
+
+
+def test_auto_leaves_out_the_oldest_exchanges_of_a_long_run_on_one_request(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """An agent's many tool rounds on one user message: its oldest rounds go, not its task."""
+    settings = make_settings()
+    model = SmallContext(limit=4)  # the instructions, the task, the last call and its answer
+    task = {"role": "user", "content": "Weather in three cities?"}
+
+    response = ask(
+        store,
+        settings,
+        model,
+        input=[task, *call(1), *call(2), *call(3)],
+        tools=[WEATHER_TOOL],
+        truncation="auto",
+    )
+
+    assert response.status == "completed"
+    assert [len(messages) for messages in model.asked] == [8, 6, 4]  # none, 1, 2 rounds out
+    last = model.asked[-1]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool"]
+    assert last[1]["content"] == "Weather in three cities?" and last[3]["content"] == "3 degrees"
+
+
+def test_without_oldest_leaves_out_turns_then_the_last_turn_s_exchanges() -> None:
+    system = {"type": "message", "role": "system", "content": "s"}
+    first = [{"type": "message", "role": "user", "content": "0"}, {"type": "reasoning"}]
+    task = {"type": "message", "role": "user", "content": "1"}
+    items = [system, *first, task, *call(1), *call(2), *call(3)]
+
+    assert without_oldest(items, 1) == [system, task, *call(1), *call(2), *call(3)]
+    assert without_oldest(items, 2) == [system, task, *call(2), *call(3)]
+    assert without_oldest(items, 3) == [system, task, *call(3)]
+    assert without_oldest(items, 8) == [system, task, *call(3)]  # the last exchange stays
+    assert without_oldest([system, task, *call(1)], 1) is None
+
+
+def test_an_exchange_is_one_model_turn_s_items_even_without_answers() -> None:
+    """A server tool's calls (MCP) have no answer items: the fleet's ids name their turns."""
+    task = {"type": "message", "role": "user", "content": "go"}
+    mcp = [
+        {"type": "mcp_call", "id": item_id("mcp", "resp_1", turn, 0), "output": str(turn)}
+        for turn in range(3)
+    ]
+    said = {"type": "message", "role": "assistant", "id": item_id("msg", "resp_1", 2, 1)}
+
+    assert without_oldest([task, *mcp, said], 1) == [task, mcp[1], mcp[2], said]
+    assert without_oldest([task, *mcp, said], 2) == [task, mcp[2], said]
+    parallel = [call(1, turn=0)[0], call(2, turn=0)[0], call(1)[1], call(2)[1]]
+    assert without_oldest([task, *parallel, *call(3, turn=1)], 1) == [task, *call(3, turn=1)]
+
+
+def test_an_answer_whose_call_was_left_out_goes_with_it() -> None:
+    task = {"type": "message", "role": "user", "content": "go"}
+    late = call(1)[1]  # the first call's answer, sent after the second round's call
+    items = [task, call(1)[0], *call(0), call(2)[0], late, call(2)[1]]
+
+    assert without_oldest(items, 1) == [task, call(2)[0], call(2)[1]]

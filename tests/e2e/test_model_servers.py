@@ -231,6 +231,37 @@ def test_truncation_auto_leaves_the_oldest_turns_out_until_the_prompt_fits(
     assert failed.error is not None and failed.error.code == "context_length_exceeded"
 
 
+def test_truncation_auto_leaves_the_oldest_tool_rounds_of_one_request_out(
+    proxy: ModelProxy, client: openai.OpenAI
+) -> None:
+    """An agent's many tool rounds on one user message (the Agents SDK's loop): the rounds
+    that do not fit go, oldest first; the task and the last round stay."""
+    rounds = []
+    for n in range(1, 4):
+        rounds += [
+            {"type": "function_call", "call_id": f"c{n}", "name": "get_weather",
+             "arguments": json.dumps({"city": f"City {n}"})},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": f"{n}0 degrees"},
+        ]  # fmt: skip
+    asked_before = len(proxy.exchanges)
+    proxy.behave(refusal=CONTEXT_OVERFLOW, refuses=lambda body: len(body["messages"]) > 4)
+
+    fitted = client.responses.create(
+        model="antwort-sim",
+        instructions="Be brief.",
+        input=[{"role": "user", "content": "Weather in three cities?"}, *rounds],
+        tools=[CLIENT_FN],  # type: ignore[list-item]
+        truncation="auto",
+    )
+
+    assert fitted.status == "completed", fitted.error
+    sent = [request["messages"] for request, _ in proxy.exchanges[asked_before:]]
+    assert [len(messages) for messages in sent] == [8, 6, 4]  # none, one, two rounds out
+    assert [m["role"] for m in sent[-1]] == ["system", "user", "assistant", "tool"]
+    assert sent[-1][1]["content"] == "Weather in three cities?"
+    assert sent[-1][2]["tool_calls"][0]["id"] == "c3" and sent[-1][3]["content"] == "30 degrees"
+
+
 def test_a_model_the_server_does_not_have_fails_the_response_as_openai_fails_it(
     proxy: ModelProxy, client: openai.OpenAI
 ) -> None:
