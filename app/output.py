@@ -74,6 +74,8 @@ class TurnOutput:
     """The plan the model made in this turn (JSON tool protocol), if any."""
     exchange: tuple[dict[str, Any], ...] = ()
     """What the model wrote in this turn, verbatim (JSON tool protocol; :class:`Exchange`)."""
+    left_out: tuple[int, int] | None = None
+    """``truncation: "auto"``: the parts of the prompt left out, and of how many items."""
 
 
 class OutputBuilder:

@@ -128,6 +128,11 @@ COMPACT_THRESHOLD_EXTRA = "compact_threshold"
 """Set in a response's extra from its ``context_management``: compact the context before a
 model turn whose prompt is at least that many tokens (:func:`compact_context`)."""
 
+LEFT_OUT_EXTRA = "left_out"
+"""Set in a response's extra when ``truncation: "auto"`` left parts of a turn's prompt out: how
+many (:func:`without_oldest`) and of how many items. The next turn starts from there while its
+prompt has as many items or more (it grew, as a run's prompt does), not from none again."""
+
 NO_OUTPUT_EXTRA = "no_output"
 """Set in a response's extra when it stores its request's state only (WebSocket mode's
 ``"generate": false``): its first step completes it with no output and calls no model."""
@@ -458,6 +463,8 @@ def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
     if output.exchange:  # later turns and responses replay it verbatim
         tag = turn_tag_of(state.response.id, state.turn)
         kept[EXCHANGES_EXTRA] = {**kept.get(EXCHANGES_EXTRA, {}), tag: list(output.exchange)}
+    if output.left_out is not None:  # the next turn leaves as much out from the start
+        kept[LEFT_OUT_EXTRA] = list(output.left_out)
     if kept == state.extra:
         return
     state.extra = kept
@@ -601,6 +608,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
             builder,
             model=response.model,
             truncates=response.truncation == "auto",
+            left_out=_left_out_before(state, request),
         )
         tracing.annotate(
             {
@@ -655,14 +663,17 @@ def _stream_model(
     *,
     model: str,
     truncates: bool = False,
+    left_out: int = 0,
 ) -> TurnOutput:
     """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`).
 
     ``truncates`` (``truncation: "auto"``): a prompt the model server refuses as longer than
-    its context is sent again without its oldest turns (:func:`_fitting_stream`).
+    its context is sent again without its oldest parts (:func:`_fitting_stream`), starting
+    from ``left_out`` of them (the turn before's).
     """
     timer = metrics.ModelCallTimer(model)
-    stream, first = _fitting_stream(provider, request, truncates=truncates)
+    start = left_out if truncates else 0
+    stream, first, dropped = _fitting_stream(provider, request, truncates=truncates, start=start)
     try:
         if first is not None:  # timed alone, so the chunks after it cost nothing more
             timer.first_chunk()
@@ -675,33 +686,49 @@ def _stream_model(
             close()  # stops the model server's generation when we stop early
     output = builder.close()
     timer.done(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
+    if dropped:
+        output = replace(output, left_out=(dropped, len(request.items)))
     return output
 
 
+def _left_out_before(state: RunState, request: ModelRequest) -> int:
+    """What the turn before left out of its prompt (:data:`LEFT_OUT_EXTRA`), while it applies.
+
+    It does while this prompt has as many items as that one or more; fewer (a compaction came
+    between): none.
+    """
+    parts, items = state.extra.get(LEFT_OUT_EXTRA, (0, 0))
+    return int(parts) if len(request.items) >= int(items) else 0
+
+
 def _fitting_stream(
-    provider: ModelProvider, request: ModelRequest, *, truncates: bool
-) -> tuple[Iterator[Chunk], Chunk | None]:
-    """The model's stream and its first chunk, the prompt shortened to fit when it may be.
+    provider: ModelProvider, request: ModelRequest, *, truncates: bool, start: int = 0
+) -> tuple[Iterator[Chunk], Chunk | None, int]:
+    """The model's stream, its first chunk, and how many parts of the prompt were left out.
 
     A refusal for the context's length comes before any chunk. With ``truncates``, the call is
-    made again without the oldest parts of the conversation (:func:`without_oldest`): one, then
-    twice as many each time (so at most twice as many as needed), keeping the messages before
-    the first turn (OpenAI: "dropping items from the beginning").
+    made again without the oldest parts of the conversation (:func:`without_oldest`): ``start``
+    of them first (the turn before's), then one more, two, four (so at most twice as many more
+    as needed), keeping the messages before the first turn (OpenAI: "dropping items from the
+    beginning").
     """
-    dropped = 0
     items = list(request.items)
+    dropped, more = 0, 1
+    if start and (shorter := without_oldest(items, start)) is not None:
+        dropped, request = start, replace(request, items=shorter)
+    first_parts = dropped
     while True:
         stream = provider.stream(request)
         chunks = iter(stream)
         try:
-            return chunks, next(chunks, None)
+            return chunks, next(chunks, None), dropped
         except UpstreamError as exc:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
             if not truncates or exc.code != CONTEXT_LENGTH_EXCEEDED:
                 raise
-            dropped = max(1, 2 * dropped)
+            dropped, more = first_parts + more, more * 2
             shorter = without_oldest(items, dropped)
             if shorter is None or len(shorter) == len(request.items):  # nothing more to leave out
                 raise

@@ -12,10 +12,12 @@ from app.errors import CONTEXT_LENGTH_EXCEEDED, UpstreamError
 from app.protocol.items import item_id
 from app.providers.chunks import Chunk
 from app.providers.translate import ModelRequest, to_chat_messages
-from app.run import RunDeps, advance_response, without_oldest
+from app.run import LEFT_OUT_EXTRA, RunDeps, advance_response, without_oldest
 from app.store import ResponseStore
+from tests.app.test_loop import Loop, internal
 from tests.app.test_run import WEATHER_TOOL, answer, create
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.model import calls, text
 
 
 class SmallContext:
@@ -183,3 +185,43 @@ def test_an_answer_whose_call_was_left_out_goes_with_it() -> None:
     items = [task, call(1)[0], *call(0), call(2)[0], late, call(2)[1]]
 
     assert without_oldest(items, 1) == [task, call(2)[0], call(2)[1]]
+
+
+class SmallScriptedContext:
+    """A model server whose context holds ``limit`` chat messages; each call that fits is
+    answered by the next of ``turns`` (the last repeats)."""
+
+    def __init__(self, limit: int, *turns: list[Chunk]) -> None:
+        self.limit, self.turns = limit, list(turns)
+        self.asked: list[int] = []
+        self.answered = 0
+
+    def stream(self, request: ModelRequest) -> Iterator[Chunk]:
+        messages = to_chat_messages(request.instructions, request.items)
+        self.asked.append(len(messages))
+        if len(messages) > self.limit:
+            raise UpstreamError("maximum context length exceeded", code=CONTEXT_LENGTH_EXCEEDED)
+        self.answered += 1
+        yield from self.turns[min(self.answered, len(self.turns)) - 1]
+
+
+def test_the_next_turn_of_a_run_starts_from_what_the_turn_before_left_out(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A run's prompt grows turn by turn: each turn asks again from the parts the turn before
+    left out, not from none (each refusal is a call the model server must read)."""
+    settings = make_settings(internal_tool_modules="tests.support.tools")
+    model = SmallScriptedContext(5, calls(("call_a", "fast_echo", "{}")), text("Done."))
+    loop = Loop(store=store, settings=settings, model=model)  # type: ignore[arg-type]
+    task = {"role": "user", "content": "Weather in three cities?"}
+    rid = loop.create(
+        input=[task, *call(1), *call(2), *call(3)],
+        tools=[WEATHER_TOOL, *internal("fast_echo")],
+        truncation="auto",
+    )
+
+    assert loop.drive(rid) == "completed"
+
+    # turn 0: 7 messages, one round out; turn 1 (9): from one round out, then two
+    assert model.asked == [7, 5, 7, 5]
+    assert store.get(rid).extra[LEFT_OUT_EXTRA] == [2, 9]
