@@ -156,22 +156,26 @@ def conversation_history(
     The conversation's items as they are now, by reference to its history list: none is read.
     The inputs join the conversation when the response ends: none of their ids may be taken
     there. A conversation made before it had a history list (or whose list missed an older
-    fleet's change) is read whole, and copied; its list is then built afresh for the next.
+    fleet's change) has its list built afresh first (its items read once, in Redis's own
+    commands), then referenced; only when that does not take (the conversation changed
+    meanwhile) are its items read whole and copied.
 
     Raises:
         NotFoundError: as :func:`load_conversation`.
         InvalidRequestError: an input's id is taken (:func:`check_item_ids`).
     """
     check_conversation_id(conversation_id, param="conversation")
-    head = store.head(conversation_id, [item["id"] for item in inputs])
+    ids = [item["id"] for item in inputs]
+    head = store.head(conversation_id, ids)
     owned_conversation(
         head.conversation if head else None, conversation_id, owner, param="conversation"
     )
     assert head is not None
-    if head.history is None:  # the next response's create will find a list
+    if head.history is None and store.rebuild_history(conversation_id):
+        head = store.head(conversation_id, ids)  # the list just built, or None: it went
+    if head is None or head.history is None:
         held = load_conversation(store, conversation_id, owner=owner)
         check_item_ids(inputs, held_ids=[item["id"] for item in held], param="input")
-        store.rebuild_history(conversation_id)
         return History(store, tail=held)
     check_item_ids(inputs, held_ids=head.held, param="input")
     return History(store, base=head.history if head.history.length else None)

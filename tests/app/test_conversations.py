@@ -370,7 +370,7 @@ def test_a_conversation_made_before_its_history_list_is_read_whole_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A conversation stored by an older fleet has no history list: the first response's create
-    reads it whole and copies it, and builds its list; the next references it."""
+    builds it (reading the conversation whole once); the next references it, reading none."""
     store, settings, dispatcher = store_on_both, make_settings(), RecordingDispatcher()
     words = [f"w{i}" for i in range(30)]
     cid = new_conversation(store, *words[:20])
@@ -519,3 +519,37 @@ def test_a_response_created_before_any_delete_is_read_by_a_worker_of_the_release
     later, _ = create_response(store, dispatcher, settings, {"input": "r", "conversation": cid})
     raw = store.redis.hget(store.keys.record(later.id), "history")
     assert HistoryRef.decode(raw) == HistoryRef(cid, cid, 1, 1)  # only a newer worker reads it
+
+
+def test_an_older_conversation_s_first_create_builds_its_list_and_references_it(
+    store_on_both: ResponseStore,
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its items are read whole once (to build the list), and the response copies none."""
+    store, settings = store_on_both, make_settings()
+    words = [f"w{i}" for i in range(30)]
+    cid = new_conversation(store, *words[:20])
+    add_items(store, cid, {"items": [user(word) for word in words[20:]]})
+    keys = store.keys
+    store.redis.delete(keys.conversation_history(cid), keys.conversation_generation(cid))
+    whole_reads: list[str] = []
+    whole = type(store)._whole
+
+    def counted(self: ResponseStore, conversation_id: str) -> Any:
+        whole_reads.append(conversation_id)
+        return whole(self, conversation_id)
+
+    monkeypatch.setattr(type(store), "_whole", counted)
+
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, {"input": "q", "conversation": cid}
+    )
+
+    assert whole_reads == [cid]
+    ref = HistoryRef.decode(store.redis.hget(keys.record(response.id), "history"))
+    assert ref is not None and (ref.list, ref.length) == (cid, 30)
+    assert history_lists(store) == {keys.conversation_history(cid).encode()}  # no copy
+    model = answer("a")
+    assert run(store, settings, response.id, model) == "completed"
+    assert model_texts(model) == [*words, "q"]
