@@ -5,6 +5,7 @@ from the beginning")."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from app.config import Settings
@@ -12,7 +13,13 @@ from app.errors import CONTEXT_LENGTH_EXCEEDED, UpstreamError
 from app.protocol.items import item_id
 from app.providers.chunks import Chunk
 from app.providers.translate import ModelRequest, to_chat_messages
-from app.run import LEFT_OUT_EXTRA, RunDeps, advance_response, without_oldest
+from app.run import (
+    LEFT_OUT_EXTRA,
+    RunDeps,
+    _left_out_before,
+    advance_response,
+    without_oldest,
+)
 from app.store import ResponseStore
 from tests.app.test_loop import Loop, internal
 from tests.app.test_run import WEATHER_TOOL, answer, create
@@ -225,3 +232,16 @@ def test_the_next_turn_of_a_run_starts_from_what_the_turn_before_left_out(
     # turn 0: 7 messages, one round out; turn 1 (9): from one round out, then two
     assert model.asked == [7, 5, 7, 5]
     assert store.get(rid).extra[LEFT_OUT_EXTRA] == [2, 9]
+
+
+def test_a_prompt_with_fewer_items_than_the_turn_before_s_starts_from_none() -> None:
+    """A compaction between two turns shortens the prompt: what was left out no longer applies."""
+    state: Any = SimpleNamespace(extra={LEFT_OUT_EXTRA: [3, 9]})
+    items = [{"type": "message", "role": "user", "content": str(n)} for n in range(9)]
+
+    def prompt(count: int) -> ModelRequest:
+        return ModelRequest(model="m", instructions=None, items=items[:count])
+
+    assert _left_out_before(state, prompt(9)) == 3
+    assert _left_out_before(state, prompt(8)) == 0
+    assert _left_out_before(SimpleNamespace(extra={}), prompt(9)) == 0  # type: ignore[arg-type]
