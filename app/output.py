@@ -75,7 +75,8 @@ class TurnOutput:
     exchange: tuple[dict[str, Any], ...] = ()
     """What the model wrote in this turn, verbatim (JSON tool protocol; :class:`Exchange`)."""
     left_out: tuple[int, int] | None = None
-    """``truncation: "auto"``: the parts of the prompt left out, and of how many items."""
+    """``truncation: "auto"``: the parts of the prompt left out (0: none), and of how many
+    items; None: the response does not truncate."""
 
 
 class OutputBuilder:

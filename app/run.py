@@ -463,8 +463,10 @@ def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:
     if output.exchange:  # later turns and responses replay it verbatim
         tag = turn_tag_of(state.response.id, state.turn)
         kept[EXCHANGES_EXTRA] = {**kept.get(EXCHANGES_EXTRA, {}), tag: list(output.exchange)}
-    if output.left_out is not None:  # the next turn leaves as much out from the start
+    if output.left_out is not None and output.left_out[0]:  # the next turn starts there
         kept[LEFT_OUT_EXTRA] = list(output.left_out)
+    elif output.left_out is not None:  # it all fit (a compaction came between)
+        kept.pop(LEFT_OUT_EXTRA, None)
     if kept == state.extra:
         return
     state.extra = kept
@@ -686,7 +688,7 @@ def _stream_model(
             close()  # stops the model server's generation when we stop early
     output = builder.close()
     timer.done(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
-    if dropped:
+    if truncates:
         output = replace(output, left_out=(dropped, len(request.items)))
     return output
 

@@ -245,3 +245,20 @@ def test_a_prompt_with_fewer_items_than_the_turn_before_s_starts_from_none() -> 
     assert _left_out_before(state, prompt(9)) == 3
     assert _left_out_before(state, prompt(8)) == 0
     assert _left_out_before(SimpleNamespace(extra={}), prompt(9)) == 0  # type: ignore[arg-type]
+
+
+def test_a_turn_that_fit_whole_forgets_what_the_turn_before_left_out(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """Else a prompt that grew back past that turn's after a compaction would leave out parts
+    it need not."""
+    settings = make_settings()
+    response_id = create(store, settings, RecordingDispatcher(), model="m", truncation="auto")
+    extra = store.get(response_id).extra
+    store.set_extra(response_id, {**extra, LEFT_OUT_EXTRA: [5, 100]})  # a longer prompt's
+    model = SmallContext(limit=10)
+
+    advance_response(RunDeps(store=store, provider=model, settings=settings), response_id, 0)
+
+    assert store.get(response_id).response.status == "completed"
+    assert LEFT_OUT_EXTRA not in store.get(response_id).extra
