@@ -744,43 +744,66 @@ def without_oldest(items: Sequence[dict[str, Any]], count: int) -> list[dict[str
     The parts are the turns but the last, oldest first (a turn is a user message and what
     follows it, up to the next user message), then the last turn's exchanges but its last (an
     exchange: what one model turn said and called, and the answers to its calls). What comes
-    before the first turn (system and developer messages, a compaction's summary) and the last
-    turn's user message stay: a long agent run on one request leaves out its oldest steps, not
-    its task. An answer whose call went is left out with it.
+    before the first turn (system and developer messages), the last turn's user message and a
+    compaction's summary wherever it is (a compacted run's stands for its earlier steps) stay:
+    a long agent run on one request leaves out its oldest steps, not its task. An answer whose
+    call went is left out with it.
     """
     starts = [n for n, item in enumerate(items) if is_user_message(item)]
     if not starts:
         return None
-    earlier = len(starts) - 1
+    first, earlier = starts[0], len(starts) - 1
     if count <= earlier:
-        return [*items[: starts[0]], *items[starts[count] :]]
+        cut = starts[count]
+        return [*items[:first], *_summaries(items[first:cut]), *items[cut:]]
     last = starts[-1]
     exchanges = _exchange_starts(items, last + 1)
     left = min(count - earlier, len(exchanges) - 1)  # the last exchange stays
-    if left <= 0:
-        return None if earlier == 0 else [*items[: starts[0]], *items[last:]]
-    kept = items[exchanges[left] :]
+    if left <= 0 and earlier == 0:
+        return None
+    if left <= 0:  # every earlier turn out, no exchange of the last one
+        return [*items[:first], *_summaries(items[first:last]), *items[last:]]
+    cut = exchanges[left]
+    kept = items[cut:]
     called = {item.get("call_id") for item in kept if not is_answer(item)} | {None}
     kept = [item for item in kept if not is_answer(item) or item.get("call_id") in called]
-    return [*items[: starts[0]], items[last], *kept]
+    task = [*_summaries(items[first:last]), items[last], *_summaries(items[last + 1 : cut])]
+    return [*items[:first], *task, *kept]
 
 
 def _exchange_starts(items: Sequence[dict[str, Any]], begin: int) -> list[int]:
     """Where each exchange from ``items[begin]`` on begins (:func:`without_oldest`).
 
     One begins at each item of the model's after an answer, or after an item of another model
-    turn (the ids the fleet gave name their turn: a server tool's calls have no answer items).
+    turn (the ids the fleet gave name their turn: a server tool's calls have no answer items),
+    or after a compaction's summary (which belongs to none).
     """
     found: list[int] = []
     before: dict[str, Any] | None = None
     for n in range(begin, len(items)):
         item = items[n]
-        if not is_answer(item) and (
-            before is None or is_answer(before) or _other_turn(before.get("id"), item.get("id"))
+        if (
+            not is_answer(item)
+            and not _is_summary(item)
+            and (
+                before is None
+                or is_answer(before)
+                or _is_summary(before)
+                or _other_turn(before.get("id"), item.get("id"))
+            )
         ):
             found.append(n)
         before = item
     return found
+
+
+def _is_summary(item: dict[str, Any]) -> bool:
+    return item.get("type") == "compaction"
+
+
+def _summaries(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compaction items among ``items`` (:func:`without_oldest` leaves none out)."""
+    return [item for item in items if _is_summary(item)]
 
 
 def _other_turn(before: object, now: object) -> bool:

@@ -262,3 +262,15 @@ def test_a_turn_that_fit_whole_forgets_what_the_turn_before_left_out(
 
     assert store.get(response_id).response.status == "completed"
     assert LEFT_OUT_EXTRA not in store.get(response_id).extra
+
+
+def test_a_compaction_s_summary_is_never_left_out() -> None:
+    """A compacted run's summary stands for its earlier steps: its later rounds go first."""
+    task = {"type": "message", "role": "user", "content": "go"}
+    earlier = {"type": "message", "role": "user", "content": "before"}
+    summary = {"type": "compaction", "id": "cmp_1", "encrypted_content": "s"}
+    items = [task, summary, *call(1), *call(2), *call(3)]
+
+    assert without_oldest(items, 1) == [task, summary, *call(2), *call(3)]
+    assert without_oldest(items, 5) == [task, summary, *call(3)]
+    assert without_oldest([earlier, summary, task, *call(1)], 1) == [summary, task, *call(1)]
