@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,20 @@ def test_large_bodies_go_one_at_a_time_and_smaller_ones_meanwhile() -> None:
     for thread in threads:
         thread.join(30)
     assert entered == ["first", "small", "second"]
+
+
+class RecordingTurns(cooperation.TenantTurns):
+    """The place, recording the tenants in the order they took it (``took``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.took: list[str] = []
+
+    @contextmanager
+    def held(self, tenant: str) -> Iterator[None]:
+        with super().held(tenant):
+            self.took.append(tenant)
+            yield
 
 
 def waiting(turns: cooperation.TenantTurns, tenant: str, count: int) -> None:

@@ -20,6 +20,7 @@ from app.socket_session import CreateMessage, SocketSession, parse_create_event
 from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
+from tests.app.test_cooperation import RecordingTurns
 from tests.app.test_run import FakeModel, answer
 from tests.support.cycles import left_in_cycles
 from tests.support.sentinel import wait_for
@@ -597,16 +598,8 @@ def test_session_a_large_message_waits_for_the_place_in_its_tenant_s_turn(
     make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The large-body place is taken in tenants' turns (app.cooperation): as the socket's."""
-    took: list[str] = []
-
-    class Recording(cooperation.TenantTurns):
-        @contextlib.contextmanager
-        def held(self, tenant: str) -> Iterator[None]:
-            with super().held(tenant):
-                took.append(tenant)
-                yield
-
-    monkeypatch.setattr(cooperation, "_LARGE", Recording())
+    place = RecordingTurns()
+    monkeypatch.setattr(cooperation, "_LARGE", place)
     session = make_session(answer("Noted."))
     session.caller = Caller(Tenant(name="team-b"))
     transport = ScriptedTransport(create(input="x" * cooperation.LARGE_BYTES))
@@ -614,4 +607,4 @@ def test_session_a_large_message_waits_for_the_place_in_its_tenant_s_turn(
     serve(session, transport)
 
     assert [final["status"] for final in transport.finals()] == ["completed"]
-    assert took == ["team-b"]
+    assert place.took == ["team-b"]

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import FINISH
+from tests.app.test_cooperation import RecordingTurns, waiting
 from tests.gateway.conftest import error_of
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.responses import stored_response
@@ -366,16 +365,7 @@ def test_tenants_large_bodies_take_the_process_s_place_in_turn(
     """A tenant with two large bodies waiting holds another tenant's back by one, not both."""
     app = make_app(api_keys="team-a:ka, team-b:kb")
     large = {"model": "m", "background": True, "input": "x" * cooperation.LARGE_BYTES}
-    took: list[str] = []
-
-    class Recording(cooperation.TenantTurns):
-        @contextmanager
-        def held(self, tenant: str) -> Iterator[None]:
-            with super().held(tenant):
-                took.append(tenant)
-                yield
-
-    place = Recording()
+    place = RecordingTurns()
     monkeypatch.setattr(cooperation, "_LARGE", place)
 
     def post(key: str) -> threading.Thread:
@@ -386,21 +376,14 @@ def test_tenants_large_bodies_take_the_process_s_place_in_turn(
         thread.start()
         return thread
 
-    def waiting(tenant: str, count: int) -> None:
-        for _ in range(3000):
-            if len(place._waiting.get(tenant, ())) == count:
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"{tenant}'s {count} bodies never waited")
-
     with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES, tenant="team-a"):
         threads = [post("ka")]
-        waiting("team-a", 1)
+        waiting(place, "team-a", 1)
         threads.append(post("ka"))
-        waiting("team-a", 2)
+        waiting(place, "team-a", 2)
         threads.append(post("kb"))
-        waiting("team-b", 1)
+        waiting(place, "team-b", 1)
     for thread in threads:
         thread.join(60)
 
-    assert took == ["team-a", "team-b", "team-a", "team-a"]  # the test's place first
+    assert place.took == ["team-a", "team-b", "team-a", "team-a"]  # the test's place first
