@@ -130,7 +130,7 @@ _LARGE = TenantTurns()
 
 
 @contextmanager
-def one_large_at_a_time(size: int, *, tenant: str = "") -> Iterator[None]:
+def one_large_at_a_time(size: int, *, tenant: str) -> Iterator[None]:
     """Hold the process's place for a large body (``size`` bytes) while it is made a response.
 
     A body's items take many times its size while they are checked and stored (450,000

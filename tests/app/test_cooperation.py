@@ -160,20 +160,20 @@ def test_large_bodies_go_one_at_a_time_and_smaller_ones_meanwhile() -> None:
     first_in, release = threading.Event(), threading.Event()
 
     def first() -> None:
-        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES):
+        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES, tenant="a"):
             entered.append("first")
             first_in.set()
             release.wait(30)
 
     def second() -> None:
-        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES + 1):
+        with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES + 1, tenant="a"):
             entered.append("second")
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     threads[0].start()
     assert first_in.wait(30)
     threads[1].start()
-    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES - 1):
+    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES - 1, tenant="a"):
         entered.append("small")
     threads[1].join(0.5)  # time enough to enter, were the place not taken
 

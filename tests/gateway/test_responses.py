@@ -347,7 +347,9 @@ def test_a_large_body_waits_for_the_process_s_place_and_a_small_one_does_not(
     def post_large() -> None:
         answers["large"] = web.post("/v1/responses", json=large)
 
-    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES):  # another one's place
+    with cooperation.one_large_at_a_time(
+        cooperation.LARGE_BYTES, tenant="other"
+    ):  # another one's place
         thread = threading.Thread(target=post_large)
         thread.start()
         small = web.post("/v1/responses", json={"model": "m", "background": True, "input": "hi"})
