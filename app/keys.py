@@ -300,6 +300,14 @@ class Keys:
         """Sorted set: the conversation's item ids by position (the order they were added)."""
         return f"{self.prefix}{self._tag(conversation_id)}conv:{conversation_id}:order"
 
+    def conversation_pending(self, conversation_id: str) -> str:
+        """List: the blocks (:meth:`conversation_block` keys) waiting to be appended, in order."""
+        return f"{self.prefix}{self._tag(conversation_id)}conv:{conversation_id}:pending"
+
+    def conversation_block(self, conversation_id: str, response_id: str) -> str:
+        """List: a response's items waiting, on :meth:`conversation_pending`, to be appended."""
+        return f"{self.conversation(conversation_id)}:block:{response_id}"
+
     @property
     def api_keys(self) -> str:
         """Hash: SHA-256 of an API key (hex) → the key's record (JSON: id, tenant, hint, time)."""

@@ -8,7 +8,11 @@ whole is read by Redis's own commands, not a script: a script that reads many it
 string of each, some twenty times the cost of a plain read, while Redis serves no one else. A
 response that belongs to a conversation appends its input and output items as one block when it
 ends, in the same script as its final write (``write.lua``): blocks of responses that end at the
-same time follow each other in the order the responses ended, never interleaved.
+same time follow each other in the order the responses ended, never interleaved. A block of more
+than :data:`BLOCK_BATCH` items (or one that ends while another waits) is queued by that write
+instead, and appended a batch a call (``append_block.lua``: each item costs the script a Lua
+string and three commands); whatever reads or changes the conversation's items first appends
+the blocks waiting (:meth:`ConversationBlocks.settle_conversation`), so none sees one in part.
 
 The same scripts keep the items in a fourth key, the conversation's history list
 (``Keys.conversation_history``, :mod:`app.store.history`): a new response of the conversation
@@ -62,15 +66,29 @@ class CreateConversationCall(_HistoryCall):
 class AppendConversationCall(_HistoryCall):
     """The operands of ``append_conversation.lua``."""
 
+    pending: str = key()
     ttl: int
     history_ttl: int
     items: tuple[str, ...] = counted()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AppendBlockCall(_HistoryCall):
+    """The operands of ``append_block.lua``."""
+
+    pending: str = key()
+    block: str = key()
+    """The block expected first on ``pending``."""
+    count: int
+    ttl: int
+    history_ttl: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationPageCall(_ConversationCall):
     """The operands of ``conversation_page.lua``."""
 
+    pending: str = key()
     after: str
     """The id of the item the page starts after ("": from the first)."""
     is_descending: bool
@@ -94,6 +112,7 @@ class DeleteConversationItemCall(_HistoryCall):
     """The history list as it is now, kept as the list of ``expected_generation``."""
     referenced: str = key()
     """Set when a reference into the list was made: only then is the snapshot kept."""
+    pending: str = key()
     item_id: str
     expected_generation: str
     """The generation read before the call ("": none, a conversation without a list)."""
@@ -169,14 +188,21 @@ class Appended:
     """The index of the first item whose id the conversation holds already: nothing appended."""
 
 
+APPEND_BLOCK = LuaScript("append_block", AppendBlockCall)
 CREATE_CONVERSATION = LuaScript("create_conversation", CreateConversationCall)
 APPEND_CONVERSATION = LuaScript("append_conversation", AppendConversationCall)
 CONVERSATION_PAGE = LuaScript("conversation_page", ConversationPageCall)
 UPDATE_CONVERSATION = LuaScript("update_conversation", UpdateConversationCall)
 DELETE_CONVERSATION_ITEM = LuaScript("delete_conversation_item", DeleteConversationItemCall)
 ADOPT_HISTORY = LuaScript("adopt_conversation_history", AdoptHistoryCall)
+_BLOCKS_WAIT = -2
+"""What a script that reads or changes a conversation's items returns when blocks wait."""
 STAGED_SECONDS = 3600
 """How long a list being built afresh lives, should its build never end."""
+BLOCK_BATCH = 250
+"""A response's final write appends a block of up to this many items to its conversation
+itself; a longer one is queued and appended this many items a call (``append_block.lua``: a
+few milliseconds of Redis's time each, where 450,000 items in the write held it 6.7 s)."""
 
 
 def encode_items(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -184,8 +210,8 @@ def encode_items(items: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(json.dumps(item) for item in items)
 
 
-class Conversations(StoreBase):
-    """Creating, reading, changing and deleting conversations and their items."""
+class ConversationBlocks(StoreBase):
+    """The blocks of items waiting to be appended to a conversation (``write.lua`` queues them)."""
 
     def _conversation_keys(self, conversation_id: str) -> dict[str, str]:
         return {
@@ -200,6 +226,34 @@ class Conversations(StoreBase):
             "history": self.keys.conversation_history(conversation_id),
             "generation": self.keys.conversation_generation(conversation_id),
         }
+
+    def settle_conversation(self, conversation_id: str) -> None:
+        """Append the blocks waiting on the conversation, :data:`BLOCK_BATCH` items a call.
+
+        Every read or change of a conversation's items first finds none waiting, or settles
+        them (so none sees a block half appended); a response's final write that queued one
+        settles it at once. Several callers may settle the same conversation side by side:
+        each call appends the next items of the first block.
+        """
+        keys = self._history_keys(conversation_id)
+        pending = self.keys.conversation_pending(conversation_id)
+        block = self.redis.lindex(pending, 0)
+        append = self.script(APPEND_BLOCK)
+        while block is not None:
+            block = append(
+                AppendBlockCall(
+                    **keys,
+                    pending=pending,
+                    block=text(block),
+                    count=BLOCK_BATCH,
+                    ttl=self.ttl_seconds,
+                    history_ttl=self.history_ttl,
+                )
+            )
+
+
+class Conversations(ConversationBlocks):
+    """Creating, reading, changing and deleting conversations and their items."""
 
     def _moving_keys(self, conversation_id: str, generation: str) -> dict[str, str]:
         """What moving the history list on from ``generation`` ("": none) needs."""
@@ -228,14 +282,18 @@ class Conversations(StoreBase):
         self, conversation_id: str, items: Sequence[dict[str, Any]]
     ) -> Appended:
         """Append ``items`` as one block, or nothing when the conversation holds one's id."""
-        raw, held = self.script(APPEND_CONVERSATION)(
-            AppendConversationCall(
-                **self._history_keys(conversation_id),
-                ttl=self.ttl_seconds,
-                history_ttl=self.history_ttl,
-                items=encode_items(items),
-            )
+        call = AppendConversationCall(
+            **self._history_keys(conversation_id),
+            pending=self.keys.conversation_pending(conversation_id),
+            ttl=self.ttl_seconds,
+            history_ttl=self.history_ttl,
+            items=encode_items(items),
         )
+        while True:
+            raw, held = self.script(APPEND_CONVERSATION)(call)
+            if held != _BLOCKS_WAIT:
+                break
+            self.settle_conversation(conversation_id)
         return Appended(
             conversation=None if raw is None else _object(raw),
             held=held - 1 if held else None,  # the script counts from 1
@@ -252,18 +310,21 @@ class Conversations(StoreBase):
         """A page of items (``limit`` 0: all of them, one round trip); None: no conversation."""
         if not (limit or after or is_descending):
             return self._all_conversation_items(conversation_id)
-        reply = self.script(CONVERSATION_PAGE)(
-            ConversationPageCall(
-                **self._conversation_keys(conversation_id),
-                after=after or "",
-                is_descending=is_descending,
-                limit=limit,
-            )
+        call = ConversationPageCall(
+            **self._conversation_keys(conversation_id),
+            pending=self.keys.conversation_pending(conversation_id),
+            after=after or "",
+            is_descending=is_descending,
+            limit=limit,
         )
-        raw, *rest = reply
-        if raw is None:
-            return None
-        has_more, *items = rest
+        while True:
+            raw, *rest = self.script(CONVERSATION_PAGE)(call)
+            if raw is None:
+                return None
+            has_more, *items = rest
+            if has_more != _BLOCKS_WAIT:
+                break
+            self.settle_conversation(conversation_id)
         if has_more == -1:
             return ItemPage(
                 conversation=_object(raw), items=[], has_more=False, is_after_known=False
@@ -286,13 +347,18 @@ class Conversations(StoreBase):
     def _whole(self, conversation_id: str) -> _Whole | None:
         """The whole conversation as stored, in one transaction of plain reads (None: none)."""
         keys = self._history_keys(conversation_id)
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hget(keys["conversation"], "object")
-            pipe.hget(keys["conversation"], "next")
-            pipe.get(keys["generation"])
-            pipe.zrange(keys["order_key"], 0, -1)
-            pipe.hgetall(keys["items_key"])
-            raw_object, next_position, generation, ids, by_id = pipe.execute()
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hget(keys["conversation"], "object")
+                pipe.hget(keys["conversation"], "next")
+                pipe.get(keys["generation"])
+                pipe.exists(self.keys.conversation_pending(conversation_id))
+                pipe.zrange(keys["order_key"], 0, -1)
+                pipe.hgetall(keys["items_key"])
+                raw_object, next_position, generation, waits, ids, by_id = pipe.execute()
+            if not waits or raw_object is None:
+                break
+            self.settle_conversation(conversation_id)
         if raw_object is None:
             return None
         return _Whole(
@@ -321,11 +387,15 @@ class Conversations(StoreBase):
                 pipe.get(keys["generation"])
                 pipe.llen(keys["history"])
                 pipe.zcard(keys["order_key"])
+                pipe.exists(self.keys.conversation_pending(conversation_id))
                 if first:
                     pipe.hmget(keys["items_key"], list(first))
-                raw_object, generation, length, count, *found = pipe.execute()
+                raw_object, generation, length, count, waits, *found = pipe.execute()
             if raw_object is None:
                 return None
+            if waits:
+                self.settle_conversation(conversation_id)
+                continue
             # a list that does not hold every item (an older fleet's script added or deleted
             # one during an upgrade) is not used: the conversation is read whole
             history = (
@@ -394,10 +464,15 @@ class Conversations(StoreBase):
         self, conversation_id: str, item_id: str
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The conversation object and one of its items (each None when there is none)."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hget(self.keys.conversation(conversation_id), "object")
-            pipe.hget(self.keys.conversation_items(conversation_id), item_id)
-            raw_object, raw_item = pipe.execute()
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hget(self.keys.conversation(conversation_id), "object")
+                pipe.exists(self.keys.conversation_pending(conversation_id))
+                pipe.hget(self.keys.conversation_items(conversation_id), item_id)
+                raw_object, waits, raw_item = pipe.execute()
+            if not waits or raw_object is None:
+                break
+            self.settle_conversation(conversation_id)
         return (
             None if raw_object is None else _object(raw_object),
             None if raw_item is None else _object(raw_item),
@@ -431,18 +506,29 @@ class Conversations(StoreBase):
                 DeleteConversationItemCall(
                     **keys,
                     **self._moving_keys(conversation_id, expected),
+                    pending=self.keys.conversation_pending(conversation_id),
                     item_id=item_id,
                     expected_generation=expected,
                     history_ttl=self.history_ttl,
                 )
             )
-            if removed != -1:
+            if removed == _BLOCKS_WAIT:
+                self.settle_conversation(conversation_id)
+            elif removed != -1:
                 return (None if raw is None else _object(raw)), bool(removed)
 
     def delete_conversation(self, conversation_id: str) -> bool:
-        """Remove a conversation with its items; False when there was none."""
+        """Remove a conversation with its items; False when there was none.
+
+        The blocks waiting on it go too (one queued meanwhile expires with its time to live, or
+        goes with the next look at the conversation: ``append_block.lua``).
+        """
         keys = self._conversation_keys(conversation_id)
-        return bool(self.redis.delete(keys["conversation"], keys["items_key"], keys["order_key"]))
+        pending = self.keys.conversation_pending(conversation_id)
+        blocks = self.redis.lrange(pending, 0, -1)
+        deleted = self.redis.delete(keys["conversation"], keys["items_key"], keys["order_key"])
+        self.redis.delete(pending, *(text(block) for block in blocks))
+        return bool(deleted)
 
 
 def _object(raw: bytes | str) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from app import cooperation
 from app.errors import NotFoundError
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
-from app.store.base import StoreBase, json_items, text
-from app.store.conversations import encode_items
+from app.store.base import json_items, text
+from app.store.conversations import BLOCK_BATCH, ConversationBlocks, encode_items
 from app.store.events import (
     END_LINE,
     EncodedEvents,
@@ -112,6 +112,10 @@ class WriteCall:
     conversation_history: str = key()
     """The conversation's items as a history list (``Keys.conversation_history``)."""
     conversation_generation: str = key()
+    conversation_pending: str = key()
+    """The blocks waiting to be appended to the conversation (``Keys.conversation_pending``)."""
+    conversation_block: str = key()
+    """Where a block this write queues waits (``Keys.conversation_block``)."""
     channel: str
     maxlen: int
     ttl: int
@@ -156,6 +160,8 @@ class WriteCall:
     """A create whose input items are on ``staged_inputs``: the list becomes ``inputs_key``."""
     history_ttl: int
     """Of ``conversation_history``, from an append to it."""
+    inline_items: int
+    """A longer block is queued for ``append_block.lua``, not appended by the write."""
     inputs: tuple[str, ...] = counted()
     """Stored by a create (after the staged ones)."""
     event_types: tuple[str, ...] = counted()
@@ -212,7 +218,7 @@ _VERSION_MOVED, _LEASE_LOST = -3, -4
 """``write.lua``'s codes of those refusals."""
 
 
-class Records(StoreBase):
+class Records(ConversationBlocks):
     """Creating, writing, reading and deleting response records."""
 
     def create(  # noqa: PLR0913 - the record's parts, each a keyword
@@ -329,7 +335,7 @@ class Records(StoreBase):
         # a response of no conversation names keys in its own slot (one slot per script call)
         conversation_keys_id = conversation_id or rid
         call = this_thread().next_call()  # a replay after a lost reply writes nothing (once.py)
-        code, now_status, _last = self.script(WRITE)(
+        code, now_status, _last, *queued = self.script(WRITE)(
             WriteCall(
                 record=self.keys.record(rid),
                 sequence=self.keys.sequence(rid),
@@ -345,6 +351,8 @@ class Records(StoreBase):
                 staged_inputs=self.keys.staged_inputs(rid),
                 conversation_history=self.keys.conversation_history(conversation_keys_id),
                 conversation_generation=self.keys.conversation_generation(conversation_keys_id),
+                conversation_pending=self.keys.conversation_pending(conversation_keys_id),
+                conversation_block=self.keys.conversation_block(conversation_keys_id, rid),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,
@@ -372,6 +380,7 @@ class Records(StoreBase):
                 is_forgotten=is_terminal and not response.store,
                 is_staged=new.is_staged,
                 history_ttl=self.history_ttl,
+                inline_items=BLOCK_BATCH,
                 inputs=new.inputs,
                 event_types=events.types,
                 event_json_prefixes=events.json_prefixes,
@@ -380,6 +389,8 @@ class Records(StoreBase):
         )
         if code > 0:
             _count(response, is_create=checks is None, owner=new.owner)
+        if code > 0 and queued and queued[0]:  # its items, a batch a call
+            self.settle_conversation(conversation_id)
         return WriteResult(
             ok=code > 0,
             status=text(now_status),

@@ -88,6 +88,43 @@ def test_responses_racing_on_one_conversation_append_whole_blocks(client: openai
     assert sorted(r.id for r in ended) == sorted(r.id for r in responses)
 
 
+def test_long_responses_racing_with_short_ones_append_whole_blocks_in_order(
+    client: openai.OpenAI,
+) -> None:
+    """A block of more than 250 items is queued by the final write and appended a batch a call
+    (app/store/conversations.py): blocks still follow each other whole, in the order their
+    responses ended, and the next response reads every item."""
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "seed"}]
+    )
+
+    def respond(index: int) -> Response:
+        size = 600 if index % 2 else 1
+        words = [{"role": "user", "content": f"r{index} m{i}"} for i in range(size)]
+        return client.responses.create(
+            model="antwort-sim",
+            input=words,
+            conversation=conversation.id,
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        responses = list(pool.map(respond, range(4)))
+
+    items = list(client.conversations.items.list(conversation.id, order="asc", limit=100))
+    assert len(items) == 1 + 2 * 601 + 2 * 2
+    by_first = {
+        client.responses.input_items.list(r.id, order="asc").data[0].id: r for r in responses
+    }
+    at = 1
+    while at < len(items):
+        response = by_first[items[at].id]  # KeyError: a block began in another's
+        size = 1 + sum(1 for _ in client.responses.input_items.list(response.id, limit=100))
+        assert [item.id for item in items[at : at + size]][-1] == response.output[0].id
+        at += size
+    last = client.responses.create(model="antwort-sim", input="after", conversation=conversation.id)
+    assert last.usage is not None and last.usage.input_tokens > 2 * 600 * 2  # two words each
+
+
 def test_an_item_id_the_conversation_holds_is_refused(client: openai.OpenAI) -> None:
     """The audit's case: a response's input, then added items, reusing an item's id."""
     first: Any = {"type": "message", "role": "user", "content": "first", "id": "msg_1"}

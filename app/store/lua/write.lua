@@ -11,6 +11,10 @@
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
 -- the conversation as one block (conversation.lua: and to its items' history list,
 -- `conversation_history`, with its `conversation_generation`), unless the conversation is gone.
+-- A block of more than `inline_items` items, or one that comes while others wait, is not
+-- appended here but queued: copied to `conversation_block` (by Redis itself, never read into
+-- the script) and put last on `conversation_pending`, where append_block.lua appends it, a batch
+-- a call, before anyone reads or changes the conversation (app/store/conversations.py).
 -- A create records the response's owner (`owner`, "": none) and its history's reference
 -- (`history`, "": none). A terminal write that `is_forgotten` (a `store: false` response's)
 -- gives its tool results and the history list its create began the record's time to live: what
@@ -18,7 +22,8 @@
 -- that list: none can continue a `store: false` response through the store.
 -- A call its writer already made (`once_token` in the writer's field `once_field`, once.lua:
 -- a replay after a lost reply) returns that call's result, writing nothing.
--- Returns {the new version, the new status, the last sequence number}, or when refused
+-- Returns {the new version, the new status, the last sequence number, 1 when a block was
+-- queued (else 0)}, or when refused
 -- {-1 (status), -2 (no record), -3 (version moved) or -4 (lease lost), the stored status, -1}.
 --- @include operands
 --- @include events
@@ -39,6 +44,8 @@ local own_history = KEYS[11]
 local staged_inputs = KEYS[12]
 local conversation_history = KEYS[13]
 local conversation_generation = KEYS[14]
+local conversation_pending = KEYS[15]
+local conversation_block = KEYS[16]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -66,7 +73,8 @@ local history = ARGV[24]
 local is_forgotten = ARGV[25]
 local is_staged = ARGV[26]
 local history_ttl = ARGV[27]
-local inputs, at = counted_list(28)
+local inline_items = ARGV[28]
+local inputs, at = counted_list(29)
 local event_types, at = counted_list(at)
 local event_json_prefixes, at = counted_list(at)
 local conversation_items = counted_list(at)
@@ -115,6 +123,7 @@ local ver = redis.call('HINCRBY', record, 'ver', 1)
 if turn ~= '' then redis.call('HSET', record, 'turn', turn) end
 redis.call('EXPIRE', record, ttl)
 local lines = {}
+local queued = 0
 local last = append_all(sequence, stream, maxlen, ttl, event_types, event_json_prefixes, lines)
 if is_terminal == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
@@ -126,11 +135,26 @@ if is_terminal == '1' then
     redis.call('EXPIRE', own_history, ttl)
   end
   if appends_to_conversation == '1' and redis.call('EXISTS', conversation) == 1 then
-    local block = redis.call('LRANGE', inputs_key, 0, -1)
-    for _, item in ipairs(conversation_items) do block[#block + 1] = item end
-    append_items(conversation, conversation_items_key, conversation_order, conversation_ttl, block,
-                 conversation_history, conversation_generation, history_ttl)
+    local size = redis.call('LLEN', inputs_key) + #conversation_items
+    if size > tonumber(inline_items) or redis.call('EXISTS', conversation_pending) == 1 then
+      redis.call('COPY', inputs_key, conversation_block, 'REPLACE')
+      for i = 1, #conversation_items, 1000 do
+        redis.call('RPUSH', conversation_block,
+                   unpack(conversation_items, i, math.min(i + 999, #conversation_items)))
+      end
+      if size > 0 then
+        redis.call('EXPIRE', conversation_block, conversation_ttl)
+        redis.call('RPUSH', conversation_pending, conversation_block)
+        redis.call('EXPIRE', conversation_pending, conversation_ttl)
+        queued = 1
+      end
+    else
+      local block = redis.call('LRANGE', inputs_key, 0, -1)
+      for _, item in ipairs(conversation_items) do block[#block + 1] = item end
+      append_items(conversation, conversation_items_key, conversation_order, conversation_ttl,
+                   block, conversation_history, conversation_generation, history_ttl)
+    end
   end
 end
 publish(channel, lines)
-return remember(record, once_field, once_token, {ver, new_status, last})
+return remember(record, once_field, once_token, {ver, new_status, last, queued})
