@@ -1,21 +1,22 @@
 """A large create and everyone else: does one client's big request stall its gateway process?
 
 One gateway process and one inference worker (16 threads) on a private fleet with two tenants'
-keys. Tenant B probes the gateway all along: ``/healthz`` in a loop (a 10 ms rest between two)
-and, on a connection of its own, a streamed response (``hello [tokens=5]``) one after another,
-timed to its first event. First on the idle gateway for ``--seconds``; then tenant A posts
-``--requests`` background creates one after another, each of ``--items`` one-word user
-messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once it is
-stored (what the worker then does with it is not the point), while B probes on. ``--runs``: A's
-responses run to their end instead (polled), so the inference worker takes them too;
-``--continues``: then a short response continues each (its history is the long one). The figures
-are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken; and
-each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
-during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
+keys. Tenant B probes the gateway all along: ``/healthz`` in a loop (a 10 ms rest between two) and,
+on a connection of its own, a streamed response (``hello [tokens=5]``) one after another, timed to
+its first event; and Redis itself, a ``PING`` every 10 ms. First on the idle gateway for
+``--seconds``; then tenant A posts ``--requests`` background creates one after another, each of
+``--items`` one-word user messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and
+cancels each once it is stored (what the worker then does with it is not the point), while B probes
+on. ``--runs``: A's responses run to their end instead (polled), so the inference worker takes them
+too; ``--continues``: then a short response continues each (its history is the long one). The
+figures are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken;
+and each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one
+else during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
 logs). ``--at-once K``: A's creates come from K clients at once. ``--b-large N``: a second after
 A's begin, B posts N large creates of its own (the same body), one after another, each cancelled
 once stored: how long B's wait for its process's large-body place, behind A's (timed to the
-answer).
+answer). ``--conversation``: A's creates belong to one conversation (made first) and run to their
+end, so each one's final write adds its items to the conversation.
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -49,11 +50,13 @@ class Probes:
         self.url = url
         self.health: list[float] = []
         self.first_event: list[float] = []
+        self.redis_ping: list[float] = []
         self.failed = 0
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._healthz, daemon=True),
             threading.Thread(target=self._streams, daemon=True),
+            threading.Thread(target=self._redis, daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -68,6 +71,18 @@ class Probes:
                 except httpx.HTTPError:
                     self.failed += 1
                 time.sleep(0.01)
+
+    def _redis(self) -> None:
+        """Redis's own answer to another client (a ``PING``), every 10 ms."""
+        client = redis.Redis.from_url(REDIS_URL)
+        while not self._stop.is_set():
+            start = time.perf_counter()
+            try:
+                client.ping()
+                self.redis_ping.append((time.perf_counter() - start) * 1000)
+            except redis.RedisError:  # BUSY: a script ran past busy-reply-threshold
+                self.failed += 1
+            time.sleep(0.01)
 
     def _streams(self) -> None:
         body = {"model": "antwort-sim", "input": "hello [tokens=5]", "stream": True}
@@ -94,38 +109,39 @@ class Probes:
             "healthz_ms": percentiles(self.health) | {"max": round(max(self.health), 1)},
             "first_event_ms": percentiles(self.first_event)
             | {"max": round(max(self.first_event), 1)},
+            "redis_ping_ms": percentiles(self.redis_ping) | {"max": round(max(self.redis_ping), 1)},
             "probes": {"healthz": len(self.health), "streams": len(self.first_event)},
             "failed": self.failed,
         }
 
 
-def large_body(items: int) -> bytes:
-    """A background create of ``items`` one-word user messages, as JSON."""
-    return json.dumps(
-        {
-            "model": "antwort-sim",
-            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
-            "background": True,
-        }
-    ).encode()
+def large_body(items: int, conversation: str | None = None) -> bytes:
+    """A background create of ``items`` one-word user messages, as JSON (in ``conversation``)."""
+    body: dict[str, Any] = {
+        "model": "antwort-sim",
+        "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+        "background": True,
+    }
+    if conversation:
+        body["conversation"] = conversation
+    return json.dumps(body).encode()
 
 
 def big_creates(
     url: str,
     requests: int,
-    items: int,
+    body: bytes,
     at_once: int = 1,
     *,
     runs: bool = False,
     continues: bool = False,
 ) -> dict[str, Any]:
-    """A's creates, one after another (``at_once`` clients each); each one's time, the size.
+    """A's creates of ``body``, one after another (``at_once`` clients each); each one's time.
 
     ``runs``: each response runs to its end (polled) rather than being cancelled once stored;
     ``continues``: then a short response continues it (``previous_response_id``: its history is
     the long input and the answer), run to its end too.
     """
-    body = large_body(items)
     seconds: list[float] = []
     ended: list[float] = []
     statuses: list[str] = []
@@ -230,15 +246,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 b_large_creates(fleet.gateway_url, args.b_large, args.items)
             )
         )
+        conversation = None
+        if args.conversation:
+            made = httpx.post(f"{fleet.gateway_url}/v1/conversations", headers=A, json={})
+            conversation = made.raise_for_status().json()["id"]
         with RssSampler(fleet, interval=0.05) as rss, SlowCalls() as slow:
             if args.b_large:
                 b_thread.start()
             creates = big_creates(
                 fleet.gateway_url,
                 args.requests,
-                args.items,
+                large_body(args.items, conversation),
                 args.at_once,
-                runs=args.runs,
+                runs=args.runs or bool(conversation),
                 continues=args.continues,
             )
             if args.b_large:
@@ -279,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--b-large", type=int, default=0, help="B's large creates while A's go (timed)"
     )
+    parser.add_argument(
+        "--conversation",
+        action="store_true",
+        help="A's creates belong to one conversation and run to their end",
+    )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
     result = {"machine": {"python": platform.python_version()}, "args": vars(args), **run(args)}
@@ -290,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{phase}: /healthz p50 {figures['healthz_ms']['p50']} ms, p99 "
             f"{figures['healthz_ms']['p99']} ms, max {figures['healthz_ms']['max']} ms; "
             f"B's first event p50 {figures['first_event_ms']['p50']} ms, max "
-            f"{figures['first_event_ms']['max']} ms; failed {figures['failed']}"
+            f"{figures['first_event_ms']['max']} ms; Redis PING max "
+            f"{figures['redis_ping_ms']['max']} ms; failed {figures['failed']}"
         )
     print(f"A's creates: {result['big_creates']}; peak RSS MB: {result['peak_rss_mb']}")
     if args.b_large:
