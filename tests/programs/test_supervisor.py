@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import subprocess
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -12,7 +16,7 @@ from app.config import Settings
 from app.fleet import make_redis
 from app.keys import Keys
 from app.tenancy import KeyStore
-from programs.supervisor import auth_notice, plan
+from programs.supervisor import auth_notice, embedded_redis_argv, free_port, plan
 from tests.conftest import delete_prefix
 from tests.support.cluster import LocalCluster
 
@@ -92,3 +96,26 @@ def test_antwort_up_shows_the_redis_url_without_its_password(
             admin.acl_deluser(user)
     assert "AUTH IS OFF" in notice
     assert password not in notice and f"{user}:***@" in notice
+
+
+def test_the_embedded_redis_frees_deleted_and_expired_values_outside_its_main_thread(
+    tmp_path: Path,
+) -> None:
+    """A long conversation's expiry (or a ``DEL``) held Redis for everyone: 450,000 items 270 ms."""
+    port = free_port()
+    server = subprocess.Popen(embedded_redis_argv(port, str(tmp_path)), stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port, decode_responses=True)
+        for _ in range(100):
+            with contextlib.suppress(redis.ConnectionError):
+                client.ping()
+                break
+            time.sleep(0.05)
+        found = client.config_get("lazyfree-lazy-*")
+        assert {
+            found[f"lazyfree-lazy-{name}"] for name in ("expire", "server-del", "user-del")
+        } == {"yes"}
+        client.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import redis
 
 from app.protocol.events import Event
@@ -93,3 +94,24 @@ def next_message(subscription: Subscription) -> str:
 def keys_like(client: redis.Redis, pattern: str) -> list[bytes]:
     """Every key matching ``pattern``: on a cluster, every master's (``KEYS`` asks one node)."""
     return list(client.scan_iter(match=pattern, count=1000))
+
+
+def lazily_freed_since(client: redis.Redis, before: int, *, at_least: int) -> int:
+    """How many values Redis freed outside its main thread since it counted ``before``: its
+    background thread counts each when it is done, so this waits (5 s at most) for ``at_least``."""
+    deadline = time.monotonic() + 5.0
+    while (freed := lazily_freed(client) - before) < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return freed
+
+
+def lazily_freed(client: redis.Redis) -> int:
+    """How many values Redis has freed outside its main thread (``UNLINK``), all its masters."""
+    if isinstance(client, redis.RedisCluster):
+        nodes = client.info("memory", target_nodes=redis.RedisCluster.ALL_NODES).values()
+    else:
+        nodes = [client.info("memory")]
+    counts = [node.get("lazyfreed_objects") for node in nodes]
+    if None in counts:
+        pytest.skip("this Redis does not count the values it freed lazily")
+    return sum(int(count) for count in counts)

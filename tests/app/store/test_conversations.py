@@ -10,7 +10,7 @@ from app.protocol.response import ResponseConversation, ResponseStatus
 from app.store import ResponseStore
 from app.store.conversations import APPEND_BLOCK, BLOCK_BATCH, AppendBlockCall
 from app.store.status import COMMIT, FAIL, FINISH
-from tests.app.store.support import keys_like, make_response
+from tests.app.store.support import keys_like, lazily_freed, lazily_freed_since, make_response
 from tests.support.replies import Replies
 
 
@@ -91,6 +91,19 @@ def test_conversation_item_and_conversation_delete(
     assert store.delete_conversation_item(cid, "msg_b") == (None, False)
     assert not store.update_conversation({"id": cid, "metadata": {}})
     assert not keys_like(redis_client, f"{store.keys.conversation(cid)}*")
+
+
+def test_a_long_conversation_s_delete_frees_it_outside_redis_s_main_thread(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    """A ``DEL`` of 450,000 items held Redis 270 ms, while it served no one else."""
+    cid = conversation(store, *(message(f"msg_{i}") for i in range(2000)))
+    before = lazily_freed(redis_client)
+
+    assert store.delete_conversation(cid)
+
+    assert lazily_freed_since(redis_client, before, at_least=2) >= 2  # its items and order
+    assert store.conversation(cid) is None
 
 
 def test_a_whole_conversation_is_read_in_order_with_no_script_holding_its_items(

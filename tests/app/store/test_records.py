@@ -10,7 +10,15 @@ from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.base import APPEND_BATCH, AppendBatchCall
 from app.store.status import CANCEL, COMMIT, FAIL, FINISH
-from tests.app.store.support import created, delta, keys_like, make_response, new_response
+from tests.app.store.support import (
+    created,
+    delta,
+    keys_like,
+    lazily_freed,
+    lazily_freed_since,
+    make_response,
+    new_response,
+)
 from tests.support.replies import Replies
 from tests.support.stamps import as_task
 
@@ -207,6 +215,20 @@ def test_store_delete_removes_every_key(store: ResponseStore, redis_client: redi
     assert store.load(response.id) is None
     assert store.inputs(response.id) == []
     assert store.delete(response.id) is False
+
+
+def test_store_delete_frees_a_long_input_outside_redis_s_main_thread(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    """A ``DEL`` frees a value in the call, while Redis serves no one else."""
+    response = make_response("completed")
+    inputs = [{"type": "message", "role": "user", "content": f"m{i}"} for i in range(20_000)]
+    store.create(response, inputs=inputs, extra={}, events=[created(response)])
+    before = lazily_freed(redis_client)
+
+    assert store.delete(response.id) is True
+
+    assert lazily_freed_since(redis_client, before, at_least=1) >= 1
 
 
 def test_store_sets_ttl_on_record_inputs_and_events(
