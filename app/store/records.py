@@ -14,9 +14,12 @@ counters and tool results together.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+import redis
 
 from app import cooperation
 from app.errors import NotFoundError
@@ -216,6 +219,7 @@ SET_EXTRA = LuaScript("set_extra", SetExtraCall)
 _CREATED = ""  # a create checks no source status (the record must not exist)
 _VERSION_MOVED, _LEASE_LOST = -3, -4
 """``write.lua``'s codes of those refusals."""
+_log = logging.getLogger(__name__)
 
 
 class Records(ConversationBlocks):
@@ -389,14 +393,29 @@ class Records(ConversationBlocks):
         )
         if code > 0:
             _count(response, is_create=checks is None, owner=new.owner)
-        if code > 0 and queued and queued[0]:  # its items, a batch a call
-            self.settle_conversation(conversation_id)
+        if code > 0 and queued and queued[0]:
+            self._append_queued_block(conversation_id)
         return WriteResult(
             ok=code > 0,
             status=text(now_status),
             conflict=code == _VERSION_MOVED,
             lease_lost=code == _LEASE_LOST,
         )
+
+    def _append_queued_block(self, conversation_id: str) -> None:
+        """Append the block the write queued, a batch a call.
+
+        Should Redis fail meanwhile, the write stands: the next to read or change the
+        conversation appends the rest.
+        """
+        try:
+            self.settle_conversation(conversation_id)
+        except redis.RedisError:
+            _log.warning(
+                "conversation %s: its waiting block is left to the next reader",
+                conversation_id,
+                exc_info=True,
+            )
 
     def set_extra(
         self, response_id: str, extra: dict[str, Any], *, fence: Fence = NO_FENCE

@@ -269,6 +269,23 @@ def test_a_writer_appends_its_queued_block_at_once(store: ResponseStore) -> None
     assert not keys_like(store.redis, f"{store.keys.conversation(cid)}:block:*")
 
 
+def test_a_final_write_stands_when_appending_its_block_fails(
+    store: ResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis failed after the write: the response ended; the next reader appends the block."""
+    cid = conversation(store, message("msg_0"))
+
+    def failing(_conversation_id: str) -> None:
+        raise redis.ConnectionError("Redis went away")
+
+    with monkeypatch.context() as broken:
+        broken.setattr(store, "settle_conversation", failing)
+        inputs = _long_input("msg_in", LONG)
+        _finish_in(store, cid, "completed", inputs=inputs, output_id="msg_in_out")  # the write ok
+
+    assert ids(store, cid) == ["msg_0", *_block("msg_in")]
+
+
 def test_a_block_is_appended_a_batch_a_call(
     store: ResponseStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
