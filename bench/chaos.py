@@ -86,6 +86,7 @@ def summarize(name: str, outcomes: list[Outcome]) -> dict[str, Any]:
         "deliveries": sum(o.deliveries for o in outcomes),
         "readyz_lag_max_s": round(max(measured), 2) if measured else None,
         "readyz_lag_unmeasured": len(lags) - len(measured),
+        "conversation_faults": sum(o.conversation_ok is False for o in outcomes),
         "dead_processes": sorted({d for o in outcomes for d in o.dead}),
         "runs_missing_targets": sum(bool(problems(o)) for o in outcomes),
     }

@@ -27,6 +27,7 @@ from tests.support.chaos import (
     Outcome,
     PrivateRedis,
     cancel_race,
+    conversation_kill,
     gateway_kill,
     inference_kill,
     poison_turn,
@@ -94,6 +95,12 @@ def test_chaos_inference_worker_sigkill_mid_stream_recovers_within_seconds(
     chaos: ChaosFleet,
 ) -> None:
     _assert_targets(inference_kill(chaos, bound=BOUND), chaos)
+
+
+def test_chaos_inference_worker_sigkill_in_a_long_conversation_response_keeps_its_items_whole(
+    chaos: ChaosFleet,
+) -> None:
+    _assert_targets(conversation_kill(chaos, bound=BOUND), chaos)
 
 
 def test_chaos_tool_worker_sigkill_mid_call_recovers_within_seconds(chaos: ChaosFleet) -> None:

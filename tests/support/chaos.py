@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,13 +292,43 @@ class ChaosFleet:
             proc.pid for name, proc in self.fleet.procs.items() if not name.startswith("gateway")
         }
 
-    def create(self, text: str, *, mcp: bool = False) -> str:
-        body: dict[str, Any] = {"model": "antwort-sim", "input": text, "background": True}
+    def create(
+        self,
+        text: str,
+        *,
+        mcp: bool = False,
+        conversation: str | None = None,
+        before: Sequence[Mapping[str, Any]] = (),
+    ) -> str:
+        """A background response of ``text`` (after the items ``before``), in ``conversation``."""
+        given: Any = [*before, {"role": "user", "content": text}] if before else text
+        body: dict[str, Any] = {"model": "antwort-sim", "input": given, "background": True}
         if mcp:
             body["tools"] = [{"type": "mcp", "server_label": MCP_LABEL}]
+        if conversation:
+            body["conversation"] = conversation
         response = httpx.post(f"{self.gateway}/v1/responses", json=body, timeout=30)
         response.raise_for_status()
         return str(response.json()["id"])
+
+    def create_conversation(self, text: str) -> str:
+        """A conversation whose first item is a user message of ``text``."""
+        items = [{"type": "message", "role": "user", "content": text}]
+        made = httpx.post(f"{self.gateway}/v1/conversations", json={"items": items}, timeout=30)
+        made.raise_for_status()
+        return str(made.json()["id"])
+
+    def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Every item of the conversation, oldest first (a page of 100 a request)."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"order": "asc", "limit": 100}
+        while True:
+            url = f"{self.gateway}/v1/conversations/{conversation_id}/items"
+            page = httpx.get(url, params=params, timeout=30).raise_for_status().json()
+            items += page["data"]
+            if not page["has_more"]:
+                return items
+            params["after"] = page["last_id"]
 
     def retrieve(self, response_id: str) -> dict[str, Any]:
         response = httpx.get(f"{self.gateway}/v1/responses/{response_id}", timeout=10)
@@ -559,6 +589,9 @@ class Outcome:
     """Seconds from a worker's death until ``/readyz`` stopped counting it (None: not measured,
     or not within the bound)."""
     measure_readyz: bool = False
+    conversation_ok: bool | None = None
+    """Its conversation holds each response's block once, whole, in the order the responses
+    ended (None: not checked)."""
     dead: list[str] = field(default_factory=list)
     """Fleet processes that exited though the scenario did not kill them."""
     note: str = ""
@@ -642,6 +675,8 @@ def problems(outcome: Outcome, *, recovery_max: float = RECOVERY_TARGET_MAX) -> 
         found.append(f"turn delivered {outcome.deliveries} times > {outcome.max_deliveries}")
     if outcome.measure_readyz and (outcome.readyz_lag is None or outcome.readyz_lag > recovery_max):
         found.append(f"/readyz counted the dead worker too long ({outcome.readyz_lag})")
+    if outcome.conversation_ok is False:
+        found.append("the conversation's items are lost, repeated or out of order")
     if outcome.dead:
         found.append(f"processes exited: {outcome.dead}")
     return found
@@ -738,6 +773,59 @@ def tool_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
     outcome.max_tool_starts = 2  # the killed run and one more (at-least-once, bounded)
     outcome.dead = _dead(chaos, killed={pid})
     return [outcome]
+
+
+LONG_INPUT = 300
+"""Items before a conversation response's text: its block (more than 250 items) is queued by its
+final write and appended a batch a call (``app/store/conversations.py``)."""
+
+
+def conversation_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
+    """SIGKILL the inference worker streaming a long response of a conversation, 20 chunks in;
+    meanwhile a short response of the same conversation ends. Both end completed, and the
+    conversation holds the seed, then the short response's block, then the long one's: each
+    item once."""
+    tag, short_tag = uuid.uuid4().hex[:10], uuid.uuid4().hex[:10]
+    conversation = chaos.create_conversation(f"seed {tag}")
+    chaos.model.arm(tag, after_chunks=20)
+    filler = [{"role": "user", "content": f"filler {i}"} for i in range(LONG_INPUT)]
+    long_id = chaos.create(TEXT.format(tag=tag, delay=25), conversation=conversation, before=filler)
+    watch = Watch(chaos.gateways[-1:], long_id, deadline=time.monotonic() + 30 + bound)
+    _wait(lambda: bool(chaos.model.kills(tag)), within=30, what="the kill")
+    (kill,) = chaos.model.kills(tag)
+    watch.deadline = kill.at + bound
+    short_id = chaos.create(f"short {short_tag} [tokens=5]", conversation=conversation)
+    short = chaos.wait_terminal(short_id, within=bound)
+    outcome = judge(
+        chaos, watch, scenario="conversation-kill", fault_at=kill.at, baseline=None, within=bound
+    )
+    chaos.model.disarm(tag)
+    outcome.dead = _dead(chaos, killed={kill.pid})
+    if outcome.status != "completed" or short["status"] != "completed":
+        outcome.note = f"the short response ended {short['status']}"
+        return [outcome]
+    final = chaos.retrieve(long_id)
+    texts = [_text_of(item) for item in chaos.conversation_items(conversation)]
+    expected = [
+        f"seed {tag}",
+        f"short {short_tag} [tokens=5]",
+        output_text(short),
+        *(item["content"] for item in filler),
+        TEXT.format(tag=tag, delay=25),
+        output_text(final),
+    ]
+    outcome.conversation_ok = texts == expected
+    if not outcome.conversation_ok:
+        outcome.note = f"{len(texts)} items, expected {len(expected)}"
+    return [outcome]
+
+
+def _text_of(item: Mapping[str, Any]) -> str:
+    """A message item's text (its content a string, or parts)."""
+    content = item.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content)
 
 
 def gateway_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
@@ -881,6 +969,7 @@ SCENARIOS: dict[str, Callable[..., list[Outcome]]] = {
     "inference-kill": inference_kill,
     "tool-kill": tool_kill,
     "gateway-kill": gateway_kill,
+    "conversation-kill": conversation_kill,
     "cancel-race": cancel_race,
     "redis-restart": redis_restart,
     "poison-turn": poison_turn,
