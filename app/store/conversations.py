@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import cooperation
 from app.store.base import StoreBase, json_items, text
 from app.store.history import HistoryRef
 from app.store.scripts import LuaScript, counted, key
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+
+    from app.store.scripts import CallT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +256,33 @@ class ConversationBlocks(StoreBase):
                 )
             )
 
+    def _settled_reads(self, conversation_id: str, reads: Callable[[Pipeline], object]) -> Any:
+        """The replies to the reads ``reads`` queues, in a transaction that finds no block waiting.
+
+        Blocks waiting on the conversation are appended first, then the transaction runs again.
+        """
+        pending = self.keys.conversation_pending(conversation_id)
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.exists(pending)
+                reads(pipe)
+                waits, *replies = pipe.execute()
+            if not waits:
+                return replies
+            self.settle_conversation(conversation_id)
+
+    def _settled_script(self, conversation_id: str, script: LuaScript[CallT], call: CallT) -> Any:
+        """The script's reply to ``call`` once it found no block waiting on the conversation.
+
+        A script that finds some replies :data:`_BLOCKS_WAIT` second: those are appended first,
+        then it runs again.
+        """
+        while True:
+            reply = self.script(script)(call)
+            if len(reply) < 2 or reply[1] != _BLOCKS_WAIT:
+                return reply
+            self.settle_conversation(conversation_id)
+
 
 class Conversations(ConversationBlocks):
     """Creating, reading, changing and deleting conversations and their items."""
@@ -289,11 +321,7 @@ class Conversations(ConversationBlocks):
             history_ttl=self.history_ttl,
             items=encode_items(items),
         )
-        while True:
-            raw, held = self.script(APPEND_CONVERSATION)(call)
-            if held != _BLOCKS_WAIT:
-                break
-            self.settle_conversation(conversation_id)
+        raw, held = self._settled_script(conversation_id, APPEND_CONVERSATION, call)
         return Appended(
             conversation=None if raw is None else _object(raw),
             held=held - 1 if held else None,  # the script counts from 1
@@ -317,14 +345,10 @@ class Conversations(ConversationBlocks):
             is_descending=is_descending,
             limit=limit,
         )
-        while True:
-            raw, *rest = self.script(CONVERSATION_PAGE)(call)
-            if raw is None:
-                return None
-            has_more, *items = rest
-            if has_more != _BLOCKS_WAIT:
-                break
-            self.settle_conversation(conversation_id)
+        raw, *rest = self._settled_script(conversation_id, CONVERSATION_PAGE, call)
+        if raw is None:
+            return None
+        has_more, *items = rest
         if has_more == -1:
             return ItemPage(
                 conversation=_object(raw), items=[], has_more=False, is_after_known=False
@@ -347,18 +371,17 @@ class Conversations(ConversationBlocks):
     def _whole(self, conversation_id: str) -> _Whole | None:
         """The whole conversation as stored, in one transaction of plain reads (None: none)."""
         keys = self._history_keys(conversation_id)
-        while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hget(keys["conversation"], "object")
-                pipe.hget(keys["conversation"], "next")
-                pipe.get(keys["generation"])
-                pipe.exists(self.keys.conversation_pending(conversation_id))
-                pipe.zrange(keys["order_key"], 0, -1)
-                pipe.hgetall(keys["items_key"])
-                raw_object, next_position, generation, waits, ids, by_id = pipe.execute()
-            if not waits or raw_object is None:
-                break
-            self.settle_conversation(conversation_id)
+
+        def reads(pipe: Pipeline) -> None:
+            pipe.hget(keys["conversation"], "object")
+            pipe.hget(keys["conversation"], "next")
+            pipe.get(keys["generation"])
+            pipe.zrange(keys["order_key"], 0, -1)
+            pipe.hgetall(keys["items_key"])
+
+        raw_object, next_position, generation, ids, by_id = self._settled_reads(
+            conversation_id, reads
+        )
         if raw_object is None:
             return None
         return _Whole(
@@ -381,21 +404,21 @@ class Conversations(ConversationBlocks):
         """
         keys = self._history_keys(conversation_id)
         first, *rest = cooperation.in_batches(item_ids) if item_ids else [()]
+
+        def reads(pipe: Pipeline) -> None:
+            pipe.hget(keys["conversation"], "object")
+            pipe.get(keys["generation"])
+            pipe.llen(keys["history"])
+            pipe.zcard(keys["order_key"])
+            if first:
+                pipe.hmget(keys["items_key"], list(first))
+
         while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hget(keys["conversation"], "object")
-                pipe.get(keys["generation"])
-                pipe.llen(keys["history"])
-                pipe.zcard(keys["order_key"])
-                pipe.exists(self.keys.conversation_pending(conversation_id))
-                if first:
-                    pipe.hmget(keys["items_key"], list(first))
-                raw_object, generation, length, count, waits, *found = pipe.execute()
+            raw_object, generation, length, count, *found = self._settled_reads(
+                conversation_id, reads
+            )
             if raw_object is None:
                 return None
-            if waits:
-                self.settle_conversation(conversation_id)
-                continue
             # a list that does not hold every item (an older fleet's script added or deleted
             # one during an upgrade) is not used: the conversation is read whole
             history = (
@@ -464,15 +487,12 @@ class Conversations(ConversationBlocks):
         self, conversation_id: str, item_id: str
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The conversation object and one of its items (each None when there is none)."""
-        while True:
-            with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hget(self.keys.conversation(conversation_id), "object")
-                pipe.exists(self.keys.conversation_pending(conversation_id))
-                pipe.hget(self.keys.conversation_items(conversation_id), item_id)
-                raw_object, waits, raw_item = pipe.execute()
-            if not waits or raw_object is None:
-                break
-            self.settle_conversation(conversation_id)
+
+        def reads(pipe: Pipeline) -> None:
+            pipe.hget(self.keys.conversation(conversation_id), "object")
+            pipe.hget(self.keys.conversation_items(conversation_id), item_id)
+
+        raw_object, raw_item = self._settled_reads(conversation_id, reads)
         return (
             None if raw_object is None else _object(raw_object),
             None if raw_item is None else _object(raw_item),
@@ -502,19 +522,16 @@ class Conversations(ConversationBlocks):
         while True:
             generation = self.redis.get(keys["generation"])
             expected = "" if generation is None else text(generation)
-            raw, removed = self.script(DELETE_CONVERSATION_ITEM)(
-                DeleteConversationItemCall(
-                    **keys,
-                    **self._moving_keys(conversation_id, expected),
-                    pending=self.keys.conversation_pending(conversation_id),
-                    item_id=item_id,
-                    expected_generation=expected,
-                    history_ttl=self.history_ttl,
-                )
+            call = DeleteConversationItemCall(
+                **keys,
+                **self._moving_keys(conversation_id, expected),
+                pending=self.keys.conversation_pending(conversation_id),
+                item_id=item_id,
+                expected_generation=expected,
+                history_ttl=self.history_ttl,
             )
-            if removed == _BLOCKS_WAIT:
-                self.settle_conversation(conversation_id)
-            elif removed != -1:
+            raw, removed = self._settled_script(conversation_id, DELETE_CONVERSATION_ITEM, call)
+            if removed != -1:
                 return (None if raw is None else _object(raw)), bool(removed)
 
     def delete_conversation(self, conversation_id: str) -> bool:
