@@ -21,6 +21,8 @@ from app.errors import (
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
+from app.protocol.request import CreateResponseRequest
+from app.protocol.response import ResponseObject
 from app.relay import CreatedRelay, Keepalive, each_event, follow_event_batches
 from app.store import StoredEvent
 from gateway.auth import add_rate_headers, current_tenant
@@ -87,10 +89,7 @@ def create() -> Response:
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     relay = CreatedRelay(gw.store, gw.hub)
     try:
-        with json_body_in_turn() as body:
-            response, parsed = core.create_response(
-                gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
-            )
+        response, parsed = _create_in_turn(gw, caller, relay)
     except BaseException:
         relay.close()  # stored, then failed: nobody follows it
         raise
@@ -109,6 +108,20 @@ def create() -> Response:
     finally:
         relay.close()
     return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
+
+
+def _create_in_turn(
+    gw: Gateway, caller: Caller, relay: CreatedRelay
+) -> tuple[ResponseObject, CreateResponseRequest]:
+    """The create of the request's body (:func:`json_body_in_turn`), its relay listening.
+
+    Nothing holds the decoded body once this returns: a sync create then waits for its answer,
+    minutes maybe, and its items (450,000 one-word messages: 110 MB decoded) are in the store.
+    """
+    with json_body_in_turn() as body:
+        return core.create_response(
+            gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
+        )
 
 
 def _wait_until_done(
