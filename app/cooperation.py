@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -146,3 +146,63 @@ def one_large_at_a_time(size: int, *, tenant: str) -> Iterator[None]:
         return
     with _LARGE.held(tenant):
         yield
+
+
+DECODED_PER_TENANT = 2
+"""A tenant's large WebSocket messages decoded and not yet made responses, at most, in a process."""
+
+
+class TenantSlots:
+    """Slots each tenant holds at most ``per_tenant`` of at once; a taker waits for one.
+
+    Tenants do not wait for each other: one holding all of its own slots holds back only its
+    own further takers. Its condition is ``threading``'s, which gevent patches.
+    """
+
+    def __init__(self, per_tenant: int) -> None:
+        self.per_tenant = per_tenant
+        self._held: dict[str, int] = {}
+        self._freed = threading.Condition()
+
+    def take(self, tenant: str, timeout: float) -> Callable[[], None] | None:
+        """A slot for ``tenant``, waiting ``timeout`` seconds at most; None: none came.
+
+        Returns the slot's release, which gives it back once however often it is called.
+        """
+        deadline = time.monotonic() + timeout
+        with self._freed:
+            while self._held.get(tenant, 0) >= self.per_tenant:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._freed.wait(left)
+            self._held[tenant] = self._held.get(tenant, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._freed:
+                if released:
+                    return
+                released = True
+                if self._held[tenant] > 1:
+                    self._held[tenant] -= 1
+                else:
+                    del self._held[tenant]
+                self._freed.notify_all()
+
+        return release
+
+    def held(self, tenant: str) -> int:
+        """The slots ``tenant`` holds."""
+        with self._freed:
+            return self._held.get(tenant, 0)
+
+
+DECODED = TenantSlots(DECODED_PER_TENANT)
+"""The process's slots for decoded large WebSocket messages: a WebSocket message's size is known
+only once it is read whole, and its decoded items take many times its bytes (450,000 one-word
+messages: 15.75 MB sent, 110 MB decoded), so a tenant's sockets may not hold many of them decoded
+while they wait for the large-body place (:func:`one_large_at_a_time`): its next large message
+stays undecoded, its socket unread, until one of its own is made a response. (A request body
+waits for the place as bytes, and is decoded in its turn.)"""

@@ -14,7 +14,10 @@ response of any lane (a new lane forks from it). The reader takes up to
 ``websocket_max_pending`` messages ahead (queued or running, all lanes), and more than one only
 while they take fewer than ``max_body_bytes`` together; beyond that it reads no more until one
 is done, so a client cannot queue without bound (sixteen 16 MB messages of tiny items, parsed,
-would take gigabytes).
+would take gigabytes). Across its sockets, a tenant has at most two messages of 1 MiB or more
+decoded and not yet made responses in a process (:data:`app.cooperation.DECODED`): a socket's
+next large one waits unread until one is. Once made a response, a message's items are let go
+(:meth:`_Message.take`): they are in the store, and its response may run for minutes.
 
 ``"generate": false`` prepares a response without calling the model: it completes with no
 output, and a later ``response.create`` continues from it with ``previous_response_id``
@@ -55,12 +58,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.config import Settings
 from app.conversation import load_history
-from app.cooperation import one_large_at_a_time
+from app.cooperation import DECODED, LARGE_BYTES, one_large_at_a_time
 from app.dispatch import Dispatcher
 from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError, quoted
 from app.limits import Caller
@@ -260,7 +263,7 @@ def _unexpected() -> ServerError:
     return ServerError("The server had an error while processing your request.")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Message:
     """A message as the reader took it: decoded, or why it could not be."""
 
@@ -271,6 +274,26 @@ class _Message:
     """A create from a paused response: what the reader took from it for this continuation."""
     size: int = 0
     """The message's bytes (:func:`app.cooperation.one_large_at_a_time`)."""
+    previous: Any = None
+    """Its ``previous_response_id``, as sent (a failed continuation evicts it from the cache)."""
+    release: Callable[[], None] | None = None
+    """A large one's: gives back its tenant's slot for it (:data:`app.cooperation.DECODED`)."""
+
+    def take(self) -> Any:
+        """The decoded message, which the message then holds no more.
+
+        A create's items (most of a large message: 450,000 one-word messages are 110 MB
+        decoded) are not kept while its response runs, minutes maybe, as the queue of its lane
+        and the frames that handle it hold the message until then.
+        """
+        event, self.event = self.event, None
+        return event
+
+    def let_go(self) -> None:
+        """Hold the decoded message no more; a large one gives back its tenant's slot."""
+        self.event = None
+        if self.release is not None:
+            self.release()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -381,20 +404,36 @@ class SocketSession:
             return True
 
     def _take(self, transport: Transport, message: str | bytes) -> None:
-        """Queue ``message`` on its lane, and start the lane's worker if none runs."""
+        """Queue ``message`` on its lane, and start the lane's worker if none runs.
+
+        A large message is decoded once its tenant has a slot for it
+        (:data:`app.cooperation.DECODED`), waiting at most until the connection's time is up
+        (then it is left unanswered, and the connection ends).
+        """
+        release = None
+        if len(message) >= LARGE_BYTES:
+            release = DECODED.take(self.caller.tenant.name, timeout=self.deadline - self.clock())
+            if release is None:
+                return
         try:
-            taken = _Message(load_json(message), size=len(message))
+            taken = _Message(load_json(message), size=len(message), release=release)
         except AppError as error:
+            if release is not None:
+                release()
             # kept for its lane, so without its traceback and the parser's error: their frames
             # (this one among them) would hold it, and the session with them, in a cycle
             error.__context__ = None
             taken = _Message(None, error=error.with_traceback(None))
         if isinstance(taken.event, dict) and taken.event.get("type") == STEER_EVENT:
-            self._steer(transport, taken.event, size=len(message))
+            try:
+                self._steer(transport, taken.event, size=len(message))
+            finally:
+                taken.let_go()
             return
         if isinstance(taken.event, dict) and taken.event.get("type") == CREATE_EVENT:
             # in message order: a steer read after this create finds its response continued
-            taken = replace(taken, claimed=self._claim(taken.event))
+            taken.claimed = self._claim(taken.event)
+            taken.previous = taken.event.get("previous_response_id")
         lane = lane_of(taken.event)
         with self._state:
             self._pending += 1
@@ -414,6 +453,8 @@ class SocketSession:
                 if not queue or self._ended:
                     self._pending -= len(queue)
                     self._pending_bytes -= sum(message.size for message in queue)
+                    for message in queue:
+                        message.let_go()
                     del self._lanes[lane]
                     self._state.notify_all()
                     return
@@ -421,6 +462,7 @@ class SocketSession:
             try:
                 alive = self.handle(transport, message, lane)
             finally:
+                message.let_go()
                 with self._state:
                     queue.popleft()
                     self._pending -= 1
@@ -454,70 +496,38 @@ class SocketSession:
 
     def handle(self, transport: Transport, message: _Message, lane: Lane) -> bool:
         """Answer one message; False when the connection can take no more."""
-        body: dict[str, Any] = {}
         try:
             if message.error is not None:  # sent, not raised: this frame holds it
                 self._send(transport, error_message(message.error, lane))
                 return True
             try:
-                create = parse_create_event(message.event)
-                body = create.body
-                self.run(
-                    transport,
-                    body,
-                    generate=create.generate,
-                    lane=lane,
-                    claimed=message.claimed,
-                    size=message.size,
-                )
+                self.run(transport, message, lane=lane)
             except ConnectionLimitError:
                 return False  # the reader says why, once
             except AppError as error:
-                self.forget(body.get("previous_response_id"))
+                self.forget(message.previous)
                 self._send(transport, error_message(error, lane))
             except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
                 if self._send_failed:
                     return False  # the client left while its events went out: not an error
                 logger.exception("unexpected error in a WebSocket session")
-                self.forget(body.get("previous_response_id"))
+                self.forget(message.previous)
                 self._send(transport, error_message(_unexpected(), lane))
         except Exception:  # sending failed: the client left
             return False
         return True
 
-    def run(
-        self,
-        transport: Transport,
-        body: dict[str, Any],
-        *,
-        generate: bool = True,
-        lane: Lane = None,
-        claimed: _Claimed | None = None,
-        size: int = 0,
-    ) -> None:
-        """Create the response, relay its events, and remember it when it can be continued.
+    def run(self, transport: Transport, message: _Message, *, lane: Lane = None) -> None:
+        """Create a ``response.create`` message's response, relay its events, remember it.
 
-        Then its successors, while steering input arrives for them.
-
-        ``generate``: False to complete it with no output (the request's state only);
-        ``claimed``: what it continues a paused response with (its queued steers join the input);
-        ``size``: the message's bytes (a large one is made a response when no other large body
-        of the process is: :func:`app.cooperation.one_large_at_a_time`).
+        It is remembered when it can be continued; then its successors are made and relayed,
+        while steering input arrives for them.
 
         Raises:
             AppError: the request is refused (nothing was sent), or ``ConnectionLimitError``
                 when the connection's time ran out while the response ran.
         """
-        steers = claimed.steers if claimed is not None else []
-        try:
-            with one_large_at_a_time(size, tenant=self.caller.tenant.name):
-                created = self._create(
-                    with_queued(body, steers) if steers else body, generate, lane
-                )
-        except AppError:
-            if claimed is not None:
-                self._put_back(claimed)
-            raise
+        created, body = self._create_first(message, lane)
         while True:
             final = self._follow(transport, created, lane)
             steers = self._settle(transport, created.response_id, final, lane)
@@ -534,6 +544,28 @@ class SocketSession:
                 for steer in steers:
                     self._send_steer_event(transport, lane, refused, steer)
                 return
+
+    def _create_first(self, message: _Message, lane: Lane) -> tuple[_Created, dict[str, Any]]:
+        """Create the message's response; and its body without the input, for its successors.
+
+        Nothing holds the message's items once this returns (:meth:`_Message.take`). A message
+        from a paused response (``claimed``) has its queued steers join the input. A large one
+        is made a response when no other large body of the process is
+        (:func:`app.cooperation.one_large_at_a_time`).
+        """
+        create = parse_create_event(message.take())
+        claimed = message.claimed
+        steers = claimed.steers if claimed is not None else []
+        try:
+            with one_large_at_a_time(message.size, tenant=self.caller.tenant.name):
+                body = with_queued(create.body, steers) if steers else create.body
+                created = self._create(body, create.generate, lane)
+        except AppError:
+            if claimed is not None:
+                self._put_back(claimed)
+            raise
+        message.let_go()  # made a response: its tenant's slot goes to the next (if it took one)
+        return created, {name: value for name, value in body.items() if name != "input"}
 
     def _create(self, body: dict[str, Any], generate: bool, lane: Lane) -> _Created:
         previous = body.get("previous_response_id")

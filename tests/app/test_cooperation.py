@@ -283,3 +283,40 @@ def test_a_body_handed_the_place_as_it_stops_passes_it_on() -> None:
     turns._leave("b", handed)  # ...but b stopped waiting as it was handed the place
 
     assert waiter.is_set() and turns._holder == "c"
+
+
+def test_tenant_slots_bound_each_tenant_alone() -> None:
+    """A tenant holds ``per_tenant`` slots at most; another tenant's take does not wait on it."""
+    slots = cooperation.TenantSlots(2)
+    first, second = slots.take("a", timeout=1), slots.take("a", timeout=1)
+    assert first is not None and second is not None
+
+    assert slots.take("a", timeout=0.05) is None  # a third waits, and its time runs out
+    other = slots.take("b", timeout=0.05)
+    assert other is not None
+    assert (slots.held("a"), slots.held("b")) == (2, 1)
+
+    first()
+    first()  # once, however often called
+    assert slots.held("a") == 1
+    third = slots.take("a", timeout=0.05)
+    assert third is not None and slots.held("a") == 2
+    for release in (second, third, other):
+        release()
+    assert (slots.held("a"), slots.held("b")) == (0, 0)
+
+
+def test_tenant_slots_hand_a_freed_slot_to_a_waiter() -> None:
+    slots = cooperation.TenantSlots(1)
+    release = slots.take("a", timeout=1)
+    assert release is not None
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(slots.take("a", timeout=10)))
+    waiter.start()
+    threading.Event().wait(0.05)
+    assert not got  # still waiting
+
+    release()
+    waiter.join(timeout=10)
+
+    assert got and got[0] is not None and slots.held("a") == 1

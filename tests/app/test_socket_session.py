@@ -1,5 +1,6 @@
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import threading
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app import cooperation
+from app import cooperation, socket_session
 from app.config import Settings
 from app.errors import AppError, InvalidRequestError
 from app.limits import Caller
@@ -20,7 +21,7 @@ from app.socket_session import CreateMessage, SocketSession, parse_create_event
 from app.store import ResponseStore
 from app.tenancy import Tenant
 from tests.app import test_relay
-from tests.app.test_cooperation import RecordingTurns
+from tests.app.test_cooperation import RecordingTurns, waiting
 from tests.app.test_run import FakeModel, answer
 from tests.support.cycles import left_in_cycles
 from tests.support.sentinel import wait_for
@@ -342,8 +343,8 @@ def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
     session = make_session(FakeModel([]))
     calls: list[str] = []
 
-    def run(transport: object, body: dict[str, Any], **_: object) -> None:
-        calls.append(body["input"])
+    def run(transport: object, message: Any, **_: object) -> None:
+        calls.append(message.take()["input"])
         raise RuntimeError("secret internals")
 
     monkeypatch.setattr(session, "run", run)
@@ -608,3 +609,113 @@ def test_session_a_large_message_waits_for_the_place_in_its_tenant_s_turn(
 
     assert [final["status"] for final in transport.finals()] == ["completed"]
     assert place.took == ["team-b"]
+
+
+def test_session_keeps_no_create_items_while_its_response_runs(
+    make_session: Callable[..., SocketSession],
+) -> None:
+    """Once made a response, a message's items (most of a large one) are let go: its lane's
+    queue and the frames relaying its events held them until the response ended."""
+    model = HeldModel()
+    session = make_session(model)
+    probe = {"probe": "keeps-no-items"}
+    transport = LeavingTransport(
+        create(input=[{"role": "user", "content": "hold on"}], metadata=probe),
+        ready=lambda sent: bool(sent.finals()),
+    )
+    held: list[int] = []
+
+    def look_then_release() -> None:
+        wait_for(
+            lambda: any(e["type"] == "response.in_progress" for e in list(transport.sent)),
+            timeout=10,
+            what="the response running",
+        )
+        held.append(
+            sum(
+                isinstance(o, dict) and "input" in o and o.get("metadata") == probe
+                for o in gc.get_objects()
+            )
+        )
+        model.release.set()
+
+    looker = threading.Thread(target=look_then_release)
+    looker.start()
+    serve(session, transport)
+    looker.join(timeout=10)
+
+    assert [final["status"] for final in transport.finals()] == ["completed"]
+    assert held == [0]
+
+
+def test_session_decodes_two_of_its_tenant_s_large_messages_while_they_wait_for_the_place(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large message is decoded when its tenant has fewer than two decoded and not yet made
+    responses in the process (``app.cooperation.DECODED``): before, every large message of a
+    tenant's sockets waited for the place decoded (15.75 MB sent, 110 MB decoded)."""
+    place = cooperation.TenantTurns()
+    monkeypatch.setattr(cooperation, "_LARGE", place)
+    slots = cooperation.TenantSlots(cooperation.DECODED_PER_TENANT)
+    monkeypatch.setattr(socket_session, "DECODED", slots)
+    session = make_session(answer("Noted."), max_body_bytes=8 * cooperation.LARGE_BYTES)
+    session.caller = Caller(Tenant(name="team-a"))
+    large = "x" * cooperation.LARGE_BYTES
+    transport = LeavingTransport(
+        *(create(input=large, stream_id=lane) for lane in "abc"),
+        ready=lambda sent: len(sent.finals()) == 3,
+    )
+    waited: list[int] = []
+
+    def hold_the_place_then_free_it() -> None:
+        with place.held("team-b"):
+            wait_for(lambda: not transport.messages, timeout=10, what="every message received")
+            waiting(place, "team-a", 2)
+            time.sleep(0.3)  # room for a third to be decoded, were it let
+            waited.append(len(place._waiting.get("team-a", ())))
+            waited.append(slots.held("team-a"))
+
+    holder = threading.Thread(target=hold_the_place_then_free_it)
+    holder.start()
+    serve(session, transport)
+    holder.join(timeout=10)
+
+    assert waited == [2, 2]
+    assert [final["status"] for final in transport.finals()] == ["completed"] * 3
+    assert slots.held("team-a") == 0
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param("{" + " " * cooperation.LARGE_BYTES, id="not-json"),
+        pytest.param(json.dumps({"type": "response.other", "pad": "x" * (1 << 20)}), id="other"),
+        pytest.param(create(input="x" * (1 << 20), background=True), id="refused"),
+        pytest.param(
+            json.dumps(
+                {
+                    "type": "response.steer",
+                    "response_id": "resp_unknown",
+                    "input": "x" * (1 << 20),
+                }
+            ),
+            id="steer",
+        ),
+        pytest.param(create(input="x" * (1 << 20)), id="created"),
+    ],
+)
+def test_session_gives_back_a_large_message_s_slot_however_it_is_answered(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch, message: str
+) -> None:
+    slots = cooperation.TenantSlots(1)
+    monkeypatch.setattr(socket_session, "DECODED", slots)
+    session = make_session(
+        answer("Noted."), max_body_bytes=8 * cooperation.LARGE_BYTES, websocket_max_seconds=5
+    )
+    transport = ScriptedTransport(message, message)  # the second takes the one slot again
+
+    serve(session, transport)
+
+    answers = [(event["type"], event.get("error", {}).get("code")) for event in transport.sent]
+    assert len(answers) >= 2 and answers[: len(answers) // 2] == answers[len(answers) // 2 :]
+    assert slots.held(session.caller.tenant.name) == 0
