@@ -16,7 +16,10 @@ logs). ``--at-once K``: A's creates come from K clients at once. ``--b-large N``
 A's begin, B posts N large creates of its own (the same body), one after another, each cancelled
 once stored: how long B's wait for its process's large-body place, behind A's (timed to the
 answer). ``--conversation``: A's creates belong to one conversation (made first) and run to their
-end, so each one's final write adds its items to the conversation.
+end, so each one's final write adds its items to the conversation. ``--websocket``: A's creates are
+``response.create`` messages instead, each client on a WebSocket of its own, and run to their end
+(streamed): what the gateway keeps of a large message while it waits for the place and while its
+response runs.
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -33,6 +36,7 @@ from typing import Any
 
 import httpx
 import redis
+from websockets.sync.client import connect
 
 from bench.fairness import TenantFleet
 from bench.fleet import REDIS_URL, RssSampler, SlowLog
@@ -179,6 +183,55 @@ def big_creates(
     return figures
 
 
+def big_messages(url: str, requests: int, items: int, at_once: int = 1) -> dict[str, Any]:
+    """A's creates as WebSocket messages, one after another on ``at_once`` sockets; their times.
+
+    Each is timed to its ``response.created`` (made a response) and to its end.
+    """
+    message = json.dumps(
+        {
+            "type": "response.create",
+            "model": "antwort-sim",
+            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+        }
+    )
+    seconds: list[float] = []
+    ended: list[float] = []
+    statuses: list[str] = []
+    socket_url = url.replace("http://", "ws://", 1) + "/v1/responses"
+
+    def one_client() -> None:
+        headers = {"Authorization": A["Authorization"]}
+        with connect(socket_url, additional_headers=headers, max_size=None) as socket:
+            for _ in range(requests):
+                start = time.perf_counter()
+                socket.send(message)
+                while True:
+                    event = json.loads(socket.recv(timeout=600))
+                    if event["type"] == "response.created":
+                        seconds.append(round(time.perf_counter() - start, 2))
+                    if event["type"] in ENDS:
+                        statuses.append(event.get("response", {}).get("status", event["type"]))
+                        ended.append(round(time.perf_counter() - start, 2))
+                        break
+
+    clients = [threading.Thread(target=one_client) for _ in range(at_once)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    return {
+        "message_mb": round(len(message) / 1e6, 2),
+        "create_seconds": sorted(seconds),
+        "ended_after_seconds": sorted(ended),
+        "statuses": statuses,
+    }
+
+
+ENDS = {"response.completed", "response.failed", "response.incomplete", "error"}
+"""The events after which a WebSocket create's message is answered."""
+
+
 def b_large_creates(url: str, count: int, items: int, *, after: float = 1.0) -> list[float]:
     """B's large creates, ``after`` seconds from now, one after another: each one's time."""
     body = large_body(items)
@@ -253,14 +306,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with RssSampler(fleet, interval=0.05) as rss, SlowCalls() as slow:
             if args.b_large:
                 b_thread.start()
-            creates = big_creates(
-                fleet.gateway_url,
-                args.requests,
-                large_body(args.items, conversation),
-                args.at_once,
-                runs=args.runs or bool(conversation),
-                continues=args.continues,
-            )
+            if args.websocket:
+                creates = big_messages(fleet.gateway_url, args.requests, args.items, args.at_once)
+            else:
+                creates = big_creates(
+                    fleet.gateway_url,
+                    args.requests,
+                    large_body(args.items, conversation),
+                    args.at_once,
+                    runs=args.runs or bool(conversation),
+                    continues=args.continues,
+                )
             if args.b_large:
                 b_thread.join()
         loaded_figures = loaded.stop()
@@ -303,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         "--conversation",
         action="store_true",
         help="A's creates belong to one conversation and run to their end",
+    )
+    parser.add_argument(
+        "--websocket",
+        action="store_true",
+        help="A's creates are WebSocket messages (a socket a client), run to their end",
     )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
