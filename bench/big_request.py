@@ -19,7 +19,8 @@ answer). ``--conversation``: A's creates belong to one conversation (made first)
 end, so each one's final write adds its items to the conversation. ``--websocket``: A's creates are
 ``response.create`` messages instead, each client on a WebSocket of its own, and run to their end
 (streamed): what the gateway keeps of a large message while it waits for the place and while its
-response runs.
+response runs. ``--sync``: A's creates are answered when their responses are done (the gateway
+waits for each).
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -119,12 +120,15 @@ class Probes:
         }
 
 
-def large_body(items: int, conversation: str | None = None) -> bytes:
-    """A background create of ``items`` one-word user messages, as JSON (in ``conversation``)."""
+def large_body(items: int, conversation: str | None = None, *, sync: bool = False) -> bytes:
+    """A background create of ``items`` one-word user messages, as JSON (in ``conversation``).
+
+    ``sync``: a create answered when its response is done instead.
+    """
     body: dict[str, Any] = {
         "model": "antwort-sim",
         "input": [{"role": "user", "content": "hi"} for _ in range(items)],
-        "background": True,
+        "background": not sync,
     }
     if conversation:
         body["conversation"] = conversation
@@ -158,6 +162,10 @@ def big_creates(
                 seconds.append(round(time.perf_counter() - start, 2))
                 answer.raise_for_status()
                 response_id = answer.json()["id"]
+                if answer.json()["status"] not in ("queued", "in_progress"):  # a sync create's
+                    statuses.append(answer.json()["status"])
+                    ended.append(seconds[-1])
+                    continue
                 if not (runs or continues):
                     client.post(f"{url}/v1/responses/{response_id}/cancel")
                     time.sleep(0.5)
@@ -312,9 +320,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 creates = big_creates(
                     fleet.gateway_url,
                     args.requests,
-                    large_body(args.items, conversation),
+                    large_body(args.items, conversation, sync=args.sync),
                     args.at_once,
-                    runs=args.runs or bool(conversation),
+                    runs=args.runs or bool(conversation) or args.sync,
                     continues=args.continues,
                 )
             if args.b_large:
@@ -359,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         "--conversation",
         action="store_true",
         help="A's creates belong to one conversation and run to their end",
+    )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="A's creates are answered when their responses are done (not background)",
     )
     parser.add_argument(
         "--websocket",
