@@ -52,8 +52,7 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
-    with json_body_in_turn() as body:
-        job_id = start(gw.store, queue, gw.settings, body, caller=caller)
+    job_id = _started(start, queue, caller)
     answer = wait_for_answer(
         gw.store,
         queue,
@@ -66,6 +65,17 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     )
     add_rate_headers(caller.headers)
     return jsonify(answer)
+
+
+def _started(start: _Start, queue: JobQueue, caller: Caller) -> str:
+    """The id of the job ``start`` made of the request's body (:func:`json_body_in_turn`).
+
+    Nothing holds the decoded body once this returns: the gateway then waits for the job's
+    answer, minutes maybe.
+    """
+    gw = gateway()
+    with json_body_in_turn() as body:
+        return start(gw.store, queue, gw.settings, body, caller=caller)
 
 
 class _Start(Protocol):
