@@ -45,12 +45,20 @@ def json_body() -> object:
         PayloadTooLargeError: a body without a Content-Length that reaches the limit.
         InvalidRequestError: not JSON, or JSON the fleet refuses (``app.protocol.json_text``).
     """
+    _require_json()
+    # get_data, not get_json(silent=True): that swallows a body over the size limit (413).
+    return _decoded(request.get_data(cache=True))
+
+
+def _require_json() -> None:
     if not request.is_json:
         raise UnsupportedMediaTypeError(
             "Content-Type must be application/json.", param=None, code="unsupported_media_type"
         )
-    # get_data, not get_json(silent=True): that swallows a body over the size limit (413).
-    data = request.get_data(cache=True)
+
+
+def _decoded(data: bytes) -> object:
+    """The request's body ``data``, decoded (:func:`json_body`: all but the media type's check)."""
     limit = request.max_content_length
     if request.content_length is None and limit is not None and len(data) >= limit:
         # Without a Content-Length (chunked), werkzeug stops reading at the limit and hands
@@ -67,14 +75,18 @@ def json_body_in_turn() -> Iterator[object]:
 
     The process takes large bodies one at a time (:func:`app.cooperation.one_large_at_a_time`).
     The body is read whole before the turn is taken: a client sending slowly holds no place.
+    Its bytes are not cached on the request, and go once decoded: a sync create then waits for
+    its answer, minutes maybe.
 
     Raises:
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
     """
-    with cooperation.one_large_at_a_time(
-        len(request.get_data(cache=True)), tenant=current_tenant().name
-    ):
-        yield json_body()
+    data = request.get_data(cache=False)
+    with cooperation.one_large_at_a_time(len(data), tenant=current_tenant().name):
+        _require_json()
+        body = _decoded(data)
+        del data
+        yield body
 
 
 @blueprint.post("/v1/responses")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from flask import Flask
+from flask import Flask, request
 from flask.testing import FlaskClient
 from openai.types.responses import (
     Response,
@@ -25,6 +25,7 @@ from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import FINISH
+from gateway.responses import json_body_in_turn
 from tests.app.test_cooperation import RecordingTurns, waiting
 from tests.gateway.conftest import error_of
 from tests.support.dispatch import RecordingDispatcher
@@ -424,3 +425,17 @@ def test_a_sync_create_keeps_no_request_items_while_it_waits(
 
     assert [answer.status_code for answer in answers] == [200]
     assert held == 0
+
+
+def test_a_body_decoded_in_its_turn_is_not_kept_on_the_request(
+    make_app: Callable[..., Flask],
+) -> None:
+    """A create's body bytes go once decoded (16 MB while a sync create waits for its answer);
+    before, the request cached them until it ended."""
+    sent = {"model": "m", "input": "hi"}
+    with make_app().test_request_context(
+        "/v1/responses", method="POST", data=json.dumps(sent), content_type="application/json"
+    ):
+        with json_body_in_turn() as body:
+            assert body == sent
+        assert request.get_data() == b""
