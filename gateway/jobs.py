@@ -17,7 +17,7 @@ from app.limits import Caller
 from app.store import ResponseStore
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import gateway
-from gateway.responses import json_body_in_turn
+from gateway.responses import in_turn
 
 blueprint = Blueprint("jobs", __name__)
 
@@ -52,7 +52,7 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     gw = gateway()
     queue = current_app.extensions[_EXTENSION]
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
-    job_id = _started(start, queue, caller)
+    job_id = in_turn(lambda body: start(gw.store, queue, gw.settings, body, caller=caller))
     answer = wait_for_answer(
         gw.store,
         queue,
@@ -65,17 +65,6 @@ def _answered(kind: JobKind, start: _Start) -> Response:
     )
     add_rate_headers(caller.headers)
     return jsonify(answer)
-
-
-def _started(start: _Start, queue: JobQueue, caller: Caller) -> str:
-    """The id of the job ``start`` made of the request's body (:func:`json_body_in_turn`).
-
-    Nothing holds the decoded body once this returns: the gateway then waits for the job's
-    answer, minutes maybe.
-    """
-    gw = gateway()
-    with json_body_in_turn() as body:
-        return start(gw.store, queue, gw.settings, body, caller=caller)
 
 
 class _Start(Protocol):

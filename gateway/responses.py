@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterator
-from contextlib import closing, contextmanager
-from typing import Any
+from collections.abc import Callable, Generator
+from contextlib import closing
+from typing import Any, TypeVar
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -21,13 +21,13 @@ from app.errors import (
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
-from app.protocol.request import CreateResponseRequest
-from app.protocol.response import ResponseObject
 from app.relay import CreatedRelay, Keepalive, each_event, follow_event_batches
 from app.store import StoredEvent
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
 from gateway.sse import sse_response
+
+T = TypeVar("T")
 
 blueprint = Blueprint("responses", __name__)
 
@@ -69,14 +69,14 @@ def _decoded(data: bytes) -> object:
     return load_json(data)
 
 
-@contextmanager
-def json_body_in_turn() -> Iterator[object]:
-    """The request's JSON body (:func:`json_body`), parsed and used in a large body's turn.
+def in_turn(use: Callable[[object], T]) -> T:
+    """``use``'s result for the request's JSON body (:func:`json_body`), in a large body's turn.
 
     The process takes large bodies one at a time (:func:`app.cooperation.one_large_at_a_time`).
     The body is read whole before the turn is taken: a client sending slowly holds no place.
-    Its bytes are not cached on the request, and go once decoded: a sync create then waits for
-    its answer, minutes maybe.
+    Nothing holds the body once this returns (its bytes are not cached on the request), so a
+    caller keeps none of it while it then waits for an answer, minutes maybe (a sync create, a
+    job): 450,000 one-word messages are 110 MB decoded.
 
     Raises:
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
@@ -86,7 +86,7 @@ def json_body_in_turn() -> Iterator[object]:
         _require_json()
         body = _decoded(data)
         del data
-        yield body
+        return use(body)
 
 
 @blueprint.post("/v1/responses")
@@ -101,7 +101,11 @@ def create() -> Response:
     caller = Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count)
     relay = CreatedRelay(gw.store, gw.hub)
     try:
-        response, parsed = _create_in_turn(gw, caller, relay)
+        response, parsed = in_turn(
+            lambda body: core.create_response(
+                gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
+            )
+        )
     except BaseException:
         relay.close()  # stored, then failed: nobody follows it
         raise
@@ -120,20 +124,6 @@ def create() -> Response:
     finally:
         relay.close()
     return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
-
-
-def _create_in_turn(
-    gw: Gateway, caller: Caller, relay: CreatedRelay
-) -> tuple[ResponseObject, CreateResponseRequest]:
-    """The create of the request's body (:func:`json_body_in_turn`), its relay listening.
-
-    Nothing holds the decoded body once this returns: a sync create then waits for its answer,
-    minutes maybe, and its items (450,000 one-word messages: 110 MB decoded) are in the store.
-    """
-    with json_body_in_turn() as body:
-        return core.create_response(
-            gw.store, gw.dispatcher, gw.settings, body, caller=caller, on_stored=relay
-        )
 
 
 def _wait_until_done(

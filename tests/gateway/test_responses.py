@@ -25,7 +25,7 @@ from app import cooperation
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import FINISH
-from gateway.responses import json_body_in_turn
+from gateway.responses import in_turn
 from tests.app.test_cooperation import RecordingTurns, waiting
 from tests.gateway.conftest import error_of
 from tests.support.dispatch import RecordingDispatcher
@@ -436,6 +436,5 @@ def test_a_body_decoded_in_its_turn_is_not_kept_on_the_request(
     with make_app().test_request_context(
         "/v1/responses", method="POST", data=json.dumps(sent), content_type="application/json"
     ):
-        with json_body_in_turn() as body:
-            assert body == sent
+        assert in_turn(lambda body: body) == sent
         assert request.get_data() == b""
