@@ -5,7 +5,10 @@ create of hundreds of thousands of input items held it for seconds, and every ot
 events, requests and ``/healthz`` waited (450,000 one-word messages, a 16 MB body: 8 s).
 The work a create does once per item (validating, normalising, estimating, storing) runs in
 batches of :data:`BATCH` items, with a pause after each (:func:`pause`). A request of fewer
-items never pauses.
+items never pauses, unless its items are heavy: a loop over them one by one (:func:`each`) also
+pauses once :data:`SLICE_SECONDS` went by since its last pause, and a list of a heavy item is
+validated a batch of its entries at a time (one message of 400,000 text parts held a process
+for 5 s: ``app.responses.parse_request``).
 """
 
 from __future__ import annotations
@@ -42,11 +45,33 @@ def in_batches(items: Sequence[T], size: int = BATCH) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
+def longest_list(fields: Iterable[tuple[str, object]]) -> str | None:
+    """Of an item's ``fields`` (name, value), the one holding the longest list over a batch.
+
+    None: no list of the item's is longer than :data:`BATCH` (it is not heavy).
+    """
+    longest, length = None, BATCH
+    for name, value in fields:
+        if value.__class__ is list and len(value) > length:
+            longest, length = name, len(value)
+    return longest
+
+
+SLICE_SECONDS = 0.02
+"""The longest :func:`each` goes on without a pause while its items take long (a batch of small
+ones takes a few ms): a heavy item is then followed by a pause of its own."""
+
+
 def each(items: Iterable[T], every: int = BATCH) -> Iterator[T]:
-    """``items`` one by one, pausing (:func:`pause`) after every ``every`` of them."""
+    """``items`` one by one, with a pause (:func:`pause`) after every ``every`` of them, or sooner.
+
+    It pauses after an item that ends :data:`SLICE_SECONDS` or more after its last pause.
+    """
+    since = time.monotonic()
     for count, item in enumerate(items):
-        if count and not count % every:
+        if count and (not count % every or time.monotonic() - since >= SLICE_SECONDS):
             pause()
+            since = time.monotonic()
         yield item
 
 

@@ -19,6 +19,9 @@ import math
 import time
 from collections.abc import Callable
 
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
 from app import cooperation
 from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
@@ -42,15 +45,30 @@ def estimate_tokens(request: CreateResponseRequest) -> int:
     """A create's tokens before the model runs: input and instructions / 4, plus its output cap.
 
     The characters are those of the two as JSON; a list input's, a batch of items at a time
-    (:mod:`app.cooperation`).
+    (:mod:`app.cooperation`), and a heavy item's longest list a batch of its entries at a time.
     """
     if isinstance(request.input, str):
         chars = len(json.dumps(request.model_dump(mode="json", include={"input", "instructions"})))
     else:
         chars = len(json.dumps(request.instructions))
         for batch in cooperation.in_batches(request.input):
-            chars += len(json.dumps([item.model_dump(mode="json") for item in batch]))
+            light = []
+            for item in batch:
+                heavy = cooperation.longest_list(vars(item).items())
+                if heavy is None:
+                    light.append(item.model_dump(mode="json"))
+                else:
+                    chars += _heavy_chars(item, heavy)
+            chars += len(json.dumps(light))
     return max(1, chars // 4 + (request.max_output_tokens or 0))
+
+
+def _heavy_chars(item: BaseModel, field: str) -> int:
+    """The characters of ``item`` as JSON, its list ``field`` a batch of entries at a time."""
+    chars = len(json.dumps(item.model_dump(mode="json", exclude={field})))
+    for batch in cooperation.in_batches(getattr(item, field)):
+        chars += len(json.dumps(to_jsonable_python(batch)))
+    return chars
 
 
 def _reset(milliseconds: int) -> str:

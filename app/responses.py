@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from app import cooperation
+from app import cooperation, validation
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, conversation_history
@@ -29,7 +29,6 @@ from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import (
     SETTINGS_ITEMS,
     AdditionalToolsItem,
-    InputItem,
     check_compaction_trigger,
     output_text_part,
 )
@@ -91,12 +90,14 @@ def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> 
 def parse_request(body: Any) -> CreateResponseRequest:
     """Validate a create body; the first problem becomes a 400 whose ``param`` names the field.
 
-    A list ``input`` longer than a batch is validated a batch at a time, the process's other
-    work running between two (:mod:`app.cooperation`); the problem reported is the one a
-    validation of the whole body would report.
+    A list ``input`` longer than a batch, or with a heavy item, is validated a batch at a time,
+    the process's other work running between two (:mod:`app.validation`). The problem reported
+    is the one a validation of the whole body would report.
     """
     items = body.get("input") if isinstance(body, dict) else None
-    if not isinstance(items, list) or len(items) <= cooperation.BATCH:
+    if not isinstance(items, list) or (
+        len(items) <= cooperation.BATCH and not validation.any_heavy(items)
+    ):
         return parse_body(CreateResponseRequest, body)
     errors: list[ErrorDetails] = []
     request = None
@@ -104,23 +105,13 @@ def parse_request(body: Any) -> CreateResponseRequest:
         request = CreateResponseRequest.model_validate({**body, "input": []})
     except ValidationError as exc:
         errors += exc.errors(include_url=False)
-    validated: list[Any] = []
-    for start, batch in enumerate(cooperation.in_batches(items)):
-        try:
-            validated += _INPUT_ITEMS.validate_python(batch)
-        except ValidationError as exc:
-            offset = start * cooperation.BATCH
-            for error in exc.errors(include_url=False):
-                where = ("input", offset + int(error["loc"][0]), *error["loc"][1:])
-                errors.append({**error, "loc": where})
-            break  # the first bad batch says enough
+    try:
+        validated = validation.validated_items(items, param="input")
+    except validation.BadItems as exc:
+        errors += exc.errors
     if errors or request is None:
         raise _invalid_request(errors)
     return request.model_copy(update={"input": validated})
-
-
-_INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
-"""A list ``input``'s items, validated as :class:`CreateResponseRequest` validates them."""
 
 
 def parse_body(model: type[BodyT], body: Any) -> BodyT:

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pytest
 
 from app import cooperation
 from app.errors import InvalidRequestError
+from app.limits import estimate_tokens
 from app.protocol.request import CreateResponseRequest
 from app.responses import parse_body, parse_request
 
@@ -35,14 +36,18 @@ from app.responses import create_response
 from app.store import ResponseStore
 from tests.support.dispatch import RecordingDispatcher
 
-url, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url, prefix, count, shape = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 store = ResponseStore(
     redis.Redis.from_url(url), keys=Keys(prefix), ttl_seconds=600, stream_maxlen=100
 )
 settings = Settings(
     redis_url=url, key_prefix=prefix, llm_base_url="http://127.0.0.1:9/v1", default_model="m"
 )
-body = json.loads(json.dumps({"model": "m", "input": [{"role": "user", "content": "hi"}] * count}))
+if shape == "parts":  # one message of as many text parts
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}] * count}]
+else:
+    items = [{"role": "user", "content": "hi"}] * count
+body = json.loads(json.dumps({"model": "m", "input": items}))
 APP = f"{Path.cwd()}/app/"
 
 
@@ -65,29 +70,33 @@ print(rounds)
 """
 
 
+@pytest.mark.parametrize("shape", ["items", "parts"])
 def test_a_create_of_many_items_lets_the_event_loop_go_round(
-    redis_url: str, key_prefix: str
+    redis_url: str, key_prefix: str, shape: str
 ) -> None:
     """Counted in rounds of the loop the create let go by, not in time: the same on a busy
     machine.
 
     20,000 items: a pause each 1,000 of every per-item step. Before, the loop went round only
-    while the create waited for Redis.
+    while the create waited for Redis. One message of 20,000 text parts (``parts``): its parts
+    are validated a batch at a time. Before, the loop went round not once in app code: a request
+    of one item never paused.
     """
     done = subprocess.run(
-        [sys.executable, "-c", CREATE_UNDER_GEVENT, redis_url, key_prefix, "20000"],
+        [sys.executable, "-c", CREATE_UNDER_GEVENT, redis_url, key_prefix, "20000", shape],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    assert int(done.stdout.strip()) >= 60, done.stdout
+    assert int(done.stdout.strip()) >= (60 if shape == "items" else 15), done.stdout
 
 
 def test_batches_and_items_pause_between_not_after(monkeypatch: pytest.MonkeyPatch) -> None:
     pauses: list[int] = []
     monkeypatch.setattr(cooperation, "pause", lambda: pauses.append(1))
+    monkeypatch.setattr(cooperation, "SLICE_SECONDS", float("inf"))  # by count only
 
     assert [len(b) for b in cooperation.in_batches(list(range(2500)))] == [1000, 1000, 500]
     assert len(pauses) == 2
@@ -95,6 +104,81 @@ def test_batches_and_items_pause_between_not_after(monkeypatch: pytest.MonkeyPat
     assert len(pauses) == 4
     assert list(cooperation.each(range(1000))) == list(range(1000))
     assert len(pauses) == 4
+
+
+def test_items_pause_after_one_that_took_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any time at all is long here: a pause after every item but the last (none after it)."""
+    pauses: list[int] = []
+    monkeypatch.setattr(cooperation, "pause", lambda: pauses.append(1))
+    monkeypatch.setattr(cooperation, "SLICE_SECONDS", 0.0)
+
+    assert list(cooperation.each(range(5))) == list(range(5))
+
+    assert len(pauses) == 4
+
+
+def _parts_body(count: int, **changes: Any) -> dict[str, Any]:
+    """A create of one user message of ``count`` text parts (``at<n>``: part n replaced)."""
+    parts: list[Any] = [{"type": "input_text", "text": f"part {n}"} for n in range(count)]
+    for index, part in changes.items():
+        parts[int(index.removeprefix("at"))] = part
+    message = {"type": "message", "role": "user", "content": parts}
+    return {"model": "m", "input": [{"role": "user", "content": "first"}, message]}
+
+
+def test_a_heavy_item_is_validated_a_batch_of_its_parts_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the whole body would be, with a pause between two batches of its 2,500 parts.
+
+    Before, a request of two items was validated at once, whatever its items held.
+    """
+    pauses: list[int] = []
+    monkeypatch.setattr(cooperation, "pause", lambda: pauses.append(1))
+    body = _parts_body(2500)
+
+    parsed = parse_request(body)
+
+    whole = CreateResponseRequest.model_validate(body)
+    assert parsed.model_dump() == whole.model_dump()
+    assert parsed.model_fields_set == whole.model_fields_set
+    assert len(pauses) >= 2
+
+
+def test_heavy_items_among_many_are_validated_in_their_places() -> None:
+    heavy = _parts_body(1200)["input"][1]
+    output = {"type": "function_call_output", "call_id": "c", "output": heavy["content"]}
+    items = [
+        *_body(1500)["input"],
+        heavy,
+        *_body(10)["input"],
+        output,
+        {"role": "user", "content": "z"},
+    ]
+    body = {"model": "m", "input": items}
+
+    parsed = parse_request(body)
+
+    whole = CreateResponseRequest.model_validate(body)
+    assert parsed.model_dump() == whole.model_dump()
+
+
+def test_a_heavy_item_s_estimate_is_made_a_batch_of_its_parts_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its characters as JSON, within the few its batches' brackets and commas add or take.
+
+    Before, the item was made JSON at once: no pause.
+    """
+    request = parse_request(_parts_body(2500))
+    whole = len(json.dumps([item.model_dump(mode="json") for item in request.input]))
+    pauses: list[int] = []
+    monkeypatch.setattr(cooperation, "pause", lambda: pauses.append(1))
+
+    estimate = estimate_tokens(request)
+
+    assert abs(estimate - (len(json.dumps(None)) + whole) // 4) <= 5
+    assert len(pauses) >= 2
 
 
 def _body(count: int, **changes: Any) -> dict[str, Any]:
@@ -115,20 +199,25 @@ def test_a_long_input_is_validated_as_the_whole_body_would_be() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("make", "bad", "where"),
     [
-        {"at0": {"role": "user"}},
-        {"at999": {"role": "user", "content": 7}},
-        {"at1000": {"role": "nobody", "content": "x"}},
-        {"at2499": {"type": "function_call", "call_id": "c", "name": "f"}},
-        {"at1500": {"type": "no_such_item"}},
-        {"at1200": "not an item"},
+        (_body, {"at0": {"role": "user"}}, "input."),
+        (_body, {"at999": {"role": "user", "content": 7}}, "input."),
+        (_body, {"at1000": {"role": "nobody", "content": "x"}}, "input."),
+        (_body, {"at2499": {"type": "function_call", "call_id": "c", "name": "f"}}, "input."),
+        (_body, {"at1500": {"type": "no_such_item"}}, "input."),
+        (_body, {"at1200": "not an item"}, "input."),
+        # a part of one heavy item, validated a batch of its parts at a time
+        (_parts_body, {"at0": {"type": "input_text"}}, "input.1.content."),
+        (_parts_body, {"at999": {"type": "input_text", "text": 7}}, "input.1.content."),
+        (_parts_body, {"at1000": {"type": "no_such_part", "text": "x"}}, "input.1.content."),
+        (_parts_body, {"at2499": "not a part"}, "input.1.content."),
     ],
 )
 def test_a_bad_item_of_a_long_input_is_named_as_the_whole_body_would_name_it(
-    bad: dict[str, Any],
+    make: Callable[..., dict[str, Any]], bad: dict[str, Any], where: str
 ) -> None:
-    body = _body(2500, **bad)
+    body = make(2500, **bad)
 
     with pytest.raises(InvalidRequestError) as batched:
         parse_request(body)
@@ -140,7 +229,7 @@ def test_a_bad_item_of_a_long_input_is_named_as_the_whole_body_would_name_it(
         whole.value.code,
         whole.value.message,
     )
-    assert batched.value.param is not None and batched.value.param.startswith("input.")
+    assert batched.value.param is not None and batched.value.param.startswith(where)
 
 
 def test_a_bad_field_beside_a_long_input_is_named_too() -> None:
