@@ -12,6 +12,7 @@ import secrets
 import time
 from typing import Any, get_args
 
+from app import cooperation
 from app.conversation import (
     OWNER_FIELD,
     check_conversation_id,
@@ -28,7 +29,7 @@ from app.protocol.conversations import (
 )
 from app.protocol.items import InputItem
 from app.protocol.request import Includable
-from app.responses import normalise_items, parse_body
+from app.responses import normalise_items, parse_body, parse_with_items
 from app.store import ResponseStore
 from app.tenancy import OPEN_TENANT
 
@@ -44,7 +45,7 @@ def create_conversation(
     store: ResponseStore, body: Any, *, tenant: str = OPEN_TENANT
 ) -> dict[str, Any]:
     """``POST /v1/conversations``: a new conversation with its first items, owned by ``tenant``."""
-    request = parse_body(CreateConversationRequest, body)
+    request = parse_with_items(CreateConversationRequest, body)
     items = _stored_items(request.items or [])
     check_item_ids(items, param="items")
     conversation = {
@@ -96,7 +97,7 @@ def add_items(
     All or nothing: an item whose id the conversation holds, or repeats another's, is refused
     (:func:`app.conversation.check_item_ids`) with the whole block, in the step that appends.
     """
-    request = parse_body(AddItemsRequest, body)
+    request = parse_with_items(AddItemsRequest, body)
     retrieve_conversation(store, conversation_id, tenant=tenant)
     items = _stored_items(request.items)
     check_item_ids(items, param="items")
@@ -180,7 +181,8 @@ def item_list(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
 
 
 def _stored_items(items: list[InputItem]) -> list[dict[str, Any]]:
-    return normalise_items([item.model_dump(mode="json", exclude_none=True) for item in items])
+    dumped = [item.model_dump(mode="json", exclude_none=True) for item in cooperation.each(items)]
+    return normalise_items(dumped)
 
 
 def _item_not_found(conversation_id: str, item_id: str) -> NotFoundError:

@@ -114,6 +114,23 @@ def parse_request(body: Any) -> CreateResponseRequest:
     return request.model_copy(update={"input": validated})
 
 
+def parse_with_items(model: type[BodyT], body: Any) -> BodyT:
+    """:func:`parse_body` for a body whose ``items`` are input items (the Conversations API's).
+
+    When one of them is heavy, they are validated a batch at a time (:mod:`app.validation`),
+    after the rest of the body with their first batches (so the list's own limits apply).
+    """
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not validation.any_heavy(items):
+        return parse_body(model, body)
+    parsed = parse_body(model, {**body, "items": validation.first_batches(items)})
+    try:
+        validated = validation.validated_items(items, param="items")
+    except validation.BadItems as exc:
+        raise _invalid_request(exc.errors) from None
+    return parsed.model_copy(update={"items": validated})
+
+
 def parse_body(model: type[BodyT], body: Any) -> BodyT:
     """Validate a JSON body as ``model``; the first problem becomes a 400 naming the field."""
     if not isinstance(body, dict):

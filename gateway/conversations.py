@@ -8,7 +8,7 @@ from app import conversations as core
 from app.responses import check_input_items_query
 from gateway.auth import current_tenant
 from gateway.context import gateway
-from gateway.responses import json_body
+from gateway.responses import in_turn
 
 blueprint = Blueprint("conversations", __name__)
 
@@ -16,8 +16,10 @@ blueprint = Blueprint("conversations", __name__)
 @blueprint.post("/v1/conversations")
 def create() -> Response:
     """Create a conversation, with its first items (an empty body: an empty conversation)."""
-    body = json_body() if request.get_data() else {}
-    return jsonify(core.create_conversation(gateway().store, body, tenant=_tenant()))
+    store, tenant = gateway().store, _tenant()
+    return jsonify(
+        in_turn(lambda body: core.create_conversation(store, body, tenant=tenant), empty={})
+    )
 
 
 @blueprint.get("/v1/conversations/<conversation_id>")
@@ -29,8 +31,9 @@ def retrieve(conversation_id: str) -> Response:
 @blueprint.post("/v1/conversations/<conversation_id>")
 def update(conversation_id: str) -> Response:
     """Replace the conversation's metadata."""
+    store, tenant = gateway().store, _tenant()
     return jsonify(
-        core.update_conversation(gateway().store, conversation_id, json_body(), tenant=_tenant())
+        in_turn(lambda body: core.update_conversation(store, conversation_id, body, tenant=tenant))
     )
 
 
@@ -42,9 +45,12 @@ def delete(conversation_id: str) -> Response:
 
 @blueprint.post("/v1/conversations/<conversation_id>/items")
 def add_items(conversation_id: str) -> Response:
-    """Append items to the conversation."""
+    """Append items to the conversation (their body decoded in its turn, as a create's is)."""
     _check_include()
-    return jsonify(core.add_items(gateway().store, conversation_id, json_body(), tenant=_tenant()))
+    store, tenant = gateway().store, _tenant()
+    return jsonify(
+        in_turn(lambda body: core.add_items(store, conversation_id, body, tenant=tenant))
+    )
 
 
 @blueprint.get("/v1/conversations/<conversation_id>/items")

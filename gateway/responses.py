@@ -36,20 +36,6 @@ def _gw() -> Gateway:
     return gateway()
 
 
-def json_body() -> object:
-    """The request's JSON body.
-
-    Raises:
-        UnsupportedMediaTypeError: not ``application/json``.
-        RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
-        PayloadTooLargeError: a body without a Content-Length that reaches the limit.
-        InvalidRequestError: not JSON, or JSON the fleet refuses (``app.protocol.json_text``).
-    """
-    _require_json()
-    # get_data, not get_json(silent=True): that swallows a body over the size limit (413).
-    return _decoded(request.get_data(cache=True))
-
-
 def _require_json() -> None:
     if not request.is_json:
         raise UnsupportedMediaTypeError(
@@ -58,7 +44,7 @@ def _require_json() -> None:
 
 
 def _decoded(data: bytes) -> object:
-    """The request's body ``data``, decoded (:func:`json_body`: all but the media type's check)."""
+    """The request's body ``data``, decoded (:func:`in_turn`: all but the media type's check)."""
     limit = request.max_content_length
     if request.content_length is None and limit is not None and len(data) >= limit:
         # Without a Content-Length (chunked), werkzeug stops reading at the limit and hands
@@ -69,19 +55,26 @@ def _decoded(data: bytes) -> object:
     return load_json(data)
 
 
-def in_turn(use: Callable[[object], T]) -> T:
-    """``use``'s result for the request's JSON body (:func:`json_body`), in a large body's turn.
+def in_turn(use: Callable[[object], T], *, empty: object = None) -> T:
+    """``use``'s result for the request's JSON body, decoded in a large body's turn.
 
     The process takes large bodies one at a time (:func:`app.cooperation.one_large_at_a_time`).
     The body is read whole before the turn is taken: a client sending slowly holds no place.
     Nothing holds the body once this returns (its bytes are not cached on the request), so a
     caller keeps none of it while it then waits for an answer, minutes maybe (a sync create, a
-    job): 450,000 one-word messages are 110 MB decoded.
+    job): 450,000 one-word messages are 110 MB decoded. ``empty``: the body an empty request
+    stands for, whatever its media type (None: it is decoded, and refused, like any other).
 
     Raises:
+        UnsupportedMediaTypeError: not ``application/json``.
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
+        PayloadTooLargeError: a body without a Content-Length that reaches the limit.
+        InvalidRequestError: not JSON, or JSON the fleet refuses (``app.protocol.json_text``).
     """
+    # get_data, not get_json(silent=True): that swallows a body over the size limit (413)
     data = request.get_data(cache=False)
+    if not data and empty is not None:
+        return use(empty)
     with cooperation.one_large_at_a_time(len(data), tenant=current_tenant().name):
         _require_json()
         body = _decoded(data)

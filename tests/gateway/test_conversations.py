@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from openai.types.conversations import (
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
+from app import cooperation
 from app.conversation import history_of
 from tests.gateway.conftest import error_of
 
@@ -208,3 +210,62 @@ def test_response_conversation_errors(web: FlaskClient) -> None:
     assert error.param == "conversation"
     error = error_of(web.post("/v1/responses", json={"input": "hi", "conversation": {}}), 400)
     assert error.param == "conversation.id"
+
+
+@pytest.mark.parametrize("path", ["/v1/conversations", "/v1/conversations/{id}/items"])
+def test_a_conversation_s_large_body_waits_for_the_process_s_place(
+    web: FlaskClient, path: str
+) -> None:
+    """As a create's does (its items take many times its size while they are checked and
+    stored); the small ones go on meanwhile. Before, it was decoded and stored at once."""
+    conversation = web.post("/v1/conversations", json={}).get_json()["id"]
+    text = "x" * cooperation.LARGE_BYTES
+    large = {"items": [{"type": "message", "role": "user", "content": text}]}
+    answers: dict[str, Any] = {}
+
+    def post_large() -> None:
+        answers["large"] = web.post(path.format(id=conversation), json=large)
+
+    with cooperation.one_large_at_a_time(cooperation.LARGE_BYTES, tenant="other"):
+        thread = threading.Thread(target=post_large)
+        thread.start()
+        small = web.post(f"/v1/conversations/{conversation}/items", json={"items": [user("small")]})
+        assert small.status_code == 200
+        thread.join(0.5)  # time enough to be answered, were the place not taken
+        assert "large" not in answers
+
+    thread.join(30)
+    assert answers["large"].status_code == 200, answers["large"].get_data(as_text=True)
+
+
+def test_a_heavy_item_is_added_whole_and_in_order(web: FlaskClient) -> None:
+    """One message of 2,500 parts, validated a batch of parts at a time (``app.validation``)."""
+    parts = [{"type": "input_text", "text": f"part {n}"} for n in range(2500)]
+    body = {"items": [{"type": "message", "role": "user", "content": parts}, user("after")]}
+
+    made = web.post("/v1/conversations", json=body)
+
+    assert made.status_code == 200, made.get_data(as_text=True)
+    listed = web.get(f"/v1/conversations/{made.get_json()['id']}/items?order=asc").get_json()
+    first, second = listed["data"]
+    assert [part["text"] for part in first["content"]] == [f"part {n}" for n in range(2500)]
+    assert second["content"][0]["text"] == "after"
+
+
+def test_a_bad_part_of_a_heavy_item_is_named(web: FlaskClient) -> None:
+    parts: list[Any] = [{"type": "input_text", "text": "x"}] * 2500
+    parts[1234] = {"type": "input_text", "text": 7}
+    body = {"items": [{"type": "message", "role": "user", "content": parts}]}
+
+    error = error_of(web.post("/v1/conversations", json=body), 400)
+
+    assert error.param == "items.0.content.1234.text"
+
+
+def test_too_many_heavy_items_are_refused_as_too_many(web: FlaskClient) -> None:
+    parts = [{"type": "input_text", "text": "x"}] * 1001
+    body = {"items": [{"type": "message", "role": "user", "content": parts}] * 21}
+
+    error = error_of(web.post("/v1/conversations", json=body), 400)
+
+    assert error.param == "items"
