@@ -1,26 +1,27 @@
 """A large create and everyone else: does one client's big request stall its gateway process?
 
-One gateway process and one inference worker (16 threads) on a private fleet with two tenants'
-keys. Tenant B probes the gateway all along: ``/healthz`` in a loop (a 10 ms rest between two) and,
-on a connection of its own, a streamed response (``hello [tokens=5]``) one after another, timed to
-its first event; and Redis itself, a ``PING`` every 10 ms. First on the idle gateway for
-``--seconds``; then tenant A posts ``--requests`` background creates one after another, each of
-``--items`` one-word user messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and
-cancels each once it is stored (what the worker then does with it is not the point), while B probes
-on. ``--runs``: A's responses run to their end instead (polled), so the inference worker takes them
+One gateway process and one inference worker (16 threads) on a private fleet with two tenants' keys.
+Tenant B probes the gateway all along: ``/healthz`` in a loop (a 10 ms rest between two) and, on a
+connection of its own, a streamed response (``hello [tokens=5]``) one after another, timed to its
+first event; and Redis itself, a ``PING`` every 10 ms. First on the idle gateway for ``--seconds``;
+then tenant A posts ``--requests`` background creates one after another, each of ``--items``
+one-word user messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once
+it is stored (what the worker then does with it is not the point), while B probes on (``--parts``:
+each create's input is one user message of ``--items`` one-word text parts instead; 400,000: 15.2
+MB). ``--runs``: A's responses run to their end instead (polled), so the inference worker takes them
 too; ``--continues``: then a short response continues each (its history is the long one). The
 figures are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken;
-and each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one
-else during a call) and the turns the sweeper ran again because their lease lapsed (the workers'
-logs). ``--at-once K``: A's creates come from K clients at once. ``--b-large N``: a second after
-A's begin, B posts N large creates of its own (the same body), one after another, each cancelled
-once stored: how long B's wait for its process's large-body place, behind A's (timed to the
-answer). ``--conversation``: A's creates belong to one conversation (made first) and run to their
-end, so each one's final write adds its items to the conversation. ``--websocket``: A's creates are
+and each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
+during a call) and the turns the sweeper ran again because their lease lapsed (the workers' logs).
+``--at-once K``: A's creates come from K clients at once. ``--b-large N``: a second after A's begin,
+B posts N large creates of its own (the same body), one after another, each cancelled once stored:
+how long B's wait for its process's large-body place, behind A's (timed to the answer).
+``--conversation``: A's creates belong to one conversation (made first) and run to their end, so
+each one's final write adds its items to the conversation. ``--websocket``: A's creates are
 ``response.create`` messages instead, each client on a WebSocket of its own, and run to their end
 (streamed): what the gateway keeps of a large message while it waits for the place and while its
-response runs. ``--sync``: A's creates are answered when their responses are done (the gateway
-waits for each).
+response runs. ``--sync``: A's creates are answered when their responses are done (the gateway waits
+for each).
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -120,19 +121,30 @@ class Probes:
         }
 
 
-def large_body(items: int, conversation: str | None = None, *, sync: bool = False) -> bytes:
+def large_body(
+    items: int, conversation: str | None = None, *, sync: bool = False, parts: bool = False
+) -> bytes:
     """A background create of ``items`` one-word user messages, as JSON (in ``conversation``).
 
-    ``sync``: a create answered when its response is done instead.
+    ``sync``: a create answered when its response is done instead; ``parts``: one user message
+    of ``items`` one-word text parts instead.
     """
     body: dict[str, Any] = {
         "model": "antwort-sim",
-        "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+        "input": large_input(items, parts=parts),
         "background": not sync,
     }
     if conversation:
         body["conversation"] = conversation
     return json.dumps(body).encode()
+
+
+def large_input(items: int, *, parts: bool = False) -> list[dict[str, Any]]:
+    """``items`` one-word user messages, or (``parts``) one user message of as many text parts."""
+    if parts:
+        content = [{"type": "input_text", "text": "hi"} for _ in range(items)]
+        return [{"role": "user", "content": content}]
+    return [{"role": "user", "content": "hi"} for _ in range(items)]
 
 
 def big_creates(
@@ -191,7 +203,9 @@ def big_creates(
     return figures
 
 
-def big_messages(url: str, requests: int, items: int, at_once: int = 1) -> dict[str, Any]:
+def big_messages(
+    url: str, requests: int, items: int, at_once: int = 1, *, parts: bool = False
+) -> dict[str, Any]:
     """A's creates as WebSocket messages, one after another on ``at_once`` sockets; their times.
 
     Each is timed to its ``response.created`` (made a response) and to its end.
@@ -200,7 +214,7 @@ def big_messages(url: str, requests: int, items: int, at_once: int = 1) -> dict[
         {
             "type": "response.create",
             "model": "antwort-sim",
-            "input": [{"role": "user", "content": "hi"} for _ in range(items)],
+            "input": large_input(items, parts=parts),
         }
     )
     seconds: list[float] = []
@@ -315,12 +329,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.b_large:
                 b_thread.start()
             if args.websocket:
-                creates = big_messages(fleet.gateway_url, args.requests, args.items, args.at_once)
+                creates = big_messages(
+                    fleet.gateway_url, args.requests, args.items, args.at_once, parts=args.parts
+                )
             else:
                 creates = big_creates(
                     fleet.gateway_url,
                     args.requests,
-                    large_body(args.items, conversation, sync=args.sync),
+                    large_body(args.items, conversation, sync=args.sync, parts=args.parts),
                     args.at_once,
                     runs=args.runs or bool(conversation) or args.sync,
                     continues=args.continues,
@@ -377,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         "--websocket",
         action="store_true",
         help="A's creates are WebSocket messages (a socket a client), run to their end",
+    )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="A's input is one user message of --items one-word text parts",
     )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
