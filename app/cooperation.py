@@ -13,12 +13,14 @@ for 5 s: ``app.responses.parse_request``).
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -55,6 +57,27 @@ def longest_list(fields: Iterable[tuple[str, object]]) -> str | None:
         if value.__class__ is list and len(value) > length:
             longest, length = name, len(value)
     return longest
+
+
+def json_texts(items: Iterable[dict[str, Any]]) -> list[str]:
+    """Each item as JSON text (``json.dumps``), one by one (:func:`each`).
+
+    A heavy item's longest list (over :data:`BATCH` entries) is made text a batch of entries at a
+    time, with a pause between two: one message of 400,000 parts took 0.4 s at once.
+    """
+    texts = []
+    for item in each(items):
+        field = longest_list(item.items())
+        texts.append(json.dumps(item) if field is None else _heavy_json_text(item, field))
+    return texts
+
+
+def _heavy_json_text(item: dict[str, Any], field: str) -> str:
+    """``json.dumps(item)``, its list ``field`` a batch of entries at a time."""
+    mark = f"<list {secrets.token_hex(16)}>"  # no text of the item's holds it: made just now
+    head = json.dumps({**item, field: mark})
+    entries = [json.dumps(batch)[1:-1] for batch in in_batches(item[field])]
+    return head.replace(json.dumps(mark), "[" + ", ".join(entries) + "]", 1)
 
 
 SLICE_SECONDS = 0.02

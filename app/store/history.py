@@ -25,7 +25,6 @@ so a reference reads the items it was made with, whatever deletes came after.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -178,7 +177,7 @@ class Histories(StoreBase):
             if held is None:
                 return None
             return self.extend_history(None, [*held, *items], response_id=response_id)
-        encoded = [json.dumps(item) for item in cooperation.each(items)]
+        encoded = cooperation.json_texts(items)
         first, rest = encoded[: cooperation.BATCH], encoded[cooperation.BATCH :]
         chain = base.chain if base is not None else response_id
         branch = self.keys.history(chain, response_id)

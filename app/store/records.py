@@ -251,7 +251,7 @@ class Records(ConversationBlocks):
         (``app.lease.sweep``).
         """
         encoded = encode_events(events)
-        items = [json.dumps(item) for item in cooperation.each(inputs)]
+        items = cooperation.json_texts(inputs)
         is_staged = len(items) > cooperation.BATCH
         if is_staged:
             self._stage(response.id, items)

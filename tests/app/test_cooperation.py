@@ -21,7 +21,7 @@ from app import cooperation
 from app.errors import InvalidRequestError
 from app.limits import estimate_tokens
 from app.protocol.request import CreateResponseRequest
-from app.responses import parse_body, parse_request
+from app.responses import normalise_input, parse_body, parse_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,6 +179,30 @@ def test_a_heavy_item_s_estimate_is_made_a_batch_of_its_parts_at_a_time(
 
     assert abs(estimate - (len(json.dumps(None)) + whole) // 4) <= 5
     assert len(pauses) >= 2
+
+
+def test_a_heavy_item_is_made_a_dict_and_json_a_batch_of_its_parts_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same values and texts as made at once (keys in their order), with pauses between.
+
+    Before, each of the two steps made the item at once: no pause.
+    """
+    request = parse_request(_parts_body(2500))
+    whole = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
+    pauses: list[int] = []
+    monkeypatch.setattr(cooperation, "pause", lambda: pauses.append(1))
+
+    items = normalise_input(request)
+    made_dicts = len(pauses)
+    texts = cooperation.json_texts(items)
+
+    heavy = {k: v for k, v in items[1].items() if k not in ("id", "status")}
+    assert heavy == whole[1]
+    assert list(heavy) == list(whole[1])  # its keys in their order
+    assert texts == [json.dumps(item) for item in items]
+    assert made_dicts >= 2
+    assert len(pauses) - made_dicts >= 2
 
 
 def _body(count: int, **changes: Any) -> dict[str, Any]:
