@@ -5,10 +5,11 @@ create of hundreds of thousands of input items held it for seconds, and every ot
 events, requests and ``/healthz`` waited (450,000 one-word messages, a 16 MB body: 8 s).
 The work a create does once per item (validating, normalising, estimating, storing) runs in
 batches of :data:`BATCH` items, with a pause after each (:func:`pause`). A request of fewer
-items never pauses, unless its items are heavy: a loop over them one by one (:func:`each`) also
-pauses once :data:`SLICE_SECONDS` went by since its last pause, and a list of a heavy item is
-validated a batch of its entries at a time (one message of 400,000 text parts held a process
-for 5 s: ``app.responses.parse_request``).
+items never pauses, unless an item is heavy (:func:`longest_list`: a list of its own over a
+batch; one message of 400,000 text parts held a process for 5 s): a loop over items one by one
+(:func:`each`) also pauses once :data:`SLICE_SECONDS` went by since its last pause, and such an
+item's list is validated (:mod:`app.validation`), estimated, made a dict and made JSON
+(:func:`json_texts`) a batch of its entries at a time.
 """
 
 from __future__ import annotations
