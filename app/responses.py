@@ -33,7 +33,7 @@ from app.protocol.items import (
     output_text_part,
 )
 from app.protocol.options import ECHOED_OPTIONS
-from app.protocol.request import TEXT_LOGPROBS, CreateResponseRequest, ToolList
+from app.protocol.request import MAX_TOOLS, TEXT_LOGPROBS, CreateResponseRequest, ToolList
 from app.protocol.response import (
     ACTIVE_STATUSES,
     ResponseConversation,
@@ -169,6 +169,9 @@ def _invalid_request(errors: Sequence[ErrorDetails]) -> InvalidRequestError:
             param=param,
             code="missing_required_parameter",
         )
+    if error["type"] == "too_long" and isinstance(error["input"], list):
+        limit = error.get("ctx", {}).get("max_length")
+        return _array_too_long(param, limit=limit, length=len(error["input"]))
     expected = _EXPECTED_TYPES.get(error["type"])
     if expected is not None:  # OpenAI's words for a value of the wrong JSON type
         return InvalidRequestError(
@@ -180,6 +183,21 @@ def _invalid_request(errors: Sequence[ErrorDetails]) -> InvalidRequestError:
     return InvalidRequestError(
         f"Invalid value for {quoted(param)}: {error['msg']}.", param=param, code="invalid_value"
     )
+
+
+def _array_too_long(param: str | None, *, limit: int | None, length: int) -> InvalidRequestError:
+    """OpenAI's words for a list over its limit."""
+    return InvalidRequestError(
+        f"Invalid {quoted(param)}: array too long. Expected an array with maximum length "
+        f"{limit}, but got an array with length {length} instead.",
+        param=param,
+        code="array_above_max_length",
+    )
+
+
+def _too_many_tools(count: int) -> InvalidRequestError:
+    """A request's ``tools`` with those its ``additional_tools`` items add: over OpenAI's limit."""
+    return _array_too_long("tools", limit=MAX_TOOLS, length=count)
 
 
 _EXPECTED_TYPES = {
@@ -386,6 +404,8 @@ def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequ
             continue
         try:
             added += parse_body(ToolList, {"tools": item.tools}).tools
+            if len(request.tools) + len(added) > MAX_TOOLS:  # the request's tools and all added
+                raise _too_many_tools(len(request.tools) + len(added))
         except InvalidRequestError as exc:
             param = f"input.{index}" + (f".{exc.param}" if exc.param else "")
             raise InvalidRequestError(exc.message, param=param, code=exc.code) from None

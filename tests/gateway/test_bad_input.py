@@ -228,3 +228,50 @@ def test_bad_input_duplicate_tool_names_are_400(web: FlaskClient) -> None:
     error = error_of(web.post("/v1/responses", json=body), 400)
 
     assert (error.param, error.code) == ("tools.1.name", "duplicate_tool_name")
+
+
+def _functions(count: int) -> list[dict[str, object]]:
+    return [{"type": "function", "name": f"f{n}", "parameters": {}} for n in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": _functions(129)}, "tools"),
+        ({"tools": _functions(250_000)}, "tools"),  # 14.6 MB: held its process 9.7 s before
+        ({"input": [{"type": "additional_tools", "tools": _functions(129)}]}, "input.0.tools"),
+    ],
+)
+def test_bad_input_more_tools_than_openai_takes_are_400_as_openai_says(
+    web: FlaskClient, body: dict[str, object], param: str
+) -> None:
+    """OpenAI's limit, in its words. Each tool is echoed in every event of the response.
+
+    Before, any number was taken.
+    """
+    count = len(body.get("tools") or body["input"][0]["tools"])  # type: ignore[index]
+    # an item's error names the field in the item (``param``: its place in the request)
+
+    error = error_of(web.post("/v1/responses", json={"model": "m", "input": "hi", **body}), 400)
+
+    assert (error.param, error.code) == (param, "array_above_max_length")
+    assert error.message == (
+        "Invalid 'tools': array too long. Expected an array with maximum length 128, but got an "
+        f"array with length {count} instead."
+    )
+
+
+def test_bad_input_tools_at_openai_bounds_are_accepted(web: FlaskClient) -> None:
+    created = create_in_background(web, tools=_functions(128))
+    assert len(created.tools) == 128
+
+
+def test_bad_input_added_tools_count_with_the_request_s_own(web: FlaskClient) -> None:
+    """The request's 100 tools and the 29 an ``additional_tools`` item adds are 129."""
+    added = {"type": "additional_tools", "tools": _functions(129)[100:]}
+    body = {"model": "m", "input": [added], "tools": _functions(100)}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == ("input.0.tools", "array_above_max_length")
+    assert "but got an array with length 129 instead" in error.message
