@@ -19,14 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from app import cooperation
-from app.protocol.items import InputItem
-
-_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
-"""Input items, validated as a create's ``input`` (or a conversation's ``items``) is."""
+from app.protocol.items import INPUT_ITEMS
 
 
 class BadItems(Exception):
@@ -107,7 +104,7 @@ class _Place:
 
 def _validated(items: Sequence[Any], place: _Place) -> list[Any]:
     try:
-        return _ITEMS.validate_python(items)
+        return INPUT_ITEMS.validate_python(items)
     except ValidationError as exc:
         raise BadItems([place.locate(error) for error in exc.errors(include_url=False)]) from None
 
