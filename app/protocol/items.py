@@ -475,8 +475,23 @@ class CodeInterpreterCallItem(_Strict):
     status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
 
 
+class ItemReference(_Strict):
+    """An item of a stored response, named by its id (``app.references`` puts the item here).
+
+    The SDK's ``type`` is optional: an item of an ``id`` alone is a reference.
+    """
+
+    type: Literal["item_reference"] = "item_reference"
+    id: str = Field(min_length=1, max_length=256)
+
+
+ITEM_REFERENCE = "item_reference"
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
+        if value.keys() == {"id"}:
+            return ITEM_REFERENCE
         return str(value.get("type", "message"))
     return str(getattr(value, "type", "message"))
 
@@ -521,7 +536,8 @@ InputItem = Annotated[
     | Annotated[ComputerCallItem, Tag("computer_call")]
     | Annotated[ComputerCallOutputItem, Tag("computer_call_output")]
     | Annotated[ToolSearchCallItem, Tag("tool_search_call")]
-    | Annotated[ToolSearchOutputItem, Tag("tool_search_output")],
+    | Annotated[ToolSearchOutputItem, Tag("tool_search_output")]
+    | Annotated[ItemReference, Tag(ITEM_REFERENCE)],
     Discriminator(
         _item_type,
         custom_error_type="invalid_item_type",
@@ -575,13 +591,30 @@ def reasoning_item(item_id: str, *, text: str | None, status: str) -> dict[str, 
 def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
     """A deterministic item id: a re-run turn names its items as the first run did.
 
-    Its 24 hex digits are the turn's tag (8, the same for every item of one model turn) and
-    the item's own digest (16): :func:`turn_tag` reads which items one model turn produced,
-    wherever they travel (a later response's chain, a client's resent history).
+    Its first 8 hex digits are the turn's tag (the same for every item of one model turn):
+    :func:`turn_tag` reads which items one model turn produced, wherever they travel (a later
+    response's chain, a client's resent history). Then the item's output index (8), then the
+    response id's 48 digits (:func:`item_of_response`: an ``item_reference`` is read there).
     """
     tag = turn_tag_of(response_id, turn)
     own = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=8).hexdigest()
-    return f"{prefix}_{tag}{own}"
+    return item_of_response(prefix, response_id, f"{tag}{index:08x}", fallback=f"{tag}{own}")
+
+
+def item_of_response(prefix: str, response_id: str, own: str, *, fallback: str) -> str:
+    """``prefix``, then ``own`` (16 hex digits) and the 48 of the fleet's ``response_id``.
+
+    The id names the response that made the item (:func:`response_of_item`). ``fallback``:
+    the digits after ``prefix`` for a response id not of the fleet's making (a test's own).
+    """
+    digits = _FLEET_RESPONSE_ID.fullmatch(response_id)
+    return f"{prefix}_{own}{digits.group(1)}" if digits else f"{prefix}_{fallback}"
+
+
+def response_of_item(item_id: str) -> str | None:
+    """The response whose output holds the item ``item_id`` (:func:`item_of_response`)."""
+    found = _ITEM_OF_RESPONSE.fullmatch(item_id)
+    return f"resp_{found.group(1)}" if found else None
 
 
 def turn_tag_of(response_id: str, turn: int) -> str:
@@ -589,7 +622,10 @@ def turn_tag_of(response_id: str, turn: int) -> str:
     return hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
 
 
-_ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})[0-9a-f]{16}")
+_FLEET_RESPONSE_ID = re.compile(r"resp_([0-9a-f]{48})")
+_ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})(?:[0-9a-f]{16}|[0-9a-f]{56})")
+"""An id of :func:`item_id`: its response's (a fleet's id) or not (24 digits)."""
+_ITEM_OF_RESPONSE = re.compile(r"[a-z]+_[0-9a-f]{16}([0-9a-f]{48})")
 
 
 def is_user_message(item: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from app.protocol import events as ev
-from app.protocol.items import function_call_item
+from app.protocol.items import function_call_item, item_of_response
 from app.tools.base import ToolCall, ToolDefinition, ToolResult
 from app.tools.transcript import group_turns
 
@@ -28,9 +28,9 @@ ItemView = Callable[[Item, Sequence[Item]], list[Item]]
 
 
 def result_item_id(response_id: str, call_id: str) -> str:
-    """The id of the ``function_call_output`` item that answers ``call_id``."""
-    digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12)
-    return f"fco_{digest.hexdigest()}"
+    """The id of the ``function_call_output`` item answering ``call_id`` (it names its response)."""
+    digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12).hexdigest()
+    return item_of_response("fco", response_id, digest[:16], fallback=digest)
 
 
 class CallPresenter(Protocol):

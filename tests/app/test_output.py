@@ -1,4 +1,5 @@
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,6 +11,7 @@ from openai.types.responses import (
 )
 
 from app.output import OutputBuilder, TurnOutput, item_id
+from app.protocol.items import response_of_item, turn_tag, turn_tag_of
 from app.protocol.response import Usage
 from app.providers.chunks import (
     Chunk,
@@ -19,8 +21,10 @@ from app.providers.chunks import (
     ToolCallDelta,
     UsageReport,
 )
+from app.responses import new_response_id
 from app.sink import EventSink
 from app.store import ResponseStore
+from app.tools.presenters import result_item_id
 from tests.support.responses import stored_response
 
 
@@ -242,6 +246,25 @@ def test_output_builder_item_ids_are_deterministic(store: ResponseStore) -> None
     assert first.calls[0]["call_id"] == again.calls[0]["call_id"]
     assert first.calls[0]["call_id"].startswith("call_")
     assert item_id("msg", rid, 1, 3) != item_id("msg", f"{rid}x", 1, 3)
+
+
+def test_an_item_id_names_its_response_and_its_turn() -> None:
+    """An ``item_reference`` is read from the response its id names (``app.references``)."""
+    rid = new_response_id()
+    ids = [item_id("msg", rid, 3, 0), item_id("fc", rid, 3, 1), result_item_id(rid, "call_1")]
+
+    assert all(re.fullmatch(r"[a-z]+_[0-9a-f]{64}", iid) for iid in ids)  # OpenAPI: 1..64
+    assert {response_of_item(iid) for iid in ids} == {rid}
+    assert (
+        turn_tag(ids[0])
+        == turn_tag(ids[1])
+        == turn_tag_of(rid, 3)
+        != turn_tag(item_id("msg", rid, 4, 0))
+    )
+    # an id of a test's own making: the tag, no response
+    assert turn_tag(item_id("msg", "resp_test", 3, 0)) == turn_tag_of("resp_test", 3)
+    assert response_of_item(item_id("msg", "resp_test", 3, 0)) is None
+    assert response_of_item(result_item_id("resp_test", "call_1")) is None
 
 
 def _logprob(token: str, logprob: float, *tops: dict[str, Any]) -> dict[str, Any]:
