@@ -21,7 +21,12 @@ from app.errors import AppError, InvalidRequestError
 from app.jobs import JobQueue, checked_body, fail_job, run_job, start_job
 from app.limits import Caller
 from app.protocol.items import is_user_message
-from app.responses import new_response_id, normalise_input, parse_request
+from app.responses import (
+    new_response_id,
+    normalise_input,
+    parse_request,
+    with_items_referenced,
+)
 from app.run import RunDeps
 from app.sealing import check_sealed_items
 from app.store import ResponseStore
@@ -59,7 +64,7 @@ def start_compaction(
     caller = caller or Caller(Tenant(name=OPEN_TENANT))
     tenant = caller.tenant.name
     body = checked_body(body, COMPACT_FIELDS)
-    request = parse_request(body)
+    request = with_items_referenced(store, parse_request(body), tenant)
     if not request.model:
         raise InvalidRequestError(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"

@@ -256,8 +256,8 @@ def check_item_ids(items: Sequence[Item], *, held_ids: Iterable[str] = (), param
 def duplicate_item(item_id: str, *, param: str) -> InvalidRequestError:
     """OpenAI's 400 for an item whose id the conversation (or the request) has already."""
     return InvalidRequestError(
-        f"Duplicate item found with id {quoted(item_id)}. Remove duplicate items from your "
-        "input and try again.",
+        f"Duplicate item found with id {quoted(item_id, limit=128)}. Remove duplicate items from "
+        "your input and try again.",
         param=param,
     )
 

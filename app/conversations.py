@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any, get_args
 
-from app import cooperation
+from app import cooperation, references
 from app.conversation import (
     OWNER_FIELD,
     check_conversation_id,
@@ -46,7 +46,7 @@ def create_conversation(
 ) -> dict[str, Any]:
     """``POST /v1/conversations``: a new conversation with its first items, owned by ``tenant``."""
     request = parse_with_items(CreateConversationRequest, body)
-    items = _stored_items(request.items or [])
+    items = _stored_items(store, request.items or [], tenant=tenant)
     check_item_ids(items, param="items")
     conversation = {
         "id": new_conversation_id(),
@@ -99,7 +99,7 @@ def add_items(
     """
     request = parse_with_items(AddItemsRequest, body)
     retrieve_conversation(store, conversation_id, tenant=tenant)
-    items = _stored_items(request.items)
+    items = _stored_items(store, request.items, tenant=tenant)
     check_item_ids(items, param="items")
     appended = store.append_to_conversation(conversation_id, items)
     if appended.conversation is None:
@@ -180,7 +180,11 @@ def item_list(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
     }
 
 
-def _stored_items(items: list[InputItem]) -> list[dict[str, Any]]:
+def _stored_items(
+    store: ResponseStore, items: list[InputItem], *, tenant: str
+) -> list[dict[str, Any]]:
+    """``items`` as a conversation keeps them, each ``item_reference`` the item it names."""
+    items = references.resolved(store, items, owner=tenant, param="items")
     dumped = [item.model_dump(mode="json", exclude_none=True) for item in cooperation.each(items)]
     return normalise_items(dumped)
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, to_jsonable_python
 
-from app import cooperation, validation
+from app import cooperation, references, validation
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, conversation_history
@@ -27,6 +27,7 @@ from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
 from app.protocol.client_tools import HOSTED_TOOL_TYPES
 from app.protocol.items import (
+    ITEM_REFERENCE,
     SETTINGS_ITEMS,
     AdditionalToolsItem,
     check_compaction_trigger,
@@ -233,6 +234,7 @@ def _json_type(value: Any) -> str:
 _DISCRIMINATOR_TAGS = frozenset(
     {
         *_ITEM_PREFIX,
+        ITEM_REFERENCE,
         *("input_text", "input_image", "input_file", "output_text", "refusal"),
         *("function", "allowed_tools", "mcp", "code_interpreter", "file_search"),
         *("web_search_preview", "image_generation"),
@@ -365,7 +367,7 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
         InvalidRequestError: the request is not one the fleet would run, or continues what
             ``tenant`` does not own.
     """
-    request = _with_additional_tools(parse_request(body))
+    request = _with_additional_tools(with_items_referenced(store, parse_request(body), tenant))
     model = _model_of(request, settings)
     inputs = normalise_input(request)
     check_sealed_items(store, settings, inputs, owner=tenant)
@@ -387,6 +389,20 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
     return PreparedResponse(
         request=request, response=response, inputs=inputs, history=history, extra=extra
     )
+
+
+def with_items_referenced(
+    store: ResponseStore, request: CreateResponseRequest, tenant: str
+) -> CreateResponseRequest:
+    """The request with each ``item_reference`` of its input the item it names.
+
+    Raises:
+        NotFoundError: a reference names no item ``tenant`` can read (:mod:`app.references`).
+    """
+    if isinstance(request.input, str):
+        return request
+    items = references.resolved(store, request.input, owner=tenant, param="input")
+    return request if items is request.input else request.model_copy(update={"input": items})
 
 
 def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequest:

@@ -471,11 +471,14 @@ class Records(ConversationBlocks):
 
     def load(self, response_id: str) -> StoredResponse | None:
         """The record with its owner, or None when unknown, expired or deleted."""
-        *fields, owner = self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner")
-        stored = stored_response(fields)
-        if stored is None or owner is None:  # no owner: created while the fleet was open
-            return stored
-        return replace(stored, owner=text(owner))
+        return _owned(self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner"))
+
+    def load_many(self, response_ids: Sequence[str]) -> list[StoredResponse | None]:
+        """:meth:`load` of each of ``response_ids``, in one round trip (one a node on a cluster)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for response_id in response_ids:
+            pipe.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner")
+        return [_owned(fields) for fields in cooperation.each(pipe.execute())]
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
@@ -492,6 +495,15 @@ class Records(ConversationBlocks):
     def inputs(self, response_id: str) -> list[dict[str, Any]]:
         """The response's own input items, in order (a batch a call, a batch a parse)."""
         return json_items(self.read_list(self.keys.inputs(response_id)))
+
+
+def _owned(fields: Sequence[Any]) -> StoredResponse | None:
+    """A record's :data:`RECORD_FIELDS` and its owner as read by HMGET (None: no record)."""
+    *recorded, owner = fields
+    stored = stored_response(recorded)
+    if stored is None or owner is None:  # no owner: created while the fleet was open
+        return stored
+    return replace(stored, owner=text(owner))
 
 
 def _started(response: ResponseObject) -> str:

@@ -63,15 +63,22 @@ def test_summary_events_follow_the_open_responses_schemas(fleet: Fleet) -> None:
 def a_reasoned_first_turn(
     client: openai.OpenAI, sim_recorder: Recorder
 ) -> tuple[list[dict[str, Any]], Any, Response]:
-    """A stateless first turn that reasoned: what the simulator is sent from then on (watched by
-    the question's marker), the question, and the response."""
+    """A stateless first turn that reasoned (:func:`a_first_turn`)."""
+    return a_first_turn(client, sim_recorder, "why [reason]", **STATELESS)
+
+
+def a_first_turn(
+    client: openai.OpenAI, sim_recorder: Recorder, text: str, **create: Any
+) -> tuple[list[dict[str, Any]], Any, Response]:
+    """A first turn asking ``text`` (``create``: the rest of its request): what the simulator is
+    sent from then on (watched by the question's marker), the question, and the response."""
     marker = uuid.uuid4().hex
     sent = sim_recorder.watch(marker)
-    question: Any = {"role": "user", "content": f"{marker} why [reason]"}
+    question: Any = {"role": "user", "content": f"{marker} {text}"}
     return (
         sent,
         question,
-        client.responses.create(model="antwort-sim", input=[question], **STATELESS),
+        client.responses.create(model="antwort-sim", input=[question], **create),
     )
 
 

@@ -1,0 +1,86 @@
+"""``item_reference`` input items: each replaced by the stored item it names.
+
+A client that keeps its transcript may name a stored response's output item instead of sending
+it again: the Vercel AI SDK does so for every earlier assistant message, reasoning item and
+tool call while ``store`` is on (its default). The item the fleet made names its response (its
+id ends with the response id's digits, :func:`app.protocol.items.response_of_item`), so a
+reference is read from that response's record: one round trip for all of a request's
+references, no index to keep. The item then takes the reference's place as if the client had
+sent it, checked as such.
+
+An item is found only in a response its tenant could read (owned, stored, not expired or
+deleted): otherwise the request is a 404 in OpenAI's words, the same whatever the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import cooperation, validation
+from app.errors import InvalidRequestError, NotFoundError, quoted
+from app.protocol.items import ItemReference, response_of_item
+from app.store import ResponseStore, StoredResponse
+
+UNSTORED_HINT = (
+    " Items are not persisted when `store` is set to false. Try again with `store` set to "
+    "true, or remove this item from your input."
+)
+"""OpenAI's words after the message when the item's response was made with ``store: false``."""
+
+
+def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) -> list[Any]:
+    """``items`` (validated input items), each reference replaced by the item it names.
+
+    ``items`` itself when it holds no reference.
+
+    Raises:
+        NotFoundError: a reference names no item ``owner`` can read (``param``: the list).
+        InvalidRequestError: it names an item that is not an input item.
+    """
+    places = [
+        index
+        for index, item in enumerate(cooperation.each(items))
+        if isinstance(item, ItemReference)
+    ]
+    if not places:
+        return items
+    ids = [items[index].id for index in places]
+    wanted = sorted({rid for item_id in ids if (rid := response_of_item(item_id)) is not None})
+    records = dict(zip(wanted, store.load_many(wanted), strict=True))
+    found = [_stored_item(records, item_id, owner=owner, param=param) for item_id in ids]
+    try:
+        checked = validation.validated_items(found, param=param)
+    except validation.BadItems as exc:
+        item_id = ids[int(exc.errors[0]["loc"][1])]
+        raise InvalidRequestError(
+            f"Item with id {quoted(item_id, limit=256)} cannot be given as input.", param=param
+        ) from None
+    replaced = list(items)
+    for index, item in zip(places, checked, strict=True):
+        replaced[index] = item
+    return replaced
+
+
+def _stored_item(
+    records: dict[str, StoredResponse | None], item_id: str, *, owner: str, param: str
+) -> dict[str, Any]:
+    """The output item ``item_id`` of a record ``owner`` may read.
+
+    Raises:
+        NotFoundError: there is none.
+    """
+    response_id = response_of_item(item_id)
+    stored = records.get(response_id) if response_id is not None else None
+    if stored is None or stored.owner != owner:
+        raise item_not_found(item_id, param=param)
+    if not stored.response.store:
+        raise item_not_found(item_id, param=param, hint=UNSTORED_HINT)
+    for item in stored.response.output:
+        if item.get("id") == item_id:
+            return item
+    raise item_not_found(item_id, param=param)
+
+
+def item_not_found(item_id: str, *, param: str, hint: str = "") -> NotFoundError:
+    """OpenAI's 404 for a reference to no item the caller can read."""
+    return NotFoundError(f"Item with id {quoted(item_id, limit=256)} not found.{hint}", param=param)

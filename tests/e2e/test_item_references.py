@@ -1,0 +1,88 @@
+"""``item_reference`` input items on the real fleet, as the Vercel AI SDK sends a chat.
+
+With ``store`` on (its default), the AI SDK sends the user's messages and tool results again
+each turn, and names every earlier assistant message, reasoning item and tool call by its id
+alone. The simulator's recorder shows what the model was sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.test_reasoning import a_first_turn
+from tests.support.recording import Recorder
+
+WEATHER: Any = {
+    "type": "function",
+    "name": "weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def reference(item: Any) -> dict[str, str]:
+    return {"type": "item_reference", "id": item.id}
+
+
+def test_a_chat_naming_its_earlier_turns_by_reference_reaches_the_model_whole(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    sent, question, first = a_first_turn(client, sim_recorder, "why [reason]")
+    reasoning, answer = first.output
+
+    second = client.responses.create(
+        model="antwort-sim",
+        input=[
+            question,
+            reference(reasoning),
+            reference(answer),
+            {"role": "user", "content": "and?"},
+        ],
+    )
+
+    assert second.status == "completed"
+    assistant = sent[1]["messages"][1]
+    assert assistant["reasoning_content"] == reasoning.content[0].text  # type: ignore[union-attr,index]
+    assert assistant["content"] == first.output_text
+    listed = client.responses.input_items.list(second.id, order="asc").data
+    assert [item.id for item in listed[1:3]] == [reasoning.id, answer.id]
+    assert listed[2].model_dump(exclude_none=True) == answer.model_dump(exclude_none=True)
+
+
+def test_a_referenced_tool_call_and_its_result_reach_the_model(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    sent, question, first = a_first_turn(
+        client, sim_recorder, '[call weather {"city": "Oslo"}]', tools=[WEATHER]
+    )
+    [call] = first.output
+    assert call.type == "function_call"
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}
+
+    second = client.responses.create(
+        model="antwort-sim", input=[question, reference(call), result], tools=[WEATHER]
+    )
+
+    assert second.status == "completed"
+    called, answered = sent[1]["messages"][1:3]
+    [tool_call] = called["tool_calls"]
+    assert (tool_call["id"], tool_call["function"]["name"]) == (call.call_id, "weather")
+    assert (answered["role"], answered["content"]) == ("tool", "Sunny, 21 C")
+
+
+def test_a_reference_to_an_unstored_response_s_item_is_openai_s_404(
+    client: openai.OpenAI,
+) -> None:
+    first = client.responses.create(model="antwort-sim", input="hello", store=False)
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.create(
+            model="antwort-sim",
+            input=[{"role": "user", "content": "hi"}, reference(first.output[0])],
+        )
+
+    message = raised.value.body["message"]  # type: ignore[index]
+    assert message.startswith(f"Item with id '{first.output[0].id}' not found. Items are not")
