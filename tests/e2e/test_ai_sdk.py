@@ -1,0 +1,80 @@
+"""The Vercel AI SDK, unmodified, against the fleet: a chat of two turns with a tool it runs.
+
+The SDK (npm ``ai`` and ``@ai-sdk/openai``, pinned in the Makefile, installed into
+``.venv/node`` by ``make test``) speaks the Responses API with ``store`` on, its default. From
+its second request on it names every earlier reasoning item and assistant message by an
+``item_reference`` alone, even between the steps of one ``generateText`` (a tool's result
+goes back with a reference to the reasoning that called it). ``fixtures/ai_sdk_chat.mjs``
+runs the chat; its ``fetch`` keeps a copy of each request body for the test to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.conftest import Fleet
+from tests.support.recording import Recorder
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / ".venv" / "node" / "node_modules"
+SCRIPT = Path(__file__).parent / "fixtures" / "ai_sdk_chat.mjs"
+
+pytestmark = pytest.mark.skipif(
+    not (MODULES / "@ai-sdk" / "openai").exists(), reason="AI SDK not installed: `make ai-sdk`"
+)
+
+
+def ai_sdk_chat(fleet: Fleet, tmp_path: Path, marker: str) -> dict[str, Any]:
+    """What the script printed: both answers, every step's response id, each request's body."""
+    shutil.copy(SCRIPT, tmp_path / SCRIPT.name)
+    (tmp_path / "node_modules").symlink_to(MODULES)  # an ES module finds packages beside it
+    ran = subprocess.run(
+        ["node", str(tmp_path / SCRIPT.name), f"{fleet.base_url}/v1", marker],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANTWORT_API_KEY": "unused"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    chat: dict[str, Any] = json.loads(ran.stdout)
+    return chat
+
+
+def test_ai_sdk_chat_with_a_tool_names_its_earlier_items_and_the_model_sees_them(
+    fleet: Fleet, client: openai.OpenAI, sim_recorder: Recorder, tmp_path: Path
+) -> None:
+    marker = uuid.uuid4().hex
+    to_model = sim_recorder.watch(marker)
+
+    chat = ai_sdk_chat(fleet, tmp_path, marker)
+
+    assert chat["answers"][0] == "Tool results: Sunny in Oslo"
+    assert chat["answers"][1].startswith("Simulated answer to: and?")
+    called, answered, asked = (client.responses.retrieve(rid) for rid in chat["responses"])
+    reasoning, call = called.output
+    named = [
+        [item["id"] for item in body["input"] if item.get("type") == "item_reference"]
+        for body in chat["sent"]
+    ]
+    assert named == [[], [reasoning.id], [reasoning.id, *(item.id for item in answered.output)]]
+    # the step after the tool: its call and reasoning, as the model produced them
+    assistant, result = to_model[1]["messages"][1:3]
+    assert assistant["reasoning_content"] == reasoning.content[0].text  # type: ignore[union-attr,index]
+    assert assistant["tool_calls"][0]["id"] == call.call_id  # type: ignore[union-attr]
+    assert (result["role"], result["content"]) == ("tool", "Sunny in Oslo")
+    # the next question: the first turn's answer came back from its reference
+    answer, question = to_model[2]["messages"][3:5]
+    assert (answer["role"], answer["content"]) == ("assistant", "Tool results: Sunny in Oslo")
+    assert answer["reasoning_content"] == answered.output[0].content[0].text  # type: ignore[union-attr,index]
+    assert question == {"role": "user", "content": "and?"}
+    listed = client.responses.input_items.list(asked.id, order="asc").data
+    assert [item.id for item in listed[4:6]] == [item.id for item in answered.output]
