@@ -160,6 +160,7 @@ def to_chat_messages(
     A call the history leaves unanswered (a client went on without sending its output) gets a
     ``tool`` message saying so (:data:`UNANSWERED`) before the next message: OpenAI's API, and
     servers that hold a chat to its template, refuse calls that no ``tool`` message follows.
+    Its result sent later, after other items, takes that message's place.
     ``after``: the messages ``items`` come after, translated apart (a prepared prefix's, which
     ends before a turn break; ``instructions`` are then its, not these items'): the calls they
     leave unanswered are answered here.
@@ -176,15 +177,23 @@ def to_chat_messages(
         items = items[count:]
     reasoning: list[str] = []
     media: list[dict[str, Any]] = []  # images and files of the results just translated
+    unanswered_at: dict[str, int] = {}  # where a call left unanswered here got its placeholder
     for item in items:
         if item.get("type") == "reasoning":
             reasoning += [part.get("text", "") for part in item.get("content") or []]
             continue
         if _ends_the_calls(messages, item):
-            _answer_unanswered(messages)
+            unanswered_at |= _answer_unanswered(messages)
         if media and item.get("type") != "function_call_output":
             messages.append({"role": "user", "content": media})
             media = []
+        if item.get("type") == "function_call_output" and item["call_id"] in unanswered_at:
+            # a result sent after other items (the AI SDK resends the question before it in a
+            # conversation): in its call's place, as a chat wants it
+            messages[unanswered_at.pop(item["call_id"])] = _tool_message(messages, item, media)
+            continue
+        if _is_repeated_result(item, messages, after):
+            continue  # the AI SDK in a conversation sends each result again at every step
         count = len(messages)
         _append_item(messages, item, media)
         if len(messages) > count and reasoning and messages[-1]["role"] == "assistant":
@@ -197,6 +206,28 @@ def to_chat_messages(
     return messages[len(borrowed) :]
 
 
+def _is_repeated_result(
+    item: dict[str, Any], messages: Sequence[ChatMessage], after: Sequence[ChatMessage]
+) -> bool:
+    """Whether ``item`` is a result given before, the same, after a message not a result.
+
+    Such a result (its call answered, other messages since) could only come after them,
+    which a chat refuses; the model has it already. Read only then: a result normally follows
+    its call's message or another result.
+    """
+    if item.get("type") != "function_call_output" or not messages:
+        return False
+    if messages[-1]["role"] == "tool" or messages[-1].get("tool_calls"):
+        return False
+    given = _tool_message(messages, item, [])
+    return any(
+        message["role"] == "tool"
+        and message["tool_call_id"] == given["tool_call_id"]
+        and message["content"] == given["content"]
+        for message in (*after, *messages)
+    )
+
+
 def _ends_the_calls(messages: Sequence[ChatMessage], item: dict[str, Any]) -> bool:
     """Whether ``item`` comes after the calls of the last assistant message, not among them."""
     kind = item.get("type", "message")
@@ -206,11 +237,17 @@ def _ends_the_calls(messages: Sequence[ChatMessage], item: dict[str, Any]) -> bo
     return kind == "function_call" and bool(messages) and messages[-1]["role"] == "tool"
 
 
-def _answer_unanswered(messages: list[ChatMessage]) -> None:
-    """A ``tool`` message for each call of the last calling assistant message that has none."""
+def _answer_unanswered(messages: list[ChatMessage]) -> dict[str, int]:
+    """A ``tool`` message for each call of the last calling assistant message that has none.
+
+    Returns where each went, by call id: a result that comes later takes its place.
+    """
     _, unanswered = _unanswered_calls(messages)
+    placed = {}
     for call_id in unanswered:
+        placed[call_id] = len(messages)
         messages.append({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED})
+    return placed
 
 
 def _unanswered_calls(messages: Sequence[ChatMessage]) -> tuple[int, list[str]]:

@@ -157,6 +157,51 @@ def test_to_chat_messages_answers_calls_the_history_left_unanswered() -> None:
     ]
 
 
+def test_to_chat_messages_puts_a_result_sent_after_other_items_in_its_call_s_place() -> None:
+    # the AI SDK in a conversation: the step after its tool resends the question, then the result
+    items = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Look it up."}]},
+        call("call_1", "get_weather", '{"city": "Oslo"}'),
+        call("call_2", "get_weather", '{"city": "Rome"}'),
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
+        {"role": "user", "content": "Weather in Oslo?"},  # and at its next step, the same again
+        {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
+        {"type": "function_call_output", "call_id": "call_3", "output": "not called"},
+    ]
+
+    assert to_chat_messages(None, items) == [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                chat_call("call_1", "get_weather", '{"city": "Oslo"}'),
+                chat_call("call_2", "get_weather", '{"city": "Rome"}'),
+            ],
+            "reasoning_content": "Look it up.",
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": UNANSWERED},
+        {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "not called"},  # as before
+    ]
+
+
+def test_to_chat_messages_leaves_out_a_result_repeated_after_a_prepared_prefix() -> None:
+    question = {"role": "user", "content": "Weather in Oslo?"}
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "rain"}
+    prefix = to_chat_messages(None, [question, call("call_1", "get_weather"), result])
+
+    assert to_chat_messages(None, [question, result], after=prefix) == [
+        {"role": "user", "content": "Weather in Oslo?"}
+    ]
+    changed = {**result, "output": "snow"}  # not the same: the model is shown it, as before
+    assert to_chat_messages(None, [question, changed], after=prefix)[1]["content"] == "snow"
+
+
 def test_to_chat_messages_answers_a_turn_s_unanswered_calls_before_the_next_turn_s() -> None:
     items = [
         {"role": "user", "content": "Go."},
