@@ -72,10 +72,16 @@ class Usage(BaseModel):
 
 
 class ResponseError(BaseModel):
-    """``error`` of a failed response."""
+    """``error`` of a failed response.
+
+    OpenAI's ``code`` and ``message``, with ``type`` and ``param`` as its HTTP errors and the
+    ``error`` event carry them: the Vercel AI SDK refuses a failed response without ``type``.
+    """
 
     code: str
     message: str
+    type: str = "server_error"
+    param: str | None = None
 
 
 class IncompleteDetails(BaseModel):
