@@ -33,12 +33,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def ai_sdk_chat(fleet: Fleet, tmp_path: Path, marker: str) -> dict[str, Any]:
-    """What the script printed: both answers, every step's response id, each request's body."""
+def ai_sdk_chat(fleet: Fleet, tmp_path: Path, marker: str, *mode: str) -> dict[str, Any]:
+    """What the script printed: the answers, every step's response id, each request's body."""
     shutil.copy(SCRIPT, tmp_path / SCRIPT.name)
     (tmp_path / "node_modules").symlink_to(MODULES)  # an ES module finds packages beside it
     ran = subprocess.run(
-        ["node", str(tmp_path / SCRIPT.name), f"{fleet.base_url}/v1", marker],
+        ["node", str(tmp_path / SCRIPT.name), f"{fleet.base_url}/v1", marker, *mode],
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANTWORT_API_KEY": "unused"},
         capture_output=True,
         text=True,
@@ -78,3 +78,41 @@ def test_ai_sdk_chat_with_a_tool_names_its_earlier_items_and_the_model_sees_them
     assert question == {"role": "user", "content": "and?"}
     listed = client.responses.input_items.list(asked.id, order="asc").data
     assert [item.id for item in listed[4:6]] == [item.id for item in answered.output]
+
+
+def test_ai_sdk_steps_in_a_conversation_resending_the_question_and_results_complete(
+    fleet: Fleet, client: openai.OpenAI, sim_recorder: Recorder, tmp_path: Path
+) -> None:
+    """In a conversation the SDK sends, at each step, every item of the chat without an id: the
+    question again, then each result so far. A result after the question is shown to the model
+    in its call's place, and one it was shown before is not shown twice (before: the second
+    step failed, a ``tool`` message after a ``user`` one)."""
+    marker = uuid.uuid4().hex
+    to_model = sim_recorder.watch(marker)
+
+    chat = ai_sdk_chat(fleet, tmp_path, marker, "conversation")
+
+    steps = [client.responses.retrieve(rid) for rid in chat["responses"]]
+    assert [step.status for step in steps] == ["completed"] * 3  # the question calls each time
+    assert [item.get("type", "message") for item in chat["sent"][2]["input"]] == [
+        "message", "function_call_output", "function_call_output"
+    ]  # fmt: skip
+    calls = [step.output[-1].call_id for step in steps[:2]]  # type: ignore[union-attr]
+    roles = [(m["role"], m.get("tool_call_id")) for m in to_model[2]["messages"]]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", calls[0]),
+        ("user", None),
+        ("assistant", None),
+        ("tool", calls[1]),
+        ("user", None),
+    ]
+
+
+def test_ai_sdk_is_told_why_a_response_failed(fleet: Fleet, tmp_path: Path) -> None:
+    """A failed response's ``error`` carries ``type`` (and ``param``) beside OpenAI's ``code``
+    and ``message``, as the SDK's schema wants. Before, the SDK said "Invalid JSON response"."""
+    chat = ai_sdk_chat(fleet, tmp_path, uuid.uuid4().hex, "failure")
+
+    assert chat["error"].startswith("Model server answered 500: Simulated error 500")
