@@ -12,7 +12,9 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e.conftest import Fleet
 from tests.e2e.test_reasoning import a_first_turn
+from tests.e2e.test_websocket import check_response_events, create, open_socket, socket_error
 from tests.support.recording import Recorder
 
 WEATHER: Any = {
@@ -86,3 +88,22 @@ def test_a_reference_to_an_unstored_response_s_item_is_openai_s_404(
 
     message = raised.value.body["message"]  # type: ignore[index]
     assert message.startswith(f"Item with id '{first.output[0].id}' not found. Items are not")
+
+
+def test_a_websocket_create_takes_references_and_refuses_an_unknown_one(
+    fleet: Fleet, client: openai.OpenAI
+) -> None:
+    first = client.responses.create(model="antwort-sim", input="hello")
+    question = {"role": "user", "content": "and?"}
+
+    with open_socket(fleet.base_url) as ws:
+        events = create(ws, model="antwort-sim", input=[reference(first.output[0]), question])
+        unknown = {"type": "item_reference", "id": first.output[0].id[:-1] + "0"}
+        refused = create(ws, model="antwort-sim", input=[unknown, question])
+
+    answered = check_response_events(events)
+    listed = client.responses.input_items.list(answered["id"], order="asc").data
+    assert listed[0].model_dump(exclude_none=True) == first.output[0].model_dump(exclude_none=True)
+    error = socket_error(refused)
+    assert (error["status"], error["param"]) == (404, "input")
+    assert error["message"] == f"Item with id '{unknown['id']}' not found."
