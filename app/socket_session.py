@@ -103,6 +103,10 @@ Lane = str | None
 """A message's ``stream_id``; None: the default lane."""
 
 
+SLOT_CHECK_SECONDS = 1.0
+"""How often a large message waiting for its tenant's slot looks whether its client is there."""
+
+
 class Transport(Protocol):
     """The connection as the session sees it (``simple_websocket.Server`` in the gateway)."""
 
@@ -407,12 +411,12 @@ class SocketSession:
         """Queue ``message`` on its lane, and start the lane's worker if none runs.
 
         A large message is decoded once its tenant has a slot for it
-        (:data:`app.cooperation.DECODED`), waiting at most until the connection's time is up
-        (then it is left unanswered, and the connection ends).
+        (:data:`app.cooperation.DECODED`), waiting while its client is there, at most until the
+        connection's time is up (then it is left unanswered, and the connection ends).
         """
         release = None
         if len(message) >= LARGE_BYTES:
-            release = DECODED.take(self.caller.tenant.name, timeout=self.deadline - self.clock())
+            release = self._slot_for_large(transport)
             if release is None:
                 return
         try:
@@ -444,6 +448,23 @@ class SocketSession:
                 return
             self._lanes[lane] = deque([taken])
         threading.Thread(target=self._work, args=(transport, lane), daemon=True).start()
+
+    def _slot_for_large(self, transport: Transport) -> Callable[[], None] | None:
+        """A slot of its tenant's for a large message (:data:`app.cooperation.DECODED`).
+
+        Waited for while the client is there, at most until the connection's time is up
+        (None: neither lasted). Before, a client that left was noticed only then, its message
+        held meanwhile: an hour by default.
+        """
+        while transport.connected:
+            left = self.deadline - self.clock()
+            if left <= 0:
+                return None
+            wait = min(left, SLOT_CHECK_SECONDS)
+            release = DECODED.take(self.caller.tenant.name, timeout=wait)
+            if release is not None:
+                return release
+        return None
 
     def _work(self, transport: Transport, lane: Lane) -> None:
         """A lane's worker: its messages in order, then it ends (a new one starts with the next)."""

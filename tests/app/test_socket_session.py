@@ -685,6 +685,42 @@ def test_session_decodes_two_of_its_tenant_s_large_messages_while_they_wait_for_
     assert slots.held("team-a") == 0
 
 
+def test_session_stops_waiting_for_a_slot_when_its_client_leaves(
+    make_session: Callable[..., SocketSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large message waits for its tenant's slot while its client is there: before, a client
+    that left was noticed when the connection's time was up (an hour by default), its message
+    held meanwhile."""
+    slots = cooperation.TenantSlots(1)
+    monkeypatch.setattr(socket_session, "DECODED", slots)
+    monkeypatch.setattr(socket_session, "SLOT_CHECK_SECONDS", 0.1)
+    session = make_session(
+        answer("Noted."), max_body_bytes=8 * cooperation.LARGE_BYTES, websocket_max_seconds=600
+    )
+    held = slots.take(session.caller.tenant.name, timeout=0)  # another socket's large message
+    transport = ClosingTransport(create(input="x" * cooperation.LARGE_BYTES))
+    served_error: list[BaseException] = []
+
+    def serve_it() -> None:
+        try:
+            session.serve(transport)
+        except BaseException as exc:
+            served_error.append(exc)
+
+    served = threading.Thread(target=serve_it, daemon=True)
+    served.start()
+    wait_for(lambda: not transport.messages, timeout=10, what="the message read")
+    time.sleep(0.3)  # waiting for the slot
+    transport.connected = False
+
+    served.join(timeout=10)
+    assert not served.is_alive()  # before: until the connection's 600 s were up
+    assert [type(exc) for exc in served_error] == [ConnectionAbortedError]
+    assert transport.sent == [] and slots.held(session.caller.tenant.name) == 1
+    assert held is not None
+    held()
+
+
 @pytest.mark.parametrize(
     "message",
     [
