@@ -11,6 +11,10 @@ fleet writes lost its tail, and the stream was garbage from there on. The gatewa
 client's socket wrapped (:class:`WholeFrames`): every send whole, one at a time, so the reader's
 pings and pongs never land inside one of the session's frames either.
 
+**Read-ahead.** The reader reads the client's messages ahead of the session only while those
+waiting take less than ``max_body_bytes`` (:class:`ReadAhead`); then the client's sends wait in
+its socket until the session takes one.
+
 **Keepalive.** The reader pings its socket every ``keepalive_seconds`` and closes one whose
 client left the last ping unanswered (1008). Under gevent it waits for its socket with a watcher
 of its own (:class:`ReadableOrTimeout`) rather than gevent's general selector: an idle socket's
@@ -33,6 +37,7 @@ import time
 import weakref
 from typing import Any
 
+import gevent
 from flask import Blueprint, Flask, Response, current_app, request
 from gevent import monkey
 from gevent.hub import Waiter, get_hub
@@ -140,21 +145,66 @@ class ReadableOrTimeout:
             _SELECTORS.pop(self._key.fileobj, None)
 
 
-class WholeFrames:
-    """The client's socket as simple-websocket writes to it: each send whole, one at a time.
+class ReadAhead:
+    """How far simple-websocket's reader may read a client's messages ahead of its session.
 
-    Everything else (``recv``, ``fileno``, ``close`` …) is the socket's own.
+    The reader reads its socket all the time and keeps each whole message it reads
+    (``Server.input_buffer``) until the session asks for the next one. The session asks only
+    while it has room (``websocket_max_pending`` messages, ``max_body_bytes``), but the reader
+    kept reading: a client that sent 60 messages of 4 MB while its responses ran had 240 MB
+    held in the gateway. Now the reader reads on only while the messages waiting there take
+    fewer than ``max_bytes`` (characters); else the client's sends wait in its socket (TCP's
+    own back-pressure), and no message is lost. Small messages are not counted: a client may
+    queue many (a client that cannot read while a send of its waits would wait for good).
+    """
+
+    def __init__(self, server: Server, *, max_bytes: int) -> None:
+        self.server = server
+        self.max_bytes = max_bytes
+        self.is_over = False
+        """The connection is over: the reader reads on, to its end."""
+
+    def is_full(self) -> bool:
+        """Whether the messages read and not yet asked for fill what may wait."""
+        waiting = self.server.input_buffer
+        if self.is_over or not waiting:
+            return False
+        return sum(map(len, waiting)) >= self.max_bytes
+
+    def wait_for_room(self) -> None:
+        """Until the session asks for a message that waits (looked at every 50 ms meanwhile)."""
+        while self.is_full():
+            gevent.sleep(_READ_AHEAD_POLL_SECONDS)
+
+
+_READ_AHEAD_POLL_SECONDS = 0.05
+
+
+class WholeFrames:
+    """The client's socket as simple-websocket uses it: each send whole, one at a time.
+
+    It reads only while its session has room for more (:class:`ReadAhead`). Everything else
+    (``fileno``, ``close`` …) is the socket's own.
     """
 
     def __init__(self, sock: Any):
         self.raw = sock
         self._sending = Semaphore()  # a greenlet's wait for the client lets the others run
+        self.read_ahead: ReadAhead | None = None
+        """Set once the connection's server exists (:func:`responses_socket`)."""
 
     def send(self, data: bytes, flags: int = 0) -> int:
         """Send all of ``data`` (waiting for the client as long as it takes); its length."""
         with self._sending:
             self.raw.sendall(data, flags)
         return len(data)
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        """Up to ``size`` bytes from the client, once its session has room for more."""
+        if self.read_ahead is not None:
+            self.read_ahead.wait_for_room()
+        data: bytes = self.raw.recv(size, flags)
+        return data
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
@@ -199,6 +249,9 @@ def responses_socket() -> Served:
     if not gw.settings.websocket_deflate:  # no offer seen, none accepted
         environ = {k: v for k, v in environ.items() if k != "HTTP_SEC_WEBSOCKET_EXTENSIONS"}
     ws = Server(environ, **current_app.config[_OPTIONS])
+    read_ahead = ReadAhead(ws, max_bytes=gw.settings.max_body_bytes)
+    if isinstance(ws.sock, WholeFrames):  # gunicorn's socket (werkzeug's test server: as it is)
+        ws.sock.read_ahead = read_ahead
     session = SocketSession(
         store=gw.store,
         hub=gw.hub,
@@ -207,13 +260,24 @@ def responses_socket() -> Served:
         caller=Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count),
     )
     # A client that left ends the session by raising; time up or idle, it returns why.
-    with OPEN_STREAMS.labels("websocket").track_inprogress(), contextlib.suppress(ConnectionClosed):
-        close(ws, reason=session.serve(ws))
+    try:
+        with (
+            OPEN_STREAMS.labels("websocket").track_inprogress(),
+            contextlib.suppress(ConnectionClosed),
+        ):
+            close(ws, reason=session.serve(ws), read_ahead=read_ahead)
+    finally:
+        read_ahead.is_over = True  # the reader reads the client's last frames, or its end
     return Served(ws.mode)
 
 
-def close(ws: Server, *, reason: str) -> None:
-    """Send a close frame (1000, ``reason``) and wait until the client answers with its own."""
+def close(ws: Server, *, reason: str, read_ahead: ReadAhead | None = None) -> None:
+    """Send a close frame (1000, ``reason``) and wait until the client answers with its own.
+
+    The reader reads on meanwhile, whatever waits unread (``read_ahead``), to reach it.
+    """
+    if read_ahead is not None:
+        read_ahead.is_over = True
     selector = _SELECTORS.get(ws.sock)
     if selector is not None:  # under gevent: no keepalive ping after the close frame
         selector.hold_timeouts(_CLOSE_TIMEOUT_SECONDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -13,6 +14,7 @@ import httpx
 import openai
 import openresponses_types
 import pytest
+import websockets.asyncio.client
 from openai.types.responses.responses_server_event import ResponseWsError
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -551,3 +553,48 @@ def test_websocket_large_events_reach_a_client_that_reads_late_whole(patient_gat
     finals = [event["response"] for event in events if event["type"] in TERMINAL]
     assert [final["status"] for final in finals] == ["completed"] * 3
     assert all(len(final["output"][0]["content"][0]["text"].split()) == 100_000 for final in finals)
+
+
+def test_websocket_client_flooding_large_messages_waits_in_its_socket_and_loses_none(
+    fleet: Fleet,
+) -> None:
+    """While its responses run, a socket's messages wait unread in the gateway up to
+    ``max_body_bytes``; then the client's sends wait (TCP's back-pressure) until the session
+    takes one. Before, the gateway's reader read and kept all of them: 40 messages of 2 MB,
+    80 MB, while one response ran. Each is answered in order once its turn comes."""
+    flood = 40
+    large = json.dumps({"type": "response.create", "bogus": 1, "input": "y" * (2 << 20)})
+    held = json.dumps(
+        {"type": "response.create", "model": "antwort-sim", "input": "x [ttft_ms=4000]"}
+    )
+
+    async def client(url: str) -> tuple[int, list[str]]:
+        async with websockets.asyncio.client.connect(url, max_size=None, proxy=None) as ws:
+            await ws.send(held)
+            sent = 0
+
+            async def send_all() -> None:
+                nonlocal sent
+                for _ in range(flood):
+                    await ws.send(large)
+                    sent += 1
+
+            sending = asyncio.create_task(send_all())
+            await asyncio.sleep(2.5)  # the response still held
+            sent_while_held = sent
+            answers: list[str] = []
+            while len(answers) < flood + 1:
+                event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+                if event["type"] in TERMINAL or is_socket_error(event):
+                    answers.append(
+                        event["type"] if event["type"] in TERMINAL else event["error"]["code"]
+                    )
+            await sending
+            return sent_while_held, answers
+
+    with fleet.extra_gateway("gateway-read-ahead", ANTWORT_WEBSOCKET_MAX_PENDING="1") as base:
+        sent_while_held, answers = asyncio.run(client(socket_url(base)))
+
+    # the gateway held at most max_body_bytes (16 MB) unread, and the sockets' own buffers some
+    assert sent_while_held < 20, sent_while_held  # before: all 40
+    assert answers == ["response.completed"] + ["unknown_parameter"] * flood
