@@ -18,6 +18,7 @@ from typing import Any
 
 from app import cooperation, validation
 from app.errors import InvalidRequestError, NotFoundError, quoted
+from app.ownership import require_owned
 from app.protocol.items import ItemReference, response_of_item
 from app.store import ResponseStore, StoredResponse
 
@@ -45,9 +46,15 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
     if not places:
         return items
     ids = [items[index].id for index in places]
-    wanted = sorted({rid for item_id in ids if (rid := response_of_item(item_id)) is not None})
+    responses = [response_of_item(item_id) for item_id in ids]
+    wanted = sorted({response_id for response_id in responses if response_id is not None})
     records = dict(zip(wanted, store.load_many(wanted), strict=True))
-    found = [_stored_item(records, item_id, owner=owner, param=param) for item_id in ids]
+    found = [
+        _stored_item(
+            None if response_id is None else records[response_id], item_id, owner=owner, param=param
+        )
+        for item_id, response_id in zip(ids, responses, strict=True)
+    ]
     try:
         checked = validation.validated_items(found, param=param)
     except validation.BadItems as exc:
@@ -62,17 +69,14 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
 
 
 def _stored_item(
-    records: dict[str, StoredResponse | None], item_id: str, *, owner: str, param: str
+    record: StoredResponse | None, item_id: str, *, owner: str, param: str
 ) -> dict[str, Any]:
-    """The output item ``item_id`` of a record ``owner`` may read.
+    """The output item ``item_id`` of ``record``, its response's, if ``owner`` may read it.
 
     Raises:
         NotFoundError: there is none.
     """
-    response_id = response_of_item(item_id)
-    stored = records.get(response_id) if response_id is not None else None
-    if stored is None or stored.owner != owner:
-        raise item_not_found(item_id, param=param)
+    stored = require_owned(record, owner, missing=lambda: item_not_found(item_id, param=param))
     if not stored.response.store:
         raise item_not_found(item_id, param=param, hint=UNSTORED_HINT)
     for item in stored.response.output:

@@ -260,24 +260,17 @@ def responses_socket() -> Served:
         caller=Caller(current_tenant(), gw.limiter, tenants=gw.tenants.count),
     )
     # A client that left ends the session by raising; time up or idle, it returns why.
-    try:
-        with (
-            OPEN_STREAMS.labels("websocket").track_inprogress(),
-            contextlib.suppress(ConnectionClosed),
-        ):
-            close(ws, reason=session.serve(ws), read_ahead=read_ahead)
-    finally:
-        read_ahead.is_over = True  # the reader reads the client's last frames, or its end
+    with OPEN_STREAMS.labels("websocket").track_inprogress(), contextlib.suppress(ConnectionClosed):
+        try:
+            reason = session.serve(ws)
+        finally:  # the session reads no more: the reader reads on, to the client's close or end
+            read_ahead.is_over = True
+        close(ws, reason=reason)
     return Served(ws.mode)
 
 
-def close(ws: Server, *, reason: str, read_ahead: ReadAhead | None = None) -> None:
-    """Send a close frame (1000, ``reason``) and wait until the client answers with its own.
-
-    The reader reads on meanwhile, whatever waits unread (``read_ahead``), to reach it.
-    """
-    if read_ahead is not None:
-        read_ahead.is_over = True
+def close(ws: Server, *, reason: str) -> None:
+    """Send a close frame (1000, ``reason``) and wait until the client answers with its own."""
     selector = _SELECTORS.get(ws.sock)
     if selector is not None:  # under gevent: no keepalive ping after the close frame
         selector.hold_timeouts(_CLOSE_TIMEOUT_SECONDS)

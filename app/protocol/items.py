@@ -597,18 +597,21 @@ def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
     response id's 48 digits (:func:`item_of_response`: an ``item_reference`` is read there).
     """
     tag = turn_tag_of(response_id, turn)
+    named = item_of_response(prefix, response_id, f"{tag}{index:08x}")
+    if named is not None:
+        return named
     own = hashlib.blake2b(f"{response_id}:{turn}:{index}".encode(), digest_size=8).hexdigest()
-    return item_of_response(prefix, response_id, f"{tag}{index:08x}", fallback=f"{tag}{own}")
+    return f"{prefix}_{tag}{own}"  # a response id not of the fleet's making (a test's own)
 
 
-def item_of_response(prefix: str, response_id: str, own: str, *, fallback: str) -> str:
+def item_of_response(prefix: str, response_id: str, own: str) -> str | None:
     """``prefix``, then ``own`` (16 hex digits) and the 48 of the fleet's ``response_id``.
 
-    The id names the response that made the item (:func:`response_of_item`). ``fallback``:
-    the digits after ``prefix`` for a response id not of the fleet's making (a test's own).
+    The id names the response that made the item (:func:`response_of_item`). None when
+    ``response_id`` is not of the fleet's making (a test's own).
     """
     digits = _FLEET_RESPONSE_ID.fullmatch(response_id)
-    return f"{prefix}_{own}{digits.group(1)}" if digits else f"{prefix}_{fallback}"
+    return f"{prefix}_{own}{digits.group(1)}" if digits else None
 
 
 def response_of_item(item_id: str) -> str | None:

@@ -30,7 +30,7 @@ ItemView = Callable[[Item, Sequence[Item]], list[Item]]
 def result_item_id(response_id: str, call_id: str) -> str:
     """The id of the ``function_call_output`` item answering ``call_id`` (it names its response)."""
     digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12).hexdigest()
-    return item_of_response("fco", response_id, digest[:16], fallback=digest)
+    return item_of_response("fco", response_id, digest[:16]) or f"fco_{digest}"
 
 
 class CallPresenter(Protocol):
