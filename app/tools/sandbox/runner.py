@@ -99,6 +99,8 @@ class SandboxRequest:
     """Extra environment variables."""
     files: bytes = b""
     """The work directory to start from (``tar.gz``; empty: an empty directory)."""
+    timeout_seconds: float | None = None
+    """A shorter wall clock than the limits' (a shell call's ``timeout_ms``); None: theirs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,13 +200,22 @@ class Sandbox:
         return outcome
 
     def _run_as(self, uid: int | None, request: SandboxRequest) -> SandboxOutcome:
-        payload = marshal.dumps(self._payload(request), 4)  # version 4: any Python 3 reads it
+        timeout = self._timeout(request)
+        payload = marshal.dumps(self._payload(request, timeout), 4)  # any Python 3 reads v4
         if self.cgroups is None:
-            return self._launch(uid, payload, None)
+            return self._launch(uid, payload, None, timeout=timeout)
         with self.cgroups.run(run_name(secrets.token_hex(6)), self._cgroup_limits) as group:
-            return self._launch(uid, payload, group)
+            return self._launch(uid, payload, group, timeout=timeout)
 
-    def _launch(self, uid: int | None, payload: bytes, group: RunGroup | None) -> SandboxOutcome:
+    def _timeout(self, request: SandboxRequest) -> float:
+        """The run's wall clock: the limits', or the request's if shorter."""
+        if request.timeout_seconds is None:
+            return self.limits.timeout_seconds
+        return max(0.0, min(request.timeout_seconds, self.limits.timeout_seconds))
+
+    def _launch(
+        self, uid: int | None, payload: bytes, group: RunGroup | None, *, timeout: float
+    ) -> SandboxOutcome:
         credentials: dict[str, Any] = (
             {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         )
@@ -238,7 +249,7 @@ class Sandbox:
                 proc,
                 payload,
                 cap=4 * self.limits.max_output_bytes + 2 * self.limits.max_files_bytes + 65536,
-                seconds=self.limits.timeout_seconds + _GRACE_SECONDS,
+                seconds=timeout + _GRACE_SECONDS,
             )
         elapsed = (time.monotonic() - started) * 1000
         if overran:
@@ -252,7 +263,7 @@ class Sandbox:
             return dataclasses.replace(outcome, error=error)
         return outcome
 
-    def _payload(self, request: SandboxRequest) -> dict[str, Any]:
+    def _payload(self, request: SandboxRequest, timeout: float) -> dict[str, Any]:
         limits = self.limits
         return {
             "code": request.code,
@@ -260,7 +271,7 @@ class Sandbox:
             "stdin": request.stdin,
             "env": {"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", **request.env},
             "files": request.files,
-            "timeout_seconds": limits.timeout_seconds,
+            "timeout_seconds": timeout,
             "max_output_bytes": limits.max_output_bytes,
             "max_files_bytes": limits.max_files_bytes,
             "limits": {
