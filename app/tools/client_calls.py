@@ -18,7 +18,7 @@ from app.protocol import events as ev
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.function import answers_check
 from app.tools.kinds import ToolKindSpec
-from app.tools.presenters import append_result, call_view, result_view
+from app.tools.presenters import append_result, call_view, result_item_id, result_view
 
 Item = dict[str, Any]
 
@@ -72,7 +72,13 @@ class FixedCallPresenter:
     def finished(
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
-        item = {
+        item = self.call_item(item_id, call, tool)
+        at = output_index
+        return item, [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+
+    def call_item(self, item_id: str, call: ToolCall, tool: ToolDefinition | None) -> Item:
+        """The call item of a call the model has finished."""
+        return {
             "id": item_id,
             "type": self.item_type,
             "status": "completed",
@@ -80,8 +86,6 @@ class FixedCallPresenter:
             **self.shape.static,
             **self.shape.fields(_object(call.arguments)),
         }
-        at = output_index
-        return item, [ev.output_item_added(at, item), ev.output_item_done(at, item)]
 
     def call_of(self, item: Item) -> ToolCall:
         arguments = json.dumps(self.shape.arguments(item))
@@ -107,7 +111,43 @@ def _object(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def kind_of(shape: CallShape) -> ToolKindSpec:
+class ShellCallPresenter(FixedCallPresenter):
+    """``shell_call`` items: the client's, or the hosted shell's (app/tools/sandbox).
+
+    A hosted call names its container (``environment``); the sandbox's result is a
+    ``shell_call_output`` item after it, one entry per command (``stdout``, ``stderr``,
+    ``outcome``).
+    """
+
+    def call_item(self, item_id: str, call: ToolCall, tool: ToolDefinition | None) -> Item:
+        item = super().call_item(item_id, call, tool)
+        container_id = tool.options.get("container_id") if tool is not None else None
+        if container_id:
+            item["environment"] = {"type": "container_reference", "container_id": container_id}
+        return item
+
+    def answered(
+        self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
+    ) -> tuple[list[Item], list[ev.Event]]:
+        data = result.data or {}
+        entries = data.get("output")
+        if not isinstance(entries, list):  # no run to report (the call timed out, its worker…)
+            entries = [
+                {"stdout": "", "stderr": result.output, "outcome": {"type": "exit", "exit_code": 1}}
+            ]
+        item = {
+            "id": result_item_id(response_id, result.call_id, prefix="sho"),
+            "type": self.shape.output_type,
+            "call_id": result.call_id,
+            "output": entries,
+            "max_output_length": data.get("max_output_length"),
+            "status": "completed",
+        }
+        at = len(output)
+        return [*output, item], [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+
+
+def kind_of(shape: CallShape, presenter: FixedCallPresenter | None = None) -> ToolKindSpec:
     """The kind spec of a fixed client tool."""
     key = shape.output_key
 
@@ -117,7 +157,7 @@ def kind_of(shape: CallShape) -> ToolKindSpec:
     return ToolKindSpec(
         name=shape.kind,
         tool_types=shape.tool_types,
-        presenter=FixedCallPresenter(shape),
+        presenter=presenter or FixedCallPresenter(shape),
         define=shape.definition,
         model_tool=lambda tool: {**shape.definition().chat_tool(), "strict": None},
         views={shape.output_type: view},
@@ -181,7 +221,8 @@ def _shell_action(args: dict[str, Any]) -> Item:
     }
 
 
-def _shell_output(item: Item) -> str:
+def shell_output_text(item: Item) -> str:
+    """What the model reads of a ``shell_call_output`` item."""
     parts = []
     for entry in item["output"]:
         outcome = entry.get("outcome") or {}
@@ -210,7 +251,7 @@ SHELL = CallShape(
     id_prefix="sh",
     fields=_shell_action,
     arguments=lambda item: _without_none(item["action"]),
-    output_text=_shell_output,
+    output_text=shell_output_text,
 )
 
 # -- local_shell -----------------------------------------------------------------------------------
@@ -289,5 +330,10 @@ COMPUTER = CallShape(
     static={"pending_safety_checks": []},
 )
 
-CLIENT_CALL_KINDS = tuple(kind_of(shape) for shape in (APPLY_PATCH, SHELL, LOCAL_SHELL, COMPUTER))
+CLIENT_CALL_KINDS = (
+    kind_of(APPLY_PATCH),
+    kind_of(SHELL, ShellCallPresenter(SHELL)),
+    kind_of(LOCAL_SHELL),
+    kind_of(COMPUTER),
+)
 """The specs of the fixed client tools (app/tools/registry.py lists them)."""

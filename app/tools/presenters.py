@@ -27,10 +27,13 @@ ItemView = Callable[[Item, Sequence[Item]], list[Item]]
 """How a non-call item of a kind is shown to the model (``item, all items`` → model items)."""
 
 
-def result_item_id(response_id: str, call_id: str) -> str:
-    """The id of the ``function_call_output`` item answering ``call_id`` (it names its response)."""
+def result_item_id(response_id: str, call_id: str, prefix: str = "fco") -> str:
+    """The id of the result item answering ``call_id`` (it names its response).
+
+    ``prefix``: the result item type's (``fco``: a ``function_call_output``).
+    """
     digest = hashlib.blake2b(f"{response_id}:{call_id}".encode(), digest_size=12).hexdigest()
-    return item_of_response("fco", response_id, digest[:16]) or f"fco_{digest}"
+    return item_of_response(prefix, response_id, digest[:16]) or f"{prefix}_{digest}"
 
 
 class CallPresenter(Protocol):
