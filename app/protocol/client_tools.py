@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
 )
 
@@ -87,12 +88,22 @@ class ApplyPatchTool(_Strict):
     allowed_callers: Callers = None
 
 
+SHELL_ENVIRONMENTS = ("local", "container_auto", "container_reference")
+
+
 class ShellTool(_Strict):
-    """``shell``: the client runs commands; its ``environment`` is the client's business."""
+    """``shell``: the client runs commands (``local``), or the sandbox does (a container)."""
 
     type: Literal["shell"]
     environment: dict[str, Any] | None = None
     allowed_callers: Callers = None
+
+    @field_validator("environment")
+    @classmethod
+    def _known(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type") not in SHELL_ENVIRONMENTS:
+            raise ValueError(f"environment 'type' must be one of {', '.join(SHELL_ENVIRONMENTS)}")
+        return value
 
 
 class LocalShellTool(_Strict):

@@ -9,6 +9,7 @@ runs the same agent.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from agents import (
     RawResponsesStreamEvent,
     RunConfig,
     Runner,
+    ShellTool,
     ToolSearchTool,
     function_tool,
     set_tracing_disabled,
@@ -477,3 +479,36 @@ def test_agents_context_management_compacts_and_the_next_run_goes_on_from_the_it
     assert kinds == ["function_call", "function_call_output", "compaction", "message"]
     assert any(item.get("type") == "compaction" for item in first.to_input_list())
     assert second.final_output.startswith("Simulated answer to: And tomorrow?")
+
+
+def test_agents_hosted_shell_tool_runs_in_the_fleets_sandbox(fleet: Fleet) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap missing")
+
+    async def body(client: AsyncOpenAI) -> tuple[Any, Any]:
+        shell = Agent(
+            name="assistant",
+            model=OpenAIResponsesModel(model="antwort-sim", openai_client=client),
+            tools=[ShellTool(environment={"type": "container_auto"})],
+        )
+        prompt = 'Go. [call shell {"commands": ["echo 42 > answer.txt; cat answer.txt"]}]'
+        first = await Runner.run(shell, prompt)
+        again = 'And? [call shell {"commands": ["cat answer.txt"]}]'
+        # the whole history sent again (the SDK's default): the same container
+        second = await Runner.run(
+            shell, [*first.to_input_list(), {"role": "user", "content": again}]
+        )
+        return first, second
+
+    first, second = run(fleet, body)
+
+    # before: the fleet paused on the call as the client's, and the SDK, which runs no hosted
+    # shell, asked again until its max_turns
+    assert [type(item).__name__ for item in first.new_items] == [
+        "ToolCallItem",
+        "ToolCallOutputItem",
+        "MessageOutputItem",
+    ]
+    assert first.final_output == "Tool results: 42 [exit 0]"
+    assert second.final_output == "Tool results: 42 [exit 0]"
+    assert len(first.raw_responses) == len(second.raw_responses) == 1

@@ -53,18 +53,18 @@ def test_code_interpreter_turn_runs_code_and_answers_with_its_output(
     assert response.tools[0].type == "code_interpreter"
 
 
-def test_code_interpreter_streams_openais_events(fleet: Fleet) -> None:
-    body = {
-        "model": "antwort-sim",
-        "input": "code_interpreter code=```print('a')\nprint('b')```",
-        "tools": INTERPRETER,
-        "stream": True,
-    }
-    raw = httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60)
-    events = raw_events(raw)
+def streamed(fleet: Fleet, prompt: str, tools: list[Any]) -> list[dict[str, Any]]:
+    """The events of a streamed create, checked: in sequence, each one the SDK knows."""
+    body = {"model": "antwort-sim", "input": prompt, "tools": tools, "stream": True}
+    events = raw_events(httpx.post(f"{fleet.base_url}/v1/responses", json=body, timeout=60))
     check_sequence(events)
     for event in events:
-        STREAM_EVENTS.validate_python(event)  # every event is one the SDK knows
+        STREAM_EVENTS.validate_python(event)
+    return events
+
+
+def test_code_interpreter_streams_openais_events(fleet: Fleet) -> None:
+    events = streamed(fleet, "code_interpreter code=```print('a')\nprint('b')```", INTERPRETER)
     ci_id = next(e["item"]["id"] for e in events if e.get("item", {}).get("type") == CI)
     ci = [e["type"] for e in events if ci_id in (e.get("item_id"), e.get("item", {}).get("id"))]
     assert ci == [
@@ -188,3 +188,88 @@ def test_sandbox_worker_refuses_to_start_without_bubblewrap(redis_url: str) -> N
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "apt-get install bubblewrap" in done.stderr
+
+
+HOSTED_SHELL: list[Any] = [{"type": "shell", "environment": {"type": "container_auto"}}]
+
+
+def run_shell(client: openai.OpenAI, *commands: str, **kwargs: Any) -> Response:
+    call = json.dumps({"commands": list(commands)})
+    return client.responses.create(
+        model="antwort-sim", input=f"Run. [call shell {call}]", tools=HOSTED_SHELL, **kwargs
+    )
+
+
+def test_hosted_shell_runs_the_commands_in_the_chains_container(client: openai.OpenAI) -> None:
+    first = run_shell(client, "echo kept > notes.txt; cat notes.txt", "ls; echo oops >&2; exit 3")
+
+    assert first.status == "completed"
+    assert [item.type for item in first.output] == ["shell_call", "shell_call_output", "message"]
+    call, result, _ = first.output
+    container = call.environment.container_id  # type: ignore[union-attr]
+    assert container.startswith("cntr_")
+    assert first.tools[0].environment.container_id == container  # type: ignore[union-attr]
+    assert result.call_id == call.call_id and result.id.startswith("sho_")  # type: ignore[union-attr]
+    assert [
+        (entry.stdout, entry.stderr, entry.outcome.model_dump())
+        for entry in result.output  # type: ignore[union-attr]
+    ] == [
+        ("kept\n", "", {"type": "exit", "exit_code": 0}),
+        ("notes.txt\n", "oops\n", {"type": "exit", "exit_code": 3}),
+    ]
+    assert first.output_text == "Tool results: kept [exit 0] notes.txt oops [exit 3]"
+    # the code interpreter of the chain reads the shell's files
+    code = client.responses.create(
+        model="antwort-sim",
+        input="code_interpreter code=```print(open('notes.txt').read().strip())```",
+        tools=INTERPRETER,
+        previous_response_id=first.id,
+    )
+    assert the_call(code).container_id == container
+    assert the_call(code).outputs[0].logs == "kept"
+
+
+def test_hosted_shell_streams_its_two_items(fleet: Fleet) -> None:
+    prompt = 'Run. [call shell {"commands": ["echo streamed"], "timeout_ms": 5000}]'
+    events = streamed(fleet, prompt, HOSTED_SHELL)
+    items = [(e["type"], e["item"]["type"], e["output_index"]) for e in events if "item" in e]
+    assert items[:4] == [
+        ("response.output_item.added", "shell_call", 0),
+        ("response.output_item.done", "shell_call", 0),
+        ("response.output_item.added", "shell_call_output", 1),
+        ("response.output_item.done", "shell_call_output", 1),
+    ]
+    done = events[-1]["response"]
+    assert done["status"] == "completed"
+    assert done["output"][1]["output"][0]["stdout"] == "streamed\n"
+
+
+def test_hosted_shell_items_sent_back_as_input_keep_the_container(client: openai.OpenAI) -> None:
+    first = run_shell(client, "echo stateless > kept.txt", store=False)
+    follow = client.responses.create(
+        model="antwort-sim",
+        input=[
+            *[item.to_dict() for item in first.output],  # type: ignore[misc]
+            {"role": "user", "content": 'Again. [call shell {"commands": ["cat kept.txt"]}]'},
+        ],
+        tools=HOSTED_SHELL,
+        store=False,
+    )
+    assert follow.output[1].output[0].stdout == "stateless\n"  # type: ignore[union-attr]
+    env = follow.output[0].environment  # type: ignore[union-attr]
+    assert env.container_id == first.output[0].environment.container_id  # type: ignore[union-attr]
+
+
+def test_hosted_shell_options_the_sandbox_lacks_are_a_400(fleet: Fleet) -> None:
+    for environment, param in (
+        ({"type": "container_auto", "file_ids": ["file_1"]}, "file_ids"),
+        ({"type": "container_reference"}, "container_id"),
+        ({"type": "docker"}, None),
+    ):
+        tool = {"type": "shell", "environment": environment}
+        body = {"model": "antwort-sim", "input": "hi", "tools": [tool]}
+        error = assert_error_body(httpx.post(f"{fleet.base_url}/v1/responses", json=body), 400)
+        if param is not None:
+            assert error["param"] == f"tools.0.environment.{param}"
+        else:
+            assert error["param"].startswith("tools.0")

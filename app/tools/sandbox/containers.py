@@ -1,4 +1,4 @@
-"""Who owns a code interpreter container (:mod:`app.ownership`).
+"""Who owns a sandbox container, a code interpreter's or a hosted shell's (:mod:`app.ownership`).
 
 The first request that names a container id (its own, the chain's or a new one) claims it for
 its tenant; a request of another tenant that names it is told the container does not exist, so
@@ -17,7 +17,7 @@ import redis
 from app.errors import NotFoundError
 from app.keys import Keys
 from app.ownership import require_owned
-from app.tools.sandbox.tools import CODE_INTERPRETER
+from app.tools.sandbox.tools import CODE_INTERPRETER, SHELL
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,11 +57,26 @@ def claim_containers(
     *,
     ttl_seconds: int,
 ) -> None:
-    """Claim the container of every echoed ``code_interpreter`` tool (``param`` names it)."""
+    """Claim the container of each echoed code interpreter and hosted shell."""
     for index, tool in enumerate(tools):
-        if tool.get("type") == CODE_INTERPRETER and isinstance(tool.get("container"), str):
-            try:
-                claim_container(client, keys, tool["container"], tenant, ttl_seconds=ttl_seconds)
-            except NotFoundError as exc:
-                exc.param = f"tools.{index}.container"
-                raise
+        found = _container(tool)
+        if found is None:
+            continue
+        container_id, param = found
+        try:
+            claim_container(client, keys, container_id, tenant, ttl_seconds=ttl_seconds)
+        except NotFoundError as exc:
+            exc.param = f"tools.{index}.{param}"
+            raise
+
+
+def _container(tool: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An echoed tool's container id and the field naming it; None: it has none."""
+    if tool.get("type") == CODE_INTERPRETER and isinstance(tool.get("container"), str):
+        return tool["container"], "container"
+    environment = tool.get("environment")
+    if tool.get("type") == SHELL and isinstance(environment, Mapping):
+        container_id = environment.get("container_id")
+        if isinstance(container_id, str):
+            return container_id, "environment.container_id"
+    return None

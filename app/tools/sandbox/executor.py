@@ -1,9 +1,12 @@
-"""The ``sandbox`` kind's executor: code interpreter calls and operator sandboxed tools.
+"""The ``sandbox`` kind's executor: code interpreter calls, hosted shell calls, operators' tools.
 
-A code interpreter call runs in its response chain's container: the work directory is restored
-from Redis before the run and saved after it, under the container's key with the responses' TTL,
-so the files live as long as the chain and go with it. One run at a time holds a container (a
-Redis lock), so parallel calls of one response never overwrite each other's files.
+A code interpreter or shell call runs in its response chain's container: the work directory is
+restored from Redis before the run and saved after it, under the container's key with the
+responses' TTL, so the files live as long as the chain and go with it. One call at a time holds
+a container (a Redis lock), so parallel calls of one response never overwrite each other's
+files. A shell call's commands run one after another, each in a run of its own that starts from
+the files the one before left, all within one wall clock (the sandbox's timeout, or the call's
+``timeout_ms`` if shorter).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import redis
 
@@ -33,11 +37,13 @@ from app.tools.sandbox.runner import (
 from app.tools.sandbox.tools import (
     CODE_INTERPRETER,
     MAX_CODE_CHARS,
+    SHELL,
     SandboxToolSpec,
     load_sandbox_tools,
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _MB = 1024 * 1024
 _SIGNALS: dict[int, str] = {
@@ -135,15 +141,18 @@ class SandboxExecutor:
         )
 
     def can_execute(self, tool: ToolDefinition) -> bool:
-        """The code interpreter, or one of the operator's tools."""
+        """The code interpreter, the hosted shell, or one of the operator's tools."""
         return tool.kind == ToolKind.SANDBOX and (
-            tool.name == CODE_INTERPRETER or tool.name in self.tools
+            tool.name == CODE_INTERPRETER or _is_shell(tool) or tool.name in self.tools
         )
 
     def execute(self, call: ToolCall, tool: ToolDefinition) -> ToolResult:
         """Run the call in the sandbox; every failure is an ``is_error`` result."""
+        container_id = str(tool.options.get("container_id") or "")
         if tool.name == CODE_INTERPRETER:
-            return self._interpret(call, str(tool.options.get("container_id") or ""))
+            return self._interpret(call, container_id)
+        if _is_shell(tool):
+            return self._shell(call, container_id)
         spec = self.tools.get(tool.name)
         if spec is None:
             return _error(call, f"Unknown sandbox tool '{tool.name}'.")
@@ -166,26 +175,131 @@ class SandboxExecutor:
             return _error(call, "Error: no code to run (the 'code' argument is empty).")
         if len(code) > MAX_CODE_CHARS:
             return _error(call, f"Error: the code is longer than {MAX_CODE_CHARS} characters.")
-        if not container_id:  # a definition without a container: a fresh directory
-            outcome = self.sandbox.run(SandboxRequest(code=code))
-        else:
-            wait = self.sandbox.limits.timeout_seconds + 15
-            token = self.files.hold(container_id, seconds=wait)
-            if token is None:
-                return _error(call, f"Error: container {container_id} stayed busy for {wait:g} s.")
-            try:
-                files = self.files.load(container_id)
-                outcome = self.sandbox.run(SandboxRequest(code=code, files=files))
-                if outcome.files is not None:
-                    self.files.save(container_id, outcome.files)
-            finally:
-                self.files.release(container_id, token)
+
+        def run(files: bytes) -> tuple[SandboxOutcome, bytes | None]:
+            outcome = self.sandbox.run(SandboxRequest(code=code, files=files))
+            return outcome, outcome.files
+
+        outcome = self._in_container(container_id, run)
+        if outcome is None:
+            return _busy(call, container_id, self._lock_seconds)
         return ToolResult(
             call_id=call.id,
             output=report(outcome),
             is_error=not outcome.is_ok,
             data={"container_id": container_id, "files": list(outcome.files_listing)},
         )
+
+    def _shell(self, call: ToolCall, container_id: str) -> ToolResult:
+        try:
+            arguments = call.parsed_arguments()
+        except ValueError as exc:
+            return _error(call, f"Error: invalid arguments: {exc}")
+        commands = arguments.get("commands")
+        if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+            return _error(call, "Error: 'commands' must be a list of strings.")
+        if not any(command.strip() for command in commands):
+            return _error(call, "Error: no command to run (the 'commands' list is empty).")
+        if sum(len(command) for command in commands) > MAX_CODE_CHARS:
+            return _error(call, f"Error: the commands are longer than {MAX_CODE_CHARS} characters.")
+        seconds = self.sandbox.limits.timeout_seconds
+        timeout_ms = arguments.get("timeout_ms")
+        if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
+            seconds = min(seconds, timeout_ms / 1000)
+        limit = arguments.get("max_output_length")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            limit = None
+
+        def run(files: bytes) -> tuple[list[dict[str, Any]], bytes | None]:
+            return self._commands(commands, files, seconds=seconds, limit=limit)
+
+        entries = self._in_container(container_id, run)
+        if entries is None:
+            return _busy(call, container_id, self._lock_seconds)
+        output = "\n".join(
+            f"{entry['stdout']}{entry['stderr']}[{_ended(entry['outcome'])}]" for entry in entries
+        )
+        failed = any(entry["outcome"] != {"type": "exit", "exit_code": 0} for entry in entries)
+        data = {"output": entries, "max_output_length": limit, "container_id": container_id}
+        return ToolResult(call_id=call.id, output=output, is_error=failed, data=data)
+
+    def _commands(
+        self, commands: list[str], files: bytes, *, seconds: float, limit: int | None
+    ) -> tuple[list[dict[str, Any]], bytes | None]:
+        """Run each command from the files the one before left; the entries and the last files."""
+        deadline = time.monotonic() + seconds
+        entries: list[dict[str, Any]] = []
+        saved: bytes | None = None
+        for command in commands:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:  # the call's time is spent: the rest do not run
+                entries.append(_shell_entry(SandboxOutcome(timed_out=True), limit))
+                continue
+            request = SandboxRequest(
+                argv=("/bin/bash", "-c", command), files=files, timeout_seconds=remaining
+            )
+            outcome = self.sandbox.run(request)
+            entries.append(_shell_entry(outcome, limit))
+            if outcome.files is not None:
+                files = saved = outcome.files
+        return entries, saved
+
+    @property
+    def _lock_seconds(self) -> float:
+        return self.sandbox.limits.timeout_seconds + 15
+
+    def _in_container(
+        self, container_id: str, run: Callable[[bytes], tuple[T, bytes | None]]
+    ) -> T | None:
+        """``run``'s result from the container's files, its files kept; None: the container is busy.
+
+        ``run`` takes the container's files and returns its result and the files to keep (None:
+        keep the ones it had). Without a container, it starts from no files and keeps none.
+        """
+        if not container_id:  # a definition without a container: a fresh directory
+            return run(b"")[0]
+        token = self.files.hold(container_id, seconds=self._lock_seconds)
+        if token is None:
+            return None
+        try:
+            result, files = run(self.files.load(container_id))
+            if files is not None:
+                self.files.save(container_id, files)
+        finally:
+            self.files.release(container_id, token)
+        return result
+
+
+def _is_shell(tool: ToolDefinition) -> bool:
+    return tool.options.get("presented_as") == SHELL
+
+
+def _busy(call: ToolCall, container_id: str, seconds: float) -> ToolResult:
+    return _error(call, f"Error: container {container_id} stayed busy for {seconds:g} s.")
+
+
+def _shell_entry(outcome: SandboxOutcome, limit: int | None) -> dict[str, Any]:
+    """One command's entry of a ``shell_call_output`` (OpenAI's shape).
+
+    ``limit``: the call's ``max_output_length``, each of stdout and stderr cut there; the
+    sandbox's notes (its own cap, a failure) follow on stderr.
+    """
+    stdout, stderr = outcome.stdout, outcome.stderr
+    if limit is not None:
+        stdout, stderr = stdout[:limit], stderr[:limit]
+    truncated = "[output truncated]" if outcome.truncated else None
+    for note in (truncated, outcome.error, outcome.files_error):
+        if note:
+            stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + note + "\n"
+    if outcome.timed_out:
+        return {"stdout": stdout, "stderr": stderr, "outcome": {"type": "timeout"}}
+    code = 1 if outcome.exit_code is None else outcome.exit_code  # None: it never ran
+    ended = {"type": "exit", "exit_code": 128 - code if code < 0 else code}  # -9: 137, as bash
+    return {"stdout": stdout, "stderr": stderr, "outcome": ended}
+
+
+def _ended(outcome: dict[str, Any]) -> str:
+    return "timed out" if outcome["type"] == "timeout" else f"exit {outcome['exit_code']}"
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

@@ -1,4 +1,4 @@
-"""The ``sandbox`` kind: ``code_interpreter`` and operators' sandboxed tools (``tools.sandbox``)."""
+"""The ``sandbox`` kind: code interpreter, hosted shell, operators' tools (``tools.sandbox``)."""
 
 from __future__ import annotations
 
@@ -19,32 +19,43 @@ from app.tools.sandbox.executor import SandboxExecutor, optional_sandbox_executo
 from app.tools.sandbox.presenter import SandboxPresenter
 from app.tools.sandbox.tools import (
     CODE_INTERPRETER,
+    SHELL,
     SandboxToolSpec,
     code_interpreter_definition,
     declared_sandbox_tools,
     echo_sandbox_tool,
+    is_hosted_shell,
+    shell_definition,
 )
 
 Item = dict[str, Any]
-_TOOL_TYPES = (CODE_INTERPRETER, "sandbox")
+_TOOL_TYPES = (CODE_INTERPRETER, SHELL, "sandbox")
 _named = named_definition(ToolKind.SANDBOX)
 
 
+def is_sandbox_tool(tool: Mapping[str, Any]) -> bool:
+    """Whether a declared tool is the sandbox's: a ``shell`` only in a container environment."""
+    return tool["type"] != SHELL or is_hosted_shell(tool)
+
+
 def define_sandbox_tool(tool: Item) -> ToolDefinition:
-    """The definition of an echoed ``code_interpreter`` or ``sandbox`` tool."""
-    return code_interpreter_definition(tool) if tool["type"] == CODE_INTERPRETER else _named(tool)
+    """The definition of an echoed ``code_interpreter``, hosted ``shell`` or ``sandbox`` tool."""
+    if tool["type"] == CODE_INTERPRETER:
+        return code_interpreter_definition(tool)
+    return shell_definition(tool) if tool["type"] == SHELL else _named(tool)
 
 
 def offer_sandbox_tool(tool: Item) -> Item:
-    """``code_interpreter`` as the function the model calls; a sandbox tool as declared."""
-    if tool["type"] == CODE_INTERPRETER:
-        return code_interpreter_definition(tool).chat_tool()
+    """The code interpreter and the shell as the functions the model calls; others as declared."""
+    if tool["type"] in (CODE_INTERPRETER, SHELL):
+        return define_sandbox_tool(tool).chat_tool()
     return tool
 
 
 def chosen_sandbox_tool(ref: Item) -> str | None:
     """An ``allowed_tools`` reference's tool: ``{"type": "code_interpreter"}`` has no name."""
-    return named_tool(ref) or (CODE_INTERPRETER if ref.get("type") == CODE_INTERPRETER else None)
+    kind = ref.get("type")
+    return named_tool(ref) or (kind if kind in (CODE_INTERPRETER, SHELL) else None)
 
 
 def echo_sandbox_tools(
@@ -63,7 +74,7 @@ def echo_sandbox_tools(
     """
     return [
         echo_sandbox_tool(tool, index, history=history, operator_tools=operator_tools)
-        if tool["type"] in _TOOL_TYPES
+        if tool["type"] in _TOOL_TYPES and is_sandbox_tool(tool)
         else tool
         for index, tool in enumerate(declared)
     ]
@@ -71,7 +82,7 @@ def echo_sandbox_tools(
 
 def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> PreparedTools:
     """:func:`echo_sandbox_tools` for a request being created."""
-    is_declared = any(tool["type"] in _TOOL_TYPES for tool in declared)
+    is_declared = any(tool["type"] in _TOOL_TYPES and is_sandbox_tool(tool) for tool in declared)
     echoed = echo_sandbox_tools(
         declared,
         # the chain is read only when a sandbox tool may find its container in it
@@ -97,6 +108,7 @@ def make_sandbox_executor(context: KindContext) -> SandboxExecutor | None:
 SANDBOX_KIND = ToolKindSpec(
     name=ToolKind.SANDBOX,
     tool_types=_TOOL_TYPES,
+    accepts=is_sandbox_tool,  # a shell in the client's environment is the client's kind
     presenter=SandboxPresenter(),
     queue="tools.sandbox",
     define=define_sandbox_tool,
@@ -105,4 +117,5 @@ SANDBOX_KIND = ToolKindSpec(
     prepare=prepare_sandbox_tools,
     make_executor=make_sandbox_executor,
 )
-"""Server-side; ``code_interpreter`` calls are ``code_interpreter_call`` items."""
+"""Server-side; ``code_interpreter`` calls are ``code_interpreter_call`` items, hosted shell
+calls ``shell_call`` and ``shell_call_output`` items (the shell kind's presenter)."""

@@ -2,8 +2,13 @@
 
 - ``{"type": "code_interpreter", "container": {"type": "auto"} | "cntr_…"}``: OpenAI's tool. The
   response echoes it with the container resolved to an id: the one the request names, else the
-  container of the chain's last ``code_interpreter_call``, else a new one. Files persist in the
-  container across the calls of a response chain.
+  container of the chain's last ``code_interpreter_call`` or hosted ``shell_call``, else a new
+  one. Files persist in the container across the calls of a response chain.
+- ``{"type": "shell", "environment": {"type": "container_auto"} | {"type":
+  "container_reference", "container_id": "cntr_…"}}``: OpenAI's hosted shell. Its commands run
+  in the sandbox, in a container found as the code interpreter's (the two share a chain's
+  container and its files); the response echoes the environment as a ``container_reference``.
+  A shell tool without a container environment (``local``, none) is the client's.
 - ``{"type": "sandbox", "name": …}``: a function tool an operator declared in the JSON file
   ``ANTWORT_SANDBOX_TOOLS_FILE``; its script runs in the sandbox with the call's arguments as
   JSON on stdin (and in ``$TOOL_ARGUMENTS``)::
@@ -27,10 +32,13 @@ from typing import Any, Literal
 
 from app.errors import InvalidRequestError
 from app.tools.base import ToolDefinition, ToolKind
+from app.tools.client_calls import SHELL as SHELL_SHAPE
 
 logger = logging.getLogger(__name__)
 
 CODE_INTERPRETER = "code_interpreter"
+SHELL = "shell"
+HOSTED_ENVIRONMENTS = ("container_auto", "container_reference")
 MAX_CODE_CHARS = 100_000
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -110,6 +118,28 @@ def code_interpreter_definition(tool: Mapping[str, Any]) -> ToolDefinition:
     )
 
 
+def is_hosted_shell(tool: Mapping[str, Any]) -> bool:
+    """Whether a declared ``shell`` tool runs in a container of the fleet's (the sandbox)."""
+    environment = tool.get("environment")
+    return isinstance(environment, Mapping) and environment.get("type") in HOSTED_ENVIRONMENTS
+
+
+def shell_definition(tool: Mapping[str, Any]) -> ToolDefinition:
+    """The hosted ``shell`` tool of an echoed tool object (shown as the client's shell calls)."""
+    environment = tool.get("environment") or {}
+    return ToolDefinition(
+        name=SHELL,
+        kind=ToolKind.SANDBOX,
+        description=(
+            "Run shell commands (bash), one after another, in a sandbox without network "
+            "access, and read what each prints. Files in the working directory persist across "
+            "calls in this conversation."
+        ),
+        parameters=SHELL_SHAPE.parameters,
+        options={"container_id": environment.get("container_id"), "presented_as": SHELL},
+    )
+
+
 def echo_sandbox_tool(
     tool: dict[str, Any],
     index: int,
@@ -124,6 +154,9 @@ def echo_sandbox_tool(
     """
     if tool["type"] == CODE_INTERPRETER:
         return {"type": CODE_INTERPRETER, "container": _container_id(tool, index, history)}
+    if tool["type"] == SHELL:
+        environment = _shell_environment(tool, index, history)
+        return {**tool, "environment": environment}
     spec = (operator_tools or {}).get(tool["name"])
     if spec is None:
         known = ", ".join(sorted(operator_tools or {})) or "none"
@@ -145,29 +178,75 @@ def echo_sandbox_tool(
 def _container_id(tool: Mapping[str, Any], index: int, history: Sequence[Mapping[str, Any]]) -> str:
     container = tool.get("container")
     if isinstance(container, str):
-        if not _CONTAINER_ID.match(container):
+        return _checked_id(container, f"tools.{index}.container")
+    return _auto_container(container or {}, f"tools.{index}.container", history)
+
+
+def _shell_environment(
+    tool: Mapping[str, Any], index: int, history: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    environment = tool["environment"]
+    param = f"tools.{index}.environment"
+    if environment["type"] == "container_reference":
+        container = environment.get("container_id")
+        if not isinstance(container, str):
             raise InvalidRequestError(
-                "A container id has 1-64 letters, digits, '_' or '-'.",
-                param=f"tools.{index}.container",
-                code="invalid_value",
+                "A container_reference names its container_id.",
+                param=f"{param}.container_id",
+                code="missing_required_parameter",
             )
-        return container
-    auto = container or {}
+        container = _checked_id(container, f"{param}.container_id")
+    else:
+        if environment.get("skills"):
+            raise InvalidRequestError(
+                "skills are not supported: write the files from a command instead.",
+                param=f"{param}.skills",
+                code="unsupported_parameter",
+            )
+        container = _auto_container(environment, param, history)
+    return {"type": "container_reference", "container_id": container}
+
+
+def _checked_id(container: str, param: str) -> str:
+    if not _CONTAINER_ID.match(container):
+        raise InvalidRequestError(
+            "A container id has 1-64 letters, digits, '_' or '-'.",
+            param=param,
+            code="invalid_value",
+        )
+    return container
+
+
+def _auto_container(
+    auto: Mapping[str, Any], param: str, history: Sequence[Mapping[str, Any]]
+) -> str:
+    """The container of ``{"type": "auto"}``: the chain's last one, else a new one."""
     if auto.get("file_ids"):
         raise InvalidRequestError(
             "file_ids are not supported: write files from code instead.",
-            param=f"tools.{index}.container.file_ids",
+            param=f"{param}.file_ids",
             code="unsupported_parameter",
         )
     policy = auto.get("network_policy") or {"type": "disabled"}
     if policy.get("type") != "disabled":
         raise InvalidRequestError(
-            "The code interpreter has no network access; only network_policy 'disabled' is "
-            "supported.",
-            param=f"tools.{index}.container.network_policy",
+            "The sandbox has no network access; only network_policy 'disabled' is supported.",
+            param=f"{param}.network_policy",
             code="unsupported_parameter",
         )
     for item in reversed(history):
-        if item.get("type") == "code_interpreter_call" and item.get("container_id"):
-            return str(item["container_id"])
+        found = container_of(item)
+        if found:
+            return found
     return f"cntr_{secrets.token_hex(16)}"
+
+
+def container_of(item: Mapping[str, Any]) -> str | None:
+    """The container a code interpreter call or a hosted shell call ran in, if any."""
+    if item.get("type") == "code_interpreter_call" and item.get("container_id"):
+        return str(item["container_id"])
+    environment = item.get("environment")
+    if item.get("type") == "shell_call" and isinstance(environment, Mapping):
+        found = environment.get("container_id")
+        return str(found) if found else None
+    return None
