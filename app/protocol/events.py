@@ -280,6 +280,57 @@ def code_interpreter_code_done(item_id: str, output_index: int, code: str) -> Ev
     }
 
 
+# -- the hosted shell (OpenAI-only events; emitted only when the sandbox runs a shell call) -----
+
+
+def shell_call_command_event(
+    phase: str, output_index: int, command_index: int, command: str
+) -> Event:
+    """``response.shell_call_command.added|done``: one command of a shell call."""
+    return {
+        "type": f"response.shell_call_command.{phase}",
+        "output_index": output_index,
+        "command_index": command_index,
+        "command": command,
+    }
+
+
+def shell_call_command_delta(output_index: int, command_index: int, delta: str) -> Event:
+    """``response.shell_call_command.delta``: a piece of one command of a shell call."""
+    return {
+        "type": "response.shell_call_command.delta",
+        "output_index": output_index,
+        "command_index": command_index,
+        "delta": delta,
+    }
+
+
+def shell_call_output_delta(
+    item_id: str, output_index: int, command_index: int, entry: dict[str, Any]
+) -> Event:
+    """``response.shell_call_output_content.delta``: what one command printed."""
+    return {
+        "type": "response.shell_call_output_content.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "command_index": command_index,
+        "delta": {"stdout": entry["stdout"], "stderr": entry["stderr"]},
+    }
+
+
+def shell_call_output_done(
+    item_id: str, output_index: int, command_index: int, entry: dict[str, Any]
+) -> Event:
+    """``response.shell_call_output_content.done``: one command's output and how it ended."""
+    return {
+        "type": "response.shell_call_output_content.done",
+        "item_id": item_id,
+        "output_index": output_index,
+        "command_index": command_index,
+        "output": [entry],
+    }
+
+
 # -- MCP (OpenAI-only events; emitted only when MCP tools run) -------------------------------
 
 

@@ -114,10 +114,33 @@ def _object(arguments: str) -> dict[str, Any]:
 class ShellCallPresenter(FixedCallPresenter):
     """``shell_call`` items: the client's, or the hosted shell's (app/tools/sandbox).
 
-    A hosted call names its container (``environment``); the sandbox's result is a
-    ``shell_call_output`` item after it, one entry per command (``stdout``, ``stderr``,
-    ``outcome``).
+    A hosted call names its container (``environment``) and streams OpenAI's events of its
+    commands; the sandbox's result is a ``shell_call_output`` item after it, one entry per
+    command (``stdout``, ``stderr``, ``outcome``), with the events of each command's output::
+
+        output_item.added (shell_call) → shell_call_command.added/delta/done per command
+        → output_item.done … (the sandbox runs the commands) …
+        output_item.added (shell_call_output, in progress)
+        → shell_call_output_content.delta/done per command → output_item.done
     """
+
+    def finished(
+        self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
+    ) -> tuple[Item, list[ev.Event]]:
+        item = self.call_item(item_id, call, tool)
+        if "environment" not in item:  # the client's: announced as the other fixed tools
+            return super().finished(item_id, output_index, call, tool)
+        at = output_index
+        commands = [
+            event
+            for index, command in enumerate(item["action"]["commands"])
+            for event in (
+                ev.shell_call_command_event("added", at, index, ""),
+                ev.shell_call_command_delta(at, index, command),
+                ev.shell_call_command_event("done", at, index, command),
+            )
+        ]
+        return item, [ev.output_item_added(at, item), *commands, ev.output_item_done(at, item)]
 
     def call_item(self, item_id: str, call: ToolCall, tool: ToolDefinition | None) -> Item:
         item = super().call_item(item_id, call, tool)
@@ -143,8 +166,18 @@ class ShellCallPresenter(FixedCallPresenter):
             "max_output_length": data.get("max_output_length"),
             "status": "completed",
         }
-        at = len(output)
-        return [*output, item], [ev.output_item_added(at, item), ev.output_item_done(at, item)]
+        at, item_id = len(output), str(item["id"])
+        started = {**item, "output": [], "status": "in_progress"}
+        contents = [
+            event
+            for command, entry in enumerate(entries)
+            for event in (
+                ev.shell_call_output_delta(item_id, at, command, entry),
+                ev.shell_call_output_done(item_id, at, command, entry),
+            )
+        ]
+        events = [ev.output_item_added(at, started), *contents, ev.output_item_done(at, item)]
+        return [*output, item], events
 
 
 def kind_of(shape: CallShape, presenter: FixedCallPresenter | None = None) -> ToolKindSpec:

@@ -148,8 +148,19 @@ def test_a_hosted_shell_call_goes_to_the_sandbox_and_is_shown_as_a_shell_call(
     assert item["environment"] == {"type": "container_reference", "container_id": "cntr_turn"}
     assert item["action"] == {"commands": ["ls"], "timeout_ms": 500, "max_output_length": None}
     OUTPUT_ITEM.validate_python(item)
-    for raw in store.events_after(response.id, -1):
-        STREAM_EVENT.validate_python(json.loads(raw.data))
+    events = [json.loads(raw.data) for raw in store.events_after(response.id, -1)]
+    for event in events:
+        STREAM_EVENT.validate_python(event)
+    shown = [e["type"] for e in events if e.get("output_index") == 0]
+    assert shown == [
+        "response.output_item.added",
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+        "response.output_item.done",
+    ]
+    commands = [e.get("command") for e in events if e["type"].startswith("response.shell")]
+    assert commands == ["", None, "ls"]
     [chord] = dispatcher.chords
     assert chord.calls == [("call_1", "tools.sandbox")]  # the fleet runs it: no pause
     assert store.get(response.id).response.status == "in_progress"
@@ -170,8 +181,16 @@ def test_the_result_is_a_shell_call_output_after_the_call() -> None:
     assert (answer["output"], answer["max_output_length"]) == (entries, 100)
     assert [e["type"] for e in events] == [
         "response.output_item.added",
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
         "response.output_item.done",
     ]
+    assert events[0]["item"]["status"] == "in_progress" and events[0]["item"]["output"] == []
+    assert events[1]["delta"] == {"stdout": "hi\n", "stderr": ""}
+    assert (events[2]["output"], events[2]["command_index"]) == (entries, 0)
+    assert events[3]["item"] == answer
+    for number, event in enumerate(events):
+        STREAM_EVENT.validate_python({**event, "sequence_number": number})
     for shown in output:
         OUTPUT_ITEM.validate_python(shown)
         INPUT_ITEM.validate_python(shown)  # the Agents SDK sends them back as its history

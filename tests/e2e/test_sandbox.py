@@ -239,6 +239,14 @@ def test_hosted_shell_streams_its_two_items(fleet: Fleet) -> None:
         ("response.output_item.added", "shell_call_output", 1),
         ("response.output_item.done", "shell_call_output", 1),
     ]
+    shell = [(e["type"], e.get("command"), e.get("delta")) for e in events if "shell" in e["type"]]
+    assert shell == [
+        ("response.shell_call_command.added", "", None),
+        ("response.shell_call_command.delta", None, "echo streamed"),
+        ("response.shell_call_command.done", "echo streamed", None),
+        ("response.shell_call_output_content.delta", None, {"stdout": "streamed\n", "stderr": ""}),
+        ("response.shell_call_output_content.done", None, None),
+    ]
     done = events[-1]["response"]
     assert done["status"] == "completed"
     assert done["output"][1]["output"][0]["stdout"] == "streamed\n"
