@@ -483,6 +483,9 @@ def run_sandbox(quick: bool) -> int:
          "/".join(f"{v:g}" for v in lat["executor_with_container_ms"].values()), command),
         ("(e) floor: the same bwrap running `python3 -I -S -c pass` p50/p90/p99 ms", "(info)",
          "/".join(f"{v:g}" for v in lat["floor_bwrap_python_pass_ms"].values()), command),
+        ("(e) hosted shell call of 1 / 3 commands through the executor, p50 ms", "(info)",
+         f"{lat['hosted_shell_1_command_ms']['p50']:g} / "
+         f"{lat['hosted_shell_3_commands_ms']['p50']:g}", command),
         ("(f) code interpreter calls/s from one tools.sandbox worker", "(info)",
          f"{tp['calls_per_s']:g}/s ({tp['completed']}/{tp['calls']} done, {tp['errors']} errors)",
          command),

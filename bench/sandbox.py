@@ -3,7 +3,9 @@
 (e) ``sandbox_latency``: start-to-result of a trivial script (``print(1)``) run sequentially,
     by the bubblewrap runner alone and by the executor with a container (files restored from
     and saved to Redis). Target: under 100 ms at p50. For scale, the floor: the same ``bwrap``
-    command running ``python3 -I -S -c pass`` (no runner, no limits, no uid switch).
+    command running ``python3 -I -S -c pass`` (no runner, no limits, no uid switch). And the
+    hosted shell through the executor: a call of one command (``echo 1``) and of three (each
+    command a sandbox run of its own).
 (f) ``sandbox_throughput``: code interpreter calls per second from one ``tools.sandbox`` worker
     (a real ``antwort worker --queues tools.sandbox`` process with its default pool): calls are
     stored on responses and queued as tool tasks, as the loop does, and timed until every
@@ -56,11 +58,14 @@ def bench_latency(settings: Settings, n: int) -> dict[str, Any]:
     )
     tool = KINDS.definitions([{"type": "code_interpreter", "container": f"cntr_bench{n}"}])
     call = ToolCall(id="ci_bench", name="code_interpreter", arguments=json.dumps({"code": TRIVIAL}))
+    shell = KINDS.definitions([_hosted_shell(f"cntr_benchsh{n}")])["shell"]
+    one, three = _shell_call(["echo 1"]), _shell_call(["echo 1", "echo 2", "echo 3"])
     for _ in range(5):  # warm-up: page cache, lock files
         sandbox.run(SandboxRequest(code=TRIVIAL))
     raw: list[float] = []
     with_container: list[float] = []
     floor: list[float] = []
+    shell_ms: dict[int, list[float]] = {1: [], 3: []}
     bare = [*sandbox.command()[:-1], "pass"]  # the same bwrap and Python, without the runner
     for _ in range(n):
         t0 = time.perf_counter()
@@ -74,14 +79,32 @@ def bench_latency(settings: Settings, n: int) -> dict[str, Any]:
         result = executor.execute(call, tool["code_interpreter"])
         with_container.append((time.perf_counter() - t0) * 1000)
         assert not result.is_error, result
+        for commands, shell_call in ((1, one), (3, three)):
+            t0 = time.perf_counter()
+            result = executor.execute(shell_call, shell)
+            shell_ms[commands].append((time.perf_counter() - t0) * 1000)
+            assert not result.is_error and result.output.endswith(f"{commands}\n[exit 0]"), result
     return {
         "runs": n,
         "script": TRIVIAL,
         "runner_ms": _percentiles(raw),
         "executor_with_container_ms": _percentiles(with_container),
         "floor_bwrap_python_pass_ms": _percentiles(floor),
+        "hosted_shell_1_command_ms": _percentiles(shell_ms[1]),
+        "hosted_shell_3_commands_ms": _percentiles(shell_ms[3]),
         "target_p50_ms": LATENCY_TARGET_MS,
     }
+
+
+def _hosted_shell(container: str) -> dict[str, Any]:
+    return {
+        "type": "shell",
+        "environment": {"type": "container_reference", "container_id": container},
+    }
+
+
+def _shell_call(commands: list[str]) -> ToolCall:
+    return ToolCall(id="sh_bench", name="shell", arguments=json.dumps({"commands": commands}))
 
 
 def _stage_call(settings: Settings, index: int) -> tuple[str, str]:
