@@ -47,9 +47,10 @@ def _tool_names(request: CreateResponseRequest) -> set[str]:
     for index, tool in enumerate(request.tools):
         name = getattr(tool, "name", None)
         if name in names:
+            named = "name" in type(tool).model_fields  # else: a fixed tool, named by its type
             raise InvalidRequestError(
                 f"Tool names must be unique: {quoted(name)} is declared twice.",
-                param=f"tools.{index}.name",
+                param=f"tools.{index}.name" if named else f"tools.{index}",
                 code="duplicate_tool_name",
             )
         if name is not None:

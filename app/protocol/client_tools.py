@@ -81,7 +81,18 @@ class NamespaceTool(_Strict):
     )
 
 
-class ApplyPatchTool(_Strict):
+class _FixedTool(_Strict):
+    """A tool the model is offered as a function of a fixed name (a second one is a 400)."""
+
+    type: str
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by (its type's; ``computer`` for both computer tools)."""
+        return "computer" if self.type == "computer_use_preview" else self.type
+
+
+class ApplyPatchTool(_FixedTool):
     """``apply_patch``: the client creates, updates or deletes files as the model asks."""
 
     type: Literal["apply_patch"]
@@ -91,7 +102,7 @@ class ApplyPatchTool(_Strict):
 SHELL_ENVIRONMENTS = ("local", "container_auto", "container_reference")
 
 
-class ShellTool(_Strict):
+class ShellTool(_FixedTool):
     """``shell``: the client runs commands (``local``), or the sandbox does (a container)."""
 
     type: Literal["shell"]
@@ -106,19 +117,19 @@ class ShellTool(_Strict):
         return value
 
 
-class LocalShellTool(_Strict):
+class LocalShellTool(_FixedTool):
     """``local_shell``: the older shell tool (one command, an ``exec`` action)."""
 
     type: Literal["local_shell"]
 
 
-class ComputerTool(_Strict):
+class ComputerTool(_FixedTool):
     """``computer``: the client acts on a screen and answers with a screenshot."""
 
     type: Literal["computer"]
 
 
-class ComputerUsePreviewTool(_Strict):
+class ComputerUsePreviewTool(_FixedTool):
     """``computer_use_preview``: ``computer`` with the display declared."""
 
     type: Literal["computer_use_preview"]

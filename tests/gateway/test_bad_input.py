@@ -230,6 +230,41 @@ def test_bad_input_duplicate_tool_names_are_400(web: FlaskClient) -> None:
     assert (error.param, error.code) == ("tools.1.name", "duplicate_tool_name")
 
 
+@pytest.mark.parametrize(
+    ("tools", "param"),
+    [
+        (
+            [{"type": "shell"}, {"type": "shell", "environment": {"type": "container_auto"}}],
+            "tools.1",
+        ),
+        ([{"type": "function", "name": "shell"}, {"type": "shell"}], "tools.1"),
+        ([{"type": "apply_patch"}, {"type": "apply_patch"}], "tools.1"),
+        ([{"type": "local_shell"}, {"type": "function", "name": "local_shell"}], "tools.1.name"),
+        (
+            [
+                {"type": "computer"},
+                {
+                    "type": "computer_use_preview",
+                    "display_width": 8,
+                    "display_height": 6,
+                    "environment": "linux",
+                },
+            ],
+            "tools.1",
+        ),
+    ],
+)
+def test_bad_input_two_tools_the_model_would_call_by_one_name_are_400(
+    web: FlaskClient, tools: list[dict[str, object]], param: str
+) -> None:
+    # before: both offered to the model under one name, and only the last one run
+    body = {"model": "m", "input": "hi", "tools": tools, "background": True}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == (param, "duplicate_tool_name")
+
+
 def _functions(count: int) -> list[dict[str, object]]:
     return [{"type": "function", "name": f"f{n}", "parameters": {}} for n in range(count)]
 
