@@ -116,3 +116,25 @@ def test_ai_sdk_is_told_why_a_response_failed(fleet: Fleet, tmp_path: Path) -> N
     chat = ai_sdk_chat(fleet, tmp_path, uuid.uuid4().hex, "failure")
 
     assert chat["error"].startswith("Model server answered 500: Simulated error 500")
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
+def test_ai_sdk_hosted_shell_runs_on_the_fleet_and_its_container_goes_on(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """``openai.tools.shell`` in a ``containerAuto`` environment: the fleet runs the commands,
+    the SDK takes the call and its result as the provider's. The second turn names the call by
+    an ``item_reference``: its container (and the file the first wrote) goes on."""
+    chat = ai_sdk_chat(fleet, tmp_path, uuid.uuid4().hex, "shell")
+
+    assert chat["answers"] == ["Tool results: [exit 0]", "Tool results: 42 [exit 0]"]
+    assert chat["steps"] == [1, 1]  # nothing left for the SDK to run
+    assert chat["first"] == [["tool-call", True], ["tool-result", True], ["text", None]]
+    assert chat["second"] == [["tool-call", True], ["tool-result", True]]
+    assert chat["sent"][0]["tools"] == [
+        {"type": "shell", "environment": {"type": "container_auto"}}
+    ]
+    assert [item.get("type") for item in chat["sent"][1]["input"][1:3]] == [
+        "item_reference",
+        "shell_call_output",
+    ]
