@@ -246,6 +246,7 @@ def test_timeout_ms_ends_the_call_and_the_rest_do_not_run(executor: SandboxExecu
 
     assert [entry["outcome"] for entry in result.data["output"]] == [{"type": "timeout"}] * 2
     assert result.is_error and "never" not in result.output
+    assert result.data["output"][1]["stderr"] == "Not run: the call's time ran out.\n"
 
 
 @needs_bwrap

@@ -24,6 +24,7 @@ import redis
 from app.config import Settings
 from app.keys import Keys
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
+from app.tools.client_calls import shell_output_text
 from app.tools.sandbox.cgroup import CgroupUnavailableError
 from app.tools.sandbox.cgroup_host import find_cgroups, run_cgroups
 from app.tools.sandbox.presenter import code_of
@@ -216,9 +217,7 @@ class SandboxExecutor:
         entries = self._in_container(container_id, run)
         if entries is None:
             return _busy(call, container_id, self._lock_seconds)
-        output = "\n".join(
-            f"{entry['stdout']}{entry['stderr']}[{_ended(entry['outcome'])}]" for entry in entries
-        )
+        output = shell_output_text({"output": entries})
         failed = any(entry["outcome"] != {"type": "exit", "exit_code": 0} for entry in entries)
         data = {"output": entries, "max_output_length": limit, "container_id": container_id}
         return ToolResult(call_id=call.id, output=output, is_error=failed, data=data)
@@ -233,7 +232,8 @@ class SandboxExecutor:
         for command in commands:
             remaining = deadline - time.monotonic()
             if remaining <= 0:  # the call's time is spent: the rest do not run
-                entries.append(_shell_entry(SandboxOutcome(timed_out=True), limit))
+                skipped = SandboxOutcome(timed_out=True, error="Not run: the call's time ran out.")
+                entries.append(_shell_entry(skipped, limit))
                 continue
             request = SandboxRequest(
                 argv=("/bin/bash", "-c", command), files=files, timeout_seconds=remaining
@@ -296,10 +296,6 @@ def _shell_entry(outcome: SandboxOutcome, limit: int | None) -> dict[str, Any]:
     code = 1 if outcome.exit_code is None else outcome.exit_code  # None: it never ran
     ended = {"type": "exit", "exit_code": 128 - code if code < 0 else code}  # -9: 137, as bash
     return {"stdout": stdout, "stderr": stderr, "outcome": ended}
-
-
-def _ended(outcome: dict[str, Any]) -> str:
-    return "timed out" if outcome["type"] == "timeout" else f"exit {outcome['exit_code']}"
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:
