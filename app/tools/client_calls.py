@@ -128,12 +128,11 @@ class ShellCallPresenter(FixedCallPresenter):
         self, item_id: str, output_index: int, call: ToolCall, tool: ToolDefinition | None
     ) -> tuple[Item, list[ev.Event]]:
         item = self.call_item(item_id, call, tool)
-        if "environment" not in item:  # the client's: announced as the other fixed tools
-            return super().finished(item_id, output_index, call, tool)
         at = output_index
+        hosted = "environment" in item  # the client's: announced as the other fixed tools
         commands = [
             event
-            for index, command in enumerate(item["action"]["commands"])
+            for index, command in enumerate(item["action"]["commands"] if hosted else ())
             for event in (
                 ev.shell_call_command_event("added", at, index, ""),
                 ev.shell_call_command_delta(at, index, command),

@@ -35,7 +35,7 @@ _named = named_definition(ToolKind.SANDBOX)
 
 def is_sandbox_tool(tool: Mapping[str, Any]) -> bool:
     """Whether a declared tool is the sandbox's: a ``shell`` only in a container environment."""
-    return tool["type"] != SHELL or is_hosted_shell(tool)
+    return tool["type"] in _TOOL_TYPES and (tool["type"] != SHELL or is_hosted_shell(tool))
 
 
 def define_sandbox_tool(tool: Item) -> ToolDefinition:
@@ -74,7 +74,7 @@ def echo_sandbox_tools(
     """
     return [
         echo_sandbox_tool(tool, index, history=history, operator_tools=operator_tools)
-        if tool["type"] in _TOOL_TYPES and is_sandbox_tool(tool)
+        if is_sandbox_tool(tool)
         else tool
         for index, tool in enumerate(declared)
     ]
@@ -82,7 +82,7 @@ def echo_sandbox_tools(
 
 def prepare_sandbox_tools(context: RequestContext, declared: list[Item]) -> PreparedTools:
     """:func:`echo_sandbox_tools` for a request being created."""
-    is_declared = any(tool["type"] in _TOOL_TYPES and is_sandbox_tool(tool) for tool in declared)
+    is_declared = any(is_sandbox_tool(tool) for tool in declared)
     echoed = echo_sandbox_tools(
         declared,
         # the chain is read only when a sandbox tool may find its container in it
