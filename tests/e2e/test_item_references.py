@@ -29,6 +29,11 @@ def reference(item: Any) -> dict[str, str]:
     return {"type": "item_reference", "id": item.id}
 
 
+def another_id(item_id: str) -> str:
+    """The id with its last hex digit changed: same shape, names no stored item."""
+    return item_id[:-1] + ("1" if item_id.endswith("0") else "0")
+
+
 def test_a_chat_naming_its_earlier_turns_by_reference_reaches_the_model_whole(
     client: openai.OpenAI, sim_recorder: Recorder
 ) -> None:
@@ -98,7 +103,7 @@ def test_a_websocket_create_takes_references_and_refuses_an_unknown_one(
 
     with open_socket(fleet.base_url) as ws:
         events = create(ws, model="antwort-sim", input=[reference(first.output[0]), question])
-        unknown = {"type": "item_reference", "id": first.output[0].id[:-1] + "0"}
+        unknown = {"type": "item_reference", "id": another_id(first.output[0].id)}
         refused = create(ws, model="antwort-sim", input=[unknown, question])
 
     answered = check_response_events(events)
