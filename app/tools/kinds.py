@@ -25,6 +25,7 @@ import redis
 
 from app import cooperation
 from app.config import Settings
+from app.errors import InvalidRequestError, quoted
 from app.keys import Keys
 from app.protocol.client_tools import EXTENSION_TYPE
 from app.protocol.events import Event
@@ -338,7 +339,32 @@ class ToolKinds:
             if spec.prepare is not None:
                 prepared = spec.prepare(context, tools)
                 tools, extra = prepared.tools, {**extra, **prepared.extra}
+        self._check_names(tools)
         return PreparedTools(tools=tools, extra=extra)
+
+    def _check_names(self, tools: Sequence[Item]) -> None:
+        """Each prepared tool the model is offered has a name of its own.
+
+        The request's own names were checked as declared; this catches the names a kind gives
+        (``web_search`` backed by a plugin, an extension tool's plugin name), which a function
+        beside it could also take: the model would call one name, and only one of them run.
+
+        Raises:
+            InvalidRequestError: two tools the model would call by one name.
+        """
+        names: set[str] = set()
+        for tool in tools:
+            spec = self.spec_of_tool(tool)
+            if spec is None or spec.define is None:
+                continue
+            name = spec.define(tool).name
+            if name in names:
+                raise InvalidRequestError(
+                    f"Tool names must be unique: {quoted(name)} is declared twice.",
+                    param="tools",
+                    code="duplicate_tool_name",
+                )
+            names.add(name)
 
     # -- processes and steps -------------------------------------------------------------------
 

@@ -265,6 +265,44 @@ def test_bad_input_two_tools_the_model_would_call_by_one_name_are_400(
     assert (error.param, error.code) == (param, "duplicate_tool_name")
 
 
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "web_search"}, {"type": "function", "name": "web_search", "parameters": {}}],
+        [{"type": "web_search"}, {"type": "web_search_preview"}],
+        [
+            {"type": "tool_search", "execution": "client"},
+            {"type": "function", "name": "tool_search"},
+        ],
+    ],
+)
+def test_bad_input_a_function_named_as_a_tool_a_kind_names_is_400(
+    make_app: Callable[..., Flask], tools: list[dict[str, object]]
+) -> None:
+    # before: a plugin-backed web search and a function both offered as ``web_search``; the
+    # model's call ran whichever came last
+    web = make_app(internal_tool_modules="tests.support.search_tools").test_client()
+    body = {"model": "m", "input": "hi", "tools": tools, "background": True}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == ("tools", "duplicate_tool_name")
+
+
+def test_a_function_named_web_search_is_fine_when_no_plugin_backs_the_tool(
+    make_app: Callable[..., Flask],
+) -> None:
+    # Codex CLI sends ``web_search``; unbacked, it is dropped and takes no name
+    web = make_app().test_client()
+    tools = [{"type": "web_search"}, {"type": "function", "name": "web_search", "parameters": {}}]
+    body = {"model": "m", "input": "hi", "tools": tools, "background": True}
+
+    response = web.post("/v1/responses", json=body)
+
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert [tool["type"] for tool in response.get_json()["tools"]] == ["function"]
+
+
 def _functions(count: int) -> list[dict[str, object]]:
     return [{"type": "function", "name": f"f{n}", "parameters": {}} for n in range(count)]
 
