@@ -51,7 +51,7 @@ def estimate_tokens(request: CreateResponseRequest) -> int:
         chars = len(json.dumps(request.model_dump(mode="json", include={"input", "instructions"})))
     else:
         chars = len(json.dumps(request.instructions))
-        for batch in cooperation.in_batches(request.input):
+        for batch in cooperation.weighed_batches(request.input):
             light = []
             for item in batch:
                 heavy = cooperation.longest_list(vars(item).items())

@@ -91,14 +91,13 @@ def new_response_id(keys: Keys | None = None, shard_with: str | None = None) -> 
 def parse_request(body: Any) -> CreateResponseRequest:
     """Validate a create body; the first problem becomes a 400 whose ``param`` names the field.
 
-    A list ``input`` longer than a batch, or with a heavy item, is validated a batch at a time,
-    the process's other work running between two (:mod:`app.validation`). The problem reported
-    is the one a validation of the whole body would report.
+    A list ``input`` weighing more than a batch (:func:`app.cooperation.weight`: its items and
+    their lists' entries) is validated a batch at a time, the process's other work running
+    between two (:mod:`app.validation`). The problem reported is the one a validation of the
+    whole body would report.
     """
     items = body.get("input") if isinstance(body, dict) else None
-    if not isinstance(items, list) or (
-        len(items) <= cooperation.BATCH and not validation.any_heavy(items)
-    ):
+    if not isinstance(items, list) or validation.is_light(items):
         return parse_body(CreateResponseRequest, body)
     errors: list[ErrorDetails] = []
     request = None
@@ -118,13 +117,14 @@ def parse_request(body: Any) -> CreateResponseRequest:
 def parse_with_items(model: type[BodyT], body: Any) -> BodyT:
     """:func:`parse_body` for a body whose ``items`` are input items (the Conversations API's).
 
-    When one of them is heavy, they are validated a batch at a time (:mod:`app.validation`),
-    after the rest of the body with their first batches (so the list's own limits apply).
+    When they weigh more than a batch, they are validated a batch at a time
+    (:mod:`app.validation`), after the rest of the body with their first entries (so the list's
+    own limits apply).
     """
     items = body.get("items") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not validation.any_heavy(items):
+    if not isinstance(items, list) or validation.is_light(items):
         return parse_body(model, body)
-    parsed = parse_body(model, {**body, "items": validation.first_batches(items)})
+    parsed = parse_body(model, {**body, "items": validation.first_entries(items)})
     try:
         validated = validation.validated_items(items, param="items")
     except validation.BadItems as exc:

@@ -1,10 +1,12 @@
 """A request's input items validated a batch at a time, so its process's other work goes on.
 
 A gateway process serves all its clients on one thread (gevent), and pydantic validates a list in
-one call: 450,000 items took seconds. So a long list is validated a batch of
-:data:`app.cooperation.BATCH` items at a time, with a pause between two. An item can be as long
-by itself: one message of 400,000 text parts (a 15 MB body) held its process for 5 s, every other
-client's events and ``/healthz`` waiting. Such a *heavy* item (a list of its own longer than a
+one call: 450,000 items took seconds. So a long list is validated a batch at a time, with a
+pause between two: items of :data:`app.cooperation.BATCH` :func:`~app.cooperation.weight` in
+all, each item counting its lists' entries (a thousand messages of 900 parts are 900,000 parts,
+not a thousand items). An item can be as long by itself: one message of 400,000 text parts
+(a 15 MB body) held its process for 5 s, every other client's events and ``/healthz`` waiting.
+Such a *heavy* item (a list of its own longer than a
 batch: a message's ``content``, an output's parts, a reasoning item's ``summary`` …) is
 validated a batch of its longest list's entries at a time: each batch in a copy of the item
 holding only it.
@@ -39,18 +41,36 @@ def heavy_field(item: Any) -> str | None:
     return cooperation.longest_list(item.items()) if isinstance(item, dict) else None
 
 
-def any_heavy(items: Sequence[Any]) -> bool:
-    """Whether any of ``items`` (as sent) is heavy (:func:`heavy_field`)."""
-    return any(map(heavy_field, items))
+def is_light(items: Sequence[Any]) -> bool:
+    """Whether ``items`` (as sent) weigh a batch at most (:func:`app.cooperation.weight`).
 
-
-def first_batches(items: Sequence[Any]) -> list[Any]:
-    """``items`` with each heavy one's longest list cut to its first batch."""
-    cut = []
+    Stops counting once over: a long list is not walked whole to say it is.
+    """
+    held = 0
     for item in items:
-        field = heavy_field(item)
-        cut.append(item if field is None else {**item, field: item[field][: cooperation.BATCH]})
-    return cut
+        held += cooperation.weight(item)
+        if held > cooperation.BATCH:
+            return False
+    return True
+
+
+def first_entries(items: Sequence[Any]) -> list[Any]:
+    """``items`` with each one's longest list cut to its first entries, a batch among them all.
+
+    What the rest of a body is validated with, its list of items' own limits (its length)
+    checked, before the items are validated a batch at a time (:func:`validated_items`).
+    """
+    share = max(1, cooperation.BATCH // max(1, len(items)))
+    return [_cut(item, share) for item in items]
+
+
+def _cut(item: Any, share: int) -> Any:
+    """``item`` with its longest list, if it has one, cut to its first ``share`` entries."""
+    if not isinstance(item, dict):
+        return item
+    lengths = {name: len(value) for name, value in item.items() if value.__class__ is list}
+    field = max(lengths, key=lengths.__getitem__, default=None)
+    return item if field is None else {**item, field: item[field][:share]}
 
 
 def validated_items(items: Sequence[Any], *, param: str) -> list[Any]:
@@ -60,11 +80,13 @@ def validated_items(items: Sequence[Any], *, param: str) -> list[Any]:
         BadItems: the first bad batch's errors.
     """
     validated: list[Any] = []
-    start = 0  # the first item not validated yet
+    start, held = 0, 0  # the first item not validated yet; the weight of those from it
     for index, item in enumerate(items):
         heavy = heavy_field(item)
-        if heavy is None and index + 1 - start < cooperation.BATCH and index + 1 < len(items):
-            continue
+        if heavy is None:
+            held += cooperation.weight(item)
+            if held < cooperation.BATCH and index + 1 < len(items):
+                continue
         end = index if heavy is not None else index + 1
         if end > start:
             if start:
@@ -73,7 +95,7 @@ def validated_items(items: Sequence[Any], *, param: str) -> list[Any]:
         if heavy is not None:
             cooperation.pause()
             validated.append(_validated_heavy(item, heavy, _Place(param, index)))
-        start = index + 1
+        start, held = index + 1, 0
     return validated
 
 
