@@ -8,8 +8,9 @@ then tenant A posts ``--requests`` background creates one after another, each of
 one-word user messages (450,000: a 15.8 MB body, under the 16 MiB body limit), and cancels each once
 it is stored (what the worker then does with it is not the point), while B probes on (``--parts``:
 each create's input is one user message of ``--items`` one-word text parts instead; 400,000: 15.2
-MB). ``--runs``: A's responses run to their end instead (polled), so the inference worker takes them
-too; ``--continues``: then a short response continues each (its history is the long one). The
+MB; ``--wide PARTS``: user messages of PARTS parts each, ``--items`` parts in all). ``--runs``:
+A's responses run to their end instead (polled), so the inference worker takes them too;
+``--continues``: then a short response continues each (its history is the long one). The
 figures are B's: its ``/healthz`` and first-event latencies, idle and while A's creates were taken;
 and each process's peak RSS meanwhile, Redis's longest calls (its slow log: Redis serves no one else
 during a call) and the turns the sweeper ran again because their lease lapsed (the workers' logs).
@@ -122,16 +123,16 @@ class Probes:
 
 
 def large_body(
-    items: int, conversation: str | None = None, *, sync: bool = False, parts: bool = False
+    items: int, conversation: str | None = None, *, sync: bool = False, per_message: int = 0
 ) -> bytes:
     """A background create of ``items`` one-word user messages, as JSON (in ``conversation``).
 
-    ``sync``: a create answered when its response is done instead; ``parts``: one user message
-    of ``items`` one-word text parts instead.
+    ``sync``: a create answered when its response is done instead; ``per_message``: user
+    messages of that many one-word text parts instead, ``items`` parts in all.
     """
     body: dict[str, Any] = {
         "model": "antwort-sim",
-        "input": large_input(items, parts=parts),
+        "input": large_input(items, per_message=per_message),
         "background": not sync,
     }
     if conversation:
@@ -139,11 +140,17 @@ def large_body(
     return json.dumps(body).encode()
 
 
-def large_input(items: int, *, parts: bool = False) -> list[dict[str, Any]]:
-    """``items`` one-word user messages, or (``parts``) one user message of as many text parts."""
-    if parts:
-        content = [{"type": "input_text", "text": "hi"} for _ in range(items)]
-        return [{"role": "user", "content": content}]
+def large_input(items: int, *, per_message: int = 0) -> list[dict[str, Any]]:
+    """``items`` one-word user messages, or (``per_message``) messages of that many text parts.
+
+    ``items`` one-word parts in all, then (the last message holds what is left over).
+    """
+    if per_message:
+        starts = range(0, items, per_message)
+        return [
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}] * count}
+            for count in (min(per_message, items - start) for start in starts)
+        ]
     return [{"role": "user", "content": "hi"} for _ in range(items)]
 
 
@@ -204,7 +211,7 @@ def big_creates(
 
 
 def big_messages(
-    url: str, requests: int, items: int, at_once: int = 1, *, parts: bool = False
+    url: str, requests: int, items: int, at_once: int = 1, *, per_message: int = 0
 ) -> dict[str, Any]:
     """A's creates as WebSocket messages, one after another on ``at_once`` sockets; their times.
 
@@ -214,7 +221,7 @@ def big_messages(
         {
             "type": "response.create",
             "model": "antwort-sim",
-            "input": large_input(items, parts=parts),
+            "input": large_input(items, per_message=per_message),
         }
     )
     seconds: list[float] = []
@@ -308,6 +315,7 @@ class SlowCalls:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    per_message = args.items if args.parts else args.wide
     fleet = TenantFleet(inference_workers=1, worker_threads=16)
     fleet.start()
     try:
@@ -330,13 +338,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 b_thread.start()
             if args.websocket:
                 creates = big_messages(
-                    fleet.gateway_url, args.requests, args.items, args.at_once, parts=args.parts
+                    fleet.gateway_url,
+                    args.requests,
+                    args.items,
+                    args.at_once,
+                    per_message=per_message,
                 )
             else:
                 creates = big_creates(
                     fleet.gateway_url,
                     args.requests,
-                    large_body(args.items, conversation, sync=args.sync, parts=args.parts),
+                    large_body(args.items, conversation, sync=args.sync, per_message=per_message),
                     args.at_once,
                     runs=args.runs or bool(conversation) or args.sync,
                     continues=args.continues,
@@ -398,6 +410,13 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         action="store_true",
         help="A's input is one user message of --items one-word text parts",
+    )
+    parser.add_argument(
+        "--wide",
+        type=int,
+        default=0,
+        metavar="PARTS",
+        help="A's input is user messages of PARTS one-word text parts each, --items parts in all",
     )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)
