@@ -25,7 +25,12 @@ from app.limits import Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
-from app.protocol.client_tools import HOSTED_TOOL_TYPES
+from app.protocol.client_tools import (
+    HOSTED_TOOL_TYPES,
+    MAX_NAMESPACE_TOOLS,
+    NamespaceTool,
+    namespace_tools_count,
+)
 from app.protocol.items import (
     ITEM_REFERENCE,
     SETTINGS_ITEMS,
@@ -96,6 +101,8 @@ def parse_request(body: Any) -> CreateResponseRequest:
     between two (:mod:`app.validation`). The problem reported is the one a validation of the
     whole body would report.
     """
+    if isinstance(body, dict):
+        _check_namespace_tools(namespace_tools_count(body.get("tools"), most=MAX_TOOLS), "tools")
     items = body.get("input") if isinstance(body, dict) else None
     if not isinstance(items, list) or validation.is_light(items):
         return parse_body(CreateResponseRequest, body)
@@ -194,6 +201,23 @@ def _array_too_long(param: str | None, *, limit: int | None, length: int) -> Inv
         param=param,
         code="array_above_max_length",
     )
+
+
+def _check_namespace_tools(count: int, param: str) -> None:
+    """A request's namespaces hold :data:`MAX_NAMESPACE_TOOLS` tools at most, all together.
+
+    Counted as sent, before any of them is validated.
+
+    Raises:
+        InvalidRequestError: they hold more (``param``: the list whose namespaces took it over).
+    """
+    if count > MAX_NAMESPACE_TOOLS:
+        raise InvalidRequestError(
+            f"Invalid {quoted(param)}: too many tools in namespaces. Expected at most "
+            f"{MAX_NAMESPACE_TOOLS} in all, but got {count} instead.",
+            param=param,
+            code="array_above_max_length",
+        )
 
 
 def _too_many_tools(count: int) -> InvalidRequestError:
@@ -415,10 +439,13 @@ def _with_additional_tools(request: CreateResponseRequest) -> CreateResponseRequ
     if isinstance(request.input, str):
         return request
     added: list[Any] = []
+    in_namespaces = sum(len(t.tools) for t in request.tools if isinstance(t, NamespaceTool))
     for index, item in enumerate(request.input):
         if not isinstance(item, AdditionalToolsItem):
             continue
         try:
+            in_namespaces += namespace_tools_count(item.tools, most=MAX_TOOLS)
+            _check_namespace_tools(in_namespaces, "tools")
             added += parse_body(ToolList, {"tools": item.tools}).tools
             if len(request.tools) + len(added) > MAX_TOOLS:  # the request's tools and all added
                 raise _too_many_tools(len(request.tools) + len(added))

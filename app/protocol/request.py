@@ -68,11 +68,11 @@ TEXT_LOGPROBS = "message.output_text.logprobs"
 """``include``'s ask for the text's log probabilities (``top_logprobs`` alternatives each)."""
 
 MAX_TOKENS = 2**31 - 1
+"""Bound of token counts a client may ask for (what servers parse ``max_tokens`` into)."""
 MAX_TOOLS = 128
 """OpenAI's limit on a request's ``tools`` (``array_above_max_length``). Each tool is echoed in
 every ``response.*`` event and the stored response: 250,000 tools (a 14.6 MB body) held a gateway
 process 9.7 s in one piece."""
-"""Bound of token counts a client may ask for (what servers parse ``max_tokens`` into)."""
 
 Metadata = dict[
     Annotated[str, StringConstraints(max_length=64)],

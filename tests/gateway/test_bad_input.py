@@ -339,6 +339,52 @@ def test_bad_input_tools_at_openai_bounds_are_accepted(web: FlaskClient) -> None
     assert len(created.tools) == 128
 
 
+def _namespace(count: int, name: str = "ns") -> dict[str, object]:
+    return {"type": "namespace", "name": name, "description": "d", "tools": _functions(count)}
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "count"),
+    [
+        ({"tools": [_namespace(1025)]}, "tools", 1025),
+        ({"tools": [_namespace(150_000)]}, "tools", 150_000),  # 16 MB: 3.2 s in one piece
+        ({"tools": [_namespace(600), _namespace(600)]}, "tools", 1200),
+        ({"tools": [_namespace(1024)] * 128}, "tools", 131_072),
+        (
+            {
+                "tools": [_namespace(600)],
+                "input": [{"type": "additional_tools", "tools": [_namespace(500)]}],
+            },
+            "input.0.tools",
+            1100,
+        ),
+    ],
+)
+def test_bad_input_namespaces_hold_1024_tools_in_all(
+    web: FlaskClient, body: dict[str, object], param: str, count: int
+) -> None:
+    """Each of a namespace's tools is offered to the model and echoed in every event.
+
+    Before, any number was taken: 150,000 were validated in one piece.
+    """
+    body = {"model": "m", "input": "hi", "background": True, **body}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == (param, "array_above_max_length")
+    assert str(count) in error.message
+
+
+def test_bad_input_namespaces_at_the_bound_are_accepted(web: FlaskClient) -> None:
+    added = {"type": "additional_tools", "tools": [_namespace(24, "more")]}
+    body = {"model": "m", "input": [added, {"role": "user", "content": "hi"}], "background": True}
+
+    response = web.post("/v1/responses", json={**body, "tools": [_namespace(1000)]})
+
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert [len(tool["tools"]) for tool in response.get_json()["tools"]] == [1000, 24]
+
+
 def test_bad_input_added_tools_count_with_the_request_s_own(web: FlaskClient) -> None:
     """The request's 100 tools and the 29 an ``additional_tools`` item adds are 129."""
     added = {"type": "additional_tools", "tools": _functions(129)[100:]}
