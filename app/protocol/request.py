@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from app.protocol.client_tools import (
+    MAX_NAMESPACE_TOOLS,
     ApplyPatchTool,
     Callers,
     ComputerTool,
@@ -73,6 +74,12 @@ MAX_TOOLS = 128
 """OpenAI's limit on a request's ``tools`` (``array_above_max_length``). Each tool is echoed in
 every ``response.*`` event and the stored response: 250,000 tools (a 14.6 MB body) held a gateway
 process 9.7 s in one piece."""
+MAX_ALLOWED_TOOLS = MAX_TOOLS + MAX_NAMESPACE_TOOLS
+"""An ``allowed_tools`` choice names as many tools as a request can declare, at most: it is
+echoed too, and 400,000 names (a 16 MB body) held a gateway process 1.9 s to validate."""
+MAX_CONTEXT_MANAGEMENT = 16
+"""``context_management`` entries: one says it all (its one type is ``compaction``); 300,000
+(a 15 MB body, echoed) held a gateway process 1.6 s to validate."""
 
 Metadata = dict[
     Annotated[str, StringConstraints(max_length=64)],
@@ -223,7 +230,7 @@ class AllowedToolsChoice(_Strict):
 
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required", "none"] = "auto"
-    tools: list[AllowedToolRef]
+    tools: list[AllowedToolRef] = Field(max_length=MAX_ALLOWED_TOOLS)
 
 
 class McpChoice(_Strict):
@@ -373,7 +380,9 @@ class CreateResponseRequest(_Strict):
     # The rest of the SDK's create body (the README's field table says what each does here).
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     prompt_cache_options: PromptCacheOptions | None = None
-    context_management: list[ContextManagement] | None = None
+    context_management: list[ContextManagement] | None = Field(
+        default=None, max_length=MAX_CONTEXT_MANAGEMENT
+    )
     moderation: Moderation | None = None
     access_programs: AccessPrograms | None = None
     image: ImageOptions | None = None

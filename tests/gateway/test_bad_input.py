@@ -385,6 +385,48 @@ def test_bad_input_namespaces_at_the_bound_are_accepted(web: FlaskClient) -> Non
     assert [len(tool["tools"]) for tool in response.get_json()["tools"]] == [1000, 24]
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "limit", "count"),
+    [
+        (
+            {
+                "tools": _functions(1),
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "mode": "auto",
+                    "tools": [{"type": "function", "name": "f0"}] * 400_000,  # 1.9 s before
+                },
+            },
+            "tool_choice.tools",
+            1152,
+            400_000,
+        ),
+        (
+            {"context_management": [{"type": "compaction", "compact_threshold": 9}] * 17},
+            "context_management",
+            16,
+            17,
+        ),
+    ],
+)
+def test_bad_input_lists_echoed_in_every_event_are_bounded(
+    web: FlaskClient, body: dict[str, object], param: str, limit: int, count: int
+) -> None:
+    """As many allowed tools as a request can declare; a few ``context_management`` entries.
+
+    Before, any number was taken, validated in one piece and echoed in every event.
+    """
+    body = {"model": "m", "input": "hi", "background": True, **body}
+
+    error = error_of(web.post("/v1/responses", json=body), 400)
+
+    assert (error.param, error.code) == (param, "array_above_max_length")
+    assert error.message == (
+        f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, but "
+        f"got an array with length {count} instead."
+    )
+
+
 def test_bad_input_added_tools_count_with_the_request_s_own(web: FlaskClient) -> None:
     """The request's 100 tools and the 29 an ``additional_tools`` item adds are 129."""
     added = {"type": "additional_tools", "tools": _functions(129)[100:]}
