@@ -6,10 +6,10 @@ events, requests and ``/healthz`` waited (450,000 one-word messages, a 16 MB bod
 The work a create does once per item (validating, normalising, estimating, storing) runs in
 batches of :data:`BATCH` items, with a pause after each (:func:`pause`); validating and
 estimating, in batches of that :func:`weight` (an item's lists' entries count too). A request
-of fewer items never pauses, unless an item is heavy (:func:`longest_list`: a list of its own over a
-batch; one message of 400,000 text parts held a process for 5 s): a loop over items one by one
-(:func:`each`) also pauses once :data:`SLICE_SECONDS` went by since its last pause, and such an
-item's list is validated (:mod:`app.validation`), estimated, made a dict and made JSON
+of fewer items never pauses, unless an item is heavy (:func:`longest_list`: a list of its own
+over a batch; one message of 400,000 text parts held a process for 5 s): a loop over items one
+by one (:func:`each`) also pauses once :data:`SLICE_SECONDS` went by since its last pause, and
+such an item's list is validated (:mod:`app.validation`), estimated, made a dict and made JSON
 (:func:`json_texts`) a batch of its entries at a time.
 """
 

@@ -6,10 +6,9 @@ pause between two: items of :data:`app.cooperation.BATCH` :func:`~app.cooperatio
 all, each item counting its lists' entries (a thousand messages of 900 parts are 900,000 parts,
 not a thousand items). An item can be as long by itself: one message of 400,000 text parts
 (a 15 MB body) held its process for 5 s, every other client's events and ``/healthz`` waiting.
-Such a *heavy* item (a list of its own longer than a
-batch: a message's ``content``, an output's parts, a reasoning item's ``summary`` …) is
-validated a batch of its longest list's entries at a time: each batch in a copy of the item
-holding only it.
+Such a *heavy* item (a list of its own longer than a batch: a message's ``content``, an
+output's parts, a reasoning item's ``summary`` …) is validated a batch of its longest list's
+entries at a time: each batch in a copy of the item holding only it.
 
 What is refused is refused as a validation of the whole list would refuse it, and located the
 same way (the first bad batch says enough).
