@@ -74,12 +74,12 @@ def weighed_batches(items: Sequence[T]) -> Iterator[Sequence[T]]:
             start, held = index + 1, 0
 
 
-def longest_list(fields: Iterable[tuple[str, object]]) -> str | None:
-    """Of an item's ``fields`` (name, value), the one holding the longest list over a batch.
+def longest_list(fields: Iterable[tuple[str, object]], over: int = BATCH) -> str | None:
+    """Of an item's ``fields`` (name, value), the one holding the longest list over ``over``.
 
-    None: no list of the item's is longer than :data:`BATCH` (it is not heavy).
+    None: no list of the item's is longer than that (by default :data:`BATCH`: not heavy).
     """
-    longest, length = None, BATCH
+    longest, length = None, over
     for name, value in fields:
         if value.__class__ is list and len(value) > length:
             longest, length = name, len(value)

@@ -64,11 +64,8 @@ def first_entries(items: Sequence[Any]) -> list[Any]:
 
 
 def _cut(item: Any, share: int) -> Any:
-    """``item`` with its longest list, if it has one, cut to its first ``share`` entries."""
-    if not isinstance(item, dict):
-        return item
-    lengths = {name: len(value) for name, value in item.items() if value.__class__ is list}
-    field = max(lengths, key=lengths.__getitem__, default=None)
+    """``item`` with its longest list, if longer than ``share`` entries, cut to its first ones."""
+    field = cooperation.longest_list(item.items(), over=share) if isinstance(item, dict) else None
     return item if field is None else {**item, field: item[field][:share]}
 
 
