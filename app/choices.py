@@ -8,6 +8,7 @@ from app.errors import InvalidRequestError, quoted
 from app.protocol.client_tools import HOSTED_TOOL_TYPES, HostedTool
 from app.protocol.request import CreateResponseRequest, CustomChoice, FunctionChoice, HostedChoice
 from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
+from app.tools.kinds import duplicate_tool_name
 
 FORCED_TYPES = {
     "computer": {"computer", "computer_use_preview"},
@@ -48,10 +49,8 @@ def _tool_names(request: CreateResponseRequest) -> set[str]:
         name = getattr(tool, "name", None)
         if name in names:
             named = "name" in type(tool).model_fields  # else: a fixed tool, named by its type
-            raise InvalidRequestError(
-                f"Tool names must be unique: {quoted(name)} is declared twice.",
-                param=f"tools.{index}.name" if named else f"tools.{index}",
-                code="duplicate_tool_name",
+            raise duplicate_tool_name(
+                name, param=f"tools.{index}.name" if named else f"tools.{index}"
             )
         if name is not None:
             names.add(name)

@@ -106,6 +106,15 @@ def named_tool(ref: Item) -> str | None:
     return str(name) if name else None
 
 
+def duplicate_tool_name(name: str, *, param: str) -> InvalidRequestError:
+    """A request offering the model two tools of one name: one of them would never run."""
+    return InvalidRequestError(
+        f"Tool names must be unique: {quoted(name)} is declared twice.",
+        param=param,
+        code="duplicate_tool_name",
+    )
+
+
 def named_definition(kind: str) -> Callable[[Item], ToolDefinition]:
     """A ``define`` for tools declared with a name, description and JSON schema."""
 
@@ -359,11 +368,7 @@ class ToolKinds:
                 continue
             name = spec.define(tool).name
             if name in names:
-                raise InvalidRequestError(
-                    f"Tool names must be unique: {quoted(name)} is declared twice.",
-                    param="tools",
-                    code="duplicate_tool_name",
-                )
+                raise duplicate_tool_name(name, param="tools")
             names.add(name)
 
     # -- processes and steps -------------------------------------------------------------------
