@@ -151,6 +151,22 @@ where it retries a ``server_error`` five times. ``context_length_exceeded`` and
 reads them all the same: it does not validate what it receives)."""
 
 
+def failure_type(code: str) -> str:
+    """The ``type`` of a failed response's ``error`` (and of its ``error`` event) for ``code``.
+
+    The type the failure would have as an HTTP error: the model server refused the prompt as it
+    was (``invalid_request_error``, as a 400 says), still refused for its rate after every retry
+    (``requests``, as the gateway's own 429s say); every other failure is the fleet's or its
+    model server's (``server_error``). Clients act on the code; the type tells a person reading
+    a failed response whose side to look at.
+    """
+    if code == MODEL_RATE_LIMITED:
+        return RateLimitError.type
+    if code in RESPONSE_ERROR_CODES:
+        return InvalidRequestError.type
+    return ServerError.type
+
+
 class ModelBehaviorError(AppError):
     """The model answered something the fleet cannot use; the response fails."""
 

@@ -51,6 +51,7 @@ from app.errors import (
     AppError,
     ModelBehaviorError,
     UpstreamError,
+    failure_type,
 )
 from app.lease import LeaseKeeper
 from app.model_prefix import prepared_items
@@ -511,7 +512,9 @@ def load_state(
         history = history_of(store, stored)
     except AppError as exc:  # the chain expired while the response waited in the queue
         code = exc.code or "not_found"
-        fail_response(store, response_id, code=code, message=exc.message, fence=fence)
+        fail_response(
+            store, response_id, code=code, message=exc.message, error_type=exc.type, fence=fence
+        )
         return None
     return RunState(
         response=stored.response,
@@ -949,15 +952,24 @@ def finalize(
 
 
 def fail_response(
-    store: ResponseStore, response_id: str, *, code: str, message: str, fence: Fence = NO_FENCE
+    store: ResponseStore,
+    response_id: str,
+    *,
+    code: str,
+    message: str,
+    error_type: str | None = None,
+    fence: Fence = NO_FENCE,
 ) -> bool:
     """Mark an active response ``failed`` with an ``error`` event and ``response.failed``.
 
-    ``fence``: the lease of the run that fails it (none at the task boundary).
+    ``error_type``: the error's ``type``, by default the one its ``code`` has
+    (:func:`app.errors.failure_type`). ``fence``: the lease of the run that fails it (none at
+    the task boundary).
 
     Raises:
         LeaseLostError: another run holds the lease ``fence`` names; nothing was written.
     """
+    kind = failure_type(code) if error_type is None else error_type
     for _ in range(5):
         stored = store.load(response_id)
         if stored is None or stored.response.status not in ACTIVE_STATUSES:
@@ -965,11 +977,11 @@ def fail_response(
         failed = stored.response.model_copy(
             update={
                 "status": ResponseStatus.FAILED,
-                "error": ResponseError(code=code, message=message),
+                "error": ResponseError(code=code, message=message, type=kind),
             }
         )
         events = [
-            ev.error_event(code=code, message=message),
+            ev.error_event(code=code, message=message, error_type=kind),
             ev.response_event("response.failed", failed.wire()),
         ]
         result = store.write(

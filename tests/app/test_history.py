@@ -129,6 +129,26 @@ def test_an_expired_history_is_a_previous_response_not_found(loop: Loop) -> None
         loop.create(input="c", previous_response_id=b)
 
 
+def test_a_history_expired_while_queued_fails_the_response_as_the_request_s_fault(
+    loop: Loop,
+) -> None:
+    """The chain expired after the create, before its turn ran: the response fails with the
+    404-like code and the ``type`` the create's own error would have had (not ``server_error``,
+    which clients retry)."""
+    a = ask(loop, "a")
+    b = ask(loop, "b", a)
+    rid = loop.create(input="c", previous_response_id=b)
+    [history] = history_lists(loop.store)
+    loop.store.redis.delete(history)
+
+    loop.drive(rid)
+    failed = loop.store.get(rid).response
+    assert failed.status == "failed"
+    error = failed.error
+    assert error is not None
+    assert (error.code, error.type) == ("previous_response_not_found", "invalid_request_error")
+
+
 def test_extending_twice_as_a_lost_reply_replays_gives_the_same_history(
     store: ResponseStore,
 ) -> None:

@@ -2,6 +2,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from app.config import Settings
 from app.errors import UpstreamError
 from app.output import TurnOutput
@@ -198,6 +200,35 @@ def test_run_turn_upstream_error_fails_the_response(
     error = json.loads(store.events_after(rid, len(types) - 3)[0].data)
     assert error["code"] == "server_error"
     assert error["error"]["message"] == "Model server answered 503: busy"
+
+
+@pytest.mark.parametrize(
+    ("code", "error_type"),
+    [
+        ("upstream_error", "server_error"),  # failed as `server_error`, which clients retry
+        ("rate_limit_exceeded", "requests"),
+        ("context_length_exceeded", "invalid_request_error"),
+        ("model_not_found", "invalid_request_error"),
+        ("invalid_prompt", "invalid_request_error"),
+    ],
+)
+def test_a_failed_response_s_error_has_the_type_of_its_code(
+    store: ResponseStore, make_settings: Callable[..., Settings], code: str, error_type: str
+) -> None:
+    """The model server's refusal of the prompt is the request's fault, its last 429 a rate
+    limit, as their HTTP errors would say: before, every failure was a ``server_error``."""
+    settings = make_settings()
+    rid = create(store, settings, RecordingDispatcher())
+    model = FakeModel(UpstreamError("Model server answered: no", code=code))
+
+    advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    error = store.get(rid).response.error
+    assert error is not None
+    assert error.type == error_type
+    *_, event, failed = store.events_after(rid, -1)
+    assert json.loads(event.data)["error"]["type"] == error_type
+    assert json.loads(failed.data)["response"]["error"]["type"] == error_type
 
 
 def test_run_turn_stops_when_cancelled_mid_stream(

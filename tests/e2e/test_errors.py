@@ -152,19 +152,41 @@ def test_errors_model_server_failure_stream_ends_with_response_failed(fleet: Fle
     assert final["error"]["message"]
 
 
-@pytest.mark.parametrize(
-    ("status", "code"),
-    [(502, "server_error"), (429, "rate_limit_exceeded"), (400, "invalid_prompt")],
-)
+FAILURES = [
+    (502, "server_error", "server_error"),
+    (429, "rate_limit_exceeded", "requests"),
+    (400, "invalid_prompt", "invalid_request_error"),
+]
+"""A model server's answer, and the ``code`` and ``type`` of the failed response's error."""
+
+
+@pytest.mark.parametrize(("status", "code", "error_type"), FAILURES)
 def test_errors_failed_response_error_code_is_known_to_openai_sdk(
-    client: openai.OpenAI, status: int, code: str
+    client: openai.OpenAI, status: int, code: str, error_type: str
 ) -> None:
     """A model server that still refuses for its rate after every retry fails the response
     with ``rate_limit_exceeded`` (Codex CLI then waits as long as its message says); one that
     refuses the request as it was, with ``invalid_prompt`` (no retry can help: Codex does not
-    ask again); other failures with ``server_error``."""
+    ask again); other failures with ``server_error``. The ``type`` is the one the failure's
+    HTTP error would have."""
     response = client.responses.create(model="antwort-sim", input=f"boom [error={status}]")
     assert response.status == "failed"
     assert response.error is not None
     assert response.error.code == code
+    assert response.to_dict()["error"]["type"] == error_type
     Response.model_validate(response.to_dict())
+
+
+@pytest.mark.parametrize(("status", "code", "error_type"), FAILURES)
+def test_errors_failed_stream_s_error_event_has_the_type_of_its_code(
+    fleet: Fleet, status: int, code: str, error_type: str
+) -> None:
+    response = httpx.post(
+        f"{fleet.base_url}/v1/responses",
+        json={"model": "antwort-sim", "input": f"boom [error={status}]", "stream": True},
+        timeout=30,
+    )
+    *_, error, failed = raw_events(response)
+    assert (error["type"], error["code"]) == ("error", code)
+    assert error["error"]["type"] == error_type
+    assert failed["response"]["error"]["type"] == error_type
