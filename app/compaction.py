@@ -36,8 +36,10 @@ from app.tenancy import OPEN_TENANT, Tenant
 COMPACT_FIELDS = frozenset(
     {
         "model", "input", "previous_response_id", "instructions", "prompt_cache_key",
-        # validated as on create, not acted on (one fleet, no provider cache to steer)
-        "prompt_cache_options", "prompt_cache_retention", "service_tier", "image",
+        # validated as on create, not acted on (one fleet, no provider cache to steer); the
+        # first two echoed in the answer as a response echoes them
+        "safety_identifier", "service_tier",
+        "prompt_cache_options", "prompt_cache_retention", "image",
     }
 )  # fmt: skip
 
@@ -86,6 +88,8 @@ def start_compaction(
         "items": [*history, *inputs],
         "created_at": int(time.time()),
         "owner": tenant,
+        "safety_identifier": request.safety_identifier,
+        "service_tier": request.service_tier or "default",
     }
     start_job(
         store, queue, settings, "compaction", compaction_id, job, caller=caller, request=request
@@ -126,6 +130,8 @@ def compact(deps: RunDeps, compaction_id: str, job: dict[str, Any]) -> dict[str,
         "output": [*user_messages(items), item],
         "created_at": job["created_at"],
         "usage": usage.model_dump(mode="json"),
+        "safety_identifier": job.get("safety_identifier"),
+        "service_tier": job.get("service_tier", "default"),
     }
 
 

@@ -27,6 +27,9 @@ class CreateConversationRequest(_Strict):
 
     items: list[InputItem] | None = Field(default=None, max_length=MAX_ITEMS_PER_REQUEST)
     metadata: Metadata | None = Field(default=None, max_length=16)
+    safety_identifier: str | None = Field(default=None, max_length=64)
+    """Taken as a response's create takes it (openai 3.60 sends it); a conversation has no
+    field to show it in, and the fleet no safety monitoring to give it to."""
 
 
 class UpdateConversationRequest(_Strict):

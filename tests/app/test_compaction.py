@@ -240,11 +240,16 @@ def test_compaction_takes_every_parameter_of_the_sdks_compact(
         "prompt_cache_retention": "24h",
         "service_tier": "fast",
         "image": {"context_compression": "auto"},
+        "safety_identifier": "user-7",
     }
 
     result = compact(store, make_settings(), answer("Tuesday."), input=CONVERSATION, **options)
 
     assert result["object"] == "response.compaction"
+    assert (result["safety_identifier"], result["service_tier"]) == ("user-7", "fast")
+    with pytest.raises(InvalidRequestError) as long_id:
+        compact(store, make_settings(), answer("x"), input=CONVERSATION, safety_identifier="x" * 65)
+    assert long_id.value.param == "safety_identifier"
     with pytest.raises(InvalidRequestError) as refused:
         compact(store, make_settings(), answer("x"), input=CONVERSATION, service_tier="slow")
     assert refused.value.param == "service_tier"

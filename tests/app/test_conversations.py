@@ -7,12 +7,23 @@ from typing import Any
 
 import pytest
 import redis
+from openai.types.conversations import (
+    conversation_create_params,
+    conversation_update_params,
+    item_create_params,
+)
+from pydantic import BaseModel
 
 from app.config import Settings
 from app.conversation import history_of
 from app.conversations import add_items, create_conversation, delete_item, list_items
 from app.errors import InvalidRequestError, NotFoundError
 from app.keys import Keys
+from app.protocol.conversations import (
+    AddItemsRequest,
+    CreateConversationRequest,
+    UpdateConversationRequest,
+)
 from app.providers.chunks import Finish, TextDelta, ToolCallDelta
 from app.responses import create_response
 from app.run import RunDeps, advance_response
@@ -39,6 +50,22 @@ def texts(store: ResponseStore, conversation_id: str) -> list[str]:
 
 def run(store: ResponseStore, settings: Settings, response_id: str, model: FakeModel) -> str:
     return advance_response(RunDeps(store=store, provider=model, settings=settings), response_id, 0)
+
+
+@pytest.mark.parametrize(
+    ("request_model", "sdk_params"),
+    [
+        (CreateConversationRequest, conversation_create_params.ConversationCreateParams),
+        (UpdateConversationRequest, conversation_update_params.ConversationUpdateParams),
+        (AddItemsRequest, item_create_params.ItemCreateParams),
+    ],
+)
+def test_the_conversations_api_takes_every_body_parameter_of_the_sdk(
+    request_model: type[BaseModel], sdk_params: type[Any]
+) -> None:
+    """A parameter a new SDK sends is no 400 ``unknown_parameter`` (openai 3.60 added
+    ``safety_identifier`` to a conversation's create). ``include`` is a query parameter."""
+    assert set(sdk_params.__annotations__) - {"include"} <= set(request_model.model_fields)
 
 
 def test_a_response_reads_its_conversation_and_adds_its_input_and_output(

@@ -46,7 +46,10 @@ def compacted(fleet: Fleet, **body: Any) -> dict[str, Any]:
 def test_compact_returns_user_messages_and_one_sealed_compaction_item(fleet: Fleet) -> None:
     result = compacted(fleet, input=CONVERSATION, prompt_cache_key="k", instructions="Keep dates.")
 
-    assert set(result) == {"id", "object", "output", "created_at", "usage"}
+    assert set(result) == {
+        *("id", "object", "output", "created_at", "usage"),
+        *("safety_identifier", "service_tier"),
+    }
     assert result["object"] == "response.compaction"
     *messages, item = result["output"]
     assert [(m["role"], m["content"][0]["text"]) for m in messages] == [
@@ -67,11 +70,15 @@ def test_compact_with_the_openai_sdk(client: openai.OpenAI, fleet: Fleet) -> Non
         prompt_cache_retention="24h",
         prompt_cache_options={"mode": "implicit"},
         image={"context_compression": "auto"},
+        safety_identifier="user-7",  # openai 3.60's, echoed with the tier as a response does
     )
     result = raw.parse()
 
     assert result.object == "response.compaction"
     assert [item.type for item in result.output] == ["message", "compaction"]
+    assert (result.safety_identifier, result.service_tier) == ("user-7", "fast")
+    plain = client.responses.compact(model="antwort-sim", input="Hi")
+    assert (plain.safety_identifier, plain.service_tier) == (None, "default")
     openresponses_types.CompactResource.model_validate(raw.http_response.json())
 
 

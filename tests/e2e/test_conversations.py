@@ -33,6 +33,17 @@ def test_conversations_through_the_sdk(client: openai.OpenAI) -> None:
         client.conversations.items.list(created.id)
 
 
+def test_a_conversation_takes_the_sdk_s_safety_identifier(client: openai.OpenAI) -> None:
+    """openai 3.60 sends ``safety_identifier`` on a conversation's create; it was an unknown
+    parameter (400). As on a response's create: at most 64 characters."""
+    created = client.conversations.create(safety_identifier="user-7", metadata={"a": "1"})
+
+    assert client.conversations.retrieve(created.id).metadata == {"a": "1"}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.conversations.create(safety_identifier="x" * 65)
+    assert caught.value.param == "safety_identifier"
+
+
 def test_responses_continue_a_conversation(client: openai.OpenAI) -> None:
     conversation = client.conversations.create()
 
