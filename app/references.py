@@ -1,12 +1,15 @@
 """``item_reference`` input items: each replaced by the stored item it names.
 
-A client that keeps its transcript may name a stored response's output item instead of sending
-it again: the Vercel AI SDK does so for every earlier assistant message, reasoning item and
-tool call while ``store`` is on (its default). The item the fleet made names its response (its
-id ends with the response id's digits, :func:`app.protocol.items.response_of_item`), so a
+A client that keeps its transcript may name a stored response's item instead of sending it
+again: the Vercel AI SDK does so for every earlier assistant message, reasoning item and tool
+call while ``store`` is on (its default). An item the fleet made names its response (its id
+ends with the response id's digits, :func:`app.protocol.items.response_of_item`), so a
 reference is read from that response's record: one round trip for all of a request's
-references, no index to keep. The item then takes the reference's place as if the client had
-sent it, checked as such.
+references, no index to keep. An input item the client sent without an id was given one that
+names its response and its place in that response's input
+(:func:`app.protocol.items.input_of_item`): a reference to it is read there, one more round
+trip for all such. The item then takes the reference's place as if the client had sent it,
+checked as such.
 
 An item is found only in a response its tenant could read (owned, stored, not expired or
 deleted): otherwise the request is a 404 in OpenAI's words, the same whatever the reason.
@@ -19,7 +22,7 @@ from typing import Any
 from app import cooperation, validation
 from app.errors import InvalidRequestError, NotFoundError, quoted
 from app.ownership import require_owned
-from app.protocol.items import ItemReference, response_of_item
+from app.protocol.items import ItemReference, input_of_item, response_of_item
 from app.store import ResponseStore, StoredResponse
 
 UNSTORED_HINT = (
@@ -46,7 +49,10 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
     if not places:
         return items
     ids = [items[index].id for index in places]
-    responses = [response_of_item(item_id) for item_id in ids]
+    inputs = {item_id: place for item_id in ids if (place := input_of_item(item_id)) is not None}
+    responses = [
+        inputs[item_id][0] if item_id in inputs else response_of_item(item_id) for item_id in ids
+    ]
     wanted = sorted({response_id for response_id in responses if response_id is not None})
     records = dict(zip(wanted, store.load_many(wanted), strict=True))
     found = [
@@ -55,6 +61,7 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
         )
         for item_id, response_id in zip(ids, responses, strict=True)
     ]
+    _with_input_items(store, found, ids, inputs, param=param)
     try:
         checked = validation.validated_items(found, param=param)
     except validation.BadItems as exc:
@@ -70,8 +77,10 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
 
 def _stored_item(
     record: StoredResponse | None, item_id: str, *, owner: str, param: str
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """The output item ``item_id`` of ``record``, its response's, if ``owner`` may read it.
+
+    None for an input item's id (read by :func:`_with_input_items`).
 
     Raises:
         NotFoundError: there is none.
@@ -79,10 +88,33 @@ def _stored_item(
     stored = require_owned(record, owner, missing=lambda: item_not_found(item_id, param=param))
     if not stored.response.store:
         raise item_not_found(item_id, param=param, hint=UNSTORED_HINT)
+    if input_of_item(item_id) is not None:
+        return None
     for item in stored.response.output:
         if item.get("id") == item_id:
             return item
     raise item_not_found(item_id, param=param)
+
+
+def _with_input_items(
+    store: ResponseStore,
+    found: list[dict[str, Any] | None],
+    ids: list[str],
+    inputs: dict[str, tuple[str, int]],
+    *,
+    param: str,
+) -> None:
+    """Fill ``found``'s gaps (input items' references) with the items at their ``inputs`` places.
+
+    Raises:
+        NotFoundError: no item of that id is there.
+    """
+    gaps = [index for index, item in enumerate(found) if item is None]
+    read = store.input_items([inputs[ids[index]] for index in gaps])
+    for index, item in zip(gaps, read, strict=True):
+        if item is None or item.get("id") != ids[index]:
+            raise item_not_found(ids[index], param=param)
+        found[index] = item
 
 
 def item_not_found(item_id: str, *, param: str, hint: str = "") -> NotFoundError:

@@ -36,6 +36,7 @@ from app.protocol.items import (
     SETTINGS_ITEMS,
     AdditionalToolsItem,
     check_compaction_trigger,
+    input_item_id,
     output_text_part,
 )
 from app.protocol.options import ECHOED_OPTIONS
@@ -393,7 +394,11 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
     """
     request = _with_additional_tools(with_items_referenced(store, parse_request(body), tenant))
     model = _model_of(request, settings)
-    inputs = normalise_input(request)
+    # made first: an input item the client sent without an id is given one naming its place
+    response_id = new_response_id(
+        store.keys, request.conversation_id or request.previous_response_id
+    )
+    inputs = normalise_input(request, response_id=response_id)
     check_sealed_items(store, settings, inputs, owner=tenant)
     history = _history_of(store, request, inputs, context=context, tenant=tenant)
     check_compaction_trigger(inputs, has_history=not history.is_empty())
@@ -406,7 +411,7 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
         [tool.model_dump(mode="json") for tool in request.tools],
     )
     check_forced_tool_kept(request, tools.tools)
-    response = _new_response(request, model, tools=tools.tools, keys=store.keys)
+    response = _new_response(request, model, tools=tools.tools, response_id=response_id)
     # the kinds' extra: secrets, sealed (never in plain)
     extra = {**_extra(request, settings), **tools.extra}
     extra.update(_kept_by_protocol(store, settings, response))
@@ -608,10 +613,10 @@ def _compact_threshold(request: CreateResponseRequest, settings: Settings) -> in
 
 
 def _new_response(
-    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]], keys: Keys
+    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]], response_id: str
 ) -> ResponseObject:
     return ResponseObject(
-        id=new_response_id(keys, request.conversation_id or request.previous_response_id),
+        id=response_id,
         created_at=int(time.time()),
         status=ResponseStatus.QUEUED,
         model=model,
@@ -679,8 +684,14 @@ def _params(request: CreateResponseRequest) -> dict[str, Any]:
     )
 
 
-def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
-    """The input as a list of items, each with an ``id`` (``input_items`` pages by it)."""
+def normalise_input(
+    request: CreateResponseRequest, *, response_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The input as a list of items, each with an ``id`` (``input_items`` pages by it).
+
+    With ``response_id``, the input is that response's: an item given without an id gets one
+    that names its place there (:func:`normalise_items`).
+    """
     if isinstance(request.input, str):
         raw: list[dict[str, Any]] = [
             {
@@ -691,7 +702,7 @@ def normalise_input(request: CreateResponseRequest) -> list[dict[str, Any]]:
         ]
     else:
         raw = [_dumped(item) for item in cooperation.each(request.input)]
-    return normalise_items(raw)
+    return normalise_items(raw, response_id=response_id)
 
 
 def _dumped(item: BaseModel) -> dict[str, Any]:
@@ -724,14 +735,22 @@ _STATUS_KEPT = frozenset(
 from ``input_items`` or a conversation): a client's item without one is ``completed``."""
 
 
-def normalise_items(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def normalise_items(
+    raw: list[dict[str, Any]], *, response_id: str | None = None
+) -> list[dict[str, Any]]:
     """Input items as stored: each with its ``type`` and an ``id``, message content as parts.
 
-    An item of a type whose stored form has a ``status`` has one (:data:`_STATUS_KEPT`).
+    An item of a type whose stored form has a ``status`` has one (:data:`_STATUS_KEPT`). An
+    item without an id gets a random one; with ``response_id`` (the items are that response's
+    input), one naming its place there, so an ``item_reference`` finds it
+    (:func:`app.protocol.items.input_item_id`).
     """
-    for item in cooperation.each(raw):
+    for index, item in enumerate(cooperation.each(raw)):
         item.setdefault("type", "message")
-        item.setdefault("id", f"{_ITEM_PREFIX[item['type']]}_{secrets.token_hex(16)}")
+        if "id" not in item:
+            prefix = _ITEM_PREFIX[item["type"]]
+            placed = None if response_id is None else input_item_id(prefix, response_id, index)
+            item["id"] = placed or f"{prefix}_{secrets.token_hex(16)}"
         if item["type"] in _STATUS_KEPT:
             item.setdefault("status", "completed")
         if item["type"] == "message" and isinstance(item["content"], str):

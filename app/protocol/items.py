@@ -620,6 +620,24 @@ def response_of_item(item_id: str) -> str | None:
     return f"resp_{found.group(1)}" if found else None
 
 
+def input_item_id(prefix: str, response_id: str, index: int) -> str | None:
+    """The id of an item sent without one, ``index`` in the fleet's ``response_id``'s input.
+
+    ``prefix``, the index (8 hex digits), then the response id's 48: the id names its place
+    (:func:`input_of_item`), so an ``item_reference`` is read there. One digit group shorter
+    than an output item's id, it names no model turn (:func:`turn_tag`). None when
+    ``response_id`` is not of the fleet's making (a test's own).
+    """
+    digits = _FLEET_RESPONSE_ID.fullmatch(response_id)
+    return f"{prefix}_{index:08x}{digits.group(1)}" if digits else None
+
+
+def input_of_item(item_id: str) -> tuple[str, int] | None:
+    """The response and the place in its input of the item ``item_id`` (:func:`input_item_id`)."""
+    found = _INPUT_OF_RESPONSE.fullmatch(item_id)
+    return (f"resp_{found.group(2)}", int(found.group(1), 16)) if found else None
+
+
 def turn_tag_of(response_id: str, turn: int) -> str:
     """The tag of a model turn: what the ids of all its items share (:func:`item_id`)."""
     return hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
@@ -629,6 +647,7 @@ _FLEET_RESPONSE_ID = re.compile(r"resp_([0-9a-f]{48})")
 _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})(?:[0-9a-f]{16}|[0-9a-f]{56})")
 """An id of :func:`item_id`: its response's (a fleet's id) or not (24 digits)."""
 _ITEM_OF_RESPONSE = re.compile(r"[a-z]+_[0-9a-f]{16}([0-9a-f]{48})")
+_INPUT_OF_RESPONSE = re.compile(r"[a-z]+_([0-9a-f]{8})([0-9a-f]{48})")
 
 
 def is_user_message(item: dict[str, Any]) -> bool:

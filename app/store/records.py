@@ -496,6 +496,16 @@ class Records(ConversationBlocks):
         """The response's own input items, in order (a batch a call, a batch a parse)."""
         return json_items(self.read_list(self.keys.inputs(response_id)))
 
+    def input_items(self, places: Sequence[tuple[str, int]]) -> list[dict[str, Any] | None]:
+        """The input item at each place (a response and an index), None where there is none.
+
+        One round trip (one a node on a cluster).
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for response_id, index in places:
+            pipe.lindex(self.keys.inputs(response_id), index)
+        return [None if raw is None else json.loads(raw) for raw in pipe.execute()]
+
 
 def _owned(fields: Sequence[Any]) -> StoredResponse | None:
     """A record's :data:`RECORD_FIELDS` and its owner as read by HMGET (None: no record)."""

@@ -8,7 +8,13 @@ from app.config import Settings
 from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError
 from app.keys import Keys
 from app.progress import PROGRESS_INCLUDE
-from app.protocol.items import MessageItem
+from app.protocol.items import (
+    MessageItem,
+    input_of_item,
+    item_id,
+    response_of_item,
+    turn_tag,
+)
 from app.protocol.request import Includable
 from app.responses import (
     check_input_items_query,
@@ -317,6 +323,32 @@ def test_normalise_input_gives_every_item_an_id() -> None:
     assert items[1]["content"] == [
         {"type": "output_text", "text": "Let me look.", "annotations": [], "logprobs": []}
     ]
+
+
+def test_an_input_item_without_an_id_is_given_one_naming_its_response_and_place() -> None:
+    response_id = "resp_" + "ab" * 24
+    request = parse_request(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "Weather?", "id": "msg_keep"},
+                {"role": "user", "content": "In Oslo."},
+                {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+            ],
+        }
+    )
+
+    kept, placed, result = normalise_input(request, response_id=response_id)
+
+    assert kept["id"] == "msg_keep"
+    assert (placed["id"], result["id"]) == ("msg_00000001" + "ab" * 24, "fco_00000002" + "ab" * 24)
+    assert input_of_item(placed["id"]) == (response_id, 1)
+    assert turn_tag(placed["id"]) is None  # names no model turn
+    assert response_of_item(placed["id"]) is None  # not an output item
+    assert input_of_item(item_id("msg", response_id, 0, 1)) is None
+    # a response id not of the fleet's making (a test's own): random ids, as without one
+    [own] = normalise_input(parse_request({"model": "m", "input": "hi"}), response_id="resp_x")
+    assert input_of_item(own["id"]) is None
 
 
 def test_normalise_input_turns_a_string_into_a_user_message() -> None:

@@ -80,6 +80,29 @@ def test_a_referenced_tool_call_and_its_result_reach_the_model(
     assert (answered["role"], answered["content"]) == ("tool", "Sunny, 21 C")
 
 
+def test_a_whole_turn_named_by_reference_its_question_too_reaches_the_model(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    sent, _, first = a_first_turn(client, sim_recorder, "hello")
+    [question] = client.responses.input_items.list(first.id).data  # sent without an id
+
+    second = client.responses.create(
+        model="antwort-sim",
+        input=[
+            reference(question),
+            reference(first.output[0]),
+            {"role": "user", "content": "and?"},
+        ],
+    )
+
+    assert second.status == "completed"
+    asked, answered = sent[1]["messages"][:2]
+    assert (asked["role"], asked["content"]) == ("user", question.content[0].text)  # type: ignore[union-attr]
+    assert (answered["role"], answered["content"]) == ("assistant", first.output_text)
+    listed = client.responses.input_items.list(second.id, order="asc").data
+    assert listed[0].model_dump(exclude_none=True) == question.model_dump(exclude_none=True)
+
+
 def test_a_reference_to_an_unstored_response_s_item_is_openai_s_404(
     client: openai.OpenAI,
 ) -> None:

@@ -188,3 +188,66 @@ def test_a_bad_reference_is_a_400_naming_it(web: FlaskClient) -> None:
     refused = create(web, A, [QUESTION, {"type": "item_reference", "id": ""}])
 
     assert error_of(refused, 400).param == "input.1.id"
+
+
+def an_earlier_input(web: FlaskClient, headers: dict[str, str], **fields: Any) -> dict[str, Any]:
+    """The user message of a response made here from a question sent without an id."""
+    made = web.post(
+        "/v1/responses",
+        headers=headers,
+        json={"model": "m", "input": [QUESTION], "background": True, **fields},
+    )
+    assert made.status_code == 200, made.get_data(as_text=True)
+    listed = web.get(f"/v1/responses/{made.json['id']}/input_items", headers=headers)
+    assert listed.status_code == 200 and listed.json is not None
+    [question] = listed.json["data"]
+    return question
+
+
+def test_an_input_item_sent_without_an_id_can_be_referenced(web: FlaskClient) -> None:
+    question = an_earlier_input(web, A)
+    answer = {"type": "message", "role": "assistant", "content": "Sunny."}
+    reference = {"type": "item_reference", "id": question["id"]}
+
+    created = create(web, A, [reference, answer, {"role": "user", "content": "And tomorrow?"}])
+
+    assert created.status_code == 200, created.get_data(as_text=True)
+    first, _, last = input_items(web, created.json["id"])
+    assert first == question
+    assert first["content"] == [{"type": "input_text", "text": "What is the weather?"}]
+    # the new input's own id-less items name their new place
+    assert last["id"] != question["id"] and last["id"][-48:] == created.json["id"][-48:]
+
+
+@pytest.mark.parametrize("case", ["another tenant's", "not stored", "no such place", "deleted"])
+def test_a_reference_to_an_input_item_no_one_can_read_is_openai_s_404(
+    web: FlaskClient, store: ResponseStore, case: str
+) -> None:
+    question = an_earlier_input(
+        web, B if case == "another tenant's" else A, store=case != "not stored"
+    )
+    item = question["id"]
+    if case == "no such place":  # the place after the question's: the list ends before it
+        item = item[: item.index("_") + 1] + "00000001" + item[-48:]
+    elif case == "deleted":
+        assert web.delete(f"/v1/responses/resp_{item[-48:]}", headers=A).status_code == 200
+
+    refused = create(web, A, [{"type": "item_reference", "id": item}])
+
+    error = error_of(refused, 404)
+    assert error.message.startswith(f"Item with id '{item}' not found.")
+    assert ("`store` is set to false" in error.message) == (case == "not stored")
+    assert error.param == "input"
+
+
+def test_a_reference_names_an_input_item_by_its_id_not_by_its_place_alone(
+    web: FlaskClient,
+) -> None:
+    own = {**QUESTION, "id": "msg_own"}  # its own id: the place is named by no id of the fleet's
+    made = create(web, A, [own])
+    assert made.status_code == 200, made.get_data(as_text=True)
+    placed = "msg_00000000" + made.json["id"][-48:]
+
+    refused = create(web, A, [{"type": "item_reference", "id": placed}])
+
+    assert error_of(refused, 404).message.startswith(f"Item with id '{placed}' not found.")
