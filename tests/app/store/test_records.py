@@ -38,6 +38,23 @@ def test_store_create_stores_record_inputs_extra_and_first_events(store: Respons
     assert (event.sequence_number, event.type) == (0, "response.created")
 
 
+def test_store_input_items_reads_each_place_of_many_responses(
+    store: ResponseStore,
+) -> None:
+    """On a cluster the responses' keys lie in different slots: a pipeline sends each its node."""
+    made = [make_response() for _ in range(3)]
+    for number, response in enumerate(made):
+        inputs = [{"type": "message", "role": "user", "content": f"{number}.{i}"} for i in range(3)]
+        store.create(response, inputs=inputs, extra={}, events=[])
+    places = [(made[2].id, 1), (made[0].id, 2), (made[1].id, 3), ("resp_" + "0" * 48, 0)]
+
+    found = store.input_items(places)
+
+    assert [None if item is None else item["content"] for item in found] == [
+        "2.1", "0.2", None, None
+    ]  # fmt: skip
+
+
 def test_store_create_returns_its_events_as_the_log_holds_them(store: ResponseStore) -> None:
     """The creator relays the first events without reading them back: they must be the log's."""
     response = make_response()
