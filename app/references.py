@@ -57,7 +57,11 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
     records = dict(zip(wanted, store.load_many(wanted), strict=True))
     found = [
         _stored_item(
-            None if response_id is None else records[response_id], item_id, owner=owner, param=param
+            None if response_id is None else records[response_id],
+            item_id,
+            owner=owner,
+            param=param,
+            is_input=item_id in inputs,
         )
         for item_id, response_id in zip(ids, responses, strict=True)
     ]
@@ -76,11 +80,12 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
 
 
 def _stored_item(
-    record: StoredResponse | None, item_id: str, *, owner: str, param: str
+    record: StoredResponse | None, item_id: str, *, owner: str, param: str, is_input: bool
 ) -> dict[str, Any] | None:
     """The output item ``item_id`` of ``record``, its response's, if ``owner`` may read it.
 
-    None for an input item's id (read by :func:`_with_input_items`).
+    None for an input item's id (``is_input``: read by :func:`_with_input_items`) once the
+    response is found readable.
 
     Raises:
         NotFoundError: there is none.
@@ -88,7 +93,7 @@ def _stored_item(
     stored = require_owned(record, owner, missing=lambda: item_not_found(item_id, param=param))
     if not stored.response.store:
         raise item_not_found(item_id, param=param, hint=UNSTORED_HINT)
-    if input_of_item(item_id) is not None:
+    if is_input:
         return None
     for item in stored.response.output:
         if item.get("id") == item_id:

@@ -605,10 +605,11 @@ def item_id(prefix: str, response_id: str, turn: int, index: int) -> str:
 
 
 def item_of_response(prefix: str, response_id: str, own: str) -> str | None:
-    """``prefix``, then ``own`` (16 hex digits) and the 48 of the fleet's ``response_id``.
+    """``prefix``, then ``own`` (hex digits: an output item's 16) and the 48 of ``response_id``.
 
-    The id names the response that made the item (:func:`response_of_item`). None when
-    ``response_id`` is not of the fleet's making (a test's own).
+    The id names the response that made the item (:func:`response_of_item`), or whose input
+    holds it (:func:`input_item_id`). None when ``response_id`` is not of the fleet's making (a
+    test's own).
     """
     digits = _FLEET_RESPONSE_ID.fullmatch(response_id)
     return f"{prefix}_{own}{digits.group(1)}" if digits else None
@@ -628,8 +629,7 @@ def input_item_id(prefix: str, response_id: str, index: int) -> str | None:
     than an output item's id, it names no model turn (:func:`turn_tag`). None when
     ``response_id`` is not of the fleet's making (a test's own).
     """
-    digits = _FLEET_RESPONSE_ID.fullmatch(response_id)
-    return f"{prefix}_{index:08x}{digits.group(1)}" if digits else None
+    return item_of_response(prefix, response_id, f"{index:08x}")
 
 
 def input_of_item(item_id: str) -> tuple[str, int] | None:
