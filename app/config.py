@@ -58,8 +58,8 @@ class Settings(BaseSettings):
     rate_limit_requests_per_minute: int = Field(default=0, ge=0)
     """Default requests per minute of a tenant (0: unlimited); ``antwort keys limits`` overrides."""
     rate_limit_tokens_per_minute: int = Field(default=0, ge=0)
-    """Default tokens per minute of a tenant (estimated at create: input characters / 4 plus
-    ``max_output_tokens``; 0: unlimited)."""
+    """Default tokens per minute of a tenant (0: unlimited): estimated at create (input
+    characters / 4 plus ``max_output_tokens``), then what its model calls took past that."""
     tenant_max_running: int | None = Field(default=None, ge=0)
     """Fair share: responses of one tenant on the fleet at once (queued on it or running); the
     tenant's further responses wait parked in Redis, in order, and start as its running ones

@@ -141,7 +141,8 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
 
     Meanwhile the job's place in flight and its fair share's place are renewed; once it is
     answered (or the wait fails) both are freed, and the place goes to the tenant's next
-    parked work (``dispatcher`` queues a parked response's first turn).
+    parked work (``dispatcher`` queues a parked response's first turn). The tokens its model
+    call took beyond the job's reservation are charged to the tenant (:meth:`Caller.charge`).
     """
     fair, tenant = FairShare(store, settings), caller.tenant.name
 
@@ -162,13 +163,23 @@ def wait_for_answer(  # noqa: PLR0913 - who waits, and what starts the work it f
         hub=hub,
     )
     try:
-        return wait_for_result(
+        answer = wait_for_result(
             store, kind, job_id, timeout_seconds=settings.sync_timeout_seconds, watch=watch
         )
+        caller.charge(tokens_taken(kind, answer))
+        return answer
     finally:
         caller.release(job_id)
         fair.end_job(tenant, kind, job_id)
         fair.release(dispatcher, tenant)
+
+
+def tokens_taken(kind: JobKind, answer: dict[str, Any]) -> int:
+    """The tokens a job's model call took: a compaction's usage, a count's prompt and 1 token."""
+    if kind == "compaction":
+        return int((answer.get("usage") or {}).get("total_tokens") or 0)
+    counted = answer.get("input_tokens")
+    return int(counted) + 1 if counted is not None else 0
 
 
 def _enqueue(queue: JobQueue, kind: JobKind, job_id: str) -> None:

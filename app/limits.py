@@ -3,7 +3,12 @@
 Three limits (:class:`~app.tenancy.Limits`, 0 = none): requests to ``/v1`` per minute, tokens
 per minute, and responses queued or running at once. Windows are whole minutes, shared by all
 replicas through one counter each; tokens are estimated when a response is created (its input's
-characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything.
+characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything,
+and that estimate is reserved. What the model then takes beyond it (the history a chain sends again,
+the tools' definitions, each further turn of a tool loop) is charged as the response's ``usage``
+grows: each write of its run that takes ``usage.total_tokens`` past the reservation adds the
+excess to the tenant's tokens of the current minute (:func:`charge_usage`), so the next create
+waits for the next window once the tokens are used up.
 A refusal is a :class:`~app.errors.RateLimitError` carrying ``Retry-After`` and OpenAI's
 ``x-ratelimit-*`` headers; an admission carries the same headers for the answer.
 
@@ -17,7 +22,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -39,6 +45,10 @@ between the two leaves a place taken no longer than this); a job renews it while
 HOLD_SECONDS = RESERVE_MS / 3000
 """How often a waiting job renews its place in flight (:meth:`RateLimiter.hold`)."""
 _REFUSED = {1: "requests", 2: "tokens", 3: "in_flight"}
+
+TOKEN_CHARGE_EXTRA = "token_charge"
+"""Set in a response's extra when its tenant has a tokens per minute limit: the tenant charged
+and the tokens its create reserved, ``{"tenant", "reserved"}`` (:func:`charge_usage`)."""
 
 
 def estimate_tokens(request: CreateResponseRequest) -> int:
@@ -221,16 +231,33 @@ class Caller:
         self.limiter = limiter
         self.tenants = tenants or _one
         self.headers: dict[str, str] = {}
+        self.token_charge: dict[str, Any] | None = None
+        """The last admission's (:meth:`admit`), for a job's tokens (:meth:`charge`)."""
 
-    def admit(self, response_id: str, request: CreateResponseRequest) -> None:
+    def admit(self, response_id: str, request: CreateResponseRequest) -> dict[str, Any] | None:
         """Take the response's tokens and place in flight.
+
+        Returns its token charge (:data:`TOKEN_CHARGE_EXTRA`) when the tenant has a tokens per
+        minute limit: what its run charges beyond the tokens reserved here.
 
         Raises:
             RateLimitError: a limit refuses it.
         """
+        if self.limiter is None:
+            return None
+        tokens = estimate_tokens(request)
+        self.headers.update(self.limiter.admit_response(self.tenant, response_id, tokens))
+        if self.tenant.limits.tokens_per_minute:
+            self.token_charge = {"tenant": self.tenant.name, "reserved": tokens}
+        return self.token_charge
+
+    def charge(self, tokens: int) -> None:
+        """An admitted job's model call took ``tokens``: what passes its reservation is charged."""
         if self.limiter is not None:
-            tokens = estimate_tokens(request)
-            self.headers.update(self.limiter.admit_response(self.tenant, response_id, tokens))
+            limiter = self.limiter
+            charge_usage(
+                limiter.store, self.token_charge, before=0, after=tokens, clock=limiter.clock
+            )
 
     def confirm(self, response_id: str) -> None:
         """The response is stored (and watched by the sweeper): it counts while it runs."""
@@ -253,3 +280,34 @@ class Caller:
 
 def _one() -> int:
     return 1
+
+
+def charge_usage(
+    store: ResponseStore,
+    charge: Mapping[str, Any] | None,
+    *,
+    before: int,
+    after: int,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Charge a response's tenant for the tokens its usage grew by beyond its reservation.
+
+    ``charge``: the response's :data:`TOKEN_CHARGE_EXTRA` (None: its tenant had no tokens per
+    minute limit, nothing to charge). ``before``, ``after``: its ``usage.total_tokens`` as last
+    written and as written now. What passes the reservation is added to the tenant's tokens of
+    the current minute, which may take them over the limit: its next create is refused until the
+    next window. Returns the tokens charged.
+    """
+    if not charge:
+        return 0
+    reserved = int(charge["reserved"])
+    excess = max(0, after - reserved) - max(0, before - reserved)
+    if excess <= 0:
+        return 0
+    window = int(clock() * 1000) // WINDOW_MS
+    key = store.keys.rate_window(str(charge["tenant"]), "tokens", window)
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.incrby(key, excess)
+    pipe.pexpire(key, WINDOW_MS * 2)  # as admit.lua keeps a window
+    pipe.execute()
+    return excess

@@ -21,7 +21,7 @@ from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, 
 from app.fairness import FairShare
 from app.ids import check_response_id
 from app.keys import Keys
-from app.limits import Caller
+from app.limits import TOKEN_CHARGE_EXTRA, Caller
 from app.ownership import require_owned
 from app.protocol import events as ev
 from app.protocol.client_items import CLIENT_ITEM_PREFIXES
@@ -330,12 +330,14 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
         generate=generate,
     )
     request, response, tenant = prepared.request, prepared.response, caller.tenant.name
-    caller.admit(response.id, request)
+    token_charge = caller.admit(response.id, request)
     kept = prepared.history.keep(response.id)  # after the limits: a refused create appends nothing
     events = [ev.response_event("response.created", response.wire())]
     if request.background:
         events.append(ev.response_event("response.queued", response.wire()))
     extra = dict(prepared.extra)
+    if token_charge is not None:  # its run charges what the model takes beyond the reservation
+        extra[TOKEN_CHARGE_EXTRA] = token_charge
     if not generate:
         extra[NO_OUTPUT_EXTRA] = True
     trace_headers = tracing.carrier()

@@ -54,6 +54,7 @@ from app.errors import (
     failure_type,
 )
 from app.lease import LeaseKeeper
+from app.limits import TOKEN_CHARGE_EXTRA, charge_usage
 from app.model_prefix import prepared_items
 from app.output import OutputBuilder, ReasoningOutput, TurnOutput
 from app.plan import (
@@ -200,6 +201,9 @@ class RunState:
     """The run's lease, which its events and writes carry (none without a lease keeper)."""
     lease_lost: bool = False
     """Another run took the lease over: the lease is that run's to renew and give back."""
+    written_tokens: int = 0
+    """The response's ``usage.total_tokens`` as last written (or about to be): what its tenant
+    has been charged for (:func:`app.limits.charge_usage`)."""
 
     @property
     def context(self) -> list[dict[str, Any]]:
@@ -527,6 +531,7 @@ def load_state(
         is_rerun=loaded.is_rerun,
         steered=loaded.steered,
         fence=fence,
+        written_tokens=stored.response.usage.total_tokens if stored.response.usage else 0,
     )
 
 
@@ -914,9 +919,20 @@ def write_run(
 ) -> WriteResult:
     """A run's write of ``response`` at its turn, fenced with the run's lease.
 
+    First, what the run's model calls took since the response was last written, beyond the
+    tokens its create reserved, is charged to its tenant's tokens per minute
+    (:func:`app.limits.charge_usage`): before the write, so a client that sees the response
+    done sees its tokens counted. A model call is charged whether or not its write lands (the
+    model server did the work): a turn run again after its worker died is charged again.
+
     Raises:
         LeaseLostError: another run holds the lease; nothing was written.
     """
+    tokens = response.usage.total_tokens if response.usage else 0
+    charge_usage(
+        store, state.extra.get(TOKEN_CHARGE_EXTRA), before=state.written_tokens, after=tokens
+    )
+    state.written_tokens = tokens
     result = store.write(
         response, transition=transition, turn=state.turn, events=events, fence=state.fence
     )

@@ -45,7 +45,7 @@ class Limits:
     requests_per_minute: int = 0
     """Requests of any kind to ``/v1`` per minute."""
     tokens_per_minute: int = 0
-    """Estimated tokens of created responses per minute (input estimate + max output)."""
+    """Tokens per minute: a create's estimate, then what its model took past it (app.limits)."""
     max_in_flight: int = 0
     """Responses queued or running at once."""
 

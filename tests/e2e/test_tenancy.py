@@ -78,6 +78,33 @@ def test_tenancy_e2e_websocket_continues_only_its_tenants_responses(tenants_gate
     assert mine[-1]["type"] == "response.completed"
 
 
+def test_tenancy_e2e_tokens_per_minute_count_what_a_chain_took_from_the_model(fleet: Fleet) -> None:
+    """A chain sends its history to the model again: a create reserves the estimate of its own
+    input, its run charges what the model took beyond it, and the next create waits."""
+    limits = {"ANTWORT_API_KEYS": "team-tpm:kt", "ANTWORT_RATE_LIMIT_TOKENS_PER_MINUTE": "2000"}
+    with fleet.extra_gateway("gateway-tpm", **limits) as base_url:
+        client = sdk(base_url, "kt")
+        seconds_left = 60 - time.time() % 60
+        if seconds_left < 20:  # the chain in one minute's window
+            time.sleep(seconds_left + 0.5)
+        first = client.responses.create(model="antwort-sim", input="a " * 1500)  # ~760 reserved
+        second = client.responses.with_raw_response.create(
+            model="antwort-sim", input="go on", previous_response_id=first.id
+        )
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.responses.create(
+                model="antwort-sim", input="and on", previous_response_id=second.parse().id
+            )
+
+    # the simulator counts a word a token: each response took over 1,500
+    took = [first.usage.total_tokens, second.parse().usage.total_tokens]
+    assert all(1_500 < tokens < 1_700 for tokens in took), took
+    assert 2_000 - int(second.headers["x-ratelimit-remaining-tokens"]) == took[0] + 10  # "go on"
+    error = refused.value.body
+    assert isinstance(error, dict) and error["type"] == "tokens", error
+    assert refused.value.response.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
 def _create(body: dict[str, object]) -> str:
     return json.dumps({"type": "response.create", **body})
 

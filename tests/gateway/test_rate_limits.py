@@ -202,6 +202,29 @@ def test_rate_limit_a_job_counts_its_tokens_as_a_response_would(
     assert 50 <= left - int(answer.headers["x-ratelimit-remaining-tokens"]) <= 60
 
 
+@pytest.mark.parametrize("path", ["/v1/responses/input_tokens", "/v1/responses/compact"])
+def test_rate_limit_a_job_is_charged_what_its_model_call_took(
+    make_pair: Callable[..., tuple[FlaskClient, FlaskClient]], path: str
+) -> None:
+    """Past its estimate: a compaction's usage, a count's prompt and its one output token."""
+    one, two = make_pair(
+        rate_limit_tokens_per_minute=1000, sync_timeout_seconds=10, tenant_max_running=0
+    )
+    job = WaitingJob(two, path, A, {"model": "m", "input": "x" * 200})  # ~50 tokens reserved
+    if path.endswith("input_tokens"):
+        answer = job.answered(two.application, "input_tokens", {"input_tokens": 399})
+    else:
+        answer = job.answered(two.application, "compaction", {"usage": {"total_tokens": 400}})
+    reserved = 1000 - int(answer.headers["x-ratelimit-remaining-tokens"])
+
+    after = create(one, A, input="x" * 40)
+
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert 50 <= reserved <= 60
+    used = 1000 - int(after.headers["x-ratelimit-remaining-tokens"])
+    assert used == 400 + 18  # the job's 400, then the create's own estimate: (40 + 35) // 4
+
+
 def test_rate_limit_a_job_takes_a_place_in_flight_while_its_gateway_waits(
     make_pair: Callable[..., tuple[FlaskClient, FlaskClient]],
     redis_client: Any,
