@@ -6,9 +6,9 @@ replicas through one counter each; tokens are estimated when a response is creat
 characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything,
 and that estimate is reserved. What the model then takes beyond it (the history a chain sends again,
 the tools' definitions, each further turn of a tool loop) is charged as the response's ``usage``
-grows: each write of its run that takes ``usage.total_tokens`` past the reservation adds the
-excess to the tenant's tokens of the current minute (:func:`charge_usage`), so the next create
-waits for the next window once the tokens are used up.
+grows: before each write of its run, what its model calls took past the reservation is added to
+the tenant's tokens of the current minute (:func:`charge_usage`), so the next create waits for
+the next window once the tokens are used up.
 A refusal is a :class:`~app.errors.RateLimitError` carrying ``Retry-After`` and OpenAI's
 ``x-ratelimit-*`` headers; an admission carries the same headers for the answer.
 
