@@ -201,6 +201,8 @@ class RunState:
     """The run's lease, which its events and writes carry (none without a lease keeper)."""
     lease_lost: bool = False
     """Another run took the lease over: the lease is that run's to renew and give back."""
+    owner: str = ""
+    """The tenant whose response it is ("": the open tenant)."""
     written_tokens: int = 0
     """The response's ``usage.total_tokens`` as last written (or about to be): what its tenant
     has been charged for (:func:`app.limits.charge_usage`)."""
@@ -531,6 +533,7 @@ def load_state(
         is_rerun=loaded.is_rerun,
         steered=loaded.steered,
         fence=fence,
+        owner=stored.owner,
         written_tokens=stored.response.usage.total_tokens if stored.response.usage else 0,
     )
 
@@ -616,7 +619,7 @@ def call_model(deps: RunDeps, state: RunState, sink: EventSink) -> TurnOutput:
             provider,
             request,
             builder,
-            model=response.model,
+            timer=metrics.ModelCallTimer(response.model, tenant=state.owner),
             truncates=response.truncation == "auto",
             left_out=_left_out_before(state, request),
         )
@@ -671,17 +674,16 @@ def _stream_model(
     request: ModelRequest,
     builder: OutputBuilder,
     *,
-    model: str,
+    timer: metrics.ModelCallTimer,
     truncates: bool = False,
     left_out: int = 0,
 ) -> TurnOutput:
-    """Feed the model's chunks to ``builder``, timing them (:class:`ModelCallTimer`).
+    """Feed the model's chunks to ``builder``, timing them with ``timer``, which counts its tokens.
 
     ``truncates`` (``truncation: "auto"``): a prompt the model server refuses as longer than
     its context is sent again without its oldest parts (:func:`_fitting_stream`), starting
     from ``left_out`` of them (the turn before's).
     """
-    timer = metrics.ModelCallTimer(model)
     start = left_out if truncates else 0
     stream, first, dropped = _fitting_stream(provider, request, truncates=truncates, start=start)
     try:

@@ -57,7 +57,8 @@ class StoredResponse:
     extra: dict[str, Any]
     """Request fields that are not part of the response object (``include``, ``user`` …)."""
     owner: str = ""
-    """The tenant that created it (:mod:`app.ownership`; read by :meth:`Records.load` only)."""
+    """The tenant that created it (:mod:`app.ownership`; read by :meth:`Records.load` and a
+    run's first read)."""
     history: HistoryRef | None = None
     """The items before its input, in its chain's list (None: none, or a record of before the
     lists, whose ``extra`` holds them as ``context``)."""
@@ -471,14 +472,16 @@ class Records(ConversationBlocks):
 
     def load(self, response_id: str) -> StoredResponse | None:
         """The record with its owner, or None when unknown, expired or deleted."""
-        return _owned(self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner"))
+        return stored_with_owner(
+            self.redis.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner")
+        )
 
     def load_many(self, response_ids: Sequence[str]) -> list[StoredResponse | None]:
         """:meth:`load` of each of ``response_ids``, in one round trip (one a node on a cluster)."""
         pipe = self.redis.pipeline(transaction=False)
         for response_id in response_ids:
             pipe.hmget(self.keys.record(response_id), *RECORD_FIELDS, "owner")
-        return [_owned(fields) for fields in cooperation.each(pipe.execute())]
+        return [stored_with_owner(fields) for fields in cooperation.each(pipe.execute())]
 
     def get(self, response_id: str) -> StoredResponse:
         """Like :meth:`load`, but a missing response is a ``NotFoundError``."""
@@ -507,7 +510,7 @@ class Records(ConversationBlocks):
         return [None if raw is None else json.loads(raw) for raw in pipe.execute()]
 
 
-def _owned(fields: Sequence[Any]) -> StoredResponse | None:
+def stored_with_owner(fields: Sequence[Any]) -> StoredResponse | None:
     """A record's :data:`RECORD_FIELDS` and its owner as read by HMGET (None: no record)."""
     *recorded, owner = fields
     stored = stored_response(recorded)

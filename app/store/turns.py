@@ -13,7 +13,7 @@ from typing import Any
 
 from app.store.base import StoreBase, json_items
 from app.store.fence import NO_FENCE, Fence
-from app.store.records import StoredResponse, stored_response
+from app.store.records import StoredResponse, stored_with_owner
 from app.store.scripts import LuaScript, key
 from app.store.status import START, packed
 from app.store.timeline import turn_mark_field, turn_run_field
@@ -205,7 +205,7 @@ class Turns(StoreBase):
 def _loaded_turn(raw: list[Any]) -> LoadedTurn:
     fields, inputs, start, rerun, steered = raw
     return LoadedTurn(
-        stored=stored_response(fields),
+        stored=stored_with_owner(fields),
         inputs=[] if isinstance(inputs, int) else json_items(inputs),
         start_sequence_number=int(start),
         is_rerun=bool(rerun),

@@ -40,6 +40,11 @@ OPEN_STREAMS = Gauge(
 RESPONSES_CREATED = Counter(
     "antwort_responses_created", "Responses created, by tenant ('open': auth off).", ["tenant"]
 )
+TENANT_TOKENS = Counter(
+    "antwort_tenant_tokens",
+    "Tokens the model took for a tenant's responses, by direction (input, output).",
+    ["tenant", "direction"],
+)
 RATE_LIMITED = Counter(
     "antwort_rate_limited",
     "Requests refused with 429 by a tenant's limit (requests, tokens, in_flight).",
@@ -159,10 +164,14 @@ class FleetCollector(Collector):
 
 
 class ModelCallTimer:
-    """Times one streamed model call: time to first chunk, then output tokens per second."""
+    """Times one streamed model call: time to first chunk, then output tokens per second.
 
-    def __init__(self, model: str):
+    Counts its tokens by model, and by ``tenant``: whose response it is ("": the open tenant).
+    """
+
+    def __init__(self, model: str, *, tenant: str = ""):
         self._model = model
+        self._tenant = tenant_label(tenant)
         self._started = time.perf_counter()
         self._first: float | None = None
 
@@ -175,6 +184,8 @@ class ModelCallTimer:
         """The call ended with this usage."""
         MODEL_TOKENS.labels(self._model, "input").inc(input_tokens)
         MODEL_TOKENS.labels(self._model, "output").inc(output_tokens)
+        TENANT_TOKENS.labels(self._tenant, "input").inc(input_tokens)
+        TENANT_TOKENS.labels(self._tenant, "output").inc(output_tokens)
         if self._first is None:
             return
         streaming = time.perf_counter() - self._first

@@ -130,6 +130,8 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
     assert moved("inference", "antwort_model_time_to_first_token_seconds_count", **model) >= 3
     assert moved("inference", "antwort_model_tokens_total", direction="output", **model) > 0
     assert moved("inference", "antwort_model_tokens_total", direction="input", **model) > 0
+    open_tenant = {"tenant": "open"}  # a fleet without keys has one tenant
+    assert moved("inference", "antwort_tenant_tokens_total", direction="input", **open_tenant) > 0
     assert moved("inference", "antwort_queue_wait_seconds_count", queue="inference") >= 3
     assert moved("inference", "antwort_task_duration_seconds_count", task="responses.run_turn") >= 3
     # the tool worker: calls by kind, name and outcome, their duration, the cancel's latency

@@ -21,6 +21,7 @@ from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.e2e.conftest import Fleet, fleet_env, wait_ready
 from tests.e2e.helpers import assert_error_body, wait_for_status
+from tests.e2e.test_metrics import scrape, value, worker_urls
 from tests.e2e.test_websocket import open_socket, receive_response, socket_error
 
 
@@ -82,6 +83,9 @@ def test_tenancy_e2e_tokens_per_minute_count_what_a_chain_took_from_the_model(fl
     """A chain sends its history to the model again: a create reserves the estimate of its own
     input, its run charges what the model took beyond it, and the next create waits."""
     limits = {"ANTWORT_API_KEYS": "team-tpm:kt", "ANTWORT_RATE_LIMIT_TOKENS_PER_MINUTE": "2000"}
+    fleet_redis = redis.Redis.from_url(fleet.env["ANTWORT_REDIS_URL"])
+    inference = worker_urls(fleet, fleet_redis)["inference"]
+    fleet_redis.close()
     with fleet.extra_gateway("gateway-tpm", **limits) as base_url:
         client = sdk(base_url, "kt")
         seconds_left = 60 - time.time() % 60
@@ -103,6 +107,14 @@ def test_tenancy_e2e_tokens_per_minute_count_what_a_chain_took_from_the_model(fl
     error = refused.value.body
     assert isinstance(error, dict) and error["type"] == "tokens", error
     assert refused.value.response.headers["x-ratelimit-remaining-tokens"] == "0"
+    # the inference worker counts the tenant's tokens (the metrics of a shared fleet)
+    counted = scrape(inference)
+    for direction in ("input", "output"):
+        tokens = value(
+            counted, "antwort_tenant_tokens_total", tenant="team-tpm", direction=direction
+        )
+        usages = [first.usage, second.parse().usage]
+        assert tokens == sum(getattr(usage, f"{direction}_tokens") for usage in usages)
 
 
 def _create(body: dict[str, object]) -> str:

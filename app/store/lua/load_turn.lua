@@ -66,10 +66,10 @@ end
 
 local function load_turn()
   local fields = redis.call(
-    'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started', 'history')
+    'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'started', 'history', 'owner')
   local inputs = redis.call('LLEN', inputs_key)
   if inputs <= tonumber(inline_inputs) then inputs = redis.call('LRANGE', inputs_key, 0, -1) end
-  local read = {fields[1], fields[2], fields[3], fields[4], fields[7]}
+  local read = {fields[1], fields[2], fields[3], fields[4], fields[7], fields[8]}
   if not fields[1] then return {read, inputs, -1, 0, 0} end
   -- Which worker runs the turn, and when its message was sent and taken (the last run's).
   if run_stamp ~= '' then redis.call('HSET', record, run_field, run_stamp) end

@@ -1,5 +1,6 @@
-"""Tokens per minute count what the model took: a run charges its response's usage beyond the
-tokens its create reserved (``app.limits.charge_usage``), on real Redis."""
+"""A tenant's tokens, on real Redis: its tokens per minute count what the model took (a run
+charges its response's usage beyond the tokens its create reserved, ``app.limits.charge_usage``),
+and the metrics count them by tenant."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app.config import Settings
 from app.errors import RateLimitError
@@ -118,3 +120,22 @@ def test_token_charge_takes_the_tenant_over_its_limit_and_its_next_create_waits(
         create(loop, caller)
 
     assert refused.value.type == "tokens"
+
+
+def test_tenant_tokens_are_counted_by_tenant_in_the_metrics(
+    store: ResponseStore, make_loop: Callable[..., Loop]
+) -> None:
+    def counted(tenant: str, direction: str) -> float:
+        labels = {"tenant": tenant, "direction": direction}
+        return REGISTRY.get_sample_value("antwort_tenant_tokens_total", labels) or 0.0
+
+    loop = make_loop(calls(("call_a", "fast_echo", "{}")), text("done"))  # 10 in, 2 out a turn
+    before = {(t, d): counted(t, d) for t in ("team-z", "open") for d in ("input", "output")}
+    rid = create(loop, Caller(Tenant(name="team-z")))  # no limits: counted all the same
+    opened = create(loop, Caller(Tenant(name="")))  # a fleet without keys
+
+    assert loop.drive(rid) == loop.drive(opened) == "completed"
+
+    assert counted("team-z", "input") - before["team-z", "input"] == 20
+    assert counted("team-z", "output") - before["team-z", "output"] == 4
+    assert counted("open", "input") - before["open", "input"] == 10  # the script's last turn
