@@ -352,7 +352,9 @@ def compact_conversation(deps: RunDeps, state: RunState, sink: EventSink) -> Com
     """
     conversation = [*state.history, *state.inputs[:-1]]
     _add_compaction(
-        state, sink, *compaction_turn(deps, state.response, conversation, turn=state.turn)
+        state,
+        sink,
+        *compaction_turn(deps, state.response, conversation, turn=state.turn, owner=state.owner),
     )
     state.turn += 1
     return Complete()
@@ -376,10 +378,14 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
     at_most = tokens_at_most(request)
     if at_most is not None and at_most < threshold:
         return  # surely under: no call to count
-    tokens = _counted(deps, request)
+    tokens = _counted(deps, request, tenant=state.owner)
     if tokens is None or tokens < threshold:
         return
-    _add_compaction(state, sink, *compaction_turn(deps, state.response, context, turn=state.turn))
+    _add_compaction(
+        state,
+        sink,
+        *compaction_turn(deps, state.response, context, turn=state.turn, owner=state.owner),
+    )
 
 
 TEMPLATE_TOKENS = 1024
@@ -427,7 +433,7 @@ def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
     first call) and sent for one token; the server's prefix cache makes the call after it
     cheap.
     """
-    return _counted(deps, _prompt_request(deps, state))
+    return _counted(deps, _prompt_request(deps, state), tenant=state.owner)
 
 
 def _prompt_request(deps: RunDeps, state: RunState) -> ModelRequest:
@@ -438,15 +444,18 @@ def _prompt_request(deps: RunDeps, state: RunState) -> ModelRequest:
     return request
 
 
-def _counted(deps: RunDeps, request: ModelRequest) -> int | None:
-    """The prompt tokens of ``request`` as its server counts them, sent for one token."""
+def _counted(deps: RunDeps, request: ModelRequest, *, tenant: str) -> int | None:
+    """The prompt tokens of ``request`` as its server counts them, sent for one token.
+
+    The call's tokens are counted in the metrics as ``tenant``'s (not timed: one token).
+    """
     request = replace(request, params={**request.params, "max_tokens": 1})
     chunks = deps.provider.stream(request)
-    tokens = None
+    usage = None
     try:
         for chunk in chunks:
             if isinstance(chunk, UsageReport):
-                tokens = chunk.usage.input_tokens
+                usage = chunk.usage
     except UpstreamError as exc:
         if exc.code != CONTEXT_LENGTH_EXCEEDED:
             raise
@@ -455,7 +464,12 @@ def _counted(deps: RunDeps, request: ModelRequest) -> int | None:
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
-    return tokens
+    if usage is None:
+        return None
+    metrics.ModelCallTimer(request.model, tenant=tenant).done(
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+    )
+    return usage.input_tokens
 
 
 def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:

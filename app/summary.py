@@ -23,6 +23,7 @@ from app.providers.json_protocol import model_protocol, render_transcript
 from app.providers.translate import ModelProvider, ModelRequest
 from app.sealing import CompactedState, fleet_sealer, open_items
 from app.store import ResponseStore
+from app.telemetry import metrics
 from app.tools.kinds import ToolKinds
 
 DEFAULT_INSTRUCTIONS = (
@@ -78,7 +79,8 @@ def compaction_item(
         instructions=instructions or DEFAULT_INSTRUCTIONS,
         items=[*viewed, {"type": "message", "role": "user", "content": SUMMARY_REQUEST}],
     )
-    summary, usage = _summarise(deps.provider.stream(request))
+    timer = metrics.ModelCallTimer(model, tenant=owner)
+    summary, usage = _summarise(deps.provider.stream(request), timer)
     if not summary.strip():
         raise ModelBehaviorError("The model wrote an empty summary.")
     state = CompactedState(summary=summary, model=model, created_at=int(time.time()), owner=owner)
@@ -92,6 +94,7 @@ def compaction_turn(
     items: Sequence[dict[str, Any]],
     *,
     turn: int,
+    owner: str,
 ) -> tuple[dict[str, Any], Usage]:
     """A summary turn of a response: the ``compaction`` output item it adds at ``turn``.
 
@@ -99,8 +102,8 @@ def compaction_turn(
     context crossed its ``context_management`` threshold (the model's turn follows the item).
     ``items``: the conversation so far (the chain's history, the input, the output). The
     summary follows the compaction instructions, not the response's (an agent's own).
+    ``owner``: the response's tenant.
     """
-    stored = deps.store.load(response.id)
     index = len(response.output)
     return compaction_item(
         deps,
@@ -108,15 +111,19 @@ def compaction_turn(
         model=response.model,
         instructions=None,
         items=items,
-        owner=stored.owner if stored is not None else "",
+        owner=owner,
     )
 
 
-def _summarise(chunks: Iterator[Chunk]) -> tuple[str, Usage]:
+def _summarise(chunks: Iterator[Chunk], timer: metrics.ModelCallTimer) -> tuple[str, Usage]:
+    """The summary the model streams, and its usage; ``timer`` times the call and counts it."""
     text: list[str] = []
-    usage = Usage()
+    usage, timed = Usage(), False
     try:
         for chunk in chunks:
+            if not timed:
+                timer.first_chunk()
+                timed = True
             if isinstance(chunk, TextDelta):
                 text.append(chunk.text)
             elif isinstance(chunk, UsageReport):
@@ -125,4 +132,5 @@ def _summarise(chunks: Iterator[Chunk]) -> tuple[str, Usage]:
         close = getattr(chunks, "close", None)
         if close is not None:
             close()  # stops the model server's generation when we stop early
+    timer.done(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
     return "".join(text), usage

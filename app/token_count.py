@@ -67,6 +67,7 @@ def start_count(
         "extra": prepared.extra,
         "history": prepared.history.items,
         "inputs": prepared.inputs,
+        "owner": caller.tenant.name,
     }
     job_id = "itc_" + secrets.token_hex(24)
     start_job(
@@ -114,6 +115,7 @@ def count_input_tokens(deps: RunDeps, job: dict[str, Any]) -> int:
         extra=job["extra"],
         history=job["history"],
         inputs=job["inputs"],
+        owner=job.get("owner", ""),
     )
     # the MCP servers are listed, as before a turn: their tools are part of the prompt
     state.response = deps.kinds.before_model(deps.kind_deps, step_input(state), _NoEvents())

@@ -42,7 +42,7 @@ RESPONSES_CREATED = Counter(
 )
 TENANT_TOKENS = Counter(
     "antwort_tenant_tokens",
-    "Tokens the model took for a tenant's responses, by direction (input, output).",
+    "Tokens the model took for a tenant's responses and jobs, by direction (input, output).",
     ["tenant", "direction"],
 )
 RATE_LIMITED = Counter(

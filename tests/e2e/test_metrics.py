@@ -146,6 +146,37 @@ def test_every_process_metrics_move_with_an_agentic_run_and_a_cancel(
         assert not [key for key in samples if any(answered.id in v for _, v in key[1])]
 
 
+def test_a_compactions_and_a_counts_model_calls_are_counted_on_the_inference_worker(
+    client: openai.OpenAI, fleet: Fleet, fleet_redis: redis.Redis
+) -> None:
+    url = worker_urls(fleet, fleet_redis)["inference"]
+    model = f"sim-{uuid.uuid4().hex[:8]}"  # the simulator answers any model: only these calls
+    before = scrape(url)
+
+    compacted = client.responses.compact(
+        model=model, input="Remember: the codeword is papaya. Keep it for later."
+    )
+    counted = client.responses.input_tokens.count(model=model, input="How long is this?")
+
+    after = scrape(url)
+
+    def moved(metric: str, /, **labels: str) -> float:
+        return value(after, metric, **labels) - value(before, metric, **labels)
+
+    assert compacted.usage is not None
+    assert moved("antwort_model_tokens_total", model=model, direction="input") == (
+        compacted.usage.input_tokens + counted.input_tokens
+    )
+    assert moved("antwort_model_tokens_total", model=model, direction="output") == (
+        compacted.usage.output_tokens + 1  # the count's one token
+    )
+    assert moved("antwort_tenant_tokens_total", tenant="open", direction="input") >= (
+        compacted.usage.input_tokens + counted.input_tokens
+    )
+    # the summary is timed as a turn is; the count, one token, is not
+    assert moved("antwort_model_time_to_first_token_seconds_count", model=model) == 1
+
+
 def test_gateway_counts_open_streams_across_its_processes(
     client: openai.OpenAI, fleet: Fleet, counters: redis.Redis
 ) -> None:
