@@ -332,9 +332,9 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     request, response, tenant = prepared.request, prepared.response, caller.tenant.name
     token_charge = caller.admit(response.id, request)
     kept = prepared.history.keep(response.id)  # after the limits: a refused create appends nothing
-    events = [ev.response_event("response.created", response.wire())]
+    events = [ev.response_event("response.created", response)]
     if request.background:
-        events.append(ev.response_event("response.queued", response.wire()))
+        events.append(ev.response_event("response.queued", response))
     extra = dict(prepared.extra)
     if token_charge is not None:  # its run charges what the model takes beyond the reservation
         extra[TOKEN_CHARGE_EXTRA] = token_charge

@@ -977,7 +977,7 @@ def finalize(
     else:
         assert_never(step)
     final = state.response.model_copy(update=update)
-    event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final.wire())
+    event = ev.response_event(RESPONSE_EVENT_BY_STATUS[final.status], final)
     result = write_run(store, state, final, transition=FINISH, events=[*events, event])
     state.finished = result.ok and final.status in TERMINAL_STATUSES
     return StepOutcome(final.status.value) if result.ok else StepOutcome.SKIPPED
@@ -1014,7 +1014,7 @@ def fail_response(
         )
         events = [
             ev.error_event(code=code, message=message, error_type=kind),
-            ev.response_event("response.failed", failed.wire()),
+            ev.response_event("response.failed", failed),
         ]
         result = store.write(
             failed, transition=FAIL, version=stored.version, events=events, fence=fence

@@ -22,7 +22,9 @@ each one's final write adds its items to the conversation. ``--websocket``: A's 
 ``response.create`` messages instead, each client on a WebSocket of its own, and run to their end
 (streamed): what the gateway keeps of a large message while it waits for the place and while its
 response runs. ``--sync``: A's creates are answered when their responses are done (the gateway waits
-for each).
+for each). ``--schema PROPERTIES``: A's input is one short message instead, and its ``text.format``
+a JSON schema of PROPERTIES string properties (150,000: 12.2 MB), which every answer, event and
+record of the response echoes.
 
     .venv/bin/python -m bench.big_request            # writes bench/results/big-request.json
 """
@@ -123,18 +125,36 @@ class Probes:
 
 
 def large_body(
-    items: int, conversation: str | None = None, *, sync: bool = False, per_message: int = 0
+    items: int,
+    conversation: str | None = None,
+    *,
+    sync: bool = False,
+    per_message: int = 0,
+    schema: int = 0,
 ) -> bytes:
     """A background create of ``items`` one-word user messages, as JSON (in ``conversation``).
 
     ``sync``: a create answered when its response is done instead; ``per_message``: user
-    messages of that many one-word text parts instead, ``items`` parts in all.
+    messages of that many one-word text parts instead, ``items`` parts in all; ``schema``: one
+    short message, and a ``text.format`` JSON schema of that many string properties.
     """
     body: dict[str, Any] = {
         "model": "antwort-sim",
-        "input": large_input(items, per_message=per_message),
+        "input": "Answer in JSON." if schema else large_input(items, per_message=per_message),
         "background": not sync,
     }
+    if schema:
+        properties = {
+            f"field_{i:06d}_name": {"type": "string", "description": "a field of the record"}
+            for i in range(schema)
+        }
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": "record",
+                "schema": {"type": "object", "properties": properties},
+            }
+        }
     if conversation:
         body["conversation"] = conversation
     return json.dumps(body).encode()
@@ -348,7 +368,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 creates = big_creates(
                     fleet.gateway_url,
                     args.requests,
-                    large_body(args.items, conversation, sync=args.sync, per_message=per_message),
+                    large_body(
+                        args.items,
+                        conversation,
+                        sync=args.sync,
+                        per_message=per_message,
+                        schema=args.schema,
+                    ),
                     args.at_once,
                     runs=args.runs or bool(conversation) or args.sync,
                     continues=args.continues,
@@ -417,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         metavar="PARTS",
         help="A's input is user messages of PARTS one-word text parts each, --items parts in all",
+    )
+    parser.add_argument(
+        "--schema",
+        type=int,
+        default=0,
+        metavar="PROPERTIES",
+        help="A's input is one message, its text.format a JSON schema of PROPERTIES properties",
     )
     parser.add_argument("--out", default="big-request.json")
     args = parser.parse_args(argv)

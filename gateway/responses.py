@@ -8,7 +8,7 @@ from collections.abc import Callable, Generator
 from contextlib import closing
 from typing import Any, TypeVar
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from app import cooperation
 from app import responses as core
@@ -21,6 +21,7 @@ from app.errors import (
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
+from app.protocol.response import ResponseObject
 from app.relay import CreatedRelay, Keepalive, each_event, follow_event_batches
 from app.store import StoredEvent
 from gateway.auth import add_rate_headers, current_tenant
@@ -108,7 +109,7 @@ def create() -> Response:
     del parsed
     if background and not stream:  # answered at once: nobody follows it
         relay.close()
-        return jsonify(response.wire())
+        return _as_json(response)
     if stream:
         batches = relay.batches(keepalive_seconds=gw.settings.keepalive_seconds)
         return sse_response(batches, on_close=relay.close)
@@ -116,7 +117,20 @@ def create() -> Response:
         final = _wait_until_done(response.id, relay.batches(keepalive_seconds=1.0))
     finally:
         relay.close()
-    return jsonify(final if final is not None else gw.store.get(response.id).response.wire())
+    if final is not None:
+        return jsonify(final)
+    return _as_json(gw.store.get(response.id).response)
+
+
+def _as_json(response: ResponseObject) -> Response:
+    """The response object as the answer's JSON body: encoded at once, never a dict first.
+
+    As :func:`flask.jsonify` writes it (compact, a newline after); a response echoes what its
+    create held (a schema, tools, instructions), megabytes maybe.
+    """
+    return current_app.response_class(
+        response.model_dump_json() + "\n", mimetype="application/json"
+    )
 
 
 def _wait_until_done(
@@ -146,7 +160,7 @@ def retrieve(response_id: str) -> Response:
     gw = _gw()
     response = core.retrieve_response(gw.store, response_id, tenant=current_tenant().name)
     if request.args.get("stream", "false").lower() != "true":
-        return jsonify(response.wire())
+        return _as_json(response)
     after = _starting_after(request.args.get("starting_after"))
     # Read the first page now, so an expired cursor is a 400 rather than a broken stream.
     gw.store.events_after(response_id, after, count=1)
@@ -189,7 +203,7 @@ def cancel(response_id: str) -> Response:
     cancelled = core.cancel_response(
         gw.store, gw.dispatcher, response_id, tenant=tenant, settings=gw.settings
     )
-    return jsonify(cancelled.wire())
+    return _as_json(cancelled)
 
 
 @blueprint.delete("/v1/responses/<response_id>")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.protocol.response import ResponseObject
+
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 RESPONSE_EVENT_BY_STATUS = {
     "completed": "response.completed",
@@ -19,8 +21,13 @@ RESPONSE_EVENT_BY_STATUS = {
 Event = dict[str, Any]
 
 
-def response_event(event_type: str, response: dict[str, Any]) -> Event:
-    """``response.created|queued|in_progress|completed|failed|incomplete``."""
+def response_event(event_type: str, response: ResponseObject) -> Event:
+    """``response.created|queued|in_progress|completed|failed|incomplete``.
+
+    The event holds the response object itself: the store encodes it to JSON at once (as
+    :meth:`~app.protocol.response.ResponseObject.wire` shows it), never as a dict first; a
+    response echoes what its create held (a schema, tools, instructions), megabytes maybe.
+    """
     return {"type": event_type, "response": response}
 
 

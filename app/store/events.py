@@ -11,10 +11,11 @@ gateway takes one message per flush rather than one per event. The line format, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic_core import to_json
 
 from app.errors import InvalidRequestError
 from app.protocol.events import Event
@@ -130,7 +131,7 @@ def encode_events(events: Iterable[Event]) -> EncodedEvents:
     prefixes: list[str] = []
     for event in events:
         types.append(event["type"])
-        body = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        body = to_json(event).decode()  # a response object in it, straight to JSON
         prefixes.append(body[:-1] + _SEQUENCE_NUMBER_FIELD)  # drops the closing brace
     return EncodedEvents(types=tuple(types), json_prefixes=tuple(prefixes))
 

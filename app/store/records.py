@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
+from pydantic_core import to_json
 
 from app import cooperation
 from app.errors import NotFoundError
@@ -262,7 +263,7 @@ class Records(ConversationBlocks):
             events=encoded,
             new=_NewRecord(
                 inputs=() if is_staged else tuple(items),
-                extra=json.dumps(extra),
+                extra=to_json(extra).decode(),
                 started=_started(response),
                 is_staged=is_staged,
                 owner=owner,
@@ -430,7 +431,7 @@ class Records(ConversationBlocks):
                 record=self.keys.record(response_id),
                 lease=self.keys.lease(response_id),
                 active=self.keys.active_of(response_id),
-                extra=json.dumps(extra),
+                extra=to_json(extra).decode(),
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
                 lease_deadline=fence.deadline(),

@@ -44,7 +44,7 @@ def submit(
 
 def end(store: ResponseStore, response_id: str) -> None:
     failed = store.get(response_id).response.model_copy(update={"status": ResponseStatus.FAILED})
-    events = [ev.response_event("response.failed", failed.wire())]
+    events = [ev.response_event("response.failed", failed)]
     assert store.write(failed, transition=FAIL, events=events).ok
 
 

@@ -131,6 +131,41 @@ def test_responses_stream_bad_starting_after_is_400(web: FlaskClient, starting_a
     assert error_of(answer, 400).param == "starting_after"
 
 
+ECHOED_SCHEMA = {
+    "type": "object",
+    "description": 'Ünïcode é, a line\u2028separator, an emoji 🦜, a quote " and </script>',
+    "properties": {
+        "count": {"type": "integer", "maximum": 2**70, "minimum": -(2**63)},
+        "ratio": {"type": "number", "multipleOf": 1e-07, "maximum": 1.5e300},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+    },
+    "required": ["count"],
+    "additionalProperties": False,
+}
+
+
+def test_a_create_echoes_its_request_alike_in_its_answer_events_record_and_cancel(
+    web: FlaskClient, store: ResponseStore
+) -> None:
+    text = {"format": {"type": "json_schema", "name": "r", "schema": ECHOED_SCHEMA}}
+    body = {"model": "m", "input": "Hi", "instructions": "Be é.", "text": text}
+
+    answer = web.post("/v1/responses", json={**body, "background": True})
+
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    assert answer.get_data(as_text=True).endswith("}\n")  # as jsonify writes it
+    created = answer.get_json()
+    assert created["text"]["format"]["schema"] == ECHOED_SCHEMA
+    Response.model_validate(created)
+    events = [json.loads(e.data) for e in store.events_after(created["id"], -1)]
+    assert [e["type"] for e in events] == ["response.created", "response.queued"]
+    assert [e["sequence_number"] for e in events] == [0, 1]
+    assert all(e["response"] == created for e in events)
+    assert web.get(f"/v1/responses/{created['id']}").get_json() == created
+    cancelled = web.post(f"/v1/responses/{created['id']}/cancel").get_json()
+    assert cancelled == {**created, "status": "cancelled"}
+
+
 def test_responses_cancel_of_a_queued_response(
     web: FlaskClient, dispatcher: RecordingDispatcher
 ) -> None:

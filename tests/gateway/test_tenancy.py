@@ -100,7 +100,7 @@ def test_tenancy_the_owner_passes_every_path(web: FlaskClient, app: Flask, path:
         store = app.extensions["antwort"].store
         update = {"status": ResponseStatus.FAILED}
         finished = store.get(rid).response.model_copy(update=update)
-        done = [ev.response_event("response.failed", finished.wire())]
+        done = [ev.response_event("response.failed", finished)]
         # a stream that ends, a chain to go on
         assert store.write(finished, transition=FAIL, events=done).ok
     answered = request_on(web, path, A, rid)
