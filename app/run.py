@@ -466,8 +466,8 @@ def _counted(deps: RunDeps, request: ModelRequest, *, tenant: str) -> int | None
             close()
     if usage is None:
         return None
-    metrics.ModelCallTimer(request.model, tenant=tenant).done(
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+    metrics.count_model_tokens(
+        request.model, tenant, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
     )
     return usage.input_tokens
 

@@ -171,7 +171,7 @@ class ModelCallTimer:
 
     def __init__(self, model: str, *, tenant: str = ""):
         self._model = model
-        self._tenant = tenant_label(tenant)
+        self._tenant = tenant
         self._started = time.perf_counter()
         self._first: float | None = None
 
@@ -182,15 +182,27 @@ class ModelCallTimer:
 
     def done(self, *, input_tokens: int, output_tokens: int) -> None:
         """The call ended with this usage."""
-        MODEL_TOKENS.labels(self._model, "input").inc(input_tokens)
-        MODEL_TOKENS.labels(self._model, "output").inc(output_tokens)
-        TENANT_TOKENS.labels(self._tenant, "input").inc(input_tokens)
-        TENANT_TOKENS.labels(self._tenant, "output").inc(output_tokens)
+        count_model_tokens(
+            self._model, self._tenant, input_tokens=input_tokens, output_tokens=output_tokens
+        )
         if self._first is None:
             return
         streaming = time.perf_counter() - self._first
         if output_tokens and streaming > 0:
             MODEL_TOKENS_PER_SECOND.labels(self._model).observe(output_tokens / streaming)
+
+
+def count_model_tokens(model: str, tenant: str, *, input_tokens: int, output_tokens: int) -> None:
+    """A model call's tokens, by model and by ``tenant`` (its name, or ""/``open``: the open one).
+
+    A timed call counts them through :class:`ModelCallTimer`; a call of one token (a count, a
+    measure against ``compact_threshold``) only here, as it says nothing of the model's speed.
+    """
+    label = tenant_label(tenant)
+    MODEL_TOKENS.labels(model, "input").inc(input_tokens)
+    MODEL_TOKENS.labels(model, "output").inc(output_tokens)
+    TENANT_TOKENS.labels(label, "input").inc(input_tokens)
+    TENANT_TOKENS.labels(label, "output").inc(output_tokens)
 
 
 def observe_cancel(stage: str, since: float | None) -> None:
