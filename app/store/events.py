@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic_core import to_json
 
 from app.errors import InvalidRequestError
@@ -115,41 +116,72 @@ class ExpiredCursorError(InvalidRequestError):
 class EncodedEvents:
     """Events as the scripts take them: types, and each event's JSON up to its sequence number.
 
-    A script completes each JSON prefix with the number it assigns and the closing brace.
+    A script completes each JSON prefix with the number it assigns and the closing brace. An
+    empty prefix is a response event of the object the script writes (``response_json``): the
+    script composes it (:data:`RESPONSE_EVENT_PREFIX`), so a response object, megabytes maybe
+    (a schema, tools, instructions it echoes), goes to Redis once for the record and its events.
     """
 
     types: tuple[str, ...]
     json_prefixes: tuple[str, ...]
+    response_json: str = ""
+    """The JSON of the response the events' writer stores ("": none of them carries it)."""
 
 
 _SEQUENCE_NUMBER_FIELD = ',"sequence_number":'
+RESPONSE_EVENT_PREFIX = ""
+"""The prefix of an event ``{"type": …, "response": <the written object>}``, composed by the
+script that writes the object (``lua/include/events.lua``), as :func:`response_event_json` does."""
 
 
-def encode_events(events: Iterable[Event]) -> EncodedEvents:
-    """``events`` for a script that emits them."""
+def encode_events(events: Iterable[Event], *, written: BaseModel | None = None) -> EncodedEvents:
+    """``events`` for a script that emits them.
+
+    ``written``: the response object the script writes with them; an event carrying it
+    (:func:`app.protocol.events.response_event`) is left to the script to compose from it.
+    """
     types: list[str] = []
     prefixes: list[str] = []
+    response_json = ""
     for event in events:
         types.append(event["type"])
+        if len(event) == 2 and event.get("response") is written and written is not None:
+            response_json = response_json or written.model_dump_json()
+            prefixes.append(RESPONSE_EVENT_PREFIX)
+            continue
         body = to_json(event).decode()  # a response object in it, straight to JSON
         prefixes.append(body[:-1] + _SEQUENCE_NUMBER_FIELD)  # drops the closing brace
-    return EncodedEvents(types=tuple(types), json_prefixes=tuple(prefixes))
+    return EncodedEvents(
+        types=tuple(types), json_prefixes=tuple(prefixes), response_json=response_json
+    )
+
+
+def response_event_json(event_type: str, response_json: str, sequence_number: int) -> str:
+    """A response event's JSON, as ``lua/include/events.lua`` composes it from the object."""
+    return (
+        f'{{"type":"{event_type}","response":{response_json}'
+        f"{_SEQUENCE_NUMBER_FIELD}{sequence_number}}}"
+    )
 
 
 def logged_events(encoded: EncodedEvents, first: int) -> list[StoredEvent]:
     """``encoded`` as the log holds them once a script appended them from ``first`` on.
 
-    The scripts complete each JSON prefix with its sequence number and ``}`` (``events.lua``):
-    whoever wrote the events knows them as stored without reading them back.
+    The scripts complete each JSON prefix with its sequence number and ``}`` (``events.lua``),
+    and compose each response event from the object written: whoever wrote the events knows
+    them as stored without reading them back.
     """
-    return [
-        StoredEvent(
-            sequence_number=first + index, type=event_type, data=f"{prefix}{first + index}}}"
-        )
-        for index, (event_type, prefix) in enumerate(
-            zip(encoded.types, encoded.json_prefixes, strict=True)
-        )
-    ]
+    logged = []
+    for index, (event_type, prefix) in enumerate(
+        zip(encoded.types, encoded.json_prefixes, strict=True)
+    ):
+        number = first + index
+        if prefix == RESPONSE_EVENT_PREFIX:
+            data = response_event_json(event_type, encoded.response_json, number)
+        else:
+            data = f"{prefix}{number}}}"
+        logged.append(StoredEvent(sequence_number=number, type=event_type, data=data))
+    return logged
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

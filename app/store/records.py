@@ -252,7 +252,7 @@ class Records(ConversationBlocks):
         start by then (the first turn's message was lost), it queues the turn again
         (``app.lease.sweep``).
         """
-        encoded = encode_events(events)
+        encoded = encode_events(events, written=response)
         items = cooperation.json_texts(inputs)
         is_staged = len(items) > cooperation.BATCH
         if is_staged:
@@ -319,7 +319,8 @@ class Records(ConversationBlocks):
         if response.status not in transition.target:
             raise ValueError(f"a {transition.name} write cannot store {response.status}")
         checks = _Checks(source=transition, version=version, fence=fence)
-        return self._put(response, checks=checks, turn=turn, events=encode_events(events))
+        encoded = encode_events(events, written=response)
+        return self._put(response, checks=checks, turn=turn, events=encoded)
 
     def _put(
         self,
@@ -366,7 +367,7 @@ class Records(ConversationBlocks):
                 source_statuses=_CREATED if checks is None else packed(checks.source.source),
                 expected_version=None if checks is None else checks.version,
                 new_status=response.status,
-                object=response.model_dump_json(),
+                object=events.response_json or response.model_dump_json(),
                 turn=turn,
                 extra=new.extra,
                 started=new.started,

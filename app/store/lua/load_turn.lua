@@ -57,10 +57,8 @@ local function start(fields)
   fields[1] = started
   fields[2] = redis.call('HINCRBY', record, 'ver', 1)
   local lines = {}
-  -- The event as app/protocol/events.py's response_event writes it.
-  local json_prefix = '{"type":"' .. start_event_type .. '","response":' .. started
-    .. ',"sequence_number":'
-  append_all(sequence, stream, maxlen, ttl, {start_event_type}, {json_prefix}, lines)
+  -- the start event, a response event of the started object (events.lua composes it)
+  append_all(sequence, stream, maxlen, ttl, {start_event_type}, {''}, lines, started)
   publish(channel, lines)
 end
 

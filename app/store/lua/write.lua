@@ -124,7 +124,8 @@ if turn ~= '' then redis.call('HSET', record, 'turn', turn) end
 redis.call('EXPIRE', record, ttl)
 local lines = {}
 local queued = 0
-local last = append_all(sequence, stream, maxlen, ttl, event_types, event_json_prefixes, lines)
+local last = append_all(
+  sequence, stream, maxlen, ttl, event_types, event_json_prefixes, lines, object)
 if is_terminal == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
   redis.call('DEL', lease)

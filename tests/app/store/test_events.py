@@ -3,9 +3,16 @@ import json
 import pytest
 import redis
 
+from app.protocol import events as ev
 from app.protocol.response import ResponseStatus
 from app.store import ExpiredCursorError, ResponseStore
-from app.store.events import END_EVENT_TYPE, END_LINE, encode_events, parse_published
+from app.store.events import (
+    END_EVENT_TYPE,
+    END_LINE,
+    RESPONSE_EVENT_PREFIX,
+    encode_events,
+    parse_published,
+)
 from app.store.status import ACTIVE_STATUSES, CANCEL, COMMIT, FINISH
 from tests.app.store.support import delta, make_response, new_response, next_message, published
 
@@ -199,3 +206,55 @@ def test_store_emit_is_accepted_exactly_while_the_response_is_active(
 
     assert result.refused == (status not in ACTIVE_STATUSES)
     assert store.last_sequence_number(rid) == (0 if status in ACTIVE_STATUSES else -1)
+
+
+def test_response_events_are_composed_by_the_script_from_the_object_it_writes(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("queued", instructions='é \u2028 🦜 "q"', metadata={"k": "v"})
+    events = [
+        ev.response_event("response.created", response),
+        ev.response_event("response.queued", response),
+    ]
+    encoded = encode_events(events, written=response)
+    # the object goes to Redis once, for the record and both events
+    assert encoded.json_prefixes == (RESPONSE_EVENT_PREFIX, RESPONSE_EVENT_PREFIX)
+    assert encoded.response_json == response.model_dump_json()
+
+    logged = store.create(response, inputs=[], extra={}, events=events)
+
+    stored = store.events_after(response.id, -1)
+    assert [(e.sequence_number, e.type, e.data) for e in stored] == [
+        (e.sequence_number, e.type, e.data) for e in logged
+    ]
+    assert [json.loads(e.data) for e in stored] == [
+        {"type": "response.created", "response": response.wire(), "sequence_number": 0},
+        {"type": "response.queued", "response": response.wire(), "sequence_number": 1},
+    ]
+    assert store.get(response.id).response == response
+
+
+def test_a_writes_response_event_is_published_as_logged_beside_other_events(
+    store: ResponseStore, redis_client: redis.Redis
+) -> None:
+    response = make_response("in_progress", instructions="🦜")
+    with published(store, redis_client, response) as pubsub:
+        done = response.model_copy(update={"status": ResponseStatus.COMPLETED})
+        copy = done.model_copy()  # an equal object, not the one written: sent whole
+        events = [
+            delta("a"),
+            ev.response_event("response.completed", done),
+            ev.response_event("response.completed", copy),
+        ]
+        assert encode_events(events, written=done).json_prefixes[1:2] == (RESPONSE_EVENT_PREFIX,)
+        assert store.write(done, transition=FINISH, events=events).ok
+
+        lines = next_message(pubsub).split("\n")
+    stored = store.events_after(response.id, -1)
+    assert lines == [f"{e.sequence_number} {e.type} {e.data}" for e in stored] + [END_LINE]
+    assert [json.loads(e.data) for e in stored[1:]] == [
+        {"type": "response.completed", "response": done.wire(), "sequence_number": 1},
+        {"type": "response.completed", "response": done.wire(), "sequence_number": 2},
+    ]
+    # composed by the script, or encoded whole: the same bytes
+    assert stored[1].data.removesuffix("1}") == stored[2].data.removesuffix("2}")

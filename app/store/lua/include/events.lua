@@ -5,10 +5,18 @@
 -- Assigns the next sequence number, completes the event's JSON with it (the JSON prefix ends
 -- right before the sequence number's value), adds the event to the stream (entry id
 -- 1-<sequence_number>, with `at`: Redis's clock in epoch seconds, for the console's timeline)
--- and its line to `lines`. Returns the sequence number.
-local function append(sequence, stream, maxlen, event_type, json_prefix, lines)
+-- and its line to `lines`. An empty prefix is a response event of `object`, the response object
+-- the calling script writes: composed here, as app/store/events.py's response_event_json does,
+-- so a large object is sent to Redis once, not once more per event. Returns the sequence number.
+local function append(sequence, stream, maxlen, event_type, json_prefix, lines, object)
   local seq = redis.call('INCR', sequence) - 1
-  local json = json_prefix .. seq .. '}'
+  local json
+  if json_prefix == '' then
+    json = '{"type":"' .. event_type .. '","response":' .. object .. ',"sequence_number":' .. seq
+      .. '}'
+  else
+    json = json_prefix .. seq .. '}'
+  end
   local now = redis.call('TIME')
   local at = now[1] .. '.' .. string.format('%06d', now[2])
   redis.call(
@@ -18,12 +26,13 @@ local function append(sequence, stream, maxlen, event_type, json_prefix, lines)
   return seq
 end
 
--- Appends every event (`types[i]`, `json_prefixes[i]`) and renews the log's time to live.
+-- Appends every event (`types[i]`, `json_prefixes[i]`; `object`: the response object the
+-- script writes, for its response events) and renews the log's time to live.
 -- Returns the last sequence number (-1: no event).
-local function append_all(sequence, stream, maxlen, ttl, types, json_prefixes, lines)
+local function append_all(sequence, stream, maxlen, ttl, types, json_prefixes, lines, object)
   local last = -1
   for i = 1, #types do
-    last = append(sequence, stream, maxlen, types[i], json_prefixes[i], lines)
+    last = append(sequence, stream, maxlen, types[i], json_prefixes[i], lines, object)
   end
   redis.call('EXPIRE', sequence, ttl)
   redis.call('EXPIRE', stream, ttl)
