@@ -672,14 +672,16 @@ def _reasoning(request: CreateResponseRequest) -> dict[str, Any] | None:
 
 
 def _params(request: CreateResponseRequest) -> dict[str, Any]:
-    text_format = request.text.format.model_dump(by_alias=True) if request.text else None
+    """The sampling parameters (``text.format`` is the response's own: ``app.run`` reads it there).
+
+    A format's schema may be megabytes: the record holds it once, in the response object.
+    """
     return chat_params(
         temperature=request.temperature,
         top_p=request.top_p,
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
         max_output_tokens=request.max_output_tokens,
-        text_format=text_format,
         top_logprobs=(request.top_logprobs or 0)
         if TEXT_LOGPROBS in (request.include or ())
         else None,

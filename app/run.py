@@ -105,6 +105,7 @@ from app.providers.translate import (
     ModelRequest,
     encode_chat_body,
     reasoning_effort_param,
+    response_format_param,
 )
 from app.replay import ReplayGuard
 from app.sealing import ENCRYPTED_REASONING, fleet_sealer
@@ -594,9 +595,14 @@ def append_result(deps: RunDeps, state: RunState, sink: EventSink, result: ToolR
 def _model_params(deps: RunDeps, state: RunState, chain: list[dict[str, Any]]) -> dict[str, Any]:
     """The request's sampling parameters, and its reasoning effort as the model server takes it.
 
-    The effort is the last ``configuration_update``'s in ``chain``, else the request's.
+    The effort is the last ``configuration_update``'s in ``chain``, else the request's. The
+    answer's format is the response's ``text.format``, which the response echoes (a record made
+    before that kept it in ``params`` too: the same).
     """
-    params: dict[str, Any] = state.extra.get("params", {})
+    params: dict[str, Any] = {
+        **state.extra.get("params", {}),
+        **response_format_param(state.response.text.get("format")),
+    }
     effort = configured_effort(chain) or (state.response.reasoning or {}).get("effort")
     if effort:
         accepted = deps.settings.reasoning_effort_list

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -393,19 +393,19 @@ def reasoning_effort_param(effort: str | None, accepted: Sequence[str]) -> dict[
     return {"reasoning_effort": nearest}
 
 
-def chat_params(  # noqa: PLR0913 - keywords, one per Chat Completions parameter
+def chat_params(
     *,
     temperature: float | None,
     top_p: float | None,
     presence_penalty: float | None,
     frequency_penalty: float | None,
     max_output_tokens: int | None,
-    text_format: dict[str, Any] | None,
     top_logprobs: int | None = None,
 ) -> dict[str, Any]:
     """Sampling parameters in Chat Completions names; unset ones are left to the model server.
 
     ``top_logprobs``: None, no log probabilities; else the tokens' own and as many alternatives.
+    The answer's format is :func:`response_format_param`'s.
     """
     params: dict[str, Any] = {}
     if top_logprobs is not None:
@@ -420,11 +420,16 @@ def chat_params(  # noqa: PLR0913 - keywords, one per Chat Completions parameter
     ):
         if value is not None:
             params[name] = value
+    return params
+
+
+def response_format_param(text_format: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Chat Completions' ``response_format`` for a ``text.format`` (nothing for plain text)."""
     if text_format and text_format.get("type") == "json_object":
-        params["response_format"] = {"type": "json_object"}
-    elif text_format and text_format.get("type") == "json_schema":
+        return {"response_format": {"type": "json_object"}}
+    if text_format and text_format.get("type") == "json_schema":
         schema = {"name": text_format.get("name") or "output", "schema": text_format.get("schema")}
         if text_format.get("strict") is not None:
             schema["strict"] = text_format["strict"]
-        params["response_format"] = {"type": "json_schema", "json_schema": schema}
-    return params
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    return {}

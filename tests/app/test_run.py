@@ -157,6 +157,28 @@ def test_run_turn_pauses_with_requires_action_when_configured(
     assert types[-1] == "response.completed"
 
 
+def test_a_text_formats_schema_is_kept_once_in_the_record_and_still_reaches_the_model(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings()
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    text_format = {"type": "json_schema", "name": "place", "schema": schema, "strict": True}
+    rid = create(store, settings, RecordingDispatcher(), text={"format": text_format})
+    stored = store.get(rid)
+    # The response echoes the format; the run's extra fields do not hold it again.
+    assert stored.response.text["format"] == text_format
+    assert "response_format" not in stored.extra["params"]
+    model = FakeModel(TextDelta(text='{"city": "Oslo"}'), Finish(reason="stop"))
+
+    status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
+
+    assert status == "completed"
+    assert model.requests[0].params["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "place", "schema": schema, "strict": True},
+    }
+
+
 def test_run_turn_finish_length_is_incomplete(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:

@@ -8,6 +8,7 @@ from app.providers.translate import (
     build_chat_body,
     chat_params,
     reasoning_effort_param,
+    response_format_param,
     to_chat_messages,
     to_chat_tool,
     to_chat_tool_choice,
@@ -381,31 +382,29 @@ def test_chat_params_maps_names_and_drops_unset_values() -> None:
         presence_penalty=0.5,
         frequency_penalty=None,
         max_output_tokens=64,
-        text_format={"type": "text"},
     ) == {"temperature": 0.0, "presence_penalty": 0.5, "max_tokens": 64}
 
 
-def test_chat_params_maps_text_formats_to_response_format() -> None:
-    unset: dict[str, Any] = {
-        "temperature": None,
-        "top_p": None,
-        "presence_penalty": None,
-        "frequency_penalty": None,
-        "max_output_tokens": None,
-    }
+def test_response_format_param_maps_text_formats_to_response_format() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
 
-    assert chat_params(**unset, text_format=None) == {}
-    assert chat_params(**unset, text_format={"type": "json_object"}) == {
+    assert response_format_param(None) == {}
+    assert response_format_param({"type": "text"}) == {}
+    assert response_format_param({"type": "json_object"}) == {
         "response_format": {"type": "json_object"}
     }
-    assert chat_params(
-        **unset,
-        text_format={"type": "json_schema", "name": "answer", "schema": schema, "strict": True},
+    assert response_format_param(
+        {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}
     ) == {
         "response_format": {
             "type": "json_schema",
             "json_schema": {"name": "answer", "schema": schema, "strict": True},
+        }
+    }
+    assert response_format_param({"type": "json_schema", "schema": schema}) == {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema},
         }
     }
 
