@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Generator
 from contextlib import closing
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -24,6 +23,7 @@ from app.protocol.json_text import load_json
 from app.protocol.response import ResponseObject
 from app.relay import CreatedRelay, Keepalive, each_event, follow_event_batches
 from app.store import StoredEvent
+from app.store.events import response_json_of
 from gateway.auth import add_rate_headers, current_tenant
 from gateway.context import Gateway, gateway
 from gateway.sse import sse_response
@@ -118,7 +118,7 @@ def create() -> Response:
     finally:
         relay.close()
     if final is not None:
-        return jsonify(final)
+        return current_app.response_class(final + "\n", mimetype="application/json")
     return _as_json(gw.store.get(response.id).response)
 
 
@@ -135,8 +135,14 @@ def _as_json(response: ResponseObject) -> Response:
 
 def _wait_until_done(
     response_id: str, batches: Generator[list[StoredEvent] | Keepalive, None, None]
-) -> dict[str, Any] | None:
-    """The response as its terminal event carries it (None: it ended without one, cancelled)."""
+) -> str | None:
+    """The response's JSON as its terminal event carries it.
+
+    Taken from the event's text as it is (:func:`app.store.events.response_json_of`): a
+    response echoes what its create held, megabytes maybe, never decoded to be encoded again.
+    None: it ended without one (cancelled), or an older fleet logged it otherwise; the record
+    holds it then.
+    """
     gw = _gw()
     deadline = time.monotonic() + gw.settings.sync_timeout_seconds
     events = each_event(batches)
@@ -144,8 +150,7 @@ def _wait_until_done(
         for event in events:
             if not isinstance(event, Keepalive) and event.type in TERMINAL_EVENT_TYPES:
                 # Written in the same atomic step as the stored object: no need to read it back.
-                final: dict[str, Any] = json.loads(event.data)["response"]
-                return final
+                return response_json_of(event)
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"Response {response_id} did not finish within "

@@ -164,6 +164,21 @@ def response_event_json(event_type: str, response_json: str, sequence_number: in
     )
 
 
+def response_json_of(event: StoredEvent) -> str | None:
+    """The response object's JSON in a response event as the store logs it (None: not one).
+
+    A response event is ``{"type": …, "response": <object>, "sequence_number": N}``, compact
+    (:func:`response_event_json`, ``encode_events``): the object is the text between, taken
+    without decoding and encoding megabytes again (a schema, tools, instructions it echoes).
+    """
+    head = f'{{"type":"{event.type}","response":'
+    tail = f"{_SEQUENCE_NUMBER_FIELD}{event.sequence_number}}}"
+    data = event.data
+    if len(data) > len(head) + len(tail) and data.startswith(head) and data.endswith(tail):
+        return data[len(head) : -len(tail)]
+    return None
+
+
 def logged_events(encoded: EncodedEvents, first: int) -> list[StoredEvent]:
     """``encoded`` as the log holds them once a script appended them from ``first`` on.
 

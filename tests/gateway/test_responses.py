@@ -460,6 +460,9 @@ def test_a_sync_create_keeps_no_request_items_while_it_waits(
 
     assert [answer.status_code for answer in answers] == [200]
     assert held == 0
+    # the answer is the object as the terminal event carries it
+    assert answers[0].mimetype == "application/json"
+    assert answers[0].get_data(as_text=True) == done.model_dump_json() + "\n"
 
 
 def test_a_body_decoded_in_its_turn_is_not_kept_on_the_request(
