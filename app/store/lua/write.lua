@@ -130,7 +130,7 @@ if is_terminal == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
   redis.call('DEL', lease)
   redis.call('ZREM', active, response_id)
-  lines[#lines + 1] = end_line
+  add_line(lines, end_line)
   if is_forgotten == '1' then
     redis.call('EXPIRE', results, ttl)
     redis.call('EXPIRE', own_history, ttl)

@@ -1,6 +1,14 @@
 -- Appending to a response's event log (included by every script that emits events).
 -- The published form is app/store/events.py's line format: one line per event,
--- `<sequence_number> <type> <json>`, the lines of one script call in one message.
+-- `<sequence_number> <type> <json>`, the lines of one script call in one message. `lines`
+-- gathers the message's pieces (add_line), joined once when it is published: an event's JSON,
+-- megabytes maybe (a response object), is not copied into a line first.
+
+-- Adds a line (its pieces) to the message `lines`.
+local function add_line(lines, ...)
+  if #lines > 0 then lines[#lines + 1] = '\n' end
+  for i = 1, select('#', ...) do lines[#lines + 1] = select(i, ...) end
+end
 
 -- Assigns the next sequence number, completes the event's JSON with it (the JSON prefix ends
 -- right before the sequence number's value), adds the event to the stream (entry id
@@ -22,7 +30,7 @@ local function append(sequence, stream, maxlen, event_type, json_prefix, lines, 
   redis.call(
     'XADD', stream, 'MAXLEN', '~', maxlen, '1-' .. seq, 't', event_type, 'd', json, 'at', at
   )
-  lines[#lines + 1] = seq .. ' ' .. event_type .. ' ' .. json
+  add_line(lines, seq .. ' ' .. event_type .. ' ', json)
   return seq
 end
 
@@ -46,8 +54,9 @@ local function publish(channel, lines)
   if #lines == 0 then return end
   local shard_channel, response_id = string.match(channel, '^(%S+) (%S+)$')
   if shard_channel then
-    redis.call('SPUBLISH', shard_channel, response_id .. '\n' .. table.concat(lines, '\n'))
+    table.insert(lines, 1, response_id .. '\n')
+    redis.call('SPUBLISH', shard_channel, table.concat(lines))
   else
-    redis.call('PUBLISH', channel, table.concat(lines, '\n'))
+    redis.call('PUBLISH', channel, table.concat(lines))
   end
 end
