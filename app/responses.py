@@ -48,7 +48,7 @@ from app.protocol.response import (
     ResponseStatus,
 )
 from app.providers.json_protocol import EXCHANGES_EXTRA, protocol_of
-from app.providers.translate import chat_params
+from app.providers.translate import chat_params, response_format_param
 from app.run import COMPACT_THRESHOLD_EXTRA, NO_OUTPUT_EXTRA, fail_response, unanswered_calls
 from app.sealing import check_sealed_items
 from app.store import ResponseStore, StoredEvent, StoredResponse
@@ -672,11 +672,14 @@ def _reasoning(request: CreateResponseRequest) -> dict[str, Any] | None:
 
 
 def _params(request: CreateResponseRequest) -> dict[str, Any]:
-    """The sampling parameters (``text.format`` is the response's own: ``app.run`` reads it there).
+    """The sampling parameters, and ``response_format`` for workers of earlier releases.
 
-    A format's schema may be megabytes: the record holds it once, in the response object.
+    A run takes the format from the response's ``text.format`` (``app.run``); a worker of an
+    earlier release, running while a fleet is upgraded (gateways first), only from here. Once
+    none runs, this can stop repeating a format's schema, megabytes maybe, in the record.
     """
-    return chat_params(
+    text_format = request.text.format.model_dump(by_alias=True) if request.text else None
+    return response_format_param(text_format) | chat_params(
         temperature=request.temperature,
         top_p=request.top_p,
         presence_penalty=request.presence_penalty,

@@ -596,8 +596,8 @@ def _model_params(deps: RunDeps, state: RunState, chain: list[dict[str, Any]]) -
     """The request's sampling parameters, and its reasoning effort as the model server takes it.
 
     The effort is the last ``configuration_update``'s in ``chain``, else the request's. The
-    answer's format is the response's ``text.format``, which the response echoes (a record made
-    before that kept it in ``params`` too: the same).
+    answer's format is the response's ``text.format`` (``params`` holds it too, for workers of
+    earlier releases: the same).
     """
     params: dict[str, Any] = {
         **state.extra.get("params", {}),

@@ -157,26 +157,30 @@ def test_run_turn_pauses_with_requires_action_when_configured(
     assert types[-1] == "response.completed"
 
 
-def test_a_text_formats_schema_is_kept_once_in_the_record_and_still_reaches_the_model(
+def test_the_run_takes_the_answer_format_from_the_response_not_from_the_run_fields(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
+    """The response echoes its ``text.format``: a schema, megabytes maybe, need not be repeated
+    in the run's fields (a later release stops writing it there)."""
     settings = make_settings()
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     text_format = {"type": "json_schema", "name": "place", "schema": schema, "strict": True}
     rid = create(store, settings, RecordingDispatcher(), text={"format": text_format})
     stored = store.get(rid)
-    # The response echoes the format; the run's extra fields do not hold it again.
-    assert stored.response.text["format"] == text_format
-    assert "response_format" not in stored.extra["params"]
+    expected = {
+        "type": "json_schema",
+        "json_schema": {"name": "place", "schema": schema, "strict": True},
+    }
+    # written for workers of earlier releases, which read it only there
+    assert stored.extra["params"]["response_format"] == expected
+    params = {k: v for k, v in stored.extra["params"].items() if k != "response_format"}
+    store.set_extra(rid, {**stored.extra, "params": params})
     model = FakeModel(TextDelta(text='{"city": "Oslo"}'), Finish(reason="stop"))
 
     status = advance_response(RunDeps(store=store, provider=model, settings=settings), rid, 0)
 
     assert status == "completed"
-    assert model.requests[0].params["response_format"] == {
-        "type": "json_schema",
-        "json_schema": {"name": "place", "schema": schema, "strict": True},
-    }
+    assert model.requests[0].params["response_format"] == expected
 
 
 def test_run_turn_finish_length_is_incomplete(
