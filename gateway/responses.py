@@ -118,19 +118,21 @@ def create() -> Response:
     finally:
         relay.close()
     if final is not None:
-        return current_app.response_class(final + "\n", mimetype="application/json")
+        return _json_answer(final)
     return _as_json(gw.store.get(response.id).response)
 
 
 def _as_json(response: ResponseObject) -> Response:
     """The response object as the answer's JSON body: encoded at once, never a dict first.
 
-    As :func:`flask.jsonify` writes it (compact, a newline after); a response echoes what its
-    create held (a schema, tools, instructions), megabytes maybe.
+    A response echoes what its create held (a schema, tools, instructions), megabytes maybe.
     """
-    return current_app.response_class(
-        response.model_dump_json() + "\n", mimetype="application/json"
-    )
+    return _json_answer(response.model_dump_json())
+
+
+def _json_answer(json_text: str) -> Response:
+    """An answer of JSON text, as :func:`flask.jsonify` writes one (a newline after)."""
+    return current_app.response_class(json_text + "\n", mimetype="application/json")
 
 
 def _wait_until_done(
