@@ -156,12 +156,18 @@ def encode_events(events: Iterable[Event], *, written: BaseModel | None = None) 
     )
 
 
+def _response_event_around(event_type: str, sequence_number: int) -> tuple[str, str]:
+    """A response event's JSON before and after its object (``lua/include/events.lua``'s)."""
+    return (
+        f'{{"type":"{event_type}","response":',
+        f"{_SEQUENCE_NUMBER_FIELD}{sequence_number}}}",
+    )
+
+
 def response_event_json(event_type: str, response_json: str, sequence_number: int) -> str:
     """A response event's JSON, as ``lua/include/events.lua`` composes it from the object."""
-    return (
-        f'{{"type":"{event_type}","response":{response_json}'
-        f"{_SEQUENCE_NUMBER_FIELD}{sequence_number}}}"
-    )
+    head, tail = _response_event_around(event_type, sequence_number)
+    return f"{head}{response_json}{tail}"
 
 
 def response_json_of(event: StoredEvent) -> str | None:
@@ -171,8 +177,7 @@ def response_json_of(event: StoredEvent) -> str | None:
     (:func:`response_event_json`, ``encode_events``): the object is the text between, taken
     without decoding and encoding megabytes again (a schema, tools, instructions it echoes).
     """
-    head = f'{{"type":"{event.type}","response":'
-    tail = f"{_SEQUENCE_NUMBER_FIELD}{event.sequence_number}}}"
+    head, tail = _response_event_around(event.type, event.sequence_number)
     data = event.data
     if len(data) > len(head) + len(tail) and data.startswith(head) and data.endswith(tail):
         return data[len(head) : -len(tail)]
