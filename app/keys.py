@@ -327,8 +327,16 @@ class Keys:
         return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:limits"
 
     def rate_window(self, tenant: str, unit: str, window: int) -> str:
-        """Counter with TTL: a tenant's ``unit`` (requests, tokens) in one minute's window."""
+        """Counter with TTL: a tenant's requests (``unit``) in one minute's window."""
         return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:rate:{unit}:{window}"
+
+    def token_ledger(self, tenant: str) -> str:
+        """Hash with TTL: a tenant's tokens per minute, what passed its limit carried on.
+
+        ``window`` (the minute last counted in), ``used`` (its tokens there, with what earlier
+        minutes carried into it), ``limit`` (the limit then); ``lua/include/token_ledger.lua``.
+        """
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:tokens"
 
     def in_flight(self, tenant: str) -> str:
         """Sorted set: the tenant's responses that may still be running (rate limits)."""

@@ -2,13 +2,16 @@
 
 Three limits (:class:`~app.tenancy.Limits`, 0 = none): requests to ``/v1`` per minute, tokens
 per minute, and responses queued or running at once. Windows are whole minutes, shared by all
-replicas through one counter each; tokens are estimated when a response is created (its input's
-characters / 4, plus ``max_output_tokens``: OpenAI's own rule), before the model has said anything,
-and that estimate is reserved. What the model then takes beyond it (the history a chain sends again,
-the tools' definitions, each further turn of a tool loop) is charged as the response's ``usage``
-grows: before each write of its run, what its model calls took past the reservation is added to
-the tenant's tokens of the current minute (:func:`charge_usage`), so the next create waits for
-the next window once the tokens are used up.
+replicas: a counter for each minute's requests, and one ledger of the tenant's tokens. Tokens are
+estimated when a response is created (its input's characters / 4, plus ``max_output_tokens``:
+OpenAI's own rule), before the model has said anything, and that estimate is reserved. What the
+model then takes beyond it (the history a chain sends again, the tools' definitions, each further
+turn of a tool loop, the count before a compaction) is charged as the response's ``usage`` grows:
+before each write of its run, what its model calls took past the reservation is added to the
+tenant's tokens of the current minute (:func:`charge_usage`). That may take them over the limit:
+what passed it is carried into the next minute, less that minute's limit, and so on
+(``lua/include/token_ledger.lua``), so a tenant's tokens stay within its limit over time, and its
+next create waits until they fit.
 A refusal is a :class:`~app.errors.RateLimitError` carrying ``Retry-After`` and OpenAI's
 ``x-ratelimit-*`` headers; an admission carries the same headers for the answer.
 
@@ -32,7 +35,7 @@ from app import cooperation
 from app.errors import RateLimitError
 from app.protocol.request import CreateResponseRequest
 from app.store import ResponseStore
-from app.store.admission import ADMIT, AdmitCall
+from app.store.admission import ADMIT, CHARGE, AdmitCall, ChargeCall
 from app.store.base import text
 from app.store.fair_share import ended_responses
 from app.telemetry import metrics
@@ -149,7 +152,7 @@ class RateLimiter:
         code, used_requests, used_tokens, running = self.store.script(ADMIT)(
             AdmitCall(
                 requests_key=keys.rate_window(tenant.name, "requests", window),
-                tokens_key=keys.rate_window(tenant.name, "tokens", window),
+                tokens_ledger=keys.token_ledger(tenant.name),
                 in_flight=keys.in_flight(tenant.name),
                 active=keys.in_flight(tenant.name) if keys.is_sharded else keys.active,
                 parked=keys.tenant_parked(tenant.name),
@@ -166,28 +169,63 @@ class RateLimiter:
                 ended=ended,
             )
         )
-        reset_ms = (window + 1) * WINDOW_MS - now_ms
-        headers = _headers(tenant, int(used_requests), int(used_tokens), _reset(reset_ms))
-        if code:
-            raise _refusal(tenant, _REFUSED[int(code)], headers, reset_ms, int(running))
-        return headers
+        used_tokens = int(used_tokens)
+        token_limit = limits.tokens_per_minute
+
+        def until(windows: int) -> int:  # ms from now to the start of the window `windows` on
+            return (window + windows) * WINDOW_MS - now_ms
+
+        headers = _headers(
+            tenant,
+            int(used_requests),
+            used_tokens,
+            requests_reset=until(1),
+            tokens_reset=until(_windows_until(used_tokens, token_limit, room=token_limit)),
+        )
+        if not code:
+            return headers
+        limit = _REFUSED[int(code)]
+        if limit == "tokens":
+            room = tokens if tokens <= token_limit else token_limit  # too large: never fits
+            retry_ms = until(_windows_until(used_tokens, token_limit, room=room))
+        else:
+            retry_ms = until(1)
+        raise _refusal(tenant, limit, headers, retry_ms, running=int(running), requested=tokens)
 
 
-def _headers(tenant: Tenant, used_requests: int, used_tokens: int, reset: str) -> dict[str, str]:
+def _windows_until(used: int, limit: int, *, room: int) -> int:
+    """How many windows on a ledger of ``used`` tokens has ``room`` under ``limit``; at least 1.
+
+    Each window takes ``limit`` off what earlier ones carried (``token_ledger.lua``).
+    """
+    if limit <= 0:
+        return 1
+    return max(1, math.ceil((used + room - limit) / limit))
+
+
+def _headers(
+    tenant: Tenant, used_requests: int, used_tokens: int, *, requests_reset: int, tokens_reset: int
+) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for unit, limit, used in (
-        ("requests", tenant.limits.requests_per_minute, used_requests),
-        ("tokens", tenant.limits.tokens_per_minute, used_tokens),
+    for unit, limit, used, reset_ms in (
+        ("requests", tenant.limits.requests_per_minute, used_requests, requests_reset),
+        ("tokens", tenant.limits.tokens_per_minute, used_tokens, tokens_reset),
     ):
         if limit:
             headers[f"x-ratelimit-limit-{unit}"] = str(limit)
             headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - used))
-            headers[f"x-ratelimit-reset-{unit}"] = reset
+            headers[f"x-ratelimit-reset-{unit}"] = _reset(reset_ms)
     return headers
 
 
 def _refusal(
-    tenant: Tenant, limit: str, headers: dict[str, str], reset_ms: int, running: int
+    tenant: Tenant,
+    limit: str,
+    headers: dict[str, str],
+    retry_ms: int,
+    *,
+    running: int,
+    requested: int,
 ) -> RateLimitError:
     limits = tenant.limits
     if limit == "in_flight":
@@ -196,14 +234,22 @@ def _refusal(
             f"Rate limit reached: {running} responses queued or running, the limit is "
             f"{limits.max_in_flight}. Try again when one of them has finished."
         )
-        retry_after, kind = 1, "requests"
+        retry_ms, kind = 1000, "requests"
+    elif limit == "tokens" and requested > limits.tokens_per_minute:
+        message = (
+            f"Request too large for tokens per minute: limit {limits.tokens_per_minute}, "
+            f"requested {requested}. The input or output tokens must be reduced in order to "
+            "run successfully."
+        )
+        kind = limit
     else:
         per_minute = limits.requests_per_minute if limit == "requests" else limits.tokens_per_minute
         message = (
             f"Rate limit reached for {limit} per minute: limit {per_minute}. Please try again in "
-            f"{_reset(reset_ms)}."
+            f"{_reset(retry_ms)}."
         )
-        retry_after, kind = math.ceil(reset_ms / 1000), limit
+        kind = limit
+    retry_after = math.ceil(retry_ms / 1000)
     metrics.RATE_LIMITED.labels(metrics.tenant_label(tenant.name), limit).inc()
     error = RateLimitError(message)
     error.type = kind
@@ -295,19 +341,36 @@ def charge_usage(
     ``charge``: the response's :data:`TOKEN_CHARGE_EXTRA` (None: its tenant had no tokens per
     minute limit, nothing to charge). ``before``, ``after``: its ``usage.total_tokens`` as last
     written and as written now. What passes the reservation is added to the tenant's tokens of
-    the current minute, which may take them over the limit: its next create is refused until the
-    next window. Returns the tokens charged.
+    the current minute (:func:`charge_tokens`). Returns the tokens charged.
     """
     if not charge:
         return 0
     reserved = int(charge["reserved"])
     excess = max(0, after - reserved) - max(0, before - reserved)
-    if excess <= 0:
+    return charge_tokens(store, charge, excess, clock=clock)
+
+
+def charge_tokens(
+    store: ResponseStore,
+    charge: Mapping[str, Any] | None,
+    tokens: int,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Charge ``tokens`` to the tenant of ``charge`` (:data:`TOKEN_CHARGE_EXTRA`; None: nothing).
+
+    They are added to its tokens of the current minute, which may take them over the limit:
+    what passed it is carried into the next minutes (``charge.lua``), and its next create waits
+    until its tokens fit again. Returns the tokens charged.
+    """
+    if not charge or tokens <= 0:
         return 0
-    window = int(clock() * 1000) // WINDOW_MS
-    key = store.keys.rate_window(str(charge["tenant"]), "tokens", window)
-    pipe = store.redis.pipeline(transaction=False)
-    pipe.incrby(key, excess)
-    pipe.pexpire(key, WINDOW_MS * 2)  # as admit.lua keeps a window
-    pipe.execute()
-    return excess
+    store.script(CHARGE)(
+        ChargeCall(
+            tokens_ledger=store.keys.token_ledger(str(charge["tenant"])),
+            now_ms=int(clock() * 1000),
+            window_ms=WINDOW_MS,
+            tokens=tokens,
+        )
+    )
+    return tokens

@@ -54,7 +54,7 @@ from app.errors import (
     failure_type,
 )
 from app.lease import LeaseKeeper
-from app.limits import TOKEN_CHARGE_EXTRA, charge_usage
+from app.limits import TOKEN_CHARGE_EXTRA, charge_tokens, charge_usage
 from app.model_prefix import prepared_items
 from app.output import OutputBuilder, ReasoningOutput, TurnOutput
 from app.plan import (
@@ -370,6 +370,8 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
     ``items.since_compaction``). The item summarises the context so far; the model is then
     shown the context from it on. A prompt surely under the threshold by its bytes
     (:func:`tokens_at_most`) is not sent to be counted: the turn makes one model call, not two.
+    A count that is sent is charged to the tenant's tokens per minute in full
+    (:func:`app.limits.charge_tokens`): the response's usage does not hold it, nor its reservation.
     """
     threshold = state.extra.get(COMPACT_THRESHOLD_EXTRA)
     context = [*state.context, *state.response.output]
@@ -379,8 +381,11 @@ def compact_context(deps: RunDeps, state: RunState, sink: EventSink) -> None:
     at_most = tokens_at_most(request)
     if at_most is not None and at_most < threshold:
         return  # surely under: no call to count
-    tokens = _counted(deps, request, tenant=state.owner)
-    if tokens is None or tokens < threshold:
+    usage = _counted(deps, request, tenant=state.owner)
+    if usage is None:
+        return
+    charge_tokens(deps.store, state.extra.get(TOKEN_CHARGE_EXTRA), usage.total_tokens)
+    if usage.input_tokens < threshold:
         return
     _add_compaction(
         state,
@@ -434,7 +439,8 @@ def prompt_tokens(deps: RunDeps, state: RunState) -> int | None:
     first call) and sent for one token; the server's prefix cache makes the call after it
     cheap.
     """
-    return _counted(deps, _prompt_request(deps, state), tenant=state.owner)
+    usage = _counted(deps, _prompt_request(deps, state), tenant=state.owner)
+    return None if usage is None else usage.input_tokens
 
 
 def _prompt_request(deps: RunDeps, state: RunState) -> ModelRequest:
@@ -445,8 +451,8 @@ def _prompt_request(deps: RunDeps, state: RunState) -> ModelRequest:
     return request
 
 
-def _counted(deps: RunDeps, request: ModelRequest, *, tenant: str) -> int | None:
-    """The prompt tokens of ``request`` as its server counts them, sent for one token.
+def _counted(deps: RunDeps, request: ModelRequest, *, tenant: str) -> Usage | None:
+    """The usage of ``request`` sent for one token: its prompt tokens as its server counts them.
 
     The call's tokens are counted in the metrics as ``tenant``'s (not timed: one token).
     """
@@ -470,7 +476,7 @@ def _counted(deps: RunDeps, request: ModelRequest, *, tenant: str) -> int | None
     metrics.count_model_tokens(
         request.model, tenant, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
     )
-    return usage.input_tokens
+    return usage
 
 
 def _remember(deps: RunDeps, state: RunState, output: TurnOutput) -> None:

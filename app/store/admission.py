@@ -1,4 +1,7 @@
-"""A tenant's admission against its limits: the operands of ``admit.lua`` (``app.limits``)."""
+"""A tenant's admission against its limits and its tokens' charge: ``admit.lua``, ``charge.lua``.
+
+Their Python side is :mod:`app.limits`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ class AdmitCall:
     """The operands of ``admit.lua``."""
 
     requests_key: str = key()
-    tokens_key: str = key()
+    tokens_ledger: str = key()
     in_flight: str = key()
     active: str = key()
     parked: str = key()
@@ -31,4 +34,15 @@ class AdmitCall:
     """A cluster: the tenant's in-flight responses no longer queued or running."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChargeCall:
+    """The operands of ``charge.lua``."""
+
+    tokens_ledger: str = key()
+    now_ms: int
+    window_ms: int
+    tokens: int
+
+
 ADMIT = LuaScript("admit", AdmitCall)
+CHARGE = LuaScript("charge", ChargeCall)

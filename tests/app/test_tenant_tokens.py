@@ -15,9 +15,12 @@ from app.config import Settings
 from app.errors import RateLimitError
 from app.limits import TOKEN_CHARGE_EXTRA, WINDOW_MS, Caller, RateLimiter, charge_usage
 from app.responses import create_response
+from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from app.tenancy import Limits, Tenant
 from tests.app.test_loop import Loop, internal
+from tests.app.test_run import USAGE, answer
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
 
 NOW = 1_800_000_010.0
@@ -25,23 +28,23 @@ NOW = 1_800_000_010.0
 
 
 def tokens_used(store: ResponseStore, tenant: str) -> int:
-    """The tenant's tokens in every window there is (a run may cross into the next minute)."""
-    pattern = store.keys.rate_window(tenant, "tokens", 0).removesuffix("0") + "*"
-    return sum(int(store.redis.get(key) or 0) for key in store.redis.scan_iter(match=pattern))
+    """The tenant's tokens as its ledger last counted them (a test runs within its limit, and
+    the ledger carries all of them into the next minute should a run cross into it)."""
+    return int(store.redis.hget(store.keys.token_ledger(tenant), "used") or 0)
 
 
 def test_token_charge_adds_only_what_passes_the_reservation(store: ResponseStore) -> None:
     charge = {"tenant": "team-a", "reserved": 20}
-    key = store.keys.rate_window("team-a", "tokens", int(NOW * 1000) // WINDOW_MS)
+    key = store.keys.token_ledger("team-a")
 
     def charged(before: int, after: int) -> int:
         return charge_usage(store, charge, before=before, after=after, clock=lambda: NOW)
 
     assert [charged(0, 12), charged(12, 24), charged(24, 36), charged(36, 36)] == [0, 4, 12, 0]
-    assert int(store.redis.get(key)) == 16
-    assert 0 < store.redis.pttl(key) <= 2 * WINDOW_MS
+    assert tokens_used(store, "team-a") == 16
+    assert 0 < store.redis.pttl(key) <= 2 * WINDOW_MS  # no limit known yet: two minutes
     assert charge_usage(store, None, before=0, after=1_000, clock=lambda: NOW) == 0
-    assert int(store.redis.get(key)) == 16
+    assert tokens_used(store, "team-a") == 16
 
 
 def limited(tokens_per_minute: int, store: ResponseStore) -> Caller:
@@ -139,3 +142,103 @@ def test_tenant_tokens_are_counted_by_tenant_in_the_metrics(
     assert counted("team-z", "input") - before["team-z", "input"] == 20
     assert counted("team-z", "output") - before["team-z", "output"] == 4
     assert counted("open", "input") - before["open", "input"] == 10  # the script's last turn
+
+
+def test_token_charge_what_passed_the_limit_is_carried_into_the_next_minutes(
+    store: ResponseStore,
+) -> None:
+    """A response that took three minutes' tokens keeps its tenant out for two more minutes,
+    then lets in what fits. Before, the next minute started at zero: a tool loop's tenant
+    could take its limit many times over, minute after minute."""
+    now = [NOW]
+    limiter = RateLimiter(store, clock=lambda: now[0])
+    tenant = Tenant(name="team-a", limits=Limits(tokens_per_minute=100))
+    limiter.admit_response(tenant, "resp_1", 60)
+    charge_usage(
+        store, {"tenant": "team-a", "reserved": 60}, before=0, after=250, clock=lambda: now[0]
+    )
+
+    refusals = []
+    for minutes, tokens in ((0, 1), (1, 1), (1.8, 1), (2, 50), (2, 1), (3, 100)):
+        now[0] = NOW + 60 * minutes
+        try:
+            limiter.admit_response(tenant, f"resp_{minutes}_{tokens}", tokens)
+        except RateLimitError as refused:
+            refusals.append((minutes, tokens, refused.headers["Retry-After"]))
+
+    # 250 in the first minute: 150 carried into the second, 50 into the third (50 more fit)
+    assert refusals == [(0, 1, "110"), (1, 1, "50"), (1.8, 1, "2"), (2, 1, "50")]
+
+
+def test_token_charge_a_minute_without_creates_pays_off_its_share(store: ResponseStore) -> None:
+    limiter = RateLimiter(store, clock=lambda: NOW)
+    tenant = Tenant(name="team-a", limits=Limits(tokens_per_minute=100))
+    limiter.admit_response(tenant, "resp_1", 100)
+    charge_usage(
+        store, {"tenant": "team-a", "reserved": 100}, before=0, after=330, clock=lambda: NOW
+    )
+    assert 0 < store.redis.pttl(store.keys.token_ledger("team-a")) <= 6 * WINDOW_MS
+
+    later = RateLimiter(store, clock=lambda: NOW + 180)  # three minutes on: 30 carried
+    headers = later.admit_response(tenant, "resp_2", 70)
+
+    assert headers["x-ratelimit-remaining-tokens"] == "0"
+    assert headers["x-ratelimit-reset-tokens"] == "50s"
+    with pytest.raises(RateLimitError, match="Please try again in 50s"):
+        later.admit_response(tenant, "resp_3", 1)
+
+
+def test_token_charge_a_create_larger_than_the_limit_is_told_so(store: ResponseStore) -> None:
+    limiter = RateLimiter(store, clock=lambda: NOW)
+    tenant = Tenant(name="team-a", limits=Limits(tokens_per_minute=100))
+
+    with pytest.raises(RateLimitError, match="Request too large") as refused:
+        limiter.admit_response(tenant, "resp_1", 101)
+
+    assert "limit 100, requested 101. The input or output tokens must be reduced" in str(
+        refused.value
+    )
+    assert refused.value.type == "tokens"
+    assert tokens_used(store, "team-a") == 0
+
+
+def test_token_charge_the_count_before_a_compaction_is_charged_in_full(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The count is a model call the response's usage does not hold: 14 tokens (the fake
+    server's usage) on top of the reservation. Before, only the metrics saw it."""
+    settings = make_settings()
+    first, _ = create_response(
+        store,
+        RecordingDispatcher(),
+        settings,
+        {"model": "m", "background": True, "input": "Hi"},
+        caller=Caller(Tenant(name="team-a")),
+    )
+    advance_response(
+        RunDeps(store=store, provider=answer("Hello."), settings=settings), first.id, 0
+    )
+    body = {
+        "model": "m",
+        "background": True,
+        "input": "When? " + "x" * 5000,  # over the bytes' bound: its tokens are counted
+        "previous_response_id": first.id,  # a summary would shorten it
+        "context_management": [{"type": "compaction", "compact_threshold": 5000}],
+    }
+    response, _ = create_response(
+        store, RecordingDispatcher(), settings, body, caller=limited(100_000, store)
+    )
+    reserved = store.get(response.id).extra[TOKEN_CHARGE_EXTRA]["reserved"]
+    model = answer("On Tuesday.")
+
+    advance_response(RunDeps(store=store, provider=model, settings=settings), response.id, 0)
+
+    measured, _ = model.requests
+    assert measured.params["max_tokens"] == 1
+    assert loaded_usage(store, response.id) == USAGE.total_tokens < reserved
+    assert tokens_used(store, "team-a") == reserved + USAGE.total_tokens
+
+
+def loaded_usage(store: ResponseStore, response_id: str) -> int:
+    usage = store.get(response_id).response.usage
+    return usage.total_tokens if usage else 0

@@ -1,6 +1,8 @@
 -- Admits one request of a tenant against its limits, for every gateway replica at once: the
--- requests and the (estimated) tokens of the current minute's window, and, for a new response,
--- how many of the tenant's responses are queued or running. A limit of 0 is no limit.
+-- requests of the current minute's window, the (estimated) tokens of its minute in the tenant's
+-- token ledger (with what earlier minutes carried over: include/token_ledger.lua), and, for a
+-- new response, how many of the tenant's responses are queued or running. A limit of 0 is no
+-- limit (no tokens are counted without one).
 -- `in_flight` holds the tenant's response ids: score 0 once the response is stored (it then
 -- counts while it is in `active`, the sweeper's set of queued and running responses, or parked
 -- by the tenant's fair share, `parked`), else the
@@ -11,8 +13,9 @@
 -- Returns {0 (admitted) or 1 (requests), 2 (tokens), 3 (in flight), requests used,
 -- tokens used, responses in flight}.
 --- @include operands
+--- @include token_ledger
 local requests_key = KEYS[1]
-local tokens_key = KEYS[2]
+local tokens_ledger = KEYS[2]
 local in_flight = KEYS[3]
 local active = KEYS[4]
 local parked = KEYS[5]
@@ -32,7 +35,8 @@ request_limit, token_limit = tonumber(request_limit), tonumber(token_limit)
 in_flight_limit, requests, tokens = tonumber(in_flight_limit), tonumber(requests), tonumber(tokens)
 
 local used_requests = tonumber(redis.call('GET', requests_key) or '0')
-local used_tokens = tonumber(redis.call('GET', tokens_key) or '0')
+local used_tokens, window = 0, math.floor(now_ms / window_ms)
+if token_limit > 0 then used_tokens, window = tokens_now(tokens_ledger, window, token_limit) end
 if request_limit > 0 and requests > 0 and used_requests + requests > request_limit then
   return {1, used_requests, used_tokens, -1}
 end
@@ -68,8 +72,8 @@ if requests > 0 then
   used_requests = redis.call('INCRBY', requests_key, requests)
   redis.call('PEXPIRE', requests_key, window_ms * 2)
 end
-if tokens > 0 then
-  used_tokens = redis.call('INCRBY', tokens_key, tokens)
-  redis.call('PEXPIRE', tokens_key, window_ms * 2)
+if tokens > 0 and token_limit > 0 then
+  used_tokens = used_tokens + tokens
+  count_tokens(tokens_ledger, window, window_ms, token_limit, used_tokens)
 end
 return {0, used_requests, used_tokens, running}

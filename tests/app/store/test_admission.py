@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app.errors import RateLimitError
-from app.limits import RateLimiter
+from app.limits import RateLimiter, charge_usage
 from app.protocol.response import ResponseStatus
 from app.store import ResponseStore
 from app.store.status import CANCEL
@@ -51,3 +51,23 @@ def test_the_in_flight_limit_counts_until_a_response_ends(store: ResponseStore) 
     assert store.write(done, transition=CANCEL, events=[]).ok
 
     limiter.admit_response(tenant, "resp_third", 10)  # the cancelled one's place
+
+
+def test_tokens_past_the_limit_are_carried_in_the_tenants_ledger(store: ResponseStore) -> None:
+    minute = 60.0 * 30_000_000
+    tenant = Tenant(name="acme", limits=Limits(tokens_per_minute=100))
+    charge = {"tenant": "acme", "reserved": 90}
+    RateLimiter(store, clock=lambda: minute).admit_response(tenant, "resp_1", 90)
+    charge_usage(store, charge, before=0, after=290, clock=lambda: minute + 30)  # 290 used
+
+    next_minute = RateLimiter(store, clock=lambda: minute + 60)
+    with pytest.raises(RateLimitError) as refused:
+        next_minute.admit_response(tenant, "resp_2", 20)  # 190 carried: 20 fit in two minutes
+
+    assert refused.value.headers["Retry-After"] == "120"
+    assert refused.value.headers["x-ratelimit-reset-tokens"] == "120s"
+    headers = RateLimiter(store, clock=lambda: minute + 120).admit_response(tenant, "resp_3", 10)
+    assert headers["x-ratelimit-remaining-tokens"] == "0"  # 90 carried, 10 more
+    # a worker whose clock is a minute behind charges the ledger's minute, not its own
+    assert charge_usage(store, charge, before=290, after=300, clock=lambda: minute + 60) == 10
+    assert store.redis.hget(store.keys.token_ledger("acme"), "used") in (b"110", "110")
