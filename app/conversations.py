@@ -46,10 +46,11 @@ def create_conversation(
 ) -> dict[str, Any]:
     """``POST /v1/conversations``: a new conversation with its first items, owned by ``tenant``."""
     request = parse_with_items(CreateConversationRequest, body)
-    items = _stored_items(store, request.items or [], tenant=tenant)
+    conversation_id = new_conversation_id()
+    items = _stored_items(store, request.items or [], conversation_id, tenant=tenant)
     check_item_ids(items, param="items")
     conversation = {
-        "id": new_conversation_id(),
+        "id": conversation_id,
         "object": "conversation",
         "created_at": int(time.time()),
         "metadata": request.metadata or {},
@@ -99,7 +100,7 @@ def add_items(
     """
     request = parse_with_items(AddItemsRequest, body)
     retrieve_conversation(store, conversation_id, tenant=tenant)
-    items = _stored_items(store, request.items, tenant=tenant)
+    items = _stored_items(store, request.items, conversation_id, tenant=tenant)
     check_item_ids(items, param="items")
     appended = store.append_to_conversation(conversation_id, items)
     if appended.conversation is None:
@@ -181,12 +182,15 @@ def item_list(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
 
 
 def _stored_items(
-    store: ResponseStore, items: list[InputItem], *, tenant: str
+    store: ResponseStore, items: list[InputItem], conversation_id: str, *, tenant: str
 ) -> list[dict[str, Any]]:
-    """``items`` as a conversation keeps them, each ``item_reference`` the item it names."""
+    """``items`` as ``conversation_id`` keeps them, each ``item_reference`` the item it names.
+
+    An item without an id gets one that names the conversation, by which a reference finds it.
+    """
     items = references.resolved(store, items, owner=tenant, param="items")
     dumped = [item.model_dump(mode="json", exclude_none=True) for item in cooperation.each(items)]
-    return normalise_items(dumped)
+    return normalise_items(dumped, conversation_id=conversation_id)
 
 
 def _item_not_found(conversation_id: str, item_id: str) -> NotFoundError:

@@ -8,11 +8,14 @@ reference is read from that response's record: one round trip for all of a reque
 references, no index to keep. An input item the client sent without an id was given one that
 names its response and its place in that response's input
 (:func:`app.protocol.items.input_of_item`): a reference to it is read there, one more round
-trip for all such. The item then takes the reference's place as if the client had sent it,
-checked as such.
+trip for all such. An item added to a conversation without an id was given one that names the
+conversation (:func:`app.protocol.items.conversation_of_item`): a reference to it is read from
+the conversation's items, one more round trip for all such. The item then takes the
+reference's place as if the client had sent it, checked as such.
 
-An item is found only in a response its tenant could read (owned, stored, not expired or
-deleted): otherwise the request is a 404 in OpenAI's words, the same whatever the reason.
+An item is found only in a response or a conversation its tenant could read (owned, stored, not
+expired or deleted) and while it is still there: otherwise the request is a 404 in OpenAI's
+words, the same whatever the reason.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ from __future__ import annotations
 from typing import Any
 
 from app import cooperation, validation
+from app.conversation import OWNER_FIELD
 from app.errors import InvalidRequestError, NotFoundError, quoted
 from app.ownership import require_owned
-from app.protocol.items import ItemReference, input_of_item, response_of_item
+from app.protocol.items import (
+    ItemReference,
+    conversation_of_item,
+    input_of_item,
+    response_of_item,
+)
 from app.store import ResponseStore, StoredResponse
 
 UNSTORED_HINT = (
@@ -50,13 +59,20 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
         return items
     ids = [items[index].id for index in places]
     inputs = {item_id: place for item_id in ids if (place := input_of_item(item_id)) is not None}
+    conversations = {
+        item_id: conversation
+        for item_id in ids
+        if (conversation := conversation_of_item(item_id)) is not None
+    }
     responses = [
         inputs[item_id][0] if item_id in inputs else response_of_item(item_id) for item_id in ids
     ]
     wanted = sorted({response_id for response_id in responses if response_id is not None})
     records = dict(zip(wanted, store.load_many(wanted), strict=True))
     found = [
-        _stored_item(
+        None
+        if item_id in conversations
+        else _stored_item(
             None if response_id is None else records[response_id],
             item_id,
             owner=owner,
@@ -66,6 +82,7 @@ def resolved(store: ResponseStore, items: list[Any], *, owner: str, param: str) 
         for item_id, response_id in zip(ids, responses, strict=True)
     ]
     _with_input_items(store, found, ids, inputs, param=param)
+    _with_conversation_items(store, found, ids, conversations, owner=owner, param=param)
     try:
         checked = validation.validated_items(found, param=param)
     except validation.BadItems as exc:
@@ -114,10 +131,36 @@ def _with_input_items(
     Raises:
         NotFoundError: no item of that id is there.
     """
-    gaps = [index for index, item in enumerate(found) if item is None]
+    gaps = [index for index, item_id in enumerate(ids) if item_id in inputs]
+    if not gaps:
+        return
     read = store.input_items([inputs[ids[index]] for index in gaps])
     for index, item in zip(gaps, read, strict=True):
         if item is None or item.get("id") != ids[index]:
+            raise item_not_found(ids[index], param=param)
+        found[index] = item
+
+
+def _with_conversation_items(
+    store: ResponseStore,
+    found: list[dict[str, Any] | None],
+    ids: list[str],
+    conversations: dict[str, str],
+    *,
+    owner: str,
+    param: str,
+) -> None:
+    """Fill ``found``'s places of conversation items' references with the items named.
+
+    Raises:
+        NotFoundError: the conversation is not one ``owner`` can read, or holds no such item.
+    """
+    gaps = [index for index, item_id in enumerate(ids) if item_id in conversations]
+    if not gaps:
+        return
+    read = store.conversation_items_named([(conversations[ids[i]], ids[i]) for i in gaps])
+    for index, (conversation, item) in zip(gaps, read, strict=True):
+        if conversation is None or conversation.get(OWNER_FIELD, "") != owner or item is None:
             raise item_not_found(ids[index], param=param)
         found[index] = item
 

@@ -36,6 +36,7 @@ from app.protocol.items import (
     SETTINGS_ITEMS,
     AdditionalToolsItem,
     check_compaction_trigger,
+    conversation_item_id,
     input_item_id,
     output_text_part,
 )
@@ -743,21 +744,31 @@ from ``input_items`` or a conversation): a client's item without one is ``comple
 
 
 def normalise_items(
-    raw: list[dict[str, Any]], *, response_id: str | None = None
+    raw: list[dict[str, Any]],
+    *,
+    response_id: str | None = None,
+    conversation_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """Input items as stored: each with its ``type`` and an ``id``, message content as parts.
 
     An item of a type whose stored form has a ``status`` has one (:data:`_STATUS_KEPT`). An
-    item without an id gets a random one; with ``response_id`` (the items are that response's
-    input), one naming its place there, so an ``item_reference`` finds it
-    (:func:`app.protocol.items.input_item_id`).
+    item without an id gets one an ``item_reference`` finds it by: with ``response_id`` (the
+    items are that response's input), one naming its place there
+    (:func:`app.protocol.items.input_item_id`); with ``conversation_id`` (the items are added
+    to it), one naming the conversation (:func:`app.protocol.items.conversation_item_id`);
+    else a random one.
     """
     for index, item in enumerate(cooperation.each(raw)):
         item.setdefault("type", "message")
         if "id" not in item:
             prefix = _ITEM_PREFIX[item["type"]]
-            placed = None if response_id is None else input_item_id(prefix, response_id, index)
-            item["id"] = placed or f"{prefix}_{secrets.token_hex(16)}"
+            if response_id is not None:
+                named = input_item_id(prefix, response_id, index)
+            elif conversation_id is not None:
+                named = conversation_item_id(prefix, conversation_id)
+            else:
+                named = None
+            item["id"] = named or f"{prefix}_{secrets.token_hex(16)}"
         if item["type"] in _STATUS_KEPT:
             item.setdefault("status", "completed")
         if item["type"] == "message" and isinstance(item["content"], str):

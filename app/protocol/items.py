@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -638,6 +639,24 @@ def input_of_item(item_id: str) -> tuple[str, int] | None:
     return (f"resp_{found.group(2)}", int(found.group(1), 16)) if found else None
 
 
+def conversation_item_id(prefix: str, conversation_id: str) -> str | None:
+    """A fresh id for an item added to ``conversation_id`` without one: it names the conversation.
+
+    ``prefix``, 12 random hex digits, then the conversation id's 48: an ``item_reference`` is
+    read there (:func:`conversation_of_item`). Its length is neither an output item's nor an
+    input item's (:func:`item_of_response`, :func:`input_item_id`). None when
+    ``conversation_id`` is not of the fleet's making (a test's own).
+    """
+    digits = _FLEET_CONVERSATION_ID.fullmatch(conversation_id)
+    return f"{prefix}_{secrets.token_hex(6)}{digits.group(1)}" if digits else None
+
+
+def conversation_of_item(item_id: str) -> str | None:
+    """The conversation the item ``item_id`` was added to (:func:`conversation_item_id`)."""
+    found = _ITEM_OF_CONVERSATION.fullmatch(item_id)
+    return f"conv_{found.group(1)}" if found else None
+
+
 def turn_tag_of(response_id: str, turn: int) -> str:
     """The tag of a model turn: what the ids of all its items share (:func:`item_id`)."""
     return hashlib.blake2b(f"{response_id}:{turn}".encode(), digest_size=4).hexdigest()
@@ -648,6 +667,8 @@ _ITEM_ID = re.compile(r"[a-z]+_([0-9a-f]{8})(?:[0-9a-f]{16}|[0-9a-f]{56})")
 """An id of :func:`item_id`: its response's (a fleet's id) or not (24 digits)."""
 _ITEM_OF_RESPONSE = re.compile(r"[a-z]+_[0-9a-f]{16}([0-9a-f]{48})")
 _INPUT_OF_RESPONSE = re.compile(r"[a-z]+_([0-9a-f]{8})([0-9a-f]{48})")
+_FLEET_CONVERSATION_ID = re.compile(r"conv_([0-9a-f]{48})")
+_ITEM_OF_CONVERSATION = re.compile(r"[a-z]+_[0-9a-f]{12}([0-9a-f]{48})")
 
 
 def is_user_message(item: dict[str, Any]) -> bool:

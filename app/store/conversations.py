@@ -498,6 +498,21 @@ class Conversations(ConversationBlocks):
             None if raw_item is None else _object(raw_item),
         )
 
+    def conversation_items_named(
+        self, places: Sequence[tuple[str, str]]
+    ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """Each place's (a conversation and an item id) conversation object and item.
+
+        Each None when there is none. One round trip (one a node on a cluster), no block
+        settled: a block waiting holds a response's items, whose ids name the response.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for conversation_id, item_id in places:
+            pipe.hget(self.keys.conversation(conversation_id), "object")
+            pipe.hget(self.keys.conversation_items(conversation_id), item_id)
+        replies = [None if raw is None else _object(raw) for raw in pipe.execute()]
+        return list(zip(replies[::2], replies[1::2], strict=True))
+
     def update_conversation(self, conversation: dict[str, Any]) -> bool:
         """Replace the conversation object; False when there is no such conversation."""
         return bool(

@@ -7,6 +7,7 @@ alone. The simulator's recorder shows what the model was sent.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import openai
@@ -101,6 +102,35 @@ def test_a_whole_turn_named_by_reference_its_question_too_reaches_the_model(
     assert (answered["role"], answered["content"]) == ("assistant", first.output_text)
     listed = client.responses.input_items.list(second.id, order="asc").data
     assert listed[0].model_dump(exclude_none=True) == question.model_dump(exclude_none=True)
+
+
+def test_items_added_to_a_conversation_are_named_by_reference_and_reach_the_model(
+    client: openai.OpenAI, sim_recorder: Recorder
+) -> None:
+    """Through the SDK: a conversation made with a question and given an answer, both then
+    named by reference in a response outside it. Before, such an item's id was random: 404."""
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": f"{marker} Where is it sunny?"}]
+    )
+    client.conversations.items.create(
+        conversation.id, items=[{"type": "message", "role": "assistant", "content": "In Oslo."}]
+    )
+    question, answer = client.conversations.items.list(conversation.id, order="asc").data
+
+    response = client.responses.create(
+        model="antwort-sim",
+        input=[reference(question), reference(answer), {"role": "user", "content": "and?"}],
+    )
+
+    assert response.status == "completed"
+    asked, answered, follow_up = sent[0]["messages"][:3]
+    assert (asked["role"], asked["content"]) == ("user", f"{marker} Where is it sunny?")
+    assert (answered["role"], answered["content"]) == ("assistant", "In Oslo.")
+    assert (follow_up["role"], follow_up["content"]) == ("user", "and?")
+    listed = client.responses.input_items.list(response.id, order="asc").data
+    assert [item.id for item in listed[:2]] == [question.id, answer.id]
 
 
 def test_a_reference_to_an_unstored_response_s_item_is_openai_s_404(

@@ -251,3 +251,52 @@ def test_a_reference_names_an_input_item_by_its_id_not_by_its_place_alone(
     refused = create(web, A, [{"type": "item_reference", "id": placed}])
 
     assert error_of(refused, 404).message.startswith(f"Item with id '{placed}' not found.")
+
+
+def conversation_items(web: FlaskClient, headers: dict[str, str]) -> tuple[str, list[Any]]:
+    """A conversation made with the question, then an answer added: its id and its two items."""
+    made = web.post("/v1/conversations", headers=headers, json={"items": [QUESTION]})
+    assert made.status_code == 200, made.get_data(as_text=True)
+    conversation = made.json["id"]
+    answer = {"type": "message", "role": "assistant", "content": "Sunny."}
+    added = web.post(
+        f"/v1/conversations/{conversation}/items", headers=headers, json={"items": [answer]}
+    )
+    assert added.status_code == 200, added.get_data(as_text=True)
+    listed = web.get(f"/v1/conversations/{conversation}/items?order=asc", headers=headers)
+    assert listed.status_code == 200 and listed.json is not None
+    return conversation, listed.json["data"]
+
+
+def test_an_item_added_to_a_conversation_can_be_referenced(web: FlaskClient) -> None:
+    """Its id names the conversation. Before, it was random: a reference to it was a 404."""
+    conversation, (question, answer) = conversation_items(web, A)
+    assert question["id"][-48:] == answer["id"][-48:] == conversation[-48:]
+    references = [{"type": "item_reference", "id": item["id"]} for item in (question, answer)]
+
+    created = create(web, A, [*references, {"role": "user", "content": "And tomorrow?"}])
+
+    assert created.status_code == 200, created.get_data(as_text=True)
+    first, second, _ = input_items(web, created.json["id"])
+    assert (first, second) == (question, answer)
+    assert second["content"] == [
+        {"type": "output_text", "text": "Sunny.", "annotations": [], "logprobs": []}
+    ]
+
+
+@pytest.mark.parametrize("case", ["another tenant's", "deleted item", "deleted conversation"])
+def test_a_reference_to_a_conversation_item_no_one_can_read_is_openai_s_404(
+    web: FlaskClient, case: str
+) -> None:
+    conversation, (question, _) = conversation_items(web, B if case == "another tenant's" else A)
+    if case == "deleted item":
+        path = f"/v1/conversations/{conversation}/items/{question['id']}"
+        assert web.delete(path, headers=A).status_code == 200
+    elif case == "deleted conversation":
+        assert web.delete(f"/v1/conversations/{conversation}", headers=A).status_code == 200
+
+    refused = create(web, A, [{"type": "item_reference", "id": question["id"]}])
+
+    error = error_of(refused, 404)
+    assert error.message == f"Item with id '{question['id']}' not found."
+    assert error.param == "input"

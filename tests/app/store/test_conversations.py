@@ -411,3 +411,21 @@ def test_a_block_waiting_on_a_conversation_deleted_since_is_dropped(
     store.settle_conversation(cid)
 
     assert not keys_like(redis_client, f"{store.keys.conversation(cid)}:*")
+
+
+def test_items_of_several_conversations_are_read_by_id_in_one_call(store: ResponseStore) -> None:
+    """What an ``item_reference`` to a conversation's item reads (on the cluster, the
+    conversations are in slots of their own)."""
+    first = conversation(store, message("msg_a", "one"))
+    second = conversation(store, message("msg_b", "two"), message("msg_c", "three"))
+
+    read = store.conversation_items_named(
+        [(second, "msg_c"), (first, "msg_a"), (first, "msg_c"), ("conv_gone", "msg_a")]
+    )
+
+    assert [(c and c["id"], i and i["content"]) for c, i in read] == [
+        (second, "three"),
+        (first, "one"),
+        (first, None),
+        (None, None),
+    ]
