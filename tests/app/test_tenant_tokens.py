@@ -28,8 +28,8 @@ NOW = 1_800_000_010.0
 
 
 def tokens_used(store: ResponseStore, tenant: str) -> int:
-    """The tenant's tokens as its ledger last counted them (a test runs within its limit, and
-    the ledger carries all of them into the next minute should a run cross into it)."""
+    """The tenant's tokens as its ledger last counted them, in the minute it counted them in
+    (a test that charges after its create keeps both in one minute: :func:`in_one_minute`)."""
     return int(store.redis.hget(store.keys.token_ledger(tenant), "used") or 0)
 
 
@@ -45,6 +45,14 @@ def test_token_charge_adds_only_what_passes_the_reservation(store: ResponseStore
     assert 0 < store.redis.pttl(key) <= 2 * WINDOW_MS  # no limit known yet: two minutes
     assert charge_usage(store, None, before=0, after=1_000, clock=lambda: NOW) == 0
     assert tokens_used(store, "team-a") == 16
+
+
+def in_one_minute(seconds: float = 5.0) -> None:
+    """Wait for the next minute when this one has less than ``seconds`` left: a test's charges
+    then land in the minute of its create (the next minute would pay the reservation off)."""
+    seconds_left = 60 - time.time() % 60
+    if seconds_left < seconds:
+        time.sleep(seconds_left + 0.1)
 
 
 def limited(tokens_per_minute: int, store: ResponseStore) -> Caller:
@@ -71,6 +79,7 @@ def test_token_charge_a_tool_loop_is_charged_its_usage_turn_by_turn(
     store: ResponseStore, make_loop: Callable[..., Loop]
 ) -> None:
     loop = make_loop(calls(("call_a", "fast_echo", "{}")), text("done"))  # 12 tokens a turn
+    in_one_minute()
     rid = create(loop, limited(1_000, store))
     reserved = store.get(rid).extra[TOKEN_CHARGE_EXTRA]["reserved"]
     assert tokens_used(store, "team-a") == reserved < 12  # the estimate of "go"
@@ -113,9 +122,7 @@ def test_token_charge_takes_the_tenant_over_its_limit_and_its_next_create_waits(
 ) -> None:
     loop = make_loop(calls(("call_a", "fast_echo", "{}")), text("done"))
     caller = limited(20, store)  # "go" is admitted; its two turns take 24
-    seconds_left = 60 - time.time() % 60
-    if seconds_left < 5:  # the run's charge and the next create in one minute's window
-        time.sleep(seconds_left + 0.1)
+    in_one_minute()  # the run's charge and the next create in one minute's window
     rid = create(loop, caller)
     assert loop.drive(rid) == "completed"
 
@@ -225,6 +232,7 @@ def test_token_charge_the_count_before_a_compaction_is_charged_in_full(
         "previous_response_id": first.id,  # a summary would shorten it
         "context_management": [{"type": "compaction", "compact_threshold": 5000}],
     }
+    in_one_minute()
     response, _ = create_response(
         store, RecordingDispatcher(), settings, body, caller=limited(100_000, store)
     )
