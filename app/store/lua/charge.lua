@@ -9,7 +9,7 @@ local window_ms = ARGV[2]
 local tokens = ARGV[3]
 now_ms, window_ms, tokens = tonumber(now_ms), tonumber(window_ms), tonumber(tokens)
 
-local used, window = tokens_now(tokens_ledger, math.floor(now_ms / window_ms), 0)
+local used, window, limit = tokens_now(tokens_ledger, math.floor(now_ms / window_ms), 0)
 used = used + tokens
-count_tokens(tokens_ledger, window, window_ms, 0, used)
+count_tokens(tokens_ledger, window, window_ms, limit, used)
 return used
