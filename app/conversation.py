@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, TypeGuard, overload
 
 from app.errors import InvalidRequestError, NotFoundError, PreviousResponseNotFoundError, quoted
 from app.ids import is_conversation_id, is_response_id
@@ -211,9 +211,17 @@ def owned_conversation(
     Raises:
         NotFoundError: no such conversation, or another tenant's (the same answer).
     """
-    if stored is None or stored.get(OWNER_FIELD, "") != tenant:
+    if not owns_conversation(stored, tenant):
         raise conversation_not_found(conversation_id, param=param)
     return {key: value for key, value in stored.items() if key != OWNER_FIELD}
+
+
+def owns_conversation(stored: dict[str, Any] | None, tenant: str) -> TypeGuard[dict[str, Any]]:
+    """Whether ``stored`` (a conversation object as the store keeps it; None: none) is ``tenant``'s.
+
+    A conversation made while the fleet was open has no owner: the open tenant's ("").
+    """
+    return stored is not None and stored.get(OWNER_FIELD, "") == tenant
 
 
 def check_conversation_id(conversation_id: str, *, param: str = "conversation_id") -> str:

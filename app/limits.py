@@ -186,7 +186,7 @@ class RateLimiter:
             return headers
         limit = _REFUSED[int(code)]
         if limit == "tokens":
-            room = tokens if tokens <= token_limit else token_limit  # too large: never fits
+            room = min(tokens, token_limit)  # too large: never fits, wait until back to none
             retry_ms = until(_windows_until(used_tokens, token_limit, room=room))
         else:
             retry_ms = until(1)

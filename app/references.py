@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import cooperation, validation
-from app.conversation import OWNER_FIELD
+from app.conversation import owns_conversation
 from app.errors import InvalidRequestError, NotFoundError, quoted
 from app.ownership import require_owned
 from app.protocol.items import (
@@ -160,7 +160,7 @@ def _with_conversation_items(
         return
     read = store.conversation_items_named([(conversations[ids[i]], ids[i]) for i in gaps])
     for index, (conversation, item) in zip(gaps, read, strict=True):
-        if conversation is None or conversation.get(OWNER_FIELD, "") != owner or item is None:
+        if not owns_conversation(conversation, owner) or item is None:
             raise item_not_found(ids[index], param=param)
         found[index] = item
 
