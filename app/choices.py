@@ -60,12 +60,20 @@ def _tool_names(request: CreateResponseRequest) -> set[str]:
 def _check_forced_type(forced: str, request: CreateResponseRequest) -> None:
     """A ``tool_choice`` forcing a tool by type: never a hosted one the fleet cannot run.
 
-    A type both kinds share (``tool_search``) is forced fine when a tool of it is the client's.
+    A type both kinds share (``tool_search``) is forced fine when a tool of it is the client's
+    (the fleet's own search is offered only while it has something to load).
     """
     declared = {tool.type for tool in request.tools}
     runnable = {tool.type for tool in request.tools if not isinstance(tool, HostedTool)}
     if forced in UNAVAILABLE_TYPES and forced not in runnable:
         raise unavailable_tool_error(forced, "tool_choice")
+    if forced == "tool_search" and forced not in runnable:
+        raise InvalidRequestError(
+            "Tool choice 'tool_search' forces a tool_search the client runs "
+            "('execution': 'client'); the hosted tool_search is not forced.",
+            param="tool_choice",
+            code="unsupported_tool",
+        )
     accepted = FORCED_TYPES.get(forced, {forced})
     if not accepted & declared:
         raise InvalidRequestError(

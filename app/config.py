@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     """Default responses a tenant may have queued or running at once (0: unlimited)."""
     unavailable_hosted_tools: HostedToolPolicy = "drop"
     """What a request's hosted tools the fleet cannot run (``file_search``, ``image_generation``,
-    a ``tool_search`` OpenAI would run, ``web_search`` unless a plugin backs it …) become:
+    ``web_search`` unless a plugin backs it …) become:
     ``drop``, left out of the request (a client's default tool list, like Codex's, works);
     ``reject``, a 400 naming the tool. A ``tool_choice`` forcing one is a 400 either way."""
 

@@ -37,8 +37,9 @@ class ToolPlan:
     """Executed by the fleet."""
     client_calls: list[ToolCall] = field(default_factory=list)
     """Handed to the client."""
-    rejected: list[ToolResult] = field(default_factory=list)
-    """Not executed (unknown or not allowed); the model is told why."""
+    answered: list[ToolResult] = field(default_factory=list)
+    """Answered at once: not executed (unknown or not allowed; the model is told why), or by
+    their kind itself (a hosted ``tool_search``)."""
     approvals: list[ToolCall] = field(default_factory=list)
     """Waiting for the client's approval (MCP approval requests)."""
 
@@ -107,10 +108,12 @@ def plan_tool_calls(
         if kinds.presenters.awaits_client(item):
             plan.approvals.append(call)
         elif tool is None:
-            plan.rejected.append(_rejection(call, f"Tool '{call.name}' does not exist."))
+            plan.answered.append(_rejection(call, f"Tool '{call.name}' does not exist."))
         elif allowed is not None and not kinds.is_allowed(tool, allowed, response.tool_choice):
             message = f"Tool '{call.name}' is not allowed by tool_choice; it was not executed."
-            plan.rejected.append(_rejection(call, message))
+            plan.answered.append(_rejection(call, message))
+        elif (answer := kinds.answer_of(tool)) is not None:
+            plan.answered.append(answer(call, response.tools))
         elif (queue := kinds.queue_of(tool)) is None:
             plan.client_calls.append(call)
         elif call.id in beyond:
@@ -118,7 +121,7 @@ def plan_tool_calls(
                 f"max_tool_calls ({response.max_tool_calls}) reached: "
                 f"'{call.name}' was not executed."
             )
-            plan.rejected.append(_rejection(call, message))
+            plan.answered.append(_rejection(call, message))
         else:
             plan.runs.append(ToolRun(call=call, tool=tool, queue=queue))
     return plan

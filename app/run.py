@@ -340,8 +340,8 @@ def run_step(deps: RunDeps, state: RunState, sink: EventSink) -> NextStep:
     plan = plan_tool_calls(state.response, output.calls, history=state.context, kinds=kinds)
     step = plan_next_step(deps.settings, state.response, output, plan, kinds=kinds)
     if isinstance(step, RunTools | NextTurn | PauseForClient):
-        for rejection in plan.rejected:
-            append_result(deps, state, sink, rejection)
+        for result in plan.answered:
+            append_result(deps, state, sink, result)
     return step
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.protocol.client_tools import CustomTool, NamespaceFunction, NamespaceTool
 
@@ -143,13 +143,28 @@ class ComputerCallOutputItem(_Strict):
 Execution = Literal["server", "client"]
 
 
-class ToolSearchCallItem(_Strict):
-    """A search the model asked the client's ``tool_search`` for (``arguments``: an object)."""
+class _Searched(_Strict):
+    """A tool search's item: the client's names its call; a server's has no ``call_id``."""
+
+    execution: Execution = "client"
+    call_id: str | None = Field(default=None, min_length=1, validate_default=True)
+
+    @field_validator("call_id")
+    @classmethod
+    def _client_names_its_call(cls, call_id: str | None, info: ValidationInfo) -> str | None:
+        if call_id is None and info.data.get("execution", "client") == "client":
+            raise ValueError("a tool search the client runs needs its call_id")
+        return call_id
+
+
+class ToolSearchCallItem(_Searched):
+    """A search the model asked a ``tool_search`` for (``arguments``: an object).
+
+    The client's search (``execution: "client"``) or the fleet's (``"server"``, no call id).
+    """
 
     type: Literal["tool_search_call"]
-    call_id: str = Field(min_length=1)
     arguments: dict[str, Any]
-    execution: Execution = "client"
     id: str | None = None
     status: Status = None
 
@@ -160,13 +175,11 @@ SearchedTool = Annotated[
 """What a ``tool_search_output`` may load: the tools the model is then offered."""
 
 
-class ToolSearchOutputItem(_Strict):
-    """The tools the client's search loaded: the model may call them from then on."""
+class ToolSearchOutputItem(_Searched):
+    """The tools a search loaded: the model may call them from then on."""
 
     type: Literal["tool_search_output"]
-    call_id: str = Field(min_length=1)
     tools: list[SearchedTool]
-    execution: Execution = "client"
     id: str | None = None
     status: Status = None
 

@@ -162,8 +162,9 @@ class ToolSearchTool(_Strict):
     """``tool_search`` run by the client: the model searches, the client loads deferred tools.
 
     The client answers the ``tool_search_call`` with a ``tool_search_output`` whose ``tools``
-    the model may call from then on. One run by OpenAI (no ``execution``, or ``server``) is a
-    hosted tool (:class:`HostedTool`).
+    the model may call from then on. One run by OpenAI (no ``execution``, or ``server``) is
+    parsed as a hosted tool (:class:`HostedTool`); the fleet runs that search itself
+    (app/tools/tool_search.py).
     """
 
     type: Literal["tool_search"]

@@ -38,6 +38,8 @@ class ToolKind(StrEnum):
     """The client's fixed tools (``app/tools/client_calls.py``)."""
     TOOL_SEARCH = "tool_search"
     """The client's search over tools it holds back (``execution: "client"``)."""
+    HOSTED_TOOL_SEARCH = "hosted_tool_search"
+    """The fleet's search over the request's deferred tools (OpenAI's hosted ``tool_search``)."""
     WEB_SEARCH = "web_search"
     """OpenAI's web search, run by an operator's internal plugin (presents its calls)."""
 

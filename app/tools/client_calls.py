@@ -84,7 +84,7 @@ class FixedCallPresenter:
             "status": "completed",
             "call_id": call.id,
             **self.shape.static,
-            **self.shape.fields(_object(call.arguments)),
+            **self.shape.fields(arguments_object(call.arguments)),
         }
 
     def call_of(self, item: Item) -> ToolCall:
@@ -103,7 +103,8 @@ class FixedCallPresenter:
         return [call_view(self.call_of(item))]
 
 
-def _object(arguments: str) -> dict[str, Any]:
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's arguments as an object (``{}`` for anything else: the model's JSON, as written)."""
     try:
         value = json.loads(arguments or "{}")
     except ValueError:

@@ -4,10 +4,10 @@ The client answers each ``function_call`` with a ``function_call_output`` item i
 request (``previous_response_id``); :func:`check_call_outputs` holds those answers to the calls.
 
 A top-level function with ``defer_loading: true`` is one OpenAI loads through its tool search.
-No search runs here: the model is offered it from the start, as any function (OpenAI shows the
-model a deferred function's name and description anyway; the search loads its parameters). Its
-calls carry the shape OpenAI gives a deferred function's: ``namespace`` is the function's own name
-(the Agents SDK finds the tool of such a call by that shape only).
+With a hosted ``tool_search`` declared, the model is offered it once the search loaded it
+(app/tools/tool_search.py); without one, from the start, as any function. Its calls carry the
+shape OpenAI gives a deferred function's: ``namespace`` is the function's own name (the Agents
+SDK finds the tool of such a call by that shape only).
 """
 
 from __future__ import annotations
@@ -28,17 +28,22 @@ def answers_check(
 
     Every output answers a known call; once the input answers any, every pending call of the
     kind gets its answer. ``output_key``: the output's field naming the call (``call_id``;
-    ``id`` for ``local_shell_call_output``).
+    ``id`` for ``local_shell_call_output``). Items without a call id are not the client's to
+    answer (a search the server ran came with its output).
     """
     label = call_type.replace("_", " ")
 
     def check(context: RequestContext) -> None:
-        outputs = [(n, i) for n, i in enumerate(context.inputs) if i.get("type") == output_type]
+        outputs = [
+            (n, i)
+            for n, i in enumerate(context.inputs)
+            if i.get("type") == output_type and i.get(output_key) is not None
+        ]
         if not outputs:
             return  # nothing to hold to the calls (and the chain need not be read)
         items = [*context.history, *context.inputs]
-        calls = [i["call_id"] for i in items if i.get("type") == call_type]
-        answered = {i[output_key] for i in items if i.get("type") == output_type}
+        calls = [i["call_id"] for i in items if i.get("type") == call_type and i.get("call_id")]
+        answered = {i.get(output_key) for i in items if i.get("type") == output_type}
         for index, item in outputs:
             if item[output_key] not in calls:
                 raise InvalidRequestError(

@@ -1,4 +1,4 @@
-"""Hosted tools the fleet cannot run (``web_search``, ``file_search`` …): dropped or refused.
+"""Hosted tools the fleet cannot run (``file_search``, ``image_generation`` …): dropped or refused.
 
 OpenAI runs these on its side. Here, by ``ANTWORT_UNAVAILABLE_HOSTED_TOOLS``: ``drop`` (the
 default) leaves them out (the model is never offered them, the response's ``tools`` does not
@@ -26,8 +26,11 @@ Item = dict[str, Any]
 HOSTED = ToolKind.HOSTED
 """The kind's name."""
 
-UNAVAILABLE_TYPES = tuple(t for t in HOSTED_TOOL_TYPES if t not in WEB_SEARCH_TYPES)
-"""The hosted tools of this kind (web search is a kind of its own: a plugin may back it)."""
+UNAVAILABLE_TYPES = tuple(
+    t for t in HOSTED_TOOL_TYPES if t not in WEB_SEARCH_TYPES and t != "tool_search"
+)
+"""The hosted tools of this kind (web search is a kind of its own: a plugin may back it; the
+fleet runs ``tool_search`` itself: app/tools/tool_search.py)."""
 
 
 def unavailable_tool_error(tool_type: str, param: str) -> InvalidRequestError:

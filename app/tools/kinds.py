@@ -30,7 +30,7 @@ from app.keys import Keys
 from app.protocol.client_tools import EXTENSION_TYPE
 from app.protocol.events import Event
 from app.protocol.response import ResponseObject
-from app.tools.base import ToolDefinition, ToolExecutor
+from app.tools.base import ToolCall, ToolDefinition, ToolExecutor, ToolResult
 from app.tools.presenters import FUNCTION_CALLS, CallPresenter, ItemView, PresenterIndex
 
 Item = dict[str, Any]
@@ -140,7 +140,7 @@ class ToolKindSpec:
     """The ``type`` of the request's ``tools`` entries of this kind."""
     accepts: Callable[[Mapping[str, Any]], bool] | None = None
     """For a ``type`` a later kind also lists: whether a declared tool of it is this kind's
-    (a ``tool_search`` the client runs, where the hosted kind takes OpenAI's). None: all are."""
+    (a ``tool_search`` the client runs, where the fleet's kind takes OpenAI's). None: all are."""
     presenter: CallPresenter = FUNCTION_CALLS
     """How the calls of this kind's tools look on the wire."""
     queue: str | None = None
@@ -176,6 +176,13 @@ class ToolKindSpec:
     """Runs at the start of every step, before results are collected (starts approved calls)."""
     before_model: StepHook | None = None
     """Runs before each model call (lists MCP servers)."""
+    offer: Callable[[Sequence[Item], Sequence[Item], list[Item]], list[Item]] | None = None
+    """While a tool of the kind is declared: ``(every declared tool, the items so far, the tools
+    offered)`` → the tools the model is offered (a hosted ``tool_search`` holds deferred ones
+    back until it loads them)."""
+    answer: Callable[[ToolCall, Sequence[Item]], ToolResult] | None = None
+    """Answers a call of the kind at once, from the response's declared tools: no queue, no
+    client (the hosted ``tool_search``)."""
 
 
 _MODEL_CHOICES = frozenset({"function", "allowed_tools", "mcp"})
@@ -244,9 +251,16 @@ class ToolKinds:
         return None
 
     def queue_of(self, tool: ToolDefinition) -> str | None:
-        """Where the calls of ``tool`` run; None: the client runs them."""
+        """Where the calls of ``tool`` run; None: the client runs them (or its kind answers)."""
         spec = self.spec(tool.kind)
         return spec.queue if spec is not None else None
+
+    def answer_of(
+        self, tool: ToolDefinition
+    ) -> Callable[[ToolCall, Sequence[Item]], ToolResult] | None:
+        """How the calls of ``tool`` are answered at once (:attr:`ToolKindSpec.answer`), if so."""
+        spec = self.spec(tool.kind)
+        return spec.answer if spec is not None else None
 
     # -- the response's tools ----------------------------------------------------------------
 
@@ -289,6 +303,10 @@ class ToolKinds:
             for name, definition in spec.listed_tools(self._of(spec, tools), items, {}).items():
                 if name == definition.name and name not in names:
                     offered.append({**definition.chat_tool(), "strict": None})
+                    names.add(name)  # two kinds may list one tool (a namespace, and its search)
+        for spec in self.specs:
+            if spec.offer is not None and self._of(spec, tools):
+                offered = spec.offer(tools, items, offered)
         return offered
 
     def is_agentic(self, tools: Sequence[Item]) -> bool:

@@ -16,7 +16,7 @@ from app.tools.kinds import ToolKinds
 from app.tools.mcp.kind import MCP_KIND
 from app.tools.namespace import NAMESPACE_KIND
 from app.tools.sandbox.kind import SANDBOX_KIND
-from app.tools.tool_search import TOOL_SEARCH_KIND
+from app.tools.tool_search import HOSTED_TOOL_SEARCH_KIND, TOOL_SEARCH_KIND
 from app.tools.web_search import WEB_SEARCH_KIND
 
 BUILTIN_KINDS = (
@@ -28,6 +28,7 @@ BUILTIN_KINDS = (
     NAMESPACE_KIND,
     *CLIENT_CALL_KINDS,
     TOOL_SEARCH_KIND,
+    HOSTED_TOOL_SEARCH_KIND,
     WEB_SEARCH_KIND,
     HOSTED_KIND,
 )

@@ -184,7 +184,6 @@ HOSTED = [
     {"type": "web_search_preview"},
     {"type": "file_search", "vector_store_ids": ["vs_1"]},
     {"type": "image_generation"},
-    {"type": "tool_search"},
 ]
 WEATHER = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
 
@@ -561,10 +560,19 @@ def test_tool_search_items_replayed_as_history_reach_the_model(run: Run) -> None
     assert "clock" in [tool["name"] for tool in second.model.requests[0].tools]
 
 
-def test_a_server_tool_search_is_still_a_hosted_tool(run: Run) -> None:
-    turn = run(answer("Hi."), tools=[WEATHER, {"type": "tool_search", "execution": "server"}])
+@pytest.mark.parametrize(
+    "search", [{"type": "tool_search"}, {"type": "tool_search", "execution": "server"}]
+)
+def test_a_hosted_tool_search_with_nothing_deferred_is_not_offered(
+    run: Run, search: dict[str, Any]
+) -> None:
+    turn = run(answer("Hi."), tools=[WEATHER, search])
 
     assert [tool["name"] for tool in turn.model.requests[0].tools] == ["weather"]
+    assert [tool["type"] for tool in turn.events[-1]["response"]["tools"]] == [
+        "function",
+        "tool_search",
+    ]
 
 
 # -- a deferred function (defer_loading) behind OpenAI's own tool search --------------------------
@@ -578,9 +586,8 @@ TIDE = {
 }
 
 
-def test_a_deferred_function_is_offered_and_its_call_has_its_name_as_namespace(run: Run) -> None:
-    # OpenAI's search would load it; none runs here, so the model is offered it from the start
-    turn = run(call("tide", {"port": "Bergen"}), tools=[TIDE, {"type": "tool_search"}])
+def test_a_deferred_function_without_a_hosted_search_is_offered_from_the_start(run: Run) -> None:
+    turn = run(call("tide", {"port": "Bergen"}), tools=[TIDE])
 
     assert [tool["name"] for tool in turn.model.requests[0].tools] == ["tide"]
     [item] = turn.output
@@ -588,7 +595,7 @@ def test_a_deferred_function_is_offered_and_its_call_has_its_name_as_namespace(r
     sdk_valid(turn)
     done = next(e for e in turn.events if e["type"] == "response.function_call_arguments.done")
     assert done["name"] == "tide"
-    assert turn.events[-1]["response"]["tools"] == [{**TIDE, "strict": None}]  # no search echoed
+    assert turn.events[-1]["response"]["tools"] == [{**TIDE, "strict": None}]
 
 
 def test_a_deferred_functions_call_in_the_history_is_shown_by_its_name(run: Run) -> None:

@@ -92,8 +92,9 @@ def test_a_kind_or_a_tool_type_registered_twice_is_refused() -> None:
 def test_a_type_two_kinds_share_is_the_first_accepting_kinds() -> None:
     client = {"type": "tool_search", "execution": "client"}
     assert KINDS.spec_of_tool(client) is KINDS.spec(ToolKind.TOOL_SEARCH)
-    assert KINDS.spec_of_tool({"type": "tool_search"}) is KINDS.spec(ToolKind.HOSTED)
-    assert KINDS.spec_of_tool({**client, "execution": "server"}) is KINDS.spec(ToolKind.HOSTED)
+    hosted = KINDS.spec(ToolKind.HOSTED_TOOL_SEARCH)
+    assert KINDS.spec_of_tool({"type": "tool_search"}) is hosted
+    assert KINDS.spec_of_tool({**client, "execution": "server"}) is hosted
 
 
 def test_a_new_kind_is_offered_defined_and_presented_from_its_spec_alone() -> None:

@@ -9,6 +9,7 @@ runs the same agent.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,6 +33,7 @@ from agents import (
     ToolSearchTool,
     function_tool,
     set_tracing_disabled,
+    tool_namespace,
 )
 from openai import AsyncOpenAI
 from pydantic import BaseModel
@@ -201,42 +203,62 @@ def get_tide(port: str) -> str:
     return f"high tide in {port} at six"
 
 
+@function_tool(defer_loading=True)
+def list_open_orders(customer_id: str) -> str:
+    """List open orders for a customer ID."""
+    CALLS.append(f"orders:{customer_id}")
+    return f"order 7 for {customer_id}"
+
+
+CRM = tool_namespace(
+    name="crm", description="CRM tools for customer lookup.", tools=[list_open_orders]
+)
+
+
 @TRANSPORTS
-def test_agents_deferred_function_behind_tool_search_is_called(
+def test_agents_deferred_tools_are_loaded_by_the_fleets_tool_search_then_called(
     fleet: Fleet, transport: str, sim_recorder: Recorder
 ) -> None:
-    """``function_tool(defer_loading=True)`` with ``ToolSearchTool()``: no search runs here, so
-    the model is offered the function from the start; its call carries the function's name as
-    its ``namespace``, the shape OpenAI gives a deferred function's call, by which alone the SDK
-    finds the tool. Then the whole history again (``store=False``): the call item with that
-    namespace is taken, and the model sees it under the function's own name."""
+    """``ToolSearchTool()`` (OpenAI's hosted search) with a deferred function and a namespace
+    (``tool_namespace``) of deferred functions: the model is offered the search alone; its call
+    is answered in the fleet (``tool_search_call`` and ``tool_search_output``, ``execution:
+    "server"``), and the SDK keeps both items. Then the whole history again (``store=False``):
+    the loaded tools are offered, the SDK runs their calls (found by ``namespace``), and the model
+    reads the results."""
     marker = uuid.uuid4().hex
     sent = sim_recorder.watch(marker)
+    load = '[call tool_search {"paths": ["crm", "get_tide"]}]'
+    use = '[call crm__list_open_orders {"customer_id": "C-1"}] [call get_tide {"port": "Bergen"}]'
 
     async def body(client: AsyncOpenAI) -> tuple[Any, Any]:
         model = model_for(transport, client)
         deferred = Agent(
             name="assistant",
             model=model,
-            tools=[get_tide, ToolSearchTool()],
+            tools=[get_tide, *CRM, ToolSearchTool()],
             model_settings=ModelSettings(store=False),
         )
-        first = await closing(model, Runner.run(deferred, f"{marker} Use get_tide for port=Bergen"))
-        history = [*first.to_input_list(), {"role": "user", "content": f"{marker} and then?"}]
+        first = await closing(model, Runner.run(deferred, f"{marker} {load}"))
+        history = [*first.to_input_list(), {"role": "user", "content": f"{marker} {use}"}]
         second = await closing(model, Runner.run(deferred, history))
         return first, second
 
     first, second = run(fleet, body)
 
-    assert CALLS == ["tide:Bergen"]
-    assert first.final_output == "Tool results: high tide in Bergen at six"
-    [call] = [item for item in first.raw_responses[0].output if item.type == "function_call"]
-    assert (call.name, call.namespace) == ("get_tide", "get_tide")
-    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["get_tide"]
-    assert second.final_output.startswith(f"Simulated answer to: {marker} and then?")
-    user, assistant, tool, answer, again = sent[-1]["messages"]
-    assert assistant["tool_calls"][0]["function"]["name"] == "get_tide"
-    assert tool["content"] == "high tide in Bergen at six"
+    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["tool_search"]
+    kinds = [item.type for item in first.new_items]
+    assert kinds == ["tool_search_call_item", "tool_search_output_item", "message_output_item"]
+    loaded = ["crm__list_open_orders", "get_tide"]
+    assert first.final_output == f"Tool results: {json.dumps({'loaded_tools': loaded})}"
+    offered = [tool["function"]["name"] for tool in sent[1]["tools"]]
+    assert sorted(offered) == sorted([*loaded, "tool_search"])
+    assert CALLS == ["orders:C-1", "tide:Bergen"]
+    calls = [item for item in second.raw_responses[0].output if item.type == "function_call"]
+    assert [(call.name, call.namespace) for call in calls] == [
+        ("list_open_orders", "crm"),
+        ("get_tide", "get_tide"),
+    ]
+    assert second.final_output == "Tool results: order 7 for C-1; high tide in Bergen at six"
 
 
 def test_agents_run_chains_with_previous_response_id(fleet: Fleet, client: openai.OpenAI) -> None:
@@ -412,7 +434,8 @@ def test_agents_hosted_mcp_across_runs_of_the_whole_history(
 
 def test_agents_deferred_hosted_mcp_server_is_called(fleet: Fleet, client: openai.OpenAI) -> None:
     """``HostedMCPTool(tool_config={…, "defer_loading": True})`` with ``ToolSearchTool()``: the
-    server's tools are offered from the start (no search runs here), and the option is echoed."""
+    server's tools are offered from the start (the fleet's search loads the request's own
+    deferred tools, not a server's), and the option is echoed."""
 
     async def body(client: AsyncOpenAI) -> Any:
         model = OpenAIResponsesModel(model="antwort-sim", openai_client=client)

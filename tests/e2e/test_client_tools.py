@@ -24,6 +24,7 @@ from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputItemAddedEvent,
     ResponseToolSearchCall,
+    ResponseToolSearchOutputItem,
 )
 from openai.types.responses.response_output_item import LocalShellCall
 
@@ -182,6 +183,13 @@ def test_an_image_in_a_function_result_reaches_the_model_after_the_results(
     ]
 
 
+def called_as(response: Any) -> tuple[str, str | None, Any]:
+    """The one function call of ``response``: its name, namespace and arguments."""
+    [call] = response.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    return call.name, call.namespace, json.loads(call.arguments)
+
+
 SEARCH = {
     "type": "tool_search",
     "execution": "client",
@@ -201,6 +209,49 @@ CRM = {
         }
     ],
 }
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["chained", "history"])
+def test_hosted_tool_search_loads_the_deferred_tools_then_they_are_called(
+    client: openai.OpenAI, sim_recorder: Recorder, store: bool
+) -> None:
+    marker = uuid.uuid4().hex
+    sent = sim_recorder.watch(marker)
+    tools = [CRM, {"type": "tool_search"}]
+    stream = create(
+        client, f'{marker} Find [call tool_search {{"paths": ["crm"]}}]', tools, stream=True
+    )
+    events = list(stream)
+
+    final = events[-1].response
+    search, found, said = final.output
+    assert isinstance(search, ResponseToolSearchCall)
+    assert isinstance(found, ResponseToolSearchOutputItem)
+    assert (search.execution, search.call_id, search.arguments) == (
+        "server",
+        None,
+        {"paths": ["crm"]},
+    )
+    assert (found.execution, found.call_id) == ("server", None)
+    assert [tool.to_dict() for tool in found.tools] == [CRM]
+    assert said.content[0].text == 'Tool results: {"loaded_tools": ["crm__lookup"]}'
+    added = [e.item.type for e in events if isinstance(e, ResponseOutputItemAddedEvent)]
+    assert added == ["tool_search_call", "tool_search_output", "message"]
+    before, after = sent  # the model had the search alone, then what it loaded
+    assert [tool["function"]["name"] for tool in before["tools"]] == ["tool_search"]
+    assert "crm: The CRM's tools." in before["tools"][0]["function"]["description"]
+    assert [tool["function"]["name"] for tool in after["tools"]] == ["crm__lookup", "tool_search"]
+
+    ask = {"role": "user", "content": 'Now [call crm__lookup {"who": "Ada"}]'}
+    if store:
+        called = create(client, [ask], tools, previous_response_id=final.id)
+    else:  # the Agents SDK's way: the whole history again, nothing kept
+        earlier = [item.to_dict() for item in final.output]
+        called = create(
+            client, [{"role": "user", "content": "Find"}, *earlier, ask], tools, store=False
+        )
+
+    assert called_as(called) == ("lookup", "crm", {"who": "Ada"})
 
 
 @pytest.mark.parametrize("store", [True, False], ids=["chained", "history"])
@@ -226,10 +277,4 @@ def test_client_tool_search_pauses_then_its_tools_are_called(
         history = [{"role": "user", "content": "Find"}, search.to_dict(), loaded, ask]
         called = create(client, history, [SEARCH], store=False)
 
-    [call] = called.output
-    assert isinstance(call, ResponseFunctionToolCall)
-    assert (call.name, call.namespace, json.loads(call.arguments)) == (
-        "lookup",
-        "crm",
-        {"who": "Ada"},
-    )
+    assert called_as(called) == ("lookup", "crm", {"who": "Ada"})
