@@ -138,3 +138,27 @@ def test_ai_sdk_hosted_shell_runs_on_the_fleet_and_its_container_goes_on(
         "item_reference",
         "shell_call_output",
     ]
+
+
+def test_ai_sdk_hosted_tool_search_loads_a_deferred_tool_the_sdk_then_runs(
+    fleet: Fleet, tmp_path: Path, sim_recorder: Recorder
+) -> None:
+    """``openai.tools.toolSearch()`` with a tool of ``deferLoading: true``: the fleet's search
+    loads it (the SDK takes the call and its result as the provider's), and the next turn,
+    which names both items by ``item_reference``, offers it: the SDK runs its call."""
+    marker = uuid.uuid4().hex
+    to_model = sim_recorder.watch(marker)
+
+    chat = ai_sdk_chat(fleet, tmp_path, marker, "toolsearch")
+
+    assert chat["answers"] == [
+        'Tool results: {"loaded_tools": ["tide"]}',
+        "Tool results: high tide in Bergen at six",
+    ]
+    assert chat["first"] == [["tool-call", True], ["tool-result", True], ["text", None]]
+    assert chat["second"] == [["tool-call", "tool-result"], ["text"]]
+    named = [item.get("id", "")[:4] for item in chat["sent"][1]["input"]]
+    assert {"tsc_", "tso_"} <= set(named)  # the search's items, by reference
+    offered = [[tool["function"]["name"] for tool in sent["tools"]] for sent in to_model]
+    assert offered[0] == ["tool_search"]
+    assert all(sorted(names) == ["tide", "tool_search"] for names in offered[1:])
