@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from app.protocol.client_tools import CustomTool, NamespaceFunction, NamespaceTool
 
@@ -99,22 +100,37 @@ class ShellCallOutputItem(_Strict):
 
 
 class LocalShellCallItem(_Strict):
-    """A command the model asked the client's local shell to run."""
+    """A command the model asked the client's local shell to run.
+
+    ``status`` as other calls have it: optional (the AI SDK sends the call back without one).
+    """
 
     type: Literal["local_shell_call"]
     id: str = Field(min_length=1)
     call_id: str = Field(min_length=1)
     action: dict[str, Any]
-    status: Literal["in_progress", "completed", "incomplete"]
+    status: Status = None
 
 
 class LocalShellCallOutputItem(_Strict):
-    """What the command printed (``id``: the call's ``call_id``)."""
+    """What the command printed, naming its call by ``call_id`` or, without one, by ``id``.
+
+    The SDK's typed param has only ``id`` ("the unique ID of the local shell tool call"); the
+    Agents SDK and the AI SDK send ``call_id`` alone. With ``call_id``, ``id`` is the item's own.
+    """
 
     type: Literal["local_shell_call_output"]
-    id: str = Field(min_length=1)
+    id: str | None = Field(default=None, min_length=1)
+    call_id: str | None = Field(default=None, min_length=1, validate_default=True)
     output: str
     status: Status = None
+
+    @field_validator("call_id")
+    @classmethod
+    def _names_its_call(cls, call_id: str | None, info: ValidationInfo) -> str | None:
+        if call_id is None and info.data.get("id") is None:
+            raise PydanticCustomError("missing", "Field required")
+        return call_id
 
 
 class ComputerCallItem(_Strict):

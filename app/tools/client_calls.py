@@ -16,7 +16,7 @@ from typing import Any
 
 from app.protocol import events as ev
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
-from app.tools.function import answers_check
+from app.tools.function import answers_check, call_id_key
 from app.tools.kinds import ToolKindSpec
 from app.tools.presenters import append_result, call_view, result_item_id, result_view
 
@@ -41,7 +41,7 @@ class CallShape:
     """A call item's fields back as the model's arguments."""
     output_text: Callable[[Item], str]
     """What the model reads of the client's output item."""
-    output_key: str = "call_id"
+    output_key: Callable[[Item], str] = call_id_key
     """The output item's field that names the call."""
     static: Item = field(default_factory=dict)
     """Fields every call item carries."""
@@ -185,7 +185,7 @@ def kind_of(shape: CallShape, presenter: FixedCallPresenter | None = None) -> To
     key = shape.output_key
 
     def view(item: Item, items: Sequence[Item]) -> list[Item]:
-        return [result_view(item[key], shape.output_text(item))]
+        return [result_view(item[key(item)], shape.output_text(item))]
 
     return ToolKindSpec(
         name=shape.kind,
@@ -323,8 +323,10 @@ LOCAL_SHELL = CallShape(
     fields=_exec_action,
     arguments=lambda item: {k: v for k, v in item["action"].items() if k != "type"},
     output_text=lambda item: item["output"],
-    output_key="id",  # the SDK's local_shell_call_output names its call by ``id``
+    output_key=lambda item: "call_id" if item.get("call_id") is not None else "id",
 )
+"""A ``local_shell_call_output`` names its call by ``call_id`` (the Agents SDK's, the AI SDK's) or
+by ``id`` alone (the SDK's typed param)."""
 
 # -- computer --------------------------------------------------------------------------------------
 

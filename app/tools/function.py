@@ -21,34 +21,42 @@ from app.tools.base import ToolDefinition, ToolKind
 from app.tools.kinds import RequestContext, ToolKindSpec, named_definition
 
 
+def call_id_key(item: dict[str, Any]) -> str:
+    """The field of an output item that names its call: ``call_id``, as most kinds have it."""
+    return "call_id"
+
+
 def answers_check(
-    call_type: str, output_type: str, *, output_key: str = "call_id"
+    call_type: str, output_type: str, *, output_key: Callable[[dict[str, Any]], str] = call_id_key
 ) -> Callable[[RequestContext], None]:
     """A ``check_inputs`` for a client kind: ``output_type`` items answer ``call_type`` calls.
 
     Every output answers a known call; once the input answers any, every pending call of the
     kind gets its answer. ``output_key``: the output's field naming the call (``call_id``;
-    ``id`` for ``local_shell_call_output``). Items without a call id are not the client's to
-    answer (a search the server ran came with its output).
+    ``call_id`` or ``id`` for ``local_shell_call_output``). Items without a call id are not the
+    client's to answer (a search the server ran came with its output).
     """
     label = call_type.replace("_", " ")
+
+    def call_of(item: dict[str, Any]) -> Any:
+        return item.get(output_key(item))
 
     def check(context: RequestContext) -> None:
         outputs = [
             (n, i)
             for n, i in enumerate(context.inputs)
-            if i.get("type") == output_type and i.get(output_key) is not None
+            if i.get("type") == output_type and call_of(i) is not None
         ]
         if not outputs:
             return  # nothing to hold to the calls (and the chain need not be read)
         items = [*context.history, *context.inputs]
         calls = [i["call_id"] for i in items if i.get("type") == call_type and i.get("call_id")]
-        answered = {i.get(output_key) for i in items if i.get("type") == output_type}
+        answered = {call_of(i) for i in items if i.get("type") == output_type}
         for index, item in outputs:
-            if item[output_key] not in calls:
+            if call_of(item) not in calls:
                 raise InvalidRequestError(
-                    f"No tool call found for {label} output with call_id '{item[output_key]}'.",
-                    param=f"input.{index}.{output_key}",
+                    f"No tool call found for {label} output with call_id '{call_of(item)}'.",
+                    param=f"input.{index}.{output_key(item)}",
                     code="invalid_value",
                 )
         for call_id in calls:

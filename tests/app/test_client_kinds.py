@@ -14,13 +14,18 @@ from typing import Any
 
 import pydantic
 import pytest
-from openai.types.responses import ResponseInputItemParam, ResponseOutputItem, ResponseStreamEvent
+from openai.types.responses import (
+    ResponseInputItemParam,
+    ResponseItem,
+    ResponseOutputItem,
+    ResponseStreamEvent,
+)
 
 from app.config import Settings
 from app.errors import InvalidRequestError
 from app.providers.chunks import Finish, ToolCallDelta
 from app.providers.translate import to_chat_messages
-from app.responses import cancel_response, create_response
+from app.responses import cancel_response, create_response, list_input_items
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
 from tests.app.test_run import FakeModel, answer
@@ -29,6 +34,7 @@ from tests.support.dispatch import RecordingDispatcher
 OUTPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseOutputItem)
 STREAM_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
 INPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseInputItemParam)
+LISTED_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseItem)
 
 NAMESPACE = {
     "type": "namespace",
@@ -321,6 +327,81 @@ def test_fixed_client_tool_output_for_an_unknown_call_is_400(run: Run, kind: str
         run(answer("?"), input=[{**output, key: "nope"}], previous_response_id=first.response_id)
 
     assert caught.value.param == f"input.0.{key}"
+
+
+LOCAL_SHELL_OUTPUTS = {
+    "call_id": {"call_id": "call_1"},  # what the Agents SDK and the AI SDK send
+    "call_id and its own id": {"call_id": "call_1", "id": "lsho_1"},
+    "id": {"id": "call_1"},  # the SDK's typed param
+}
+
+
+@pytest.mark.parametrize("names", sorted(LOCAL_SHELL_OUTPUTS))
+def test_a_local_shell_output_names_its_call_by_call_id_or_else_by_id(
+    run: Run, store: ResponseStore, names: str
+) -> None:
+    tool, arguments, *_ = FIXED["local_shell"]
+    first = run(call("local_shell", arguments), tools=[tool])
+    output = {"type": "local_shell_call_output", "output": "total 0", **LOCAL_SHELL_OUTPUTS[names]}
+
+    second = run(answer("Done."), input=[output], previous_response_id=first.response_id)
+
+    seen = second.model.requests[0].items[-1]
+    assert seen == {"type": "function_call_output", "call_id": "call_1", "output": "total 0"}
+    assert second.events[-1]["response"]["status"] == "completed"
+    [kept] = list_input_items(store, second.response_id, limit=1, order="asc", after=None)["data"]
+    assert {key: kept[key] for key in output} == output  # as sent, with an id if it had none
+    assert kept["id"]
+    LISTED_ITEM.validate_python(kept)
+
+
+def test_a_local_shell_output_for_an_unknown_call_id_is_400(run: Run) -> None:
+    tool, arguments, *_ = FIXED["local_shell"]
+    first = run(call("local_shell", arguments), tools=[tool])
+    output = {"type": "local_shell_call_output", "call_id": "nope", "id": "call_1", "output": ""}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[output], previous_response_id=first.response_id)
+
+    assert caught.value.param == "input.0.call_id"
+    assert "with call_id 'nope'" in caught.value.message
+
+
+def test_a_local_shell_output_naming_no_call_is_400(run: Run) -> None:
+    tool, arguments, *_ = FIXED["local_shell"]
+    first = run(call("local_shell", arguments), tools=[tool])
+    output = {"type": "local_shell_call_output", "output": "total 0"}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        run(answer("?"), input=[output], previous_response_id=first.response_id)
+
+    assert (caught.value.param, caught.value.code) == (
+        "input.0.call_id",
+        "missing_required_parameter",
+    )
+
+
+def test_a_local_shell_call_sent_back_without_status_is_history(run: Run) -> None:
+    # the AI SDK's whole history (store: false): the call without its status
+    tool, arguments, *_ = FIXED["local_shell"]
+    first = run(call("local_shell", arguments), tools=[tool])
+    [made] = first.output
+    sent_back = {key: value for key, value in made.items() if key != "status"}
+    output = {"type": "local_shell_call_output", "call_id": "call_1", "output": "total 0"}
+
+    second = run(
+        answer("Done."),
+        input=[{"role": "user", "content": "go"}, sent_back, output],
+        tools=[tool],
+        store=False,
+    )
+
+    assert [i["type"] for i in second.model.requests[0].items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    assert second.events[-1]["response"]["status"] == "completed"
 
 
 def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:

@@ -20,6 +20,8 @@ import pytest
 from agents import (
     Agent,
     HostedMCPTool,
+    LocalShellCommandRequest,
+    LocalShellTool,
     MCPToolApprovalFunctionResult,
     MCPToolApprovalRequest,
     ModelSettings,
@@ -502,6 +504,34 @@ def test_agents_context_management_compacts_and_the_next_run_goes_on_from_the_it
     assert kinds == ["function_call", "function_call_output", "compaction", "message"]
     assert any(item.get("type") == "compaction" for item in first.to_input_list())
     assert second.final_output.startswith("Simulated answer to: And tomorrow?")
+
+
+@TRANSPORTS
+def test_agents_local_shell_tool_s_output_continues_the_run(fleet: Fleet, transport: str) -> None:
+    """``LocalShellTool``: the SDK runs the command and answers with a ``local_shell_call_output``
+    that names the call by ``call_id``. Before, the fleet took only the ``id`` of the typed param:
+    400 "Missing required parameter: 'input.2.id'" on the run's second request."""
+    ran: list[list[str]] = []
+
+    def execute(request: LocalShellCommandRequest) -> str:
+        ran.append(list(request.data.action.command))
+        return "hi from the shell"
+
+    async def body(client: AsyncOpenAI) -> Any:
+        model = model_for(transport, client)
+        shell = Agent(name="assistant", model=model, tools=[LocalShellTool(executor=execute)])
+        prompt = 'Go. [call local_shell {"command": ["echo", "hi"]}]'
+        return await closing(model, Runner.run(shell, prompt))
+
+    result = run(fleet, body)
+
+    assert result.final_output == "Tool results: hi from the shell"
+    assert ran == [["echo", "hi"]]
+    assert [type(item).__name__ for item in result.new_items] == [
+        "ToolCallItem",
+        "ToolCallOutputItem",
+        "MessageOutputItem",
+    ]
 
 
 def test_agents_hosted_shell_tool_runs_in_the_fleets_sandbox(fleet: Fleet) -> None:

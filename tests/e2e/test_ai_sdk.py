@@ -162,3 +162,25 @@ def test_ai_sdk_hosted_tool_search_loads_a_deferred_tool_the_sdk_then_runs(
     offered = [[tool["function"]["name"] for tool in sent["tools"]] for sent in to_model]
     assert offered[0] == ["tool_search"]
     assert all(sorted(names) == ["tide", "tool_search"] for names in offered[1:])
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["store", "no-store"])
+def test_ai_sdk_local_shell_output_continues_the_response(
+    fleet: Fleet, tmp_path: Path, store: bool
+) -> None:
+    """``openai.tools.localShell``, run by the SDK: its ``local_shell_call_output`` names the
+    call by ``call_id`` (not the ``id`` of the SDK's typed param), and with ``store: false`` the
+    call goes back without its ``status``. Before, each was a 400 ("Missing required parameter:
+    'input.2.id'", "… 'input.1.status'")."""
+    mode = "localshell" if store else "localshell-nostore"
+    chat = ai_sdk_chat(fleet, tmp_path, uuid.uuid4().hex, mode)
+
+    assert chat["answer"] == "Tool results: hi from the shell"
+    assert (chat["steps"], chat["ran"]) == (2, [["echo", "hi"]])
+    output = chat["sent"][1]["input"][-1]
+    assert output["type"] == "local_shell_call_output" and "id" not in output
+    call = chat["sent"][1]["input"][1]
+    if store:
+        assert call["type"] == "item_reference"
+    else:
+        assert call["type"] == "local_shell_call" and "status" not in call
