@@ -152,6 +152,24 @@ def test_list_call_and_answer(fleet: Fleet, server: RunningServer) -> None:
     assert collapsed == list(LIST_AND_CALL_EVENTS)
 
 
+def test_a_listing_leaves_out_what_it_has_not_rather_than_null(
+    fleet: Fleet, server: RunningServer
+) -> None:
+    # As OpenAI's listing: no ``error`` key when the listing worked, no null ``annotations``
+    # or ``description`` for a tool the server gave none. The AI SDK's schema refuses a null
+    # one ("Invalid JSON response"); the test server's tools have no annotations.
+    rid = fleet.create(input="hi", tools=[mcp_tool(server, require_approval="never")])
+    assert fleet.run(Model(says("done")), rid) == "completed"
+
+    [listing, _] = fleet.store.get(rid).response.output
+    done = [e["item"] for e in fleet.events(rid) if e["type"] == "response.output_item.done"]
+    for item in (listing, done[0]):
+        assert set(item) == {"id", "type", "server_label", "tools"}
+        echo = next(tool for tool in item["tools"] if tool["name"] == "echo")
+        assert set(echo) == {"name", "description", "input_schema"}
+        assert not [tool for tool in item["tools"] if None in tool.values()]
+
+
 def test_approval_then_approved_call_in_the_continuation(
     fleet: Fleet, server: RunningServer
 ) -> None:

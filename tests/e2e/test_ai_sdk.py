@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Fleet
+from tests.support.mcp_servers import running
 from tests.support.recording import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,3 +185,16 @@ def test_ai_sdk_local_shell_output_continues_the_response(
         assert call["type"] == "item_reference"
     else:
         assert call["type"] == "local_shell_call" and "status" not in call
+
+
+def test_ai_sdk_mcp_tool_runs_on_the_fleet_sync_and_streamed(fleet: Fleet, tmp_path: Path) -> None:
+    """``openai.tools.mcp``: the fleet lists the server and calls its tool, the SDK takes both as
+    the provider's. Before, the listing's ``"error": null`` and its tools' ``"annotations":
+    null`` failed the SDK's schema: "Invalid JSON response" (sync) and a type validation error
+    (streamed)."""
+    with running("streamable-http", name="alpha") as server:
+        chat = ai_sdk_chat(fleet, tmp_path, uuid.uuid4().hex, "mcp", server.url)
+
+    assert chat["answers"] == ["Tool results: 5", "Tool results: 2"]
+    assert chat["first"] == [["tool-call", True], ["tool-result", True], ["text", None]]
+    assert chat["second"] == [["tool-call", True], ["tool-result", True]]

@@ -68,8 +68,7 @@ def list_servers(mcp: McpExecutor | None, step: StepInput, sink: EventOut) -> Re
             item["error"] = found
             done = "response.mcp_list_tools.failed"
         else:
-            item["tools"] = [_wire(tool) for tool in found]
-            item["error"] = None
+            item["tools"] = [_wire(tool) for tool in found]  # no ``error`` key, as OpenAI's
             done = "response.mcp_list_tools.completed"
         sink.emit(ev.mcp_event(done, item["id"], first + offset))
         sink.emit(ev.output_item_done(first + offset, item))
@@ -94,12 +93,17 @@ def _list(
 
 
 def _wire(tool: ListedTool) -> Item:
-    return {
-        "name": tool.name,
-        "description": tool.description,
-        "input_schema": tool.input_schema,
-        "annotations": tool.annotations,
-    }
+    """A listed tool as OpenAI's listing has it.
+
+    A ``description`` or ``annotations`` the server gave none of is left out, not null (the AI
+    SDK refuses a null one: "Invalid JSON response").
+    """
+    wire: Item = {"name": tool.name, "input_schema": tool.input_schema}
+    if tool.description is not None:
+        wire["description"] = tool.description
+    if tool.annotations is not None:
+        wire["annotations"] = tool.annotations
+    return wire
 
 
 def start_approved_calls(
