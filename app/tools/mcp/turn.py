@@ -68,7 +68,7 @@ def list_servers(mcp: McpExecutor | None, step: StepInput, sink: EventOut) -> Re
             item["error"] = found
             done = "response.mcp_list_tools.failed"
         else:
-            item["tools"] = [_wire(tool) for tool in found]  # no ``error`` key, as OpenAI's
+            item["tools"] = found  # no ``error`` key, as OpenAI's
             done = "response.mcp_list_tools.completed"
         sink.emit(ev.mcp_event(done, item["id"], first + offset))
         sink.emit(ev.output_item_done(first + offset, item))
@@ -77,8 +77,8 @@ def list_servers(mcp: McpExecutor | None, step: StepInput, sink: EventOut) -> Re
 
 def _list(
     mcp: McpExecutor | None, server: Mapping[str, Any], sealed: Mapping[str, str] | None
-) -> list[ListedTool] | str:
-    """The server's allowed tools, or the error that stopped the listing."""
+) -> list[Item] | str:
+    """The server's allowed tools as the listing shows them, or the error that stopped it."""
     label = server["server_label"]
     if mcp is None:
         return "MCP is not available on this worker."
@@ -89,7 +89,7 @@ def _list(
         logger.info("listing MCP server %s failed: %s", label, exc.message)
         return exc.message
     allowed = server.get("allowed_tools")
-    return [tool for tool in tools if is_tool_allowed(allowed, _wire(tool))]
+    return [wire for wire in map(_wire, tools) if is_tool_allowed(allowed, wire)]
 
 
 def _wire(tool: ListedTool) -> Item:
