@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import InvalidRequestError, quoted
-from app.protocol.client_tools import HOSTED_TOOL_TYPES, HostedTool
-from app.protocol.request import CreateResponseRequest, CustomChoice, FunctionChoice, HostedChoice
+from app.protocol.client_tools import HOSTED_TOOL_TYPES, WEB_SEARCH_TYPES, HostedTool
+from app.protocol.request import (
+    CreateResponseRequest,
+    CustomChoice,
+    FunctionChoice,
+    HostedChoice,
+    McpChoice,
+    McpTool,
+)
 from app.tools.hosted import UNAVAILABLE_TYPES, unavailable_tool_error
 from app.tools.kinds import duplicate_tool_name
 
@@ -14,6 +21,7 @@ FORCED_TYPES = {
     "computer": {"computer", "computer_use_preview"},
     "computer_use": {"computer", "computer_use_preview"},
     "computer_use_preview": {"computer", "computer_use_preview"},
+    **{web: set(WEB_SEARCH_TYPES) for web in WEB_SEARCH_TYPES},  # one search here, by any name
 }
 """The declared tool types a ``tool_choice`` by type may name (else: its own type)."""
 
@@ -34,6 +42,8 @@ def check_tool_choice(request: CreateResponseRequest) -> None:
         )
     if isinstance(choice, HostedChoice):
         _check_forced_type(choice.type, request)
+    if isinstance(choice, McpChoice):
+        _check_forced_server(choice, request)
     if choice == "required" and not request.tools:
         raise InvalidRequestError(
             "tool_choice 'required' needs at least one tool.",
@@ -83,6 +93,23 @@ def _check_forced_type(forced: str, request: CreateResponseRequest) -> None:
         )
 
 
+def _check_forced_server(choice: McpChoice, request: CreateResponseRequest) -> None:
+    """A ``tool_choice`` forcing an MCP tool names a declared server (any, without a label)."""
+    labels = {tool.server_label for tool in request.tools if isinstance(tool, McpTool)}
+    if choice.server_label is None and not labels:
+        raise InvalidRequestError(
+            "Tool choice 'mcp' needs an MCP server in 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if choice.server_label is not None and choice.server_label not in labels:
+        raise InvalidRequestError(
+            f"MCP server {quoted(choice.server_label)} of 'tool_choice' is not in 'tools'.",
+            param="tool_choice.server_label",
+            code="invalid_value",
+        )
+
+
 def check_forced_tool_kept(request: CreateResponseRequest, tools: list[dict[str, Any]]) -> None:
     """A forced web search needs a plugin behind it (else its tool was dropped).
 
@@ -92,5 +119,5 @@ def check_forced_tool_kept(request: CreateResponseRequest, tools: list[dict[str,
     choice = request.tool_choice
     if not isinstance(choice, HostedChoice) or choice.type not in HOSTED_TOOL_TYPES:
         return
-    if choice.type not in {tool["type"] for tool in tools}:
+    if not FORCED_TYPES.get(choice.type, {choice.type}) & {tool["type"] for tool in tools}:
         raise unavailable_tool_error(choice.type, "tool_choice")

@@ -675,12 +675,15 @@ def model_call(deps: RunDeps, state: RunState) -> tuple[ModelRequest, ModelProvi
         rest=[*state.inputs, *response.output],
         reasoning_context=(response.reasoning or {}).get("context"),
     )
+    tools, tool_choice = kinds.model_offer(
+        tool_choice_for_turn(response.tool_choice, state.turn), response.tools, chain
+    )
     request = ModelRequest(
         model=response.model,
         instructions=response.instructions,
         items=items,
-        tools=kinds.model_tools(response.tools, chain),
-        tool_choice=tool_choice_for_turn(kinds.model_choice(response.tool_choice), state.turn),
+        tools=tools,
+        tool_choice=tool_choice,
         parallel_tool_calls=response.parallel_tool_calls,
         params=_model_params(deps, state, chain),
     )

@@ -234,10 +234,14 @@ class AllowedToolsChoice(_Strict):
 
 
 class McpChoice(_Strict):
-    """Force a tool of one MCP server."""
+    """Force a tool of one MCP server.
+
+    Without ``server_label``, of any declared one: what the AI SDK sends to force its ``mcp``
+    tool, and the Agents SDK's ``tool_choice="mcp"``.
+    """
 
     type: Literal["mcp"]
-    server_label: str
+    server_label: str | None = None
     name: str | None = None
 
 
@@ -247,6 +251,8 @@ class HostedChoice(_Strict):
     type: Literal[
         "code_interpreter",
         "file_search",
+        "web_search",  # not in the SDK's choices: the Agents SDK and the AI SDK send it
+        "web_search_2025_08_26",
         "web_search_preview",
         "web_search_preview_2025_03_11",
         "image_generation",

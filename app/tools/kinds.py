@@ -185,8 +185,8 @@ class ToolKindSpec:
     client (the hosted ``tool_search``)."""
 
 
-_MODEL_CHOICES = frozenset({"function", "allowed_tools", "mcp"})
-"""``tool_choice`` types the model's side understands as they are (``mcp``: by the engine)."""
+_MODEL_CHOICES = frozenset({"function", "allowed_tools"})
+"""``tool_choice`` types the model's side understands as they are."""
 
 
 class ToolKinds:
@@ -328,21 +328,49 @@ class ToolKinds:
     def model_choice(self, tool_choice: Any) -> Any:
         """A ``tool_choice`` forcing a tool by type as the function the model knows it by.
 
-        ``{"type": "shell"}``, ``{"type": "custom", "name"}`` …; any other choice as it is.
+        ``{"type": "shell"}``, ``{"type": "custom", "name"}`` …; any other choice as it is
+        (``mcp``: :meth:`model_offer`).
         """
         if not isinstance(tool_choice, dict) or tool_choice.get("type") in _MODEL_CHOICES:
             return tool_choice
         name = self._choice_name(tool_choice)
         return {"type": "function", "name": name} if name else tool_choice
 
+    def model_offer(
+        self, tool_choice: Any, tools: Sequence[Item], items: Sequence[Item] = ()
+    ) -> tuple[list[Item], Any]:
+        """The tools the model is offered (:meth:`model_tools`) and the choice it is told.
+
+        An ``mcp`` choice forces the tools it picks of those listed: one as its function,
+        several as the only ones offered (``required``), none (a listing that failed) not at
+        all (``auto``). Any other choice as :meth:`model_choice` makes it.
+        """
+        offered = self.model_tools(tools, items)
+        if not isinstance(tool_choice, dict) or tool_choice.get("type") != "mcp":
+            return offered, self.model_choice(tool_choice)
+        chosen = {  # a listed tool is also found by an alias (``mcp:label:tool``): once
+            name
+            for name, tool in self.definitions(tools, items).items()
+            if name == tool.name and self._is_chosen(tool, tool_choice)
+        }
+        if not chosen:
+            return offered, "auto"
+        if len(chosen) == 1:
+            return offered, {"type": "function", "name": next(iter(chosen))}
+        return [tool for tool in offered if tool.get("name") in chosen], "required"
+
     def is_allowed(self, tool: ToolDefinition, allowed: frozenset[str], tool_choice: Any) -> bool:
         """Whether an ``allowed_tools`` choice lets ``tool`` run (by name, or as its kind says)."""
         if tool.name in allowed:
             return True
-        spec = self.spec(tool.kind)
-        if spec is None or spec.is_chosen is None or not isinstance(tool_choice, dict):
+        if not isinstance(tool_choice, dict):
             return False
-        return any(spec.is_chosen(tool, ref) for ref in tool_choice.get("tools", []))
+        return any(self._is_chosen(tool, ref) for ref in tool_choice.get("tools", []))
+
+    def _is_chosen(self, tool: ToolDefinition, ref: Item) -> bool:
+        """Whether a reference its kind reads (an MCP server's) picks ``tool``."""
+        spec = self.spec(tool.kind)
+        return spec is not None and spec.is_chosen is not None and spec.is_chosen(tool, ref)
 
     def _of(self, spec: ToolKindSpec, tools: Sequence[Item]) -> list[Item]:
         return [tool for tool in tools if self.spec_of_tool(tool) is spec]

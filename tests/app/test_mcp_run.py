@@ -341,3 +341,90 @@ def test_mcp_executor_starts_without_a_key_and_refuses_only_when_opening(
 
     with pytest.raises(MissingSecretError):
         executor.servers.target_of("s", "https://example.com/mcp", "v1.sealed")
+
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    ("allowed", "choice", "forced"),
+    [
+        (["echo"], {"type": "mcp", "server_label": "unit"}, "echo"),  # the server's one tool
+        (None, {"type": "mcp", "server_label": "unit", "name": "add"}, "add"),
+        (["add"], {"type": "mcp"}, "add"),  # the AI SDK's toolName "mcp", the Agents SDK's "mcp"
+    ],
+)
+def test_an_mcp_tool_choice_forces_the_one_tool_it_picks(
+    fleet: Fleet,
+    server: RunningServer,
+    allowed: list[str] | None,
+    choice: dict[str, Any],
+    forced: str,
+) -> None:
+    """Before, a forced MCP tool went to the model as ``required`` among every tool: the model
+    could call a function instead (``{"type": "mcp"}`` without a label was a 400)."""
+    server_tool = mcp_tool(server, require_approval="never", allowed_tools=allowed)
+    rid = fleet.create(input="hi", tools=[WEATHER, server_tool], tool_choice=choice)
+    arguments = {"text": "x"} if forced == "echo" else {"a": 1, "b": 2}
+    model = Model(calls(forced, arguments), says("ok"))
+
+    assert fleet.run(model, rid) == "completed"
+
+    first, second = model.requests
+    assert first.tool_choice == {"type": "function", "name": forced}
+    assert {tool["name"] for tool in first.tools} >= {"get_weather", forced}
+    assert second.tool_choice == "auto"  # forced on the first turn only
+    response = fleet.store.get(rid).response
+    assert response.tool_choice == choice  # echoed as sent
+    assert [item["type"] for item in response.output] == ["mcp_list_tools", "mcp_call", "message"]
+
+
+def test_an_mcp_tool_choice_picking_several_tools_offers_only_them_that_turn(
+    fleet: Fleet, server: RunningServer
+) -> None:
+    server_tool = mcp_tool(server, require_approval="never", allowed_tools=["echo", "add"])
+    choice = {"type": "mcp", "server_label": "unit"}
+    rid = fleet.create(input="hi", tools=[WEATHER, server_tool], tool_choice=choice)
+    model = Model(calls("add", {"a": 1, "b": 2}), says("ok"))
+
+    assert fleet.run(model, rid) == "completed"
+
+    first, second = model.requests
+    assert (sorted(tool["name"] for tool in first.tools), first.tool_choice) == (
+        ["add", "echo"],
+        "required",
+    )
+    assert sorted(tool["name"] for tool in second.tools) == ["add", "echo", "get_weather"]
+    assert second.tool_choice == "auto"
+
+
+def test_an_mcp_tool_choice_naming_a_tool_the_server_lacks_forces_nothing(
+    fleet: Fleet, server: RunningServer
+) -> None:
+    choice = {"type": "mcp", "server_label": "unit", "name": "nowhere"}
+    rid = fleet.create(input="hi", tools=[WEATHER, mcp_tool(server)], tool_choice=choice)
+    model = Model(says("ok"))
+
+    assert fleet.run(model, rid) == "completed"
+
+    assert model.requests[0].tool_choice == "auto"
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "param"),
+    [
+        ([WEATHER], {"type": "mcp"}, "tool_choice"),
+        ([WEATHER], {"type": "mcp", "server_label": "unit"}, "tool_choice.server_label"),
+        ([WEATHER, "server"], {"type": "mcp", "server_label": "other"}, "tool_choice.server_label"),
+    ],
+)
+def test_an_mcp_tool_choice_without_its_server_is_400(
+    fleet: Fleet, server: RunningServer, tools: list[Any], choice: dict[str, Any], param: str
+) -> None:
+    """Before, a choice naming no declared server forced any tool (a function, here)."""
+    declared = [mcp_tool(server) if tool == "server" else tool for tool in tools]
+
+    with pytest.raises(InvalidRequestError) as caught:
+        fleet.create(input="hi", tools=declared, tool_choice=choice)
+
+    assert (caught.value.param, caught.value.code) == (param, "invalid_value")

@@ -6,14 +6,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pydantic
+import pytest
 from openai.types.responses import ResponseOutputItem, ResponseStreamEvent
 
 from app.config import Settings
+from app.errors import InvalidRequestError
 from app.responses import create_response
 from app.store import ResponseStore
 from tests.app.test_loop import Loop
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 
 OUTPUT_ITEM: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseOutputItem)
 STREAM_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -72,6 +76,62 @@ def test_web_search_forced_by_tool_choice_when_backed(
     response, _ = create_response(store, RecordingDispatcher(), settings, body)
 
     assert response.tool_choice == {"type": "web_search_preview"}
+
+
+@pytest.mark.parametrize(
+    ("declared", "forced"),
+    [
+        ("web_search", "web_search"),  # the Agents SDK's tool_choice="web_search", the AI SDK's
+        ("web_search", "web_search_preview"),  # one search here, by any of its names
+        ("web_search_preview", "web_search"),
+        ("web_search_2025_08_26", "web_search_2025_08_26"),
+    ],
+)
+def test_a_tool_choice_by_any_web_search_name_forces_the_search(
+    store: ResponseStore, make_settings: Callable[..., Settings], declared: str, forced: str
+) -> None:
+    """Before, ``{"type": "web_search"}`` was a 400 ("Input should be 'auto', 'required' or
+    'none'") though both SDKs send it to force their web search tool."""
+    loop = Loop(
+        store=store,
+        settings=make_settings(internal_tool_modules="tests.support.search_tools"),
+        model=ScriptedModel(calls(("call_1", "web_search", '{"query": "x"}')), text("Found.")),
+    )
+    rid = loop.create(tools=[WEATHER, {"type": declared}], tool_choice={"type": forced})
+
+    assert loop.drive(rid) == "completed"
+
+    first, second = loop.model.requests
+    assert first.tool_choice == {"type": "function", "name": "web_search"}
+    assert second.tool_choice == "auto"  # forced on the first turn only
+    assert loop.response(rid).tool_choice == {"type": forced}  # echoed as sent
+    assert [item["type"] for item in loop.response(rid).output] == ["web_search_call", "message"]
+
+
+@pytest.mark.parametrize(("policy", "param"), [("drop", "tool_choice"), ("reject", "tools.0")])
+def test_a_tool_choice_forcing_web_search_without_a_plugin_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings], policy: str, param: str
+) -> None:
+    settings = make_settings(unavailable_hosted_tools=policy)
+    body = {"input": "go", "tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == (param, "unsupported_tool")
+    assert caught.value.message == "The hosted tool 'web_search' is not available on this server."
+
+
+def test_a_tool_choice_forcing_web_search_needs_a_search_declared(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(internal_tool_modules="tests.support.search_tools")
+    body = {"input": "go", "tools": [WEATHER], "tool_choice": {"type": "web_search"}}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), settings, body)
+
+    assert (caught.value.param, caught.value.code) == ("tool_choice", "invalid_value")
 
 
 def test_a_request_without_web_search_reads_no_tool_definition(

@@ -37,6 +37,7 @@ from agents import (
     set_tracing_disabled,
     tool_namespace,
 )
+from agents.model_settings import MCPToolChoice
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
@@ -453,6 +454,35 @@ def test_agents_deferred_hosted_mcp_server_is_called(fleet: Fleet, client: opena
     stored = client.responses.retrieve(result.raw_responses[0].response_id or "")
     [echoed] = [tool for tool in stored.tools if tool.type == "mcp"]
     assert echoed.defer_loading is True
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [MCPToolChoice(server_label="local", name="echo"), "mcp"],  # "mcp": {"type": "mcp"}
+    ids=["MCPToolChoice", "mcp"],
+)
+def test_agents_tool_choice_forces_the_hosted_mcp_tool(
+    fleet: Fleet, choice: MCPToolChoice | str
+) -> None:
+    """Beside a function tool, the server's tool is called. Before: ``MCPToolChoice`` went to
+    the model as ``required`` among every tool (the simulator called the function), and
+    ``"mcp"`` (no label) was a 400."""
+
+    async def body(client: AsyncOpenAI) -> Any:
+        model = OpenAIResponsesModel(model="antwort-sim", openai_client=client)
+        config = {**LOCAL_MCP, "require_approval": "never", "allowed_tools": ["echo", "add"]}
+        forced = Agent(
+            name="assistant",
+            model=model,
+            tools=[get_weather, HostedMCPTool(tool_config=config)],
+            model_settings=ModelSettings(tool_choice=choice),
+        )
+        return await Runner.run(forced, "Go.")
+
+    result = run(fleet, body)
+
+    assert result.final_output == "Tool results: local: sim"
+    assert CALLS == []  # the function was not called
 
 
 def test_agents_hosted_mcp_approval_in_the_whole_history(fleet: Fleet) -> None:

@@ -43,11 +43,14 @@ def listed_mcp_tools(
 
 
 def is_server_chosen(tool: ToolDefinition, ref: Item) -> bool:
-    """An ``allowed_tools`` reference to a server picks its tools (or the one it names)."""
+    """A reference to a server picks its tools (or the one it names); without a label, any.
+
+    ``{"type": "mcp"}``: the tools of every declared server.
+    """
     return (
         tool.mcp is not None
         and ref.get("type") == "mcp"
-        and ref.get("server_label") == tool.mcp.server_label
+        and ref.get("server_label") in (None, tool.mcp.server_label)
         and ref.get("name") in (None, tool.mcp.tool_name)
     )
 
