@@ -53,6 +53,8 @@ class CustomTool(_Strict):
     format: Annotated[TextFormat | GrammarFormat, Field(discriminator="type")] | None = None
     allowed_callers: Callers = None
     defer_loading: bool | None = None
+    async_: bool | None = Field(default=None, alias="async", exclude=True)
+    """The SDK's (the AI SDK's ``openai.tools.custom({async})``), taken and dropped."""
 
 
 class NamespaceFunction(_Strict):

@@ -128,6 +128,19 @@ def test_namespace_custom_tool_is_a_custom_call_with_its_namespace(run: Run) -> 
     sdk_valid(turn)
 
 
+def test_a_custom_tool_s_async_option_is_taken_and_not_echoed(run: Run) -> None:
+    """The SDK's ``CustomToolParam`` has ``async``, and the AI SDK's ``openai.tools.custom``
+    sends it; before, a 400 "Unknown parameter: 'tools.0.async'" (a namespace's: ….tools.0…)."""
+    nested = {**NAMESPACE, "tools": [{**GRAMMAR_TOOL, "async": False}]}
+    tools = [{**GRAMMAR_TOOL, "name": "calc", "async": False}, nested]
+
+    turn = run(call("calc", {"input": "6*7"}), tools=tools)
+
+    assert [item["name"] for item in turn.output] == ["calc"]
+    echoed = turn.events[-1]["response"]["tools"]
+    assert echoed == [{**GRAMMAR_TOOL, "name": "calc"}, {**NAMESPACE, "tools": [GRAMMAR_TOOL]}]
+
+
 def test_custom_tool_call_streams_its_input_events(run: Run) -> None:
     turn = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])
 
