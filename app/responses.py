@@ -409,7 +409,12 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
         _check_input_says_something(inputs)
     tools = kinds.prepare_request(
         RequestContext(
-            settings=settings, redis=store.redis, history=history, inputs=inputs, tenant=tenant
+            settings=settings,
+            redis=store.redis,
+            history=history,
+            inputs=inputs,
+            tenant=tenant,
+            generate=generate,
         ),
         [tool.model_dump(mode="json") for tool in request.tools],
     )

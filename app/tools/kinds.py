@@ -57,6 +57,8 @@ class RequestContext:
     """The request's input items."""
     tenant: str = ""
     """Who creates the response (:mod:`app.ownership`): what it names must be its own."""
+    generate: bool = True
+    """Whether the model is called on it (not for WebSocket mode's ``"generate": false``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -417,6 +417,50 @@ def test_a_local_shell_call_sent_back_without_status_is_history(run: Run) -> Non
     assert second.events[-1]["response"]["status"] == "completed"
 
 
+ENDING_CALLS = {
+    "function call": {"type": "function_call", "call_id": "c1", "name": "get_weather"}
+    | {"arguments": "{}"},
+    "custom tool call": {"type": "custom_tool_call", "call_id": "c1", "name": "math", "input": "1"},
+    "local shell call": {"type": "local_shell_call", "id": "ls_1", "call_id": "c1"}
+    | {"status": "completed", "action": {"type": "exec", "command": ["ls"], "env": {}}},
+    "shell call": {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"]}},
+    "apply patch call": {"type": "apply_patch_call", "call_id": "c1", "status": "completed"}
+    | {"operation": {"type": "delete_file", "path": "a"}},
+    "computer call": {"type": "computer_call", "id": "cu_1", "call_id": "c1", "status": "completed"}
+    | {"action": {"type": "screenshot"}, "pending_safety_checks": []},
+}
+
+
+@pytest.mark.parametrize("label", list(ENDING_CALLS))
+def test_an_input_ending_with_a_call_without_its_output_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings], label: str
+) -> None:
+    """As OpenAI's: the model cannot go on from a call it has no result of. Before, the
+    response failed (the model server refused the prompt: "An assistant message with
+    'tool_calls' must be followed by tool messages"), and ``input_tokens`` was a 502."""
+    thinking = {"type": "reasoning", "id": "rs_1", "summary": []}
+    body = {"input": [{"role": "user", "content": "go"}, thinking, ENDING_CALLS[label]]}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), body | {"model": "m"})
+
+    assert caught.value.message == f"No tool output found for {label} 'c1'."
+    assert (caught.value.param, caught.value.code) == ("input", "missing_tool_output")
+
+
+def test_a_call_without_its_output_may_come_before_a_message_or_a_state_only_create(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A client went on without sending the output (the model is told none came), or
+    WebSocket mode's ``"generate": false`` keeps the state only: no model call from it."""
+    settings, dispatcher = make_settings(), RecordingDispatcher()
+    call = ENDING_CALLS["function call"]
+    went_on = [{"role": "user", "content": "go"}, call, {"role": "user", "content": "and?"}]
+
+    create_response(store, dispatcher, settings, {"model": "m", "input": went_on})
+    create_response(store, dispatcher, settings, {"model": "m", "input": [call]}, generate=False)
+
+
 def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:
     # Codex's way: no previous_response_id, the whole history sent again every turn.
     first = run(call("math", {"input": "6*7"}), tools=[GRAMMAR_TOOL])

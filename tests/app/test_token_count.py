@@ -157,6 +157,20 @@ def test_count_stores_no_response(
     assert not [key for key in keys if "resp_" in key], keys
 
 
+def test_count_of_an_input_ending_with_a_call_without_its_output_is_400(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """As a create of it: before, the model server refused the prompt (a 502)."""
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    queue = RecordingJobQueue()
+
+    with pytest.raises(InvalidRequestError) as raised:
+        start_count(store, queue, make_settings(), {"model": "m", "input": [call]}, caller=None)
+
+    assert (raised.value.param, raised.value.code) == ("input", "missing_tool_output")
+    assert queue.jobs == []
+
+
 def test_count_without_usage_is_a_model_error(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
