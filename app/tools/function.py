@@ -12,13 +12,13 @@ SDK finds the tool of such a call by that shape only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from app.errors import InvalidRequestError
 from app.tools.base import ToolDefinition, ToolKind
-from app.tools.kinds import RequestContext, ToolKindSpec, named_definition
+from app.tools.kinds import RequestContext, ToolKindSpec, missing_output, named_definition
 
 
 def call_id_key(item: dict[str, Any]) -> str:
@@ -32,24 +32,16 @@ def answers_check(
     """A ``check_inputs`` for a client kind: ``output_type`` items answer ``call_type`` calls.
 
     Every output answers a known call; once the input answers any, every pending call of the
-    kind gets its answer. A call the input ends with (no message after it) needs its answer
-    too, when the model is to go on from it. A call a message follows may go without one (a client
-    went on without sending it; the model is told no result came). ``output_key``: the
-    output's field naming the call (``call_id``; ``call_id`` or ``id`` for
-    ``local_shell_call_output``). Items without a call id are not the client's to answer (a
-    search the server ran came with its output).
+    kind gets its answer (a call the input ends with needs one too: ``ToolKinds``' check). A
+    call a message follows may go without one (a client went on without sending it; the model
+    is told no result came). ``output_key``: the output's field naming the call (``call_id``;
+    ``call_id`` or ``id`` for ``local_shell_call_output``). Items without a call id are not
+    the client's to answer (a search the server ran came with its output).
     """
     label = call_type.replace("_", " ")
 
     def call_of(item: dict[str, Any]) -> Any:
         return item.get(output_key(item))
-
-    def missing(call_id: str) -> InvalidRequestError:
-        return InvalidRequestError(
-            f"No tool output found for {label} '{call_id}'.",
-            param="input",
-            code="missing_tool_output",
-        )
 
     def check(context: RequestContext) -> None:
         outputs = [
@@ -58,9 +50,6 @@ def answers_check(
             if i.get("type") == output_type and call_of(i) is not None
         ]
         if not outputs:
-            for item in _trailing(context.inputs) if context.generate else ():
-                if item.get("type") == call_type and item.get("call_id"):
-                    raise missing(item["call_id"])
             return  # nothing to hold to the calls (and the chain need not be read)
         items = [*context.history, *context.inputs]
         calls = [i["call_id"] for i in items if i.get("type") == call_type and i.get("call_id")]
@@ -74,17 +63,9 @@ def answers_check(
                 )
         for call_id in calls:
             if call_id not in answered:
-                raise missing(call_id)
+                raise missing_output(call_type, call_id)
 
     return check
-
-
-def _trailing(inputs: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
-    """The items the input ends with after its last message (or reference: it may be one)."""
-    at = len(inputs)
-    while at and inputs[at - 1].get("type", "message") not in ("message", "item_reference"):
-        at -= 1
-    return inputs[at:]
 
 
 check_call_outputs = answers_check("function_call", "function_call_output")

@@ -108,6 +108,16 @@ def named_tool(ref: Item) -> str | None:
     return str(name) if name else None
 
 
+def missing_output(call_type: str, call_id: str) -> InvalidRequestError:
+    """The 400 for a call the input leaves without the result the model needs (OpenAI's)."""
+    label = call_type.replace("_", " ")
+    return InvalidRequestError(
+        f"No tool output found for {label} '{call_id}'.",
+        param="input",
+        code="missing_tool_output",
+    )
+
+
 def duplicate_tool_name(name: str, *, param: str) -> InvalidRequestError:
     """A request offering the model two tools of one name: one of them would never run."""
     return InvalidRequestError(
@@ -391,6 +401,8 @@ class ToolKinds:
                 spec.check_inputs(context)
                 if is_long:  # a check reads every item: other work runs between two
                     cooperation.pause()
+        if context.generate:
+            self._check_ending_calls(context.inputs)
         tools, extra = declared, dict[str, Any]()
         for spec in self.specs:
             if spec.prepare is not None:
@@ -398,6 +410,33 @@ class ToolKinds:
                 tools, extra = prepared.tools, {**extra, **prepared.extra}
         self._check_names(tools)
         return PreparedTools(tools=tools, extra=extra)
+
+    def _check_ending_calls(self, inputs: Sequence[Item]) -> None:
+        """The calls the input ends with (after its last message) come with their results.
+
+        Read on the model's view of those items: a call the model would see without a result
+        after it cannot be gone on from (OpenAI's API, and model servers that hold a chat to its
+        template, refuse it). A call a message follows may go without one (a client went on
+        without sending it: the model is told no result came); an approval request waits for
+        the client's decision in a later request.
+
+        Raises:
+            InvalidRequestError: ``missing_tool_output``, naming the first such call.
+        """
+        at = len(inputs)
+        while at and inputs[at - 1].get("type", "message") != "message":
+            at -= 1
+        ending = [item for item in inputs[at:] if not self.presenters.awaits_client(item)]
+        if not self.presenters.call_items(ending):
+            return  # most inputs: nothing to look at
+        view = self.presenters.model_view(ending)
+        answered = {seen["call_id"] for seen in view if seen["type"] == "function_call_output"}
+        for seen in view:
+            if seen["type"] == "function_call" and seen["call_id"] not in answered:
+                made = [item for item in ending if item.get("id") == seen.get("id")]
+                if made and self.presenters.for_item(made[0]) is not None:
+                    raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
+                raise missing_output("function_call", seen["call_id"])
 
     def _check_names(self, tools: Sequence[Item]) -> None:
         """Each prepared tool the model is offered has a name of its own.

@@ -428,6 +428,11 @@ ENDING_CALLS = {
     | {"operation": {"type": "delete_file", "path": "a"}},
     "computer call": {"type": "computer_call", "id": "cu_1", "call_id": "c1", "status": "completed"}
     | {"action": {"type": "screenshot"}, "pending_safety_checks": []},
+    # the server's kinds, sent back before they ended
+    "mcp call": {"type": "mcp_call", "id": "c1", "server_label": "s", "name": "echo"}
+    | {"arguments": "{}", "status": "in_progress"},
+    "web search call": {"type": "web_search_call", "id": "c1", "status": "in_progress"}
+    | {"action": {"type": "search", "query": "q"}},
 }
 
 
@@ -459,6 +464,31 @@ def test_a_call_without_its_output_may_come_before_a_message_or_a_state_only_cre
 
     create_response(store, dispatcher, settings, {"model": "m", "input": went_on})
     create_response(store, dispatcher, settings, {"model": "m", "input": [call]}, generate=False)
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        # its view says how it ended, whatever its status
+        {"type": "code_interpreter_call", "id": "ci_1", "status": "in_progress", "code": "1"}
+        | {"container_id": "cntr_1", "outputs": None},
+        # an MCP call sent back without status (optional in the SDK's param): the worker's
+        # view of it raised KeyError: 'status' (the turn failed, input_tokens was a 500)
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "s", "name": "echo"}
+        | {"arguments": "{}", "output": "papaya"},
+        {"type": "local_shell_call_output", "id": "c1", "output": "total 0"},  # by id
+    ],
+)
+def test_an_input_ending_with_a_call_the_model_sees_the_end_of_goes_on(
+    run: Run, ending: dict[str, Any]
+) -> None:
+    before = [ENDING_CALLS["local shell call"]] if ending["type"].endswith("_output") else []
+
+    turn = run(answer("ok"), input=[{"role": "user", "content": "go"}, *before, ending])
+
+    assert turn.events[-1]["response"]["status"] == "completed"
+    seen = turn.model.requests[0].items
+    assert [item["type"] for item in seen[1:]] == ["function_call", "function_call_output"]
 
 
 def test_client_calls_replayed_as_history_reach_the_model(run: Run) -> None:

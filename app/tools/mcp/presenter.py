@@ -127,7 +127,7 @@ class McpCallPresenter:
         )
 
     def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
-        return bool(item["status"] != "in_progress")
+        return item.get("status") != "in_progress"  # sent back without one: done
 
     def answered(
         self, response_id: str, output: Sequence[Item], index: int, result: ToolResult
@@ -159,7 +159,7 @@ class McpCallPresenter:
         viewed: list[Item] = []
         if not item.get("approval_request_id"):
             viewed.append(_function_call(call_id, output, item))
-        if item["status"] != "in_progress":
+        if item.get("status") != "in_progress":
             viewed.append(presenters.result_view(call_id, _model_text(item)))
         return viewed
 
