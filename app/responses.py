@@ -57,6 +57,7 @@ from app.store.status import CANCEL
 from app.telemetry import metrics, tracing
 from app.tenancy import OPEN_TENANT, Tenant
 from app.tools.kinds import RequestContext, ToolKinds
+from app.tools.presenters import PresenterIndex
 from app.tools.registry import KINDS
 
 BodyT = TypeVar("BodyT", bound=BaseModel)
@@ -406,7 +407,7 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
     history = _history_of(store, request, inputs, context=context, tenant=tenant)
     check_compaction_trigger(inputs, has_history=not history.is_empty())
     if generate and not request.instructions and history.is_empty():
-        _check_input_says_something(inputs)
+        _check_input_says_something(inputs, kinds.presenters)
     tools = kinds.prepare_request(
         RequestContext(
             settings=settings,
@@ -474,17 +475,20 @@ _UNSPOKEN = SETTINGS_ITEMS | {"reasoning"}
 """Input items that say nothing to the model by themselves."""
 
 
-def _check_input_says_something(inputs: list[dict[str, Any]]) -> None:
+def _check_input_says_something(inputs: list[dict[str, Any]], presenters: PresenterIndex) -> None:
     """Without instructions or history, the input must hold an item the model is shown.
 
-    Reasoning goes with the assistant message after it, and the model never sees an
-    ``additional_tools`` or ``configuration_update`` item; with those alone, the model would be
-    sent no message at all, which a model server refuses.
+    Reasoning goes with the assistant message after it; the model never sees an
+    ``additional_tools`` or ``configuration_update`` item, nor an MCP listing that worked (its
+    tools are offered instead). With those alone, the model would be sent no message at all,
+    which a model server refuses. Read on the model's view, unless a message is there.
 
     Raises:
         InvalidRequestError: the input is empty, or holds only such items.
     """
-    if any(item.get("type") not in _UNSPOKEN for item in inputs):
+    if any(item.get("type", "message") == "message" for item in inputs):
+        return  # most inputs
+    if any(seen.get("type") not in _UNSPOKEN for seen in presenters.model_view(inputs)):
         return
     what = "empty"
     if inputs:

@@ -292,6 +292,41 @@ def test_create_response_refuses_an_input_of_reasoning_alone(
     assert "reasoning items only" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    "items",
+    [
+        [{"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "s", "tools": []}],
+        [{"type": "additional_tools", "tools": []}, {"type": "reasoning", "summary": []}],
+    ],
+)
+def test_create_response_refuses_an_input_the_model_is_shown_nothing_of(
+    store: ResponseStore, make_settings: Callable[..., Settings], items: list[dict[str, Any]]
+) -> None:
+    """A listing that worked is shown as tools, not as a message. Before, that input reached
+    the model server as no message at all: a failed response, and ``input_tokens`` a 502
+    ("'messages' must be a non-empty array"; found by a longer schemathesis run)."""
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(
+            store, RecordingDispatcher(), make_settings(), {"model": "m", "input": items}
+        )
+
+    assert (caught.value.param, caught.value.code) == ("input", "invalid_value")
+    assert "no item the model is shown" in caught.value.message
+
+
+def test_create_response_takes_an_input_of_an_item_shown_in_words(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A failed listing is told to the model; a finished call is shown as call and result."""
+    failed = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "s", "tools": []}
+    done = {"type": "mcp_call", "id": "mcp_1", "server_label": "s", "name": "echo"}
+    for items in ([failed | {"error": "down"}], [done | {"arguments": "{}", "output": "x"}]):
+        response, _ = create_response(
+            store, RecordingDispatcher(), make_settings(), {"model": "m", "input": items}
+        )
+        assert response.status == "queued"
+
+
 def test_create_response_takes_an_empty_input_with_something_else_for_the_model(
     store: ResponseStore, make_settings: Callable[..., Settings], create: CreateResponse
 ) -> None:
