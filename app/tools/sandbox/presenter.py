@@ -119,7 +119,9 @@ class SandboxPresenter:
 
     def call_of(self, item: Item) -> ToolCall:
         return ToolCall(
-            id=item["id"], name=CODE_INTERPRETER, arguments=json.dumps({"code": item["code"]})
+            id=item["id"],
+            name=CODE_INTERPRETER,
+            arguments=json.dumps({"code": item.get("code") or ""}),  # sent back without: none
         )
 
     def is_answered(self, item: Item, answered: frozenset[str]) -> bool:
