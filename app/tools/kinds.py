@@ -429,14 +429,20 @@ class ToolKinds:
         ending = [item for item in inputs[at:] if not self.presenters.awaits_client(item)]
         if not self.presenters.call_items(ending):
             return  # most inputs: nothing to look at
-        view = self.presenters.model_view(ending)
-        answered = {seen["call_id"] for seen in view if seen["type"] == "function_call_output"}
-        for seen in view:
-            if seen["type"] == "function_call" and seen["call_id"] not in answered:
-                made = [item for item in ending if item.get("id") == seen.get("id")]
-                if made and self.presenters.for_item(made[0]) is not None:
-                    raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
-                raise missing_output("function_call", seen["call_id"])
+        calls: list[Item] = []
+        open_calls: dict[str, list[int]] = {}  # a result answers the first open call of its id
+        for seen in self.presenters.model_view(ending):
+            if seen["type"] == "function_call":
+                open_calls.setdefault(seen["call_id"], []).append(len(calls))
+                calls.append(seen)
+            elif seen["type"] == "function_call_output" and open_calls.get(seen["call_id"]):
+                open_calls[seen["call_id"]].pop(0)
+        unanswered = sorted(at for ats in open_calls.values() for at in ats)
+        for seen in (calls[at] for at in unanswered[:1]):
+            made = [item for item in ending if item.get("id") == seen.get("id")]
+            if made and self.presenters.for_item(made[0]) is not None:
+                raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
+            raise missing_output("function_call", seen["call_id"])
 
     def _check_names(self, tools: Sequence[Item]) -> None:
         """Each prepared tool the model is offered has a name of its own.

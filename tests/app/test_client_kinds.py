@@ -453,6 +453,22 @@ def test_an_input_ending_with_a_call_without_its_output_is_400(
     assert (caught.value.param, caught.value.code) == ("input", "missing_tool_output")
 
 
+def test_a_result_answers_only_the_call_before_it_of_its_id(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """A code interpreter call (shown with its result) and then a shell call of the same id:
+    the shell call is still unanswered. Before, the check took the first call's result for
+    both, and the model server refused the prompt (found by a longer schemathesis run)."""
+    ran = {"type": "code_interpreter_call", "id": "c1", "status": "completed", "code": "1"}
+    ran |= {"container_id": "cntr_1", "outputs": []}
+    body = {"model": "m", "input": [ran, ENDING_CALLS["shell call"]]}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        create_response(store, RecordingDispatcher(), make_settings(), body)
+
+    assert caught.value.message == "No tool output found for shell call 'c1'."
+
+
 def test_a_call_without_its_output_may_come_before_a_message_or_a_state_only_create(
     store: ResponseStore, make_settings: Callable[..., Settings]
 ) -> None:
