@@ -437,12 +437,14 @@ class ToolKinds:
                 calls.append(seen)
             elif seen["type"] == "function_call_output" and open_calls.get(seen["call_id"]):
                 open_calls[seen["call_id"]].pop(0)
-        unanswered = sorted(at for ats in open_calls.values() for at in ats)
-        for seen in (calls[at] for at in unanswered[:1]):
-            made = [item for item in ending if item.get("id") == seen.get("id")]
-            if made and self.presenters.for_item(made[0]) is not None:
-                raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
-            raise missing_output("function_call", seen["call_id"])
+        first = min((index for left in open_calls.values() for index in left), default=None)
+        if first is None:
+            return
+        seen = calls[first]  # its item (the view keeps the id) names it as the client knows it
+        made = [item for item in ending if item.get("id") == seen.get("id")]
+        if made and self.presenters.for_item(made[0]) is not None:
+            raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
+        raise missing_output("function_call", seen["call_id"])
 
     def _check_names(self, tools: Sequence[Item]) -> None:
         """Each prepared tool the model is offered has a name of its own.
