@@ -440,11 +440,9 @@ class ToolKinds:
         first = min((index for left in open_calls.values() for index in left), default=None)
         if first is None:
             return
-        seen = calls[first]  # its item (the view keeps the id) names it as the client knows it
-        made = [item for item in ending if item.get("id") == seen.get("id")]
-        if made and self.presenters.for_item(made[0]) is not None:
-            raise missing_output(made[0]["type"], self.presenters.call_of(made[0]).id)
-        raise missing_output("function_call", seen["call_id"])
+        seen = calls[first]  # the view keeps its item's id, and the call's id as the client's
+        made = next((item for item in ending if item.get("id") == seen.get("id")), seen)
+        raise missing_output(str(made["type"]), seen["call_id"])
 
     def _check_names(self, tools: Sequence[Item]) -> None:
         """Each prepared tool the model is offered has a name of its own.
