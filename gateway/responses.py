@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Generator
 from contextlib import closing
 from typing import TypeVar
@@ -44,16 +45,70 @@ def _require_json() -> None:
         )
 
 
-def _decoded(data: bytes) -> object:
-    """The request's body ``data``, decoded (:func:`in_turn`: all but the media type's check)."""
+def _too_large() -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        "The request body is too large.", param=None, code="payload_too_large"
+    )
+
+
+_ZLIB_WBITS = {
+    "gzip": 16 + zlib.MAX_WBITS,
+    "x-gzip": 16 + zlib.MAX_WBITS,
+    "deflate": zlib.MAX_WBITS,
+}
+"""The ``Content-Encoding`` values a body may come in, as zlib's window bits for them."""
+
+
+def _unencoded(data: bytes) -> bytes:
+    """The request's body ``data`` as sent, before its ``Content-Encoding`` (gzip, deflate).
+
+    A decoded body counts against ``max_body_bytes`` as a plain one does; decoding stops one
+    byte past it, so a small body that inflates to gigabytes is a 413 after that much work.
+
+    Raises:
+        PayloadTooLargeError: read up to the limit without a Content-Length (chunked), or
+            over the limit once decoded.
+        UnsupportedMediaTypeError: another encoding (``zstd``, ``br``): 415.
+        InvalidRequestError: not the encoding it says it is, or cut short.
+    """
     limit = request.max_content_length
     if request.content_length is None and limit is not None and len(data) >= limit:
         # Without a Content-Length (chunked), werkzeug stops reading at the limit and hands
         # over what it read, cut short: at the limit, the body is taken to go on past it.
-        raise PayloadTooLargeError(
-            "The request body is too large.", param=None, code="payload_too_large"
-        )
-    return load_json(data)
+        raise _too_large()
+    names = request.headers.get("Content-Encoding", "").lower().split(",")
+    for name in reversed([n.strip() for n in names if n.strip() not in ("", "identity")]):
+        if name not in _ZLIB_WBITS:
+            raise UnsupportedMediaTypeError(
+                f"Content-Encoding '{name}' is not supported: send the body as it is, or "
+                "with gzip or deflate.",
+                param=None,
+                code="unsupported_content_encoding",
+            )
+        data = _inflated(data, name, limit)
+    return data
+
+
+def _inflated(data: bytes, name: str, limit: int | None) -> bytes:
+    """``data`` decoded from ``name`` (each gzip member in turn), at most ``limit`` bytes."""
+    out = bytearray()
+    try:
+        while data:
+            room = 0 if limit is None else limit + 1 - len(out)
+            inflater = zlib.decompressobj(_ZLIB_WBITS[name])
+            out += inflater.decompress(data, room)
+            if limit is not None and len(out) > limit:
+                raise _too_large()
+            if not inflater.eof:
+                raise zlib.error("cut short")
+            data = inflater.unused_data if name != "deflate" else b""
+    except zlib.error:
+        raise InvalidRequestError(
+            f"We could not decode the request body as {name}.",
+            param=None,
+            code="invalid_content_encoding",
+        ) from None
+    return bytes(out)
 
 
 def in_turn(use: Callable[[object], T], *, empty: object = None) -> T:
@@ -67,18 +122,20 @@ def in_turn(use: Callable[[object], T], *, empty: object = None) -> T:
     stands for, whatever its media type (None: it is decoded, and refused, like any other).
 
     Raises:
-        UnsupportedMediaTypeError: not ``application/json``.
+        UnsupportedMediaTypeError: not ``application/json``, or an encoding other than gzip
+            and deflate (:func:`_unencoded`).
         RequestEntityTooLarge: over ``max_body_bytes`` by its Content-Length.
-        PayloadTooLargeError: a body without a Content-Length that reaches the limit.
+        PayloadTooLargeError: a body without a Content-Length that reaches the limit, or one
+            over it once decoded.
         InvalidRequestError: not JSON, or JSON the fleet refuses (``app.protocol.json_text``).
     """
     # get_data, not get_json(silent=True): that swallows a body over the size limit (413)
-    data = request.get_data(cache=False)
+    data = _unencoded(request.get_data(cache=False))  # the turn weighs the body decoded
     if not data and empty is not None:
         return use(empty)
     with cooperation.one_large_at_a_time(len(data), tenant=current_tenant().name):
         _require_json()
-        body = _decoded(data)
+        body = load_json(data)
         del data
         return use(body)
 

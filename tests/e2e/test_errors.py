@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
@@ -48,6 +49,42 @@ def test_errors_wrong_content_type_is_415(fleet: Fleet) -> None:
     body = json.dumps({"model": "antwort-sim", "input": "hi"}).encode()
     error = assert_error_body(_post(fleet, body, content_type="text/plain"), 415)
     assert error["code"] == "unsupported_media_type"
+
+
+def test_a_gzip_body_sent_chunked_is_decoded_and_streamed(fleet: Fleet) -> None:
+    body = gzip.compress(
+        json.dumps({"model": "antwort-sim", "input": "hi", "stream": True}).encode()
+    )
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+    with httpx.stream(
+        "POST",
+        f"{fleet.base_url}/v1/responses",
+        content=iter([body[:20], body[20:]]),  # no Content-Length: chunked
+        headers=headers,
+        timeout=30,
+    ) as answer:
+        assert answer.status_code == 200
+        events = [
+            json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: {")
+        ]
+
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"]
+
+
+def test_errors_a_zstd_body_is_415_naming_the_encoding(fleet: Fleet) -> None:
+    body = json.dumps({"model": "antwort-sim", "input": "hi"}).encode()
+    answer = httpx.post(
+        f"{fleet.base_url}/v1/responses",
+        content=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "zstd"},
+        timeout=30,
+    )
+
+    error = assert_error_body(answer, 415)
+    assert error["code"] == "unsupported_content_encoding"
+    assert "'zstd'" in error["message"]
 
 
 def test_errors_body_over_limit_is_413(fleet: Fleet) -> None:
