@@ -212,8 +212,9 @@ def _run_claimed(
     ):
         outcome = _store_run(deps, response_id, call, tool, token=token)
         tracing.annotate({"antwort.tool.outcome": outcome.value})
-    metrics.TOOL_CALLS.labels(kind, name, outcome.value).inc()
-    metrics.TOOL_CALL_SECONDS.labels(kind, name, outcome.value).observe(
+    label = metrics.tool_name_label(name)
+    metrics.TOOL_CALLS.labels(kind, label, outcome.value).inc()
+    metrics.TOOL_CALL_SECONDS.labels(kind, label, outcome.value).observe(
         time.perf_counter() - started
     )
     if outcome is CallOutcome.ERROR:

@@ -72,7 +72,8 @@ def register(app: Flask) -> None:
         started = g.get("antwort_started")
         if started is not None:
             route = request.url_rule.rule if request.url_rule else "unmatched"
-            m.HTTP_REQUEST_SECONDS.labels(request.method, route, str(response.status_code)).observe(
+            method, status = m.method_label(request.method), str(response.status_code)
+            m.HTTP_REQUEST_SECONDS.labels(method, route, status).observe(
                 time.perf_counter() - started
             )
         return response

@@ -1,13 +1,16 @@
 """The fleet's Prometheus metrics, recorded where the work happens.
 
 Labels stay bounded: queues, routes, statuses, tool kinds and names, model names, tenants (the
-operator's own list); never a response id. Recording is in-process (a lock and an add, or an
-mmap write in the gateway's multiprocess mode): no metric costs a Redis round trip. What lives
-in Redis (queue depths, live workers) is read at scrape time by :class:`FleetCollector`.
+operator's own list); never a response id. What a client picks (a request's method, a model's
+name, an MCP server's tool names) is bounded here: :func:`method_label`, :class:`FirstValues`.
+Recording is in-process (a lock and an add, or an mmap write in the gateway's multiprocess
+mode): no metric costs a Redis round trip. What lives in Redis (queue depths, live workers) is
+read at scrape time by :class:`FleetCollector`.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -18,6 +21,48 @@ from prometheus_client.registry import Collector
 
 _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+OTHER = "other"
+"""The label value of a method, a model or a tool name past what a family labels by name."""
+
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    """A request's method as a label: a standard one by name, any other :data:`OTHER`.
+
+    A client picks its method (gunicorn takes any token): each new one would be a new series.
+    """
+    return method if method in _HTTP_METHODS else OTHER
+
+
+class FirstValues:
+    """Label values as they come, up to ``limit`` distinct ones a process; later ones :data:`OTHER`.
+
+    A model's name comes from the request, and a model server that answers to any name
+    (llama.cpp's) would make a series of each; an MCP server names its own tools. The first
+    ``limit`` keep their names, which an operator's fleet does not outgrow.
+    """
+
+    def __init__(self, limit: int):
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        """``value``, or :data:`OTHER` once ``limit`` others were labelled by name."""
+        if value in self._seen:
+            return value
+        with self._lock:
+            if len(self._seen) < self._limit:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+model_label = FirstValues(100)
+tool_name_label = FirstValues(500)
 
 
 def tenant_label(tenant: str) -> str:
@@ -178,7 +223,7 @@ class ModelCallTimer:
     def first_chunk(self) -> None:
         """The first chunk arrived."""
         self._first = time.perf_counter()
-        MODEL_TTFT_SECONDS.labels(self._model).observe(self._first - self._started)
+        MODEL_TTFT_SECONDS.labels(model_label(self._model)).observe(self._first - self._started)
 
     def done(self, *, input_tokens: int, output_tokens: int) -> None:
         """The call ended with this usage."""
@@ -189,7 +234,9 @@ class ModelCallTimer:
             return
         streaming = time.perf_counter() - self._first
         if output_tokens and streaming > 0:
-            MODEL_TOKENS_PER_SECOND.labels(self._model).observe(output_tokens / streaming)
+            MODEL_TOKENS_PER_SECOND.labels(model_label(self._model)).observe(
+                output_tokens / streaming
+            )
 
 
 def count_model_tokens(model: str, tenant: str, *, input_tokens: int, output_tokens: int) -> None:
@@ -198,7 +245,7 @@ def count_model_tokens(model: str, tenant: str, *, input_tokens: int, output_tok
     A timed call counts them through :class:`ModelCallTimer`; a call of one token (a count, a
     measure against ``compact_threshold``) only here, as it says nothing of the model's speed.
     """
-    label = tenant_label(tenant)
+    label, model = tenant_label(tenant), model_label(model)
     MODEL_TOKENS.labels(model, "input").inc(input_tokens)
     MODEL_TOKENS.labels(model, "output").inc(output_tokens)
     TENANT_TOKENS.labels(label, "input").inc(input_tokens)
