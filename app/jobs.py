@@ -91,6 +91,11 @@ def checked_body(body: Any, fields: frozenset[str]) -> dict[str, Any]:
     return dict(body)
 
 
+def job_ttl_seconds(settings: Settings) -> int:
+    """How long a job is kept: its gateway's wait, then time for the answer to be taken."""
+    return int(settings.sync_timeout_seconds) + RESULT_TTL_SECONDS
+
+
 def start_job(  # noqa: PLR0913 - the caller and its request, keywords
     store: ResponseStore,
     queue: JobQueue,
@@ -114,7 +119,7 @@ def start_job(  # noqa: PLR0913 - the caller and its request, keywords
         AppError: a 503 to retry when the broker is away, a 500 when the send failed otherwise.
     """
     caller.admit(job_id, request)
-    ttl = int(settings.sync_timeout_seconds) + RESULT_TTL_SECONDS
+    ttl = job_ttl_seconds(settings)
     fair = FairShare(store, settings, tenants=caller.tenants())
     try:
         store.redis.set(store.keys.job(kind, job_id), json.dumps(job), ex=ttl)

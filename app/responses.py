@@ -835,7 +835,9 @@ def cancel_response(
             return response
         cancelled = response.model_copy(update={"status": ResponseStatus.CANCELLED})
         store.mark_cancelled(response_id)  # before the write: a worker may see it at once
-        result = store.write(cancelled, transition=CANCEL, version=stored.version)
+        result = store.write(
+            cancelled, transition=CANCEL, version=stored.version, running_turn=stored.turn
+        )
         if result.ok:
             metrics.CANCELLATIONS.inc()
             in_flight = unanswered_calls(response, kinds)

@@ -1032,7 +1032,12 @@ def fail_response(
             ev.response_event("response.failed", failed),
         ]
         result = store.write(
-            failed, transition=FAIL, version=stored.version, events=events, fence=fence
+            failed,
+            transition=FAIL,
+            version=stored.version,
+            events=events,
+            fence=fence,
+            running_turn=stored.turn,
         )
         if result.lease_lost:
             raise LeaseLostError(result.status)

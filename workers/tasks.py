@@ -14,6 +14,7 @@ from app.dispatch import Dispatcher
 from app.errors import AppError, ServerError
 from app.fairness import FairShare
 from app.fleet import make_run_deps, make_tool_deps
+from app.jobs import job_ttl_seconds
 from app.lease import QueuedWatch, run_sweeper
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError, ResponseStore
@@ -183,7 +184,9 @@ def _run_job(
 ) -> str:
     """Do a job a gateway waits for (:mod:`app.jobs`): it gets an answer, never a timeout."""
     deps = get_deps()
-    deliveries = deps.store.count_delivery(_delivery(task))
+    deliveries = deps.store.count_delivery(
+        _delivery(task), ttl_seconds=job_ttl_seconds(deps.settings)
+    )
     if deliveries > deps.settings.max_task_deliveries:  # a job that kills its worker
         message = f"The {what} was started {deliveries - 1} times and never finished."
         fail(deps.store, job_id, ServerError(message))

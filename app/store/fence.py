@@ -29,6 +29,9 @@ class Fence:
     """What the lease key holds while the lease is the run's ("": no lease, no check)."""
     milliseconds: int
     """How long the lease lasts when a write takes it again after it lapsed."""
+    turn: int | None = None
+    """The turn the run took the lease for: a terminal write takes the turn's count of starts
+    with it (``load_turn.lua``), as giving the lease back does (None: no run's lease)."""
 
     def deadline(self) -> float:
         """Epoch seconds: the sweeper's look at the response, should a lease taken now lapse."""

@@ -28,9 +28,13 @@ class RedeliveredTooOftenError(Exception):
 class Fleet(StoreBase):
     """Delivery counts and worker heartbeats."""
 
-    def count_delivery(self, task_id: str) -> int:
-        """Count one more delivery of a task; the count lives as long as a response."""
-        return self._count(self.keys.deliveries(task_id))
+    def count_delivery(self, task_id: str, *, ttl_seconds: int) -> int:
+        """Count one more delivery of a task; the new count.
+
+        The count lives ``ttl_seconds``, its job's life: kept as long as a response, it was a
+        key per token count for 30 days.
+        """
+        return self._count(self.keys.deliveries(task_id), ttl_seconds=ttl_seconds)
 
     def watch_queued(self, response_id: str, *, until: float) -> None:
         """Put a queued response under the sweeper's watch until ``until`` (epoch seconds).
@@ -45,11 +49,11 @@ class Fleet(StoreBase):
         """Count one more re-send of a never-started response's turn 0; the new count."""
         return self._count(self.keys.queued_resends(response_id))
 
-    def _count(self, key: str) -> int:
-        """Add one to a counter that lives as long as a response; the new count."""
+    def _count(self, key: str, *, ttl_seconds: int | None = None) -> int:
+        """Add one to a counter that lives ``ttl_seconds`` (None: a response's); the new count."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.incr(key)
-        pipe.expire(key, self.ttl_seconds)
+        pipe.expire(key, self.ttl_seconds if ttl_seconds is None else ttl_seconds)
         count, _ = pipe.execute()
         return int(count)
 

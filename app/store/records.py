@@ -121,6 +121,11 @@ class WriteCall:
     """The blocks waiting to be appended to the conversation (``Keys.conversation_pending``)."""
     conversation_block: str = key()
     """Where a block this write queues waits (``Keys.conversation_block``)."""
+    starts: str = key()
+    """The count of starts of the turn a run is on (``Keys.turn_starts``): a terminal write
+    removes it (no run is needed any more; it would outlive a ``store: false`` record)."""
+    steered: str = key()
+    """A WebSocket client's steer (``Keys.steered``): a terminal write removes it."""
     channel: str
     maxlen: int
     ttl: int
@@ -290,7 +295,7 @@ class Records(ConversationBlocks):
         if not self.append_list(staged, items, before=0, ttl=STAGED_SECONDS):
             raise RuntimeError(f"the input items of {response_id} were not staged")
 
-    def write(
+    def write(  # noqa: PLR0913 - the object, then keywords: what the write checks and carries
         self,
         response: ResponseObject,
         *,
@@ -299,6 +304,7 @@ class Records(ConversationBlocks):
         turn: int | None = None,
         events: Sequence[Event] = (),
         fence: Fence = NO_FENCE,
+        running_turn: int = 0,
     ) -> WriteResult:
         """Compare-and-set the record; emit ``events`` with the write, atomically.
 
@@ -309,6 +315,9 @@ class Records(ConversationBlocks):
             turn: New count of committed turns (``None``: unchanged).
             events: Events emitted only if the write happens.
             fence: The writing run's lease: the write is refused when another run holds it.
+            running_turn: A terminal write without a run's lease (a cancel, a failure at the
+                task boundary): the turn a run may be on, the stored count of committed turns.
+                Its count of starts goes with the write, as the turn of ``fence`` does.
 
         Raises:
             ValueError: ``transition`` is not a write's, or does not lead to the response's
@@ -320,7 +329,8 @@ class Records(ConversationBlocks):
             raise ValueError(f"a {transition.name} write cannot store {response.status}")
         checks = _Checks(source=transition, version=version, fence=fence)
         encoded = encode_events(events, written=response)
-        return self._put(response, checks=checks, turn=turn, events=encoded)
+        running = running_turn if fence.turn is None else fence.turn
+        return self._put(response, checks=checks, turn=turn, events=encoded, running=running)
 
     def _put(
         self,
@@ -330,8 +340,12 @@ class Records(ConversationBlocks):
         events: EncodedEvents,
         turn: int | None = None,
         new: _NewRecord | None = None,
+        running: int = 0,
     ) -> WriteResult:
-        """A write after ``checks``, or (``checks=None``) the create of ``new``."""
+        """A write after ``checks``, or (``checks=None``) the create of ``new``.
+
+        ``running``: the turn whose count of starts a terminal write removes.
+        """
         fence = NO_FENCE if checks is None else checks.fence
         new = new or _NewRecord(inputs=(), extra="", started="")
         rid = response.id
@@ -360,6 +374,8 @@ class Records(ConversationBlocks):
                 conversation_generation=self.keys.conversation_generation(conversation_keys_id),
                 conversation_pending=self.keys.conversation_pending(conversation_keys_id),
                 conversation_block=self.keys.conversation_block(conversation_keys_id, rid),
+                starts=self.keys.turn_starts(rid, running),
+                steered=self.keys.steered(rid),
                 channel=self.keys.channel(rid),
                 maxlen=self.stream_maxlen,
                 ttl=ttl,

@@ -71,6 +71,8 @@ class FinishCallCall:
     results: str = key()
     claim: str = key()
     running: str = key()
+    starts: str = key()
+    """The call's count of starts (``Keys.call_starts``): it goes once the result is stored."""
     result_json: str
     ttl: int
     token: str
@@ -198,6 +200,7 @@ class ToolCalls(StoreBase):
                 results=self.keys.tool_results(response_id),
                 claim=self.keys.tool_claim(response_id, call_id),
                 running=self.keys.running_calls_of(response_id),
+                starts=self.keys.call_starts(response_id, call_id),
                 result_json=result_json,
                 ttl=self.ttl_seconds,
                 token=token,

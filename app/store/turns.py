@@ -188,7 +188,9 @@ class Turns(StoreBase):
         if not taken:
             return OpenedTurn(taken=False, starts=starts, loaded=None)
         fence = (
-            NO_FENCE if lease is None else Fence(token=lease.token, milliseconds=lease.milliseconds)
+            NO_FENCE
+            if lease is None
+            else Fence(token=lease.token, milliseconds=lease.milliseconds, turn=turn)
         )
         if on_taken is not None:
             on_taken()

@@ -17,7 +17,7 @@ import pytest
 
 from app.config import Settings
 from app.lease import LeaseKeeper
-from app.responses import create_response
+from app.responses import cancel_response, create_response
 from app.run import RunDeps, advance_response
 from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
@@ -502,6 +502,57 @@ def test_a_finished_run_leaves_no_lease_and_no_watch(
     assert not store.redis.exists(store.keys.lease(rid))  # freed by the final write itself
     assert store.redis.zscore(store.keys.active, rid) is None
     assert deps.leases is not None and deps.leases.held() == 0  # nothing left to renew
+
+
+def keys_of(store: ResponseStore, rid: str) -> dict[str, int]:
+    """Every key the response left in Redis, with its time to live in seconds."""
+    return {key.decode(): store.redis.ttl(key) for key in store.redis.scan_iter(f"*{rid}*")}
+
+
+def test_a_store_false_response_leaves_no_key_that_outlives_its_record(
+    make_loop: Callable[..., Loop],
+) -> None:
+    """Before, the count of starts of its last turn and of each tool call lived the stored
+    responses' 30 days: a key per request of a client that stores nothing (Codex)."""
+    loop = make_loop(
+        calls(("call_a", "fast_echo", "{}"), ("call_b", "calculator", '{"expression": "1+1"}')),
+        text("done"),
+    )
+    rid = loop.create(store=False, tools=internal("fast_echo", "calculator"))
+    unstored = loop.store.unstored_ttl_seconds
+    assert unstored < loop.store.ttl_seconds
+
+    assert loop.drive(rid, leased=True) == "completed"
+
+    left = keys_of(loop.store, rid)
+    assert loop.store.keys.record(rid) in left
+    assert {key: ttl for key, ttl in left.items() if not 0 < ttl <= unstored} == {}
+
+
+def test_a_finished_response_keeps_no_count_of_starts(make_loop: Callable[..., Loop]) -> None:
+    loop = make_loop(calls(("call_a", "fast_echo", "{}")), text("done"))
+    rid = loop.create(tools=internal("fast_echo"))
+
+    assert loop.drive(rid, leased=True) == "completed"
+
+    assert [key for key in keys_of(loop.store, rid) if key.endswith(":starts")] == []
+
+
+def test_a_cancel_takes_the_running_turn_s_count_of_starts(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    """The run it stops finds its lease gone and gives nothing back: the cancel's write does."""
+    loop = Loop(store=store, settings=make_settings(), model=ScriptedModel(text("never")))
+    rid = loop.create(background=True)
+    run = LeaseKeeper(store, lease_seconds=30)
+    assert run.acquire(rid, 0, counts_start=True).taken
+    assert store.redis.exists(store.keys.turn_starts(rid, 0))
+
+    assert cancel_response(store, loop.dispatcher, rid).status == "cancelled"
+    run.release(rid)  # the stopped run: the lease is no longer its own
+
+    assert not store.redis.exists(store.keys.turn_starts(rid, 0))
+    assert run.held() == 0
 
 
 def _die_mid_turn(store: ResponseStore, settings: Settings, rid: str, turn: int) -> None:

@@ -161,6 +161,7 @@ def test_a_steered_response_stops_after_its_turn_and_a_successor_takes_the_input
         [{"type": "input_text", "text": "Use Celsius."}],
     )
     assert {e.get("stream_id") for e in client.sent} == {"main"}
+    assert not store.redis.exists(store.keys.steered(first["id"]))  # gone with its final write
     validated(client.sent)
 
 

@@ -230,6 +230,27 @@ def test_store_false_response_is_gone_after_finishing(client: openai.OpenAI) -> 
     assert caught.value.param == "previous_response_id"
 
 
+def test_store_false_responses_and_token_counts_leave_no_key_for_30_days(
+    client: openai.OpenAI, fleet: Fleet, counters: redis.Redis
+) -> None:
+    """Before, each left a counter of starts (a turn's, a tool call's, a job's delivery) that
+    lived as long as a stored response: a key per request of a client that stores nothing."""
+    prefix = fleet.env["ANTWORT_KEY_PREFIX"]
+    before = set(counters.scan_iter(match=f"{prefix}*"))
+    tools: Any = [{"type": "internal", "name": "calculator"}]
+    response = client.responses.create(
+        model="antwort-sim", input="calculator expression=6*7", tools=tools, store=False
+    )
+    assert response.status == "completed"
+    assert client.responses.input_tokens.count(model="antwort-sim", input="hi").input_tokens > 0
+
+    left = {key: counters.ttl(key) for key in set(counters.scan_iter(match=f"{prefix}*")) - before}
+
+    assert any(response.id in key for key in left)
+    assert {key: ttl for key, ttl in left.items() if response.id in key and ttl > 300} == {}
+    assert {key: ttl for key, ttl in left.items() if ttl == -1 or ttl > 600 + 600} == {}
+
+
 def test_input_items_of_every_kind_read_back_as_the_sdk_types_them(
     fleet: Fleet, client: openai.OpenAI
 ) -> None:

@@ -1,6 +1,7 @@
 -- Stores a claimed call's result while the response is active (a result that arrives after a
 -- cancel is discarded), and gives the claim back either way (the sweeper's watch of the call
--- ends with it).
+-- ends with it). Once the result is stored, the call's count of starts (open_tool_call.lua) goes:
+-- the call never starts again, and the count would outlive a `store: false` response.
 -- Returns {1 when stored (by this call, or by its first run), the status ('' when the record is
 -- gone)}.
 --- @include operands
@@ -8,6 +9,7 @@ local record = KEYS[1]
 local results = KEYS[2]
 local claim = KEYS[3]
 local running = KEYS[4]
+local starts = KEYS[5]
 local result_json = ARGV[1]
 local ttl = ARGV[2]
 local token = ARGV[3]
@@ -26,6 +28,7 @@ if status ~= '' and has_status(active_statuses, status) then
   redis.call('EXPIRE', results, ttl)
   -- When the call ended, by Redis's clock in epoch seconds (the console's timeline).
   if stored == 1 then
+    redis.call('DEL', starts)
     local now = redis.call('TIME')
     redis.call('HSETNX', record, end_field, now[1] .. '.' .. string.format('%06d', now[2]))
   end

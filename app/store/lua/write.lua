@@ -5,7 +5,8 @@
 -- stores the input items too (or renames the list they were staged on, `is_staged`:
 -- append_batch.lua), and with a `watch_until` puts the response under the sweeper's
 -- watch until then (its first turn must start by then). A terminal write sets the inputs' time to live, frees the
--- response's lease (no run of it is needed any more) and publishes the end line. A run's
+-- response's lease (no run of it is needed any more) with the count of starts of the turn a run
+-- was on (`starts`, load_turn.lua) and a client's steer (`steered`), and publishes the end line. A run's
 -- write passes its lease token (`lease_token`, "": none) and is refused when another run holds
 -- the lease (fence.lua). A terminal write of a response that belongs to a conversation and
 -- `appends_to_conversation` appends its input items and `conversation_items` (its output) to
@@ -46,6 +47,8 @@ local conversation_history = KEYS[13]
 local conversation_generation = KEYS[14]
 local conversation_pending = KEYS[15]
 local conversation_block = KEYS[16]
+local starts = KEYS[17]
+local steered = KEYS[18]
 local channel = ARGV[1]
 local maxlen = ARGV[2]
 local ttl = ARGV[3]
@@ -128,7 +131,7 @@ local last = append_all(
   sequence, stream, maxlen, ttl, event_types, event_json_prefixes, lines, object)
 if is_terminal == '1' then
   redis.call('EXPIRE', inputs_key, ttl)
-  redis.call('DEL', lease)
+  redis.call('DEL', lease, starts, steered)
   redis.call('ZREM', active, response_id)
   add_line(lines, end_line)
   if is_forgotten == '1' then

@@ -8,9 +8,11 @@ from app.store import ResponseStore
 def test_store_count_delivery_counts_per_task_with_ttl(
     store: ResponseStore, redis_client: redis.Redis
 ) -> None:
-    assert [store.count_delivery("resp_a:t0:infer") for _ in range(3)] == [1, 2, 3]
-    assert store.count_delivery("resp_b:t0:infer") == 1
-    assert 0 < redis_client.ttl(store.keys.deliveries("resp_a:t0:infer")) <= 3600
+    counted = [store.count_delivery("itc_a", ttl_seconds=120) for _ in range(3)]
+
+    assert counted == [1, 2, 3]
+    assert store.count_delivery("itc_b", ttl_seconds=120) == 1
+    assert 0 < redis_client.ttl(store.keys.deliveries("itc_a")) <= 120  # the job's, not 30 days
 
 
 def test_store_live_workers_counts_recent_heartbeats_per_queue(
