@@ -225,6 +225,11 @@ class Settings(BaseSettings):
     """Deadline for connecting to an MCP server."""
     mcp_list_cache_seconds: float = Field(default=300.0, ge=0)
     """How long a worker reuses a server's tool listing (until ``tools/list_changed``)."""
+    mcp_max_sessions: int = Field(default=100, ge=1)
+    """MCP sessions a worker process keeps open (one per server and headers); past it, the
+    least recently used idle one is closed."""
+    mcp_idle_seconds: float = Field(default=300.0, gt=0)
+    """An MCP session unused this long is closed (the next call connects again)."""
 
     # -- sandbox (tools.sandbox) and the built-in internal tools ---------------------------------
     sandbox_bwrap: str | None = None

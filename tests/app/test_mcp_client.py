@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -76,6 +77,65 @@ def test_headers_reach_the_server_and_key_the_pool(
         .startswith(f"token={digest('tok-two')} ")
     )
     assert client.session_count() == 2
+
+
+def tokens(server: RunningServer, *names: str) -> list[ServerTarget]:
+    """Targets of ``server`` that differ in their token only (each user's own)."""
+    return [target(server, headers=(("X-Test-Token", name),)) for name in names]
+
+
+def test_past_its_bound_the_pool_closes_the_least_recently_used_session(
+    http_server: RunningServer,
+) -> None:
+    """Before, each token's session held a connection for good: a user each, unbounded."""
+    mcp = McpClient(connect_timeout_seconds=5, max_sessions=2)
+    try:
+        one, two, three = tokens(http_server, "one", "two", "three")
+        for each in (one, two, one, three):
+            assert not mcp.call_tool(each, "echo", {"text": "hi"}).is_error
+
+        assert mcp.session_count() == 2
+        assert not mcp._is_alive(two)  # the least recently used
+        assert mcp._is_alive(one) and mcp._is_alive(three)
+        assert not mcp.call_tool(two, "echo", {"text": "again"}).is_error  # connects again
+        assert mcp.session_count() == 2
+    finally:
+        mcp.close()
+
+
+def test_a_session_in_use_is_not_closed_to_make_room(http_server: RunningServer) -> None:
+    mcp = McpClient(connect_timeout_seconds=5, max_sessions=1)
+    try:
+        slow, quick = tokens(http_server, "slow", "quick")
+        running = mcp.submit_call(slow, "slow", {"seconds": 1})
+        deadline = time.monotonic() + 10
+        while mcp.session_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+        assert not mcp.call_tool(quick, "echo", {"text": "hi"}).is_error
+        assert not running.result(timeout=10).is_error
+        assert mcp.session_count() <= 2
+    finally:
+        mcp.close()
+
+
+def test_an_idle_session_is_closed_and_the_next_call_connects_again(
+    http_server: RunningServer,
+) -> None:
+    mcp = McpClient(connect_timeout_seconds=5, idle_seconds=0.4)
+    try:
+        [user] = tokens(http_server, "idle")
+        assert not mcp.call_tool(user, "echo", {"text": "hi"}).is_error
+        assert mcp.session_count() == 1
+
+        deadline = time.monotonic() + 10
+        while mcp.session_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        assert mcp.session_count() == 0
+        assert not mcp.call_tool(user, "echo", {"text": "again"}).is_error
+    finally:
+        mcp.close()
 
 
 def test_listing_is_cached_until_the_server_says_it_changed(client: McpClient) -> None:

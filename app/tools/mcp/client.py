@@ -7,9 +7,12 @@ The ``mcp`` SDK is async-only; the rest of ``app/`` is synchronous (STYLE.md rul
 Sessions are pooled per process by :attr:`ServerTarget.key` (server + headers digest). Each
 session lives in its own task that entered the SDK's ``Client`` context (anyio requires the same
 task to leave it); when the server drops the connection the task ends, the session leaves the
-pool, and the next call connects again. Listings are cached per key for a TTL and dropped when
-the server announces ``tools/list_changed`` (a ``subscriptions/listen`` stream on 2026-07-28
-connections, the ``notifications/tools/list_changed`` message on older ones).
+pool, and the next call connects again. The pool is bounded: a session unused for
+``idle_seconds`` is closed, and past ``max_sessions`` the least recently used idle one is (each
+user's own token makes a session of its own: unbounded, they held a connection each for good).
+Listings are cached per key for a TTL and dropped when the server announces
+``tools/list_changed`` (a ``subscriptions/listen`` stream on 2026-07-28 connections, the
+``notifications/tools/list_changed`` message on older ones).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -87,6 +90,9 @@ class _Session:
     stop: asyncio.Event
     task: asyncio.Task[None] | None = None
     alive: bool = True
+    busy: int = 0
+    """Calls and listings using it now: it is not closed for being idle meanwhile."""
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass(slots=True)
@@ -116,15 +122,21 @@ class McpClient:
         list_ttl_seconds: float = 300.0,
         connect_timeout_seconds: float = 10.0,
         address_policy: AddressPolicy | None = None,
+        max_sessions: int = 100,
+        idle_seconds: float = 300.0,
     ):
         self.list_ttl_seconds = list_ttl_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
+        self.max_sessions = max_sessions
+        self.idle_seconds = idle_seconds
         self._policy = address_policy
         self._pool = _Pool()
         _import_sdk()  # here, not first in the loop thread: concurrent first imports race
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
         self._thread.start()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._loop.call_soon_threadsafe(self._close_idle)
 
     # -- the blocking API ----------------------------------------------------------------------
 
@@ -179,6 +191,7 @@ class McpClient:
             return
         with contextlib.suppress(Exception):
             self._run(self._close_all(), 10.0)
+        self._loop.call_soon_threadsafe(self._stop_sweeping)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         if not self._thread.is_alive():
@@ -198,18 +211,18 @@ class McpClient:
         cached = self._pool.listings.get(target.key)
         if cached is not None and cached.expires > time.monotonic():
             return cached.tools
-        session = await self._session(target)
-        try:
-            tools: list[ListedTool] = []
-            cursor: str | None = None
-            for _ in range(100):  # a server that pages forever cannot hang us
-                page = await session.client.session.list_tools(params=_page(cursor))
-                tools.extend(_listed(tool) for tool in page.tools)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-        except Exception as exc:  # the SDK raises transport errors of many kinds
-            raise self._failure(target, exc) from None
+        async with self._using(target) as session:
+            try:
+                tools: list[ListedTool] = []
+                cursor: str | None = None
+                for _ in range(100):  # a server that pages forever cannot hang us
+                    page = await session.client.session.list_tools(params=_page(cursor))
+                    tools.extend(_listed(tool) for tool in page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+            except Exception as exc:  # the SDK raises transport errors of many kinds
+                raise self._failure(target, exc) from None
         self._pool.listings[target.key] = _Listing(
             tools=tools, expires=time.monotonic() + self.list_ttl_seconds
         )
@@ -222,16 +235,16 @@ class McpClient:
         arguments: dict[str, Any],
         meta: dict[str, Any] | None,
     ) -> CallOutcome:
-        session = await self._session(target)
-        try:
-            result = await session.client.call_tool(
-                name,
-                arguments,
-                read_timeout_seconds=target.timeout_seconds,
-                meta=cast("RequestParamsMeta", meta),
-            )
-        except Exception as exc:  # the SDK raises transport errors of many kinds
-            raise self._failure(target, exc) from None
+        async with self._using(target) as session:
+            try:
+                result = await session.client.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=target.timeout_seconds,
+                    meta=cast("RequestParamsMeta", meta),
+                )
+            except Exception as exc:  # the SDK raises transport errors of many kinds
+                raise self._failure(target, exc) from None
         return CallOutcome(
             content=[block.model_dump(mode="json", exclude_none=True) for block in result.content],
             structured=result.structured_content,
@@ -259,6 +272,44 @@ class McpClient:
         """Whether the target's pooled session still runs."""
         session = self._pool.sessions.get(target.key)
         return session is not None and session.alive
+
+    @contextlib.asynccontextmanager
+    async def _using(self, target: ServerTarget) -> AsyncIterator[_Session]:
+        """The target's session, kept from being closed as idle while the caller uses it."""
+        session = await self._session(target)
+        if not session.alive:  # closed to make room between its opening and now
+            session = await self._session(target)
+        session.busy += 1
+        try:
+            yield session
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+
+    def _close_idle(self) -> None:
+        """Close the sessions unused for ``idle_seconds``, drop stale listings; look again."""
+        now = time.monotonic()
+        for key, session in list(self._pool.sessions.items()):
+            if not session.busy and now - session.last_used >= self.idle_seconds:
+                self._drop(key)
+        for key, listing in list(self._pool.listings.items()):
+            if listing.expires <= now:
+                del self._pool.listings[key]
+        self._sweep = self._loop.call_later(min(self.idle_seconds / 4, 30.0), self._close_idle)
+
+    def _stop_sweeping(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+
+    def _make_room(self, *, keeping: _Session) -> None:
+        """Past ``max_sessions``, close the least recently used idle sessions but ``keeping``."""
+        idle = sorted(
+            (session.last_used, key)
+            for key, session in self._pool.sessions.items()
+            if not session.busy and session is not keeping
+        )
+        for _, key in idle[: max(0, len(self._pool.sessions) - self.max_sessions)]:
+            self._drop(key)
 
     async def _session(self, target: ServerTarget) -> _Session:
         session = self._pool.sessions.get(target.key)
@@ -295,6 +346,7 @@ class McpClient:
                 session.task = asyncio.current_task()
                 self._pool.sessions[target.key] = session
                 self._pool.opening.pop(target.key, None)
+                self._make_room(keeping=session)
                 opened.set_result(session)
                 await self._hold(target, session)
         except Exception as exc:

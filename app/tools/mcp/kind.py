@@ -78,6 +78,8 @@ def make_mcp_executor(context: KindContext) -> McpExecutor:
         list_ttl_seconds=settings.mcp_list_cache_seconds,
         connect_timeout_seconds=settings.mcp_connect_timeout_seconds,
         address_policy=policy,
+        max_sessions=settings.mcp_max_sessions,
+        idle_seconds=settings.mcp_idle_seconds,
     )
     servers = McpServers(settings, sealer=lambda: Sealer(seal_key(settings)))
     return McpExecutor(servers, client)
