@@ -101,7 +101,7 @@ def _inflated(data: bytes, name: str, limit: int | None) -> bytes:
                 raise _too_large()
             if not inflater.eof:
                 raise zlib.error("cut short")
-            data = inflater.unused_data if name != "deflate" else b""
+            data = inflater.unused_data  # another gzip member, or junk: not the encoding
     except zlib.error:
         raise InvalidRequestError(
             f"We could not decode the request body as {name}.",

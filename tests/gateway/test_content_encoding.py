@@ -102,6 +102,7 @@ def test_another_encoding_is_415_naming_it(web: FlaskClient, encoding: str) -> N
         pytest.param("gzip", encoded(BODY, "gzip") + b"trailing", id="gzip-then-junk"),
         pytest.param("deflate", json.dumps(BODY).encode(), id="deflate-not-deflate"),
         pytest.param("deflate", encoded(BODY, "deflate")[:-3], id="deflate-cut-short"),
+        pytest.param("deflate", encoded(BODY, "deflate") + b"trailing", id="deflate-then-junk"),
     ],
 )
 def test_a_body_not_in_its_encoding_is_400(web: FlaskClient, encoding: str, body: bytes) -> None:
