@@ -23,6 +23,7 @@ from app.store import RedeliveredTooOftenError, ResponseStore
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
+from tests.app.store.support import keys_like
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
 
@@ -506,7 +507,7 @@ def test_a_finished_run_leaves_no_lease_and_no_watch(
 
 def keys_of(store: ResponseStore, rid: str) -> dict[str, int]:
     """Every key the response left in Redis, with its time to live in seconds."""
-    return {key.decode(): store.redis.ttl(key) for key in store.redis.scan_iter(f"*{rid}*")}
+    return {key.decode(): store.redis.ttl(key) for key in keys_like(store.redis, f"*{rid}*")}
 
 
 def test_a_store_false_response_leaves_no_key_that_outlives_its_record(
@@ -535,7 +536,7 @@ def test_a_finished_response_keeps_no_count_of_starts(make_loop: Callable[..., L
 
     assert loop.drive(rid, leased=True) == "completed"
 
-    assert [key for key in keys_of(loop.store, rid) if key.endswith(":starts")] == []
+    assert keys_like(loop.store.redis, f"*{rid}*:starts") == []
 
 
 def test_a_cancel_takes_the_running_turn_s_count_of_starts(
