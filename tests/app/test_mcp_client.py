@@ -1,8 +1,11 @@
 """The synchronous MCP client and the executor against real MCP servers (subprocesses)."""
 
+import gc
 import json
+import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -99,6 +102,31 @@ def test_past_its_bound_the_pool_closes_the_least_recently_used_session(
         assert mcp._is_alive(one) and mcp._is_alive(three)
         assert not mcp.call_tool(two, "echo", {"text": "again"}).is_error  # connects again
         assert mcp.session_count() == 2
+    finally:
+        mcp.close()
+
+
+def test_a_closed_session_ends_cleanly_and_leaves_nothing_behind(
+    http_server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the SDK client's scopes were entered in ``wait_for``'s task and left in the
+    session's: every close failed ("Attempted to exit cancel scope in a different task") and
+    kept the client, its tasks and streams for good (about 25 KB a session, seen growing a
+    worker by 150 MB an hour under per-user tokens)."""
+    mcp = McpClient(connect_timeout_seconds=5, max_sessions=1)
+    try:
+        clients = []
+        for each in tokens(http_server, "a", "b", "c", "d"):
+            with caplog.at_level(logging.INFO, logger="app.tools.mcp.client"):
+                assert not mcp.call_tool(each, "echo", {"text": "hi"}).is_error
+            clients.append(weakref.ref(mcp._pool.sessions[each.key].client))
+        deadline = time.monotonic() + 10
+        while len(mcp._pool.tasks) > 1 and time.monotonic() < deadline:  # the closes to end
+            time.sleep(0.01)
+
+        gc.collect()
+        assert [ref() is None for ref in clients] == [True, True, True, False]
+        assert not [r.getMessage() for r in caplog.records if "ended" in r.getMessage()]
     finally:
         mcp.close()
 

@@ -339,9 +339,11 @@ class McpClient:
             if policy is not None and target.url is not None:  # refuse early, with a clear error
                 await asyncio.to_thread(policy, httpx2_host(target.url))  # DNS off the loop
             async with contextlib.AsyncExitStack() as stack:
-                client = await asyncio.wait_for(
-                    self._connect(stack, target), self.connect_timeout_seconds
-                )
+                # asyncio.timeout, not wait_for: wait_for (Python 3.11) runs the connect in a
+                # task of its own, and the SDK's scopes must be left in the task that entered
+                # them (else every close fails and keeps the session).
+                async with asyncio.timeout(self.connect_timeout_seconds):
+                    client = await self._connect(stack, target)
                 session = _Session(client=client, stop=asyncio.Event())
                 session.task = asyncio.current_task()
                 self._pool.sessions[target.key] = session
