@@ -116,13 +116,13 @@ def test_a_closed_session_ends_cleanly_and_leaves_nothing_behind(
     mcp = McpClient(connect_timeout_seconds=5, max_sessions=1)
     try:
         clients = []
-        for each in tokens(http_server, "a", "b", "c", "d"):
-            with caplog.at_level(logging.INFO, logger="app.tools.mcp.client"):
+        with caplog.at_level(logging.INFO, logger="app.tools.mcp.client"):  # the closes too
+            for each in tokens(http_server, "a", "b", "c", "d"):
                 assert not mcp.call_tool(each, "echo", {"text": "hi"}).is_error
-            clients.append(weakref.ref(mcp._pool.sessions[each.key].client))
-        deadline = time.monotonic() + 10
-        while len(mcp._pool.tasks) > 1 and time.monotonic() < deadline:  # the closes to end
-            time.sleep(0.01)
+                clients.append(weakref.ref(mcp._pool.sessions[each.key].client))
+            deadline = time.monotonic() + 10
+            while len(mcp._pool.tasks) > 1 and time.monotonic() < deadline:  # the closes to end
+                time.sleep(0.01)
 
         gc.collect()
         assert [ref() is None for ref in clients] == [True, True, True, False]
