@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol
 
 import redis
 
+from app.aead import MissingSecretError
 from app.config import Settings
 from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
 from app.errors import (
@@ -367,7 +368,9 @@ def run_job(
             return "skipped"
         try:
             result = do(job)
-        except (InvalidRequestError, UpstreamError, ModelBehaviorError) as exc:
+        except (InvalidRequestError, UpstreamError, ModelBehaviorError, MissingSecretError) as exc:
+            if isinstance(exc, MissingSecretError):  # the fleet's configuration: the operator's
+                logger.error("%s %s failed: %s", _named(kind), job_id, exc.message)
             fail_job(store, kind, job_id, exc)
             return "failed"
         push_result(store, kind, job_id, result)

@@ -42,6 +42,7 @@ from typing import Any, assert_never
 
 from opentelemetry.trace import SpanKind
 
+from app.aead import MissingSecretError
 from app.config import Settings
 from app.conversation import history_of
 from app.dispatch import Dispatcher
@@ -291,7 +292,9 @@ def _take_step(deps: RunDeps, state: RunState, sink: EventSink) -> StepOutcome:
     try:
         step = run_step(deps, state, sink)
         return apply_step(deps, state, step, events=sink.take())
-    except (UpstreamError, ModelBehaviorError) as exc:
+    except (UpstreamError, ModelBehaviorError, MissingSecretError) as exc:
+        if isinstance(exc, MissingSecretError):  # the fleet's configuration: the operator's
+            logger.error("response %s failed: %s", state.response.id, exc.message)
         sink.flush_quietly()
         fail_response(
             deps.store,

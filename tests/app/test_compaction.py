@@ -11,7 +11,12 @@ from openai.types.responses.response_compact_params import ResponseCompactParams
 from app.aead import MissingSecretError
 from app.compaction import COMPACT_FIELDS, run_compaction, start_compaction
 from app.config import Settings
-from app.errors import InvalidRequestError, PreviousResponseNotFoundError, UpstreamError
+from app.errors import (
+    InvalidRequestError,
+    PreviousResponseNotFoundError,
+    ServerError,
+    UpstreamError,
+)
 from app.jobs import wait_for_result
 from app.limits import Caller
 from app.providers.json_protocol import RESULT_PREFIX
@@ -310,6 +315,23 @@ def test_compaction_model_failure_reaches_the_gateway(
         compact(store, make_settings(), model, input="x")
 
     assert raised.value.message == "the model server is down"
+
+
+def test_compaction_on_a_worker_without_a_key_says_which_to_set(
+    store: ResponseStore, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(secrets_file=None)  # nor ANTWORT_COMPACTION_KEY
+    compaction_id = start_compaction(
+        store, RecordingJobQueue(), settings, {"model": "m", "input": CONVERSATION}
+    )
+    deps = RunDeps(store=store, provider=answer("sum"), settings=settings)
+
+    assert run_compaction(deps, compaction_id) == "failed"  # an answer, not a crash
+    with pytest.raises(ServerError) as raised:
+        wait_for_result(store, "compaction", compaction_id, timeout_seconds=5)
+
+    assert raised.value.status == 500 and raised.value.code == "secret_key_missing"
+    assert "set ANTWORT_COMPACTION_KEY (or ANTWORT_SECRETS_FILE)" in raised.value.message
 
 
 def test_compaction_task_redelivered_after_its_answer_does_nothing(

@@ -85,6 +85,23 @@ def test_reasoning_is_sealed_and_summarised_when_asked(
     validate_response(store.get(rid).response.wire())
 
 
+def test_sealing_on_a_worker_without_a_key_fails_the_response_saying_which_to_set(
+    store: ResponseStore, make_settings: Callable[..., Settings], model: ChatCompletionsProvider
+) -> None:
+    settings = make_settings(secrets_file=None)  # nor ANTWORT_COMPACTION_KEY
+    body = {"model": "m", "input": "why [reason]", **STATELESS}
+    response, _ = create_response(store, RecordingDispatcher(), settings, body)
+    deps = RunDeps(store=store, provider=model, settings=settings)
+
+    assert advance_response(deps, response.id, 0) == "failed"  # an answer, not a crash
+
+    failed = store.get(response.id).response
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.code == "server_error"
+    assert "set ANTWORT_COMPACTION_KEY (or ANTWORT_SECRETS_FILE)" in failed.error.message
+    assert [e["type"] for e in events(store, response.id)][-2:] == ["error", "response.failed"]
+
+
 def test_no_summary_and_no_seal_unless_asked(
     store: ResponseStore, make_settings: Callable[..., Settings], model: ChatCompletionsProvider
 ) -> None:
