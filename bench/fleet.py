@@ -119,6 +119,11 @@ class Fleet:
     tool_workers: int = 0
     """``tools.internal`` workers (thread pool) with the benchmark's tools (``bench.tools``)."""
     tool_threads: int = 16
+    mcp_workers: int = 0
+    """``tools.mcp`` workers (``antwort worker``'s defaults); with any, the example MCP server
+    (``examples/mcp_server.py``) runs too, at :attr:`mcp_url`, and loopback servers are allowed."""
+    sandbox_workers: int = 0
+    """``tools.sandbox`` workers (``antwort worker``'s defaults: bubblewrap, prefork)."""
     redis_pool_fix: bool = False
     settings: dict[str, str] = field(default_factory=dict)
     """``ANTWORT_*`` settings for every process of the fleet (``bench.run --set``); the
@@ -126,6 +131,7 @@ class Fleet:
     prefix: str = field(default_factory=lambda: f"antwort-bench-{uuid.uuid4().hex[:10]}:")
     sim_port: int = field(default_factory=free_port)
     gateway_port: int = field(default_factory=free_port)
+    mcp_port: int = field(default_factory=free_port)
     procs: list[Proc] = field(default_factory=list)
     logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="antwort-bench-")))
 
@@ -136,6 +142,11 @@ class Fleet:
     @property
     def sim_url(self) -> str:
         return f"http://127.0.0.1:{self.sim_port}"
+
+    @property
+    def mcp_url(self) -> str:
+        """The example MCP server's endpoint (with :attr:`mcp_workers`)."""
+        return f"http://127.0.0.1:{self.mcp_port}/mcp"
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANTWORT_")}
@@ -149,8 +160,11 @@ class Fleet:
             ANTWORT_GATEWAY_WORKERS="1",
             ANTWORT_INTERNAL_TOOL_MODULES="bench.tools",
             ANTWORT_LOG_LEVEL="warning",
+            ANTWORT_SECRETS_FILE=str(self.logdir / "secrets.key"),  # as `antwort up` has it
             PYTHONUNBUFFERED="1",
         )
+        if self.mcp_workers:  # the example server, on loopback
+            env.update(ANTWORT_MCP_ALLOWED_HOSTS="127.0.0.1")
         env.update(checked_settings(self.settings))
         return env
 
@@ -177,6 +191,16 @@ class Fleet:
                                   "--loglevel", "WARNING"]  # fmt: skip
         for i in range(self.tool_workers):
             cmds[f"tools{i}"] = self.tool_worker_command(self.tool_threads)
+        if self.mcp_workers:
+            cmds["mcp-server"] = [py, "examples/mcp_server.py", "--port", str(self.mcp_port)]
+        for queue, count in (
+            ("tools.mcp", self.mcp_workers),
+            ("tools.sandbox", self.sandbox_workers),
+        ):
+            for i in range(count):
+                cmds[f"{queue.removeprefix('tools.')}{i}"] = [
+                    py, "-m", "programs.cli", "worker", "--queues", queue
+                ]  # fmt: skip
         return cmds
 
     def tool_worker_command(self, threads: int) -> list[str]:
@@ -239,16 +263,25 @@ class Fleet:
                     sim_ok = client.get(f"{self.sim_url}/health").status_code == 200
                     ready = client.get(f"{self.gateway_url}/readyz")
                     live = int(ready.json().get("checks", {}).get("inference_workers", "0"))
-                    if sim_ok and ready.status_code == 200 and live >= self.inference_workers:
+                    mcp_ok = not self.mcp_workers or (
+                        client.get(self.mcp_url.removesuffix("/mcp") + "/health").status_code == 200
+                    )
+                    if (
+                        sim_ok
+                        and mcp_ok
+                        and ready.status_code == 200
+                        and live >= self.inference_workers
+                    ):
                         break
                 except (httpx.HTTPError, ValueError):
                     pass
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"fleet not ready after {timeout}s; logs in {self.logdir}")
                 time.sleep(0.2)
-        tools = [p for p in self.procs if p.role.startswith("tools")]
-        if tools:
-            self.wait_consuming("tools.internal", tools, timeout)
+        for queue in ("tools.internal", "tools.mcp", "tools.sandbox"):
+            consumers = [p for p in self.procs if queue in p.argv and p.role != "gateway"]
+            if consumers:
+                self.wait_consuming(queue, consumers, timeout)
         time.sleep(1.0)  # the workers' consumers are up shortly after their heartbeat
 
     def _check_alive(self) -> None:

@@ -11,6 +11,19 @@ and keeps ``--clients`` clients busy with a mix of what users do, each result ch
 - a ``previous_response_id`` chain, up to 8 deep, then a new one;
 - a WebSocket ``response.create``, read to its terminal event.
 
+``--wide`` adds a ``tools.mcp`` worker with the example MCP server, a ``tools.sandbox`` worker,
+and what the rest of the API sees (each checked too):
+
+- MCP calls, each under one of ``--mcp-tokens`` authorization tokens (a session each, so the
+  worker's bounded pool of sessions keeps closing and opening them);
+- a ``code_interpreter`` run;
+- a conversation: three turns, its items listed, one deleted, then the conversation;
+- ``/v1/responses/compact`` and ``/v1/responses/input_tokens``;
+- a ``store: false`` client-function round: the call, then its output sent with the items;
+- a background stream dropped after a few events and resumed with ``starting_after``: no
+  sequence number missing or repeated;
+- a four-deep ``previous_response_id`` chain over one WebSocket, ``store`` true and false in turn.
+
 Every process's RSS is sampled every ``--interval`` seconds. The first ``--warmup`` minutes are
 left out (pools, caches and the allocator fill up there); over the rest each process gets its
 growth and a least-squares slope in MB an hour. Writes ``bench/results/soak.json``.
@@ -29,7 +42,7 @@ from typing import Any
 
 import httpx
 import psutil
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from bench.fleet import Fleet
 from bench.run import RESULTS, provenance
@@ -37,6 +50,14 @@ from bench.run import RESULTS, provenance
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 INSTANT = [{"type": "internal", "name": "instant"}]
 CHAIN_DEPTH = 8
+INTERPRETER = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+LOOKUP = [
+    {
+        "type": "function",
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+]
 
 
 def slope_mb_per_hour(samples: Sequence[tuple[float, float]]) -> float:
@@ -64,8 +85,8 @@ class Mix:
         self.previous: str | None = None
         self.depth = 0
 
-    def run(self) -> None:
-        actions: list[Callable[[], bool]] = [
+    def actions(self) -> list[Callable[[], bool]]:
+        return [
             self.streamed,
             self.tool,
             self.background,
@@ -73,6 +94,9 @@ class Mix:
             self.chain,
             self.websocket,
         ]
+
+    def run(self) -> None:
+        actions = self.actions()
         while time.time() < self.deadline:
             action = random.choice(actions)
             try:
@@ -134,10 +158,141 @@ class Mix:
         socket_url = self.url.replace("http://", "ws://") + "/v1/responses"
         with connect(socket_url, proxy=None, open_timeout=30) as ws:
             ws.send(json.dumps({"type": "response.create", "input": "socket [tokens=20]"}))
-            while True:
-                event = json.loads(ws.recv(timeout=60))
-                if event["type"] in (*TERMINAL, "error"):
-                    return bool(event["type"] == "response.completed")
+            return ended(ws)["type"] == "response.completed"
+
+
+def ended(ws: ClientConnection) -> dict[str, Any]:
+    """The event that ends a socket's ``response.create``: terminal, or an ``error``."""
+    while True:
+        event: dict[str, Any] = json.loads(ws.recv(timeout=60))
+        if event["type"] in (*TERMINAL, "error"):
+            return event
+
+
+def answer_text(response: dict[str, Any]) -> str:
+    """The text of a response's last output item, a message."""
+    return str(response["output"][-1]["content"][0]["text"])
+
+
+class WideMix(Mix):
+    """:class:`Mix` and the rest of the API: MCP, the sandbox, conversations, compaction, token
+    counts, ``store: false`` rounds, resumed streams and WebSocket chains."""
+
+    def __init__(self, url: str, deadline: float, outcomes: Counter[str], lock: threading.Lock,
+                 *, mcp_url: str, mcp_tokens: int):  # fmt: skip
+        super().__init__(url, deadline, outcomes, lock)
+        self.mcp_url = mcp_url
+        self.mcp_tokens = mcp_tokens
+
+    def actions(self) -> list[Callable[[], bool]]:
+        return [
+            *super().actions(),
+            self.mcp,
+            self.code,
+            self.conversation,
+            self.compact,
+            self.count_tokens,
+            self.unstored_round,
+            self.resumed,
+            self.socket_chain,
+        ]
+
+    def mcp(self) -> bool:
+        server = {
+            "type": "mcp",
+            "server_label": "example",
+            "server_url": self.mcp_url,
+            "require_approval": "never",
+            "authorization": f"token-{random.randrange(self.mcp_tokens)}",
+        }
+        body = {"input": "echo add text=hello a=2 b=40", "tools": [server]}
+        response = self.client.post("/v1/responses", json=body).json()
+        calls = {item["name"]: item for item in response["output"] if item["type"] == "mcp_call"}
+        return bool(
+            response["status"] == "completed"
+            and calls["echo"]["output"] == "hello"
+            and json.loads(calls["add"]["output"]) == {"sum": 42}
+        )
+
+    def code(self) -> bool:
+        body = {"input": "please use code_interpreter code=```print(6*7)```", "tools": INTERPRETER}
+        response = self.client.post("/v1/responses", json=body).json()
+        return response["status"] == "completed" and answer_text(response) == "Tool results: 42"
+
+    def conversation(self) -> bool:
+        conversation = self.client.post("/v1/conversations", json={}).json()["id"]
+        for turn in range(3):
+            body = {"input": f"turn {turn} [tokens=10]", "conversation": conversation}
+            if self.client.post("/v1/responses", json=body).json()["status"] != "completed":
+                return False
+        path = f"/v1/conversations/{conversation}"
+        items = self.client.get(f"{path}/items", params={"limit": 100}).json()["data"]
+        removed = self.client.delete(f"{path}/items/{items[0]['id']}")
+        deleted = self.client.delete(path).json()
+        return len(items) == 6 and removed.status_code == 200 and deleted["deleted"] is True
+
+    def compact(self) -> bool:
+        history = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 20}
+            for i in range(8)
+        ]
+        body = {"model": "antwort-sim", "input": history}  # compact has no default model
+        answer = self.client.post("/v1/responses/compact", json=body)
+        return answer.status_code == 200 and bool(answer.json()["output"])
+
+    def count_tokens(self) -> bool:
+        body = {"input": "how many tokens is this " * 10, "tools": LOOKUP}
+        answer = self.client.post("/v1/responses/input_tokens", json=body)
+        return answer.status_code == 200 and answer.json()["input_tokens"] > 0
+
+    def unstored_round(self) -> bool:
+        asked: list[dict[str, Any]] = [{"role": "user", "content": "use lookup"}]
+        body = {"input": asked, "tools": LOOKUP, "store": False}
+        first = self.client.post("/v1/responses", json=body).json()
+        (call,) = first["output"]
+        result = {"type": "function_call_output", "call_id": call["call_id"], "output": "found"}
+        body["input"] = [*asked, call, result]
+        second = self.client.post("/v1/responses", json=body).json()
+        return bool(
+            call["type"] == "function_call"
+            and second["status"] == "completed"
+            and answer_text(second) == "Tool results: found"
+        )
+
+    def resumed(self) -> bool:
+        body = {"input": "resume me [tokens=100] [delay_ms=2]", "background": True, "stream": True}
+        seen: list[dict[str, Any]] = []
+        with self.client.stream("POST", "/v1/responses", json=body) as answer:
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+                    if len(seen) == 5:
+                        break  # the connection drops here
+        response_id = seen[0]["response"]["id"]
+        params = {"stream": "true", "starting_after": seen[-1]["sequence_number"]}
+        with self.client.stream("GET", f"/v1/responses/{response_id}", params=params) as answer:
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+        numbers = [event["sequence_number"] for event in seen]
+        in_order = numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+        return in_order and seen[-1]["type"] == "response.completed"
+
+    def socket_chain(self) -> bool:
+        socket_url = self.url.replace("http://", "ws://") + "/v1/responses"
+        previous: str | None = None
+        with connect(socket_url, proxy=None, open_timeout=30) as ws:
+            for turn in range(4):
+                create = {"type": "response.create", "input": f"turn {turn} [tokens=10]",
+                          "store": turn % 2 == 0}  # fmt: skip
+                if previous is not None:
+                    create["previous_response_id"] = previous
+                ws.send(json.dumps(create))
+                event = ended(ws)
+                if event["type"] != "response.completed":
+                    return False
+                previous = event["response"]["id"]
+        return True
 
 
 def sample(fleet: Fleet) -> dict[str, float]:
@@ -179,19 +334,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="minutes left out")
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between samples")
-    parser.add_argument("--out", default="soak.json")
+    parser.add_argument("--wide", action="store_true", help="the whole API (see above)")
+    parser.add_argument("--mcp-tokens", type=int, default=300, help="with --wide")
+    parser.add_argument("--out", help="default: soak.json, soak-wide.json with --wide")
     args = parser.parse_args(argv)
-    fleet = Fleet(inference_workers=1, worker_threads=16, tool_workers=1, tool_threads=8)
+    args.out = args.out or ("soak-wide.json" if args.wide else "soak.json")
+    extra = 1 if args.wide else 0
+    fleet = Fleet(inference_workers=1, worker_threads=16, tool_workers=1, tool_threads=8,
+                  mcp_workers=extra, sandbox_workers=extra)  # fmt: skip
     outcomes: Counter[str] = Counter()
     samples: list[tuple[float, dict[str, float]]] = []
     try:
         fleet.start()
         deadline = time.time() + args.minutes * 60
         lock = threading.Lock()
-        clients = [
-            threading.Thread(target=Mix(fleet.gateway_url, deadline, outcomes, lock).run)
+        mixes = [
+            WideMix(fleet.gateway_url, deadline, outcomes, lock, mcp_url=fleet.mcp_url,
+                    mcp_tokens=args.mcp_tokens)
+            if args.wide
+            else Mix(fleet.gateway_url, deadline, outcomes, lock)
             for _ in range(args.clients)
-        ]
+        ]  # fmt: skip
+        clients = [threading.Thread(target=mix.run) for mix in mixes]
         for client in clients:
             client.start()
         while time.time() < deadline:
@@ -207,6 +371,8 @@ def main(argv: list[str] | None = None) -> None:
         "minutes": args.minutes,
         "warmup_minutes": args.warmup,
         "clients": args.clients,
+        "wide": args.wide,
+        **({"mcp_tokens": args.mcp_tokens} if args.wide else {}),
         "outcomes": dict(sorted(outcomes.items())),
         "rss": summary(samples, args.warmup * 60),
         "samples": [{"t": round(t - samples[0][0], 1), "rss_mb": rss} for t, rss in samples],
