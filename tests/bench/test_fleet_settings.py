@@ -30,3 +30,17 @@ def test_run_parses_repeated_set_options() -> None:
 def test_a_setting_the_fleet_cannot_take_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"NAME=VALUE|cannot be given"):
         parse_setting(text)
+
+
+def test_a_wide_fleet_runs_the_example_mcp_server_and_the_mcp_and_sandbox_workers() -> None:
+    wide = Fleet(mcp_workers=1, sandbox_workers=1)
+
+    commands = wide.commands()
+
+    assert commands["mcp-server"][1:] == ["examples/mcp_server.py", "--port", str(wide.mcp_port)]
+    assert commands["mcp0"][-2:] == ["--queues", "tools.mcp"]
+    assert commands["sandbox0"][-2:] == ["--queues", "tools.sandbox"]
+    assert wide.env()["ANTWORT_MCP_ALLOWED_HOSTS"] == "127.0.0.1"
+    assert wide.mcp_url == f"http://127.0.0.1:{wide.mcp_port}/mcp"
+    assert {"mcp-server", "mcp0", "sandbox0"}.isdisjoint(Fleet().commands())
+    assert "ANTWORT_MCP_ALLOWED_HOSTS" not in Fleet().env()
