@@ -1,5 +1,6 @@
 """The synchronous MCP client and the executor against real MCP servers (subprocesses)."""
 
+import asyncio
 import gc
 import json
 import logging
@@ -18,6 +19,7 @@ from app.tools.mcp.client import (
     McpClient,
     McpTimeoutError,
     McpUnavailableError,
+    _until,
 )
 from app.tools.mcp.executor import McpExecutor
 from app.tools.mcp.security import Sealer, allowed_addresses
@@ -317,3 +319,40 @@ def test_a_call_carries_its_idempotency_key_in_meta(
 
     assert json.loads(keyed.content[0]["text"])[IDEMPOTENCY_META_KEY] == "r:c1"
     assert IDEMPOTENCY_META_KEY not in json.loads(unkeyed.content[0]["text"])
+
+
+def test_a_listen_stream_ending_after_its_session_closed_leaves_no_error_unretrieved() -> None:
+    """The session's task is cancelled while it waits for the stream, which then ends: asyncio
+    has no task error to log ("Task exception was never retrieved")."""
+
+    class EndsLater:
+        def __init__(self) -> None:
+            self.end = asyncio.Event()
+
+        def __aiter__(self) -> "EndsLater":
+            return self
+
+        async def __anext__(self) -> None:
+            await self.end.wait()
+            raise StopAsyncIteration  # the connection is gone
+
+    async def close_while_listening() -> list[dict[str, object]]:
+        loop = asyncio.get_running_loop()
+        logged: list[dict[str, object]] = []
+        loop.set_exception_handler(lambda _loop, context: logged.append(context))
+        events, stop = EndsLater(), loop.create_future()
+
+        async def hold() -> None:
+            async for _event in _until(events, stop):
+                pass
+
+        holding = asyncio.ensure_future(hold())
+        await asyncio.sleep(0.01)
+        holding.cancel()  # the session closes
+        await asyncio.gather(holding, return_exceptions=True)
+        events.end.set()
+        await asyncio.sleep(0.01)
+        gc.collect()  # an unretrieved task error is logged as the task is freed
+        return logged
+
+    assert asyncio.run(close_while_listening()) == []
