@@ -429,25 +429,25 @@ def _import_sdk() -> None:
 async def _until(events: Any, stop: asyncio.Future[Any]) -> Any:
     """Iterate ``events`` until ``stop`` completes.
 
-    Left while it waits (its task cancelled as the session closes), it cancels the step it
-    waited for: that step's end (the stream's, as the connection goes) is then nobody's to take,
-    and asyncio would log it as "Task exception was never retrieved".
+    However it is left (the stop, or its task cancelled as the session closes), it cancels the
+    step it waited for: that step's end (the stream's, as the connection goes) is then nobody's
+    to take, and asyncio would log it as "Task exception was never retrieved".
     """
     iterator = events.__aiter__()
-    while True:
-        step = asyncio.ensure_future(iterator.__anext__())
-        try:
+    step: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(iterator.__anext__())
             done, _ = await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
+            if stop in done:
+                return
+            try:
+                yield step.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        if step is not None:
             step.cancel()
-            raise
-        if stop in done:
-            step.cancel()
-            return
-        try:
-            yield step.result()
-        except StopAsyncIteration:
-            return
 
 
 def httpx2_host(url: str) -> str:
