@@ -264,7 +264,7 @@ class Fleet:
                     ready = client.get(f"{self.gateway_url}/readyz")
                     live = int(ready.json().get("checks", {}).get("inference_workers", "0"))
                     mcp_ok = not self.mcp_workers or (
-                        client.get(self.mcp_url.removesuffix("/mcp") + "/health").status_code == 200
+                        client.get(f"http://127.0.0.1:{self.mcp_port}/health").status_code == 200
                     )
                     if (
                         sim_ok

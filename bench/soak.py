@@ -32,12 +32,13 @@ growth and a least-squares slope in MB an hour. Writes ``bench/results/soak.json
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -82,6 +83,7 @@ class Mix:
         self.outcomes = outcomes
         self.lock = lock
         self.client = httpx.Client(base_url=url, timeout=60)
+        self.socket_url = url.replace("http://", "ws://") + "/v1/responses"
         self.previous: str | None = None
         self.depth = 0
 
@@ -109,12 +111,9 @@ class Mix:
 
     def streamed(self) -> bool:
         body = {"input": "hello [tokens=50]", "stream": True}
-        last: dict[str, Any] = {}
         with self.client.stream("POST", "/v1/responses", json=body) as answer:
-            for line in answer.iter_lines():
-                if line.startswith("data: {"):
-                    last = json.loads(line[6:])
-        return last.get("type") == "response.completed"
+            seen = list(sse_events(answer))
+        return bool(seen) and seen[-1]["type"] == "response.completed"
 
     def tool(self) -> bool:
         body = {"input": "use instant", "tools": INSTANT}
@@ -155,10 +154,16 @@ class Mix:
         return bool(response["status"] == "completed")
 
     def websocket(self) -> bool:
-        socket_url = self.url.replace("http://", "ws://") + "/v1/responses"
-        with connect(socket_url, proxy=None, open_timeout=30) as ws:
+        with connect(self.socket_url, proxy=None, open_timeout=30) as ws:
             ws.send(json.dumps({"type": "response.create", "input": "socket [tokens=20]"}))
             return ended(ws)["type"] == "response.completed"
+
+
+def sse_events(answer: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The events of a streamed answer, as they come."""
+    for line in answer.iter_lines():
+        if line.startswith("data: {"):
+            yield json.loads(line[6:])
 
 
 def ended(ws: ClientConnection) -> dict[str, Any]:
@@ -261,27 +266,19 @@ class WideMix(Mix):
 
     def resumed(self) -> bool:
         body = {"input": "resume me [tokens=100] [delay_ms=2]", "background": True, "stream": True}
-        seen: list[dict[str, Any]] = []
         with self.client.stream("POST", "/v1/responses", json=body) as answer:
-            for line in answer.iter_lines():
-                if line.startswith("data: {"):
-                    seen.append(json.loads(line[6:]))
-                    if len(seen) == 5:
-                        break  # the connection drops here
+            seen = list(itertools.islice(sse_events(answer), 5))  # then the connection drops
         response_id = seen[0]["response"]["id"]
         params = {"stream": "true", "starting_after": seen[-1]["sequence_number"]}
         with self.client.stream("GET", f"/v1/responses/{response_id}", params=params) as answer:
-            for line in answer.iter_lines():
-                if line.startswith("data: {"):
-                    seen.append(json.loads(line[6:]))
+            seen += sse_events(answer)
         numbers = [event["sequence_number"] for event in seen]
         in_order = numbers == list(range(numbers[0], numbers[0] + len(numbers)))
         return in_order and seen[-1]["type"] == "response.completed"
 
     def socket_chain(self) -> bool:
-        socket_url = self.url.replace("http://", "ws://") + "/v1/responses"
         previous: str | None = None
-        with connect(socket_url, proxy=None, open_timeout=30) as ws:
+        with connect(self.socket_url, proxy=None, open_timeout=30) as ws:
             for turn in range(4):
                 create = {"type": "response.create", "input": f"turn {turn} [tokens=10]",
                           "store": turn % 2 == 0}  # fmt: skip
