@@ -12,8 +12,8 @@ CODEX_VERSION := 0.171.0
 CODEX := $(VENV)/node/node_modules/.bin/codex
 CODEX_STAMP := $(VENV)/node/.codex-$(CODEX_VERSION)
 # The Vercel AI SDK's OpenAI provider for its end-to-end test (tests/e2e/test_ai_sdk.py), pinned.
-AI_SDK_VERSION := 7.0.173
-AI_SDK_OPENAI_VERSION := 4.0.118
+AI_SDK_VERSION := 7.0.185
+AI_SDK_OPENAI_VERSION := 4.0.126
 AI_SDK_STAMP := $(VENV)/node/.ai-sdk-$(AI_SDK_VERSION)-$(AI_SDK_OPENAI_VERSION)
 
 $(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
