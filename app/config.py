@@ -211,6 +211,16 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     """``json``: one JSON object a line, with ``response_id``, ``turn``, ``call_id`` and
     ``trace_id`` where known (:mod:`app.telemetry.logs`)."""
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    """The level of every process's logs: the gateway's (gunicorn's own among them) and the
+    workers' (``antwort worker --loglevel`` sets one worker's)."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        """``WARNING`` as well as ``warning`` (Celery's and Python's spelling)."""
+        return value.strip().lower() if isinstance(value, str) else value
+
     sim_port: int = 8090
     """Port of the simulator that ``antwort up`` starts when no model is configured."""
     mcp_servers_file: str | None = None

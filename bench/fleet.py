@@ -183,8 +183,9 @@ class Fleet:
             "gateway": gateway,
         }  # fmt: skip
         for i in range(self.inference_workers):
-            # ``python -m workers.main`` is what ``antwort worker`` execs; called directly to
-            # pass --loglevel WARNING (INFO logs two lines per task).
+            # ``python -m workers.main`` is what ``antwort worker`` execs; called directly so the
+            # shim can wrap it. ``--loglevel WARNING`` says what ANTWORT_LOG_LEVEL already does
+            # (INFO logs two lines per task), in the command recorded with every figure.
             entry = [*shim, "workers.main"] if shim else ["-m", "workers.main"]
             cmds[f"worker{i}"] = [py, *entry, "--queues", "inference", "--pool", "threads",
                                   "--concurrency", str(self.worker_threads),

@@ -33,8 +33,8 @@ timeout = 60  # gevent workers heartbeat between requests; long SSE streams are 
 graceful_timeout = 10
 accesslog = None
 errorlog = "-"
-loglevel = os.environ.get("ANTWORT_LOG_LEVEL", "info")
-_json_logs = logs.gunicorn_config(os.environ.get("ANTWORT_LOG_FORMAT", "text"))
+loglevel = os.environ.get("ANTWORT_LOG_LEVEL", "info").strip().lower()  # Settings.log_level
+_json_logs = logs.gunicorn_config(os.environ.get("ANTWORT_LOG_FORMAT", "text"), loglevel)
 if _json_logs is not None:
     logconfig_dict = _json_logs
 

@@ -8,7 +8,7 @@ from broker.telemetry import instrument_celery
 from gateway.factory import create_app
 
 settings = Settings()
-logs.configure(settings.log_format)
+logs.configure(settings.log_format, settings.log_level.upper())
 if tracing.setup("antwort-gateway"):
     instrument_celery()
 application = create_app(settings)

@@ -43,6 +43,8 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         extra.append(f"--concurrency={args.concurrency}")
     if args.pool:
         extra.append(f"--pool={args.pool}")
+    if args.loglevel:
+        extra.append(f"--loglevel={args.loglevel}")
     _exec(["-m", "workers.main", *extra])
     return 0  # pragma: no cover
 
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--queues", default="inference")
     worker.add_argument("--concurrency", type=int, default=None)
     worker.add_argument("--pool", default=None)
+    worker.add_argument("--loglevel", default=None, help="default: ANTWORT_LOG_LEVEL")
     worker.set_defaults(run=_worker)
     sim = sub.add_parser("sim", help="run the model simulator (not a real model)")
     sim.add_argument("--host", default="127.0.0.1")

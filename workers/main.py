@@ -109,7 +109,7 @@ def install_telemetry(pool: str, hostname: str) -> None:
     from workers.telemetry import TaskRecorder, child_port, process_name
 
     def setup_logging(loglevel: str | int | None = None, **_: object) -> None:
-        logs.configure(settings.log_format, loglevel or logging.INFO)
+        logs.configure(settings.log_format, loglevel or settings.log_level.upper())
 
     servers: list[MetricsServer] = []  # this pool child's, stopped when the child stops
 
@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues", default="inference")
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--pool", default=None, help="threads | prefork | solo")
-    parser.add_argument("--loglevel", default="INFO")
+    parser.add_argument("--loglevel", default=None, help="default: ANTWORT_LOG_LEVEL")
     args = parser.parse_args(argv)
+    args.loglevel = (args.loglevel or settings.log_level).upper()
     logs.configure(settings.log_format, args.loglevel)  # Celery's start warnings included
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = sorted(set(queues) - set(QUEUES))

@@ -88,10 +88,14 @@ def configure(log_format: str, level: str | int = logging.INFO) -> None:
     logging.captureWarnings(True)  # a library's warning is a line like the others
 
 
-def gunicorn_config(log_format: str) -> dict[str, Any] | None:
-    """Gunicorn's ``logconfig_dict`` for ``log_format`` (None: gunicorn's own, plain text)."""
+def gunicorn_config(log_format: str, level: str = "info") -> dict[str, Any] | None:
+    """Gunicorn's ``logconfig_dict`` for ``log_format`` at ``level``; None: gunicorn's own.
+
+    Gunicorn's own is plain text at its ``loglevel``; a ``logconfig_dict`` sets the levels itself.
+    """
     if log_format != "json":
         return None
+    level = level.upper()
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     return {
         "version": 1,
@@ -99,8 +103,8 @@ def gunicorn_config(log_format: str) -> dict[str, Any] | None:
         "formatters": {"json": {"()": f"{__name__}.JsonFormatter"}},
         "handlers": {"console": handler},
         "loggers": {
-            name: {"level": "INFO", "handlers": ["console"], "propagate": False}
+            name: {"level": level, "handlers": ["console"], "propagate": False}
             for name in ("gunicorn.error", "gunicorn.access")
         },
-        "root": {"level": "INFO", "handlers": ["console"]},
+        "root": {"level": level, "handlers": ["console"]},
     }

@@ -67,16 +67,11 @@ class Fleet:
         return dead
 
     def start_worker(
-        self, name: str, queues: str = "inference", *extra: str
+        self, name: str, queues: str = "inference", *extra: str, loglevel: str | None = "WARNING"
     ) -> subprocess.Popen[bytes]:
-        argv = [
-            sys.executable,
-            "-m",
-            "workers.main",
-            f"--queues={queues}",
-            "--loglevel=WARNING",
-            *extra,
-        ]
+        """A worker on ``queues`` at ``loglevel`` (None: ``ANTWORT_LOG_LEVEL``'s)."""
+        level = [] if loglevel is None else [f"--loglevel={loglevel}"]
+        argv = [sys.executable, "-m", "workers.main", f"--queues={queues}", *level, *extra]
         return self.spawn(name, argv)
 
     @contextmanager

@@ -27,15 +27,16 @@ def own_fleet(
     log_dir: Path,
     *,
     queues: tuple[str, ...] = ("inference", "tools.internal"),
-    loglevel: str = "WARNING",
+    loglevel: str | None = "WARNING",
     **env: str,
 ) -> Iterator[Fleet]:
-    """A gateway and one worker per queue, on ``base_env`` (the session fleet's) with ``env``."""
+    """A gateway and one worker per queue, on ``base_env`` (the session fleet's) with ``env``;
+    the workers log at ``loglevel`` (None: at ``ANTWORT_LOG_LEVEL``'s)."""
     prefix = f"antwort-e2e-{uuid.uuid4().hex[:8]}:"
     fleet_env = {**base_env, "ANTWORT_KEY_PREFIX": prefix, "ANTWORT_PORT": str(free_port()), **env}
-    workers = [(queue, (queue, f"--loglevel={loglevel}")) for queue in queues]
+    workers = [(queue, (queue,)) for queue in queues]
     try:
-        with _running(fleet_env, log_dir, workers) as running:
+        with _running(fleet_env, log_dir, workers, loglevel=loglevel) as running:
             yield running
     finally:
         client = redis.Redis.from_url(fleet_env["ANTWORT_REDIS_URL"])
@@ -92,7 +93,11 @@ def assert_a_chord_and_a_stream_complete(fleet: Fleet) -> dict[str, Any]:
 
 @contextmanager
 def _running(
-    env: dict[str, str], log_dir: Path, workers: Sequence[tuple[str, tuple[str, ...]]]
+    env: dict[str, str],
+    log_dir: Path,
+    workers: Sequence[tuple[str, tuple[str, ...]]],
+    *,
+    loglevel: str | None = "WARNING",
 ) -> Iterator[Fleet]:
     """A gateway on ``env``'s port and the named workers (``start_worker``'s arguments), until
     the block ends."""
@@ -100,7 +105,7 @@ def _running(
     try:
         running.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
         for name, args in workers:
-            running.start_worker(name, *args)
+            running.start_worker(name, *args, loglevel=loglevel)
         wait_ready(running.base_url)
         yield running
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import Fleet
 from tests.e2e.helpers import internal
-from tests.e2e.own_fleet import own_fleet
+from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, own_fleet
 
 SECRET = "sk-never-logged-0123456789"
 
@@ -77,3 +77,21 @@ def test_json_logs_carry_ids_one_line_per_task_and_no_secrets(json_fleet: Fleet)
         text = log.read_text()
         assert SECRET not in text
         assert "a private question" not in text  # no request bodies
+
+
+def test_every_process_logs_at_antwort_log_level(fleet: Fleet, tmp_path: Path) -> None:
+    """``ANTWORT_LOG_LEVEL`` sets the whole fleet's level: the gateway's (gunicorn's own
+    included, also in JSON) and that of workers started without ``--loglevel``."""
+    with own_fleet(
+        fleet.env,
+        tmp_path,
+        loglevel=None,
+        ANTWORT_LOG_FORMAT="json",
+        ANTWORT_LOG_LEVEL="WARNING",
+    ) as running:
+        assert_a_chord_and_a_stream_complete(running)  # at INFO, a line a task and more
+        running.stop_all()
+    logged = {log.name: lines(log) for log in tmp_path.glob("*.log")}
+    assert sorted(logged) == ["gateway.log", "inference.log", "tools.internal.log"]
+    below = [(name, line) for name, found in logged.items() for line in found]
+    assert [(name, line) for name, line in below if line["level"] in ("debug", "info")] == []

@@ -1,0 +1,30 @@
+"""``ANTWORT_LOG_LEVEL`` and ``antwort worker --loglevel`` (end to end: tests/e2e/test_logs.py)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+from programs import cli
+
+
+def test_the_level_is_read_in_any_case_and_an_unknown_one_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTWORT_LOG_LEVEL", raising=False)
+    assert Settings(log_level="WARNING").log_level == "warning"
+    assert Settings().log_level == "info"
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings(log_level="loud")
+
+
+def test_antwort_worker_passes_its_loglevel_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[list[str]] = []
+    monkeypatch.setattr(cli, "_exec", started.append)
+    cli.main(["worker", "--queues", "tools.mcp", "--loglevel", "debug"])
+    cli.main(["worker", "--queues", "tools.mcp"])  # ANTWORT_LOG_LEVEL's, read by the worker
+    assert started == [
+        ["-m", "workers.main", "--queues=tools.mcp", "--loglevel=debug"],
+        ["-m", "workers.main", "--queues=tools.mcp"],
+    ]
