@@ -21,6 +21,7 @@ def _comma_list(value: str | None) -> list[str]:
 
 ClientToolStatus = Literal["auto", "requires_action", "completed"]
 HostedToolPolicy = Literal["drop", "reject"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
 class Settings(BaseSettings):
@@ -211,7 +212,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     """``json``: one JSON object a line, with ``response_id``, ``turn``, ``call_id`` and
     ``trace_id`` where known (:mod:`app.telemetry.logs`)."""
-    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_level: LogLevel = "info"
     """The level of every process's logs: the gateway's (gunicorn's own among them) and the
     workers' (``antwort worker --loglevel`` sets one worker's)."""
 

@@ -13,8 +13,9 @@ import os
 import socket
 import threading
 import time
+from typing import get_args
 
-from app.config import Settings
+from app.config import LogLevel, Settings
 from app.fleet import QUEUES, make_store
 from app.store.fleet import HEARTBEAT_SECONDS
 from app.telemetry import logs, tracing
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 settings = Settings()
 celery = make_celery(settings, include=["workers.tasks"])
 
+LEVELS = tuple(level.upper() for level in get_args(LogLevel))
+"""What ``--loglevel`` takes, in any case (``ANTWORT_LOG_LEVEL``'s levels)."""
 _DEFAULT_POOL = {"inference": "threads", "tools.mcp": "threads", "tools.internal": "threads"}
 
 
@@ -154,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues", default="inference")
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--pool", default=None, help="threads | prefork | solo")
-    parser.add_argument("--loglevel", default=None, help="default: ANTWORT_LOG_LEVEL")
+    parser.add_argument(
+        "--loglevel", type=str.upper, choices=LEVELS, help="default: ANTWORT_LOG_LEVEL"
+    )
     args = parser.parse_args(argv)
     args.loglevel = (args.loglevel or settings.log_level).upper()
     logs.configure(settings.log_format, args.loglevel)  # Celery's start warnings included
