@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
@@ -28,3 +32,13 @@ def test_antwort_worker_passes_its_loglevel_on(monkeypatch: pytest.MonkeyPatch) 
         ["-m", "workers.main", "--queues=tools.mcp", "--loglevel=debug"],
         ["-m", "workers.main", "--queues=tools.mcp"],
     ]
+
+
+def test_a_worker_refuses_an_unknown_loglevel_naming_the_levels(redis_url: str) -> None:
+    env = {**os.environ, "ANTWORT_REDIS_URL": redis_url}
+    ran = subprocess.run(
+        [sys.executable, "-m", "workers.main", "--loglevel", "loud"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert "invalid choice: 'LOUD' (choose from 'DEBUG', 'INFO', 'WARNING'" in ran.stderr
