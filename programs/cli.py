@@ -12,6 +12,8 @@ import os
 import sys
 import tempfile
 
+from pydantic import ValidationError
+
 from app.config import Settings
 
 
@@ -128,7 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``antwort`` script."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args, Settings()))
+    try:
+        settings = Settings()
+    except ValidationError as exc:  # a line a setting (its value may be a secret: not shown)
+        for error in exc.errors():
+            name = "_".join(str(part) for part in error["loc"]).upper()
+            print(f"antwort: {f'ANTWORT_{name}: ' if name else ''}{error['msg']}", file=sys.stderr)
+        return 2
+    return int(args.run(args, settings))
 
 
 if __name__ == "__main__":
