@@ -131,16 +131,22 @@ def test_a_chord_leaves_no_subscription_or_pending_result_behind(
 ) -> None:
     # Celery's Redis backend subscribed the sender to each member's result channel as it
     # recorded the chord, and held the results pending: nobody waits on them, so a worker kept
-    # both for good (celery#4824; 4.3 KB and two channels a two-call chord)
+    # both for good (celery#4824; 4.3 KB and two channels a two-call chord). The group's
+    # barrier subscribed again as it sent each member; the result unsubscribed as it went, but
+    # nobody read the replies, so redis-py kept every channel (474 B a two-call chord, the
+    # soak's inference worker some 2,000 channels a thread after 30 minutes).
     for turn in range(1, 4):
         fleet_dispatcher.enqueue_tools(
             "resp_h",
             [(f"call_{turn}a", "tools.internal"), (f"call_{turn}b", "tools.mcp")],
             then_turn=turn,
         )
+    gc.collect()  # the members' results, which unsubscribe as they go
 
     assert redis_client.pubsub_channels(f"{key_prefix}*") == []
-    assert not fleet_dispatcher.celery.backend.result_consumer.subscribed_to
+    consumer = fleet_dispatcher.celery.backend.result_consumer
+    assert not consumer.subscribed_to
+    assert consumer._pubsub is None  # no pub/sub connection: nothing subscribed, nothing unread
 
 
 def _comparable(message: dict[str, Any]) -> dict[str, Any]:
