@@ -93,5 +93,7 @@ def test_every_process_logs_at_antwort_log_level(fleet: Fleet, tmp_path: Path) -
         running.stop_all()
     logged = {log.name: lines(log) for log in tmp_path.glob("*.log")}
     assert sorted(logged) == ["gateway.log", "inference.log", "tools.internal.log"]
-    below = [(name, line) for name, found in logged.items() for line in found]
-    assert [(name, line) for name, line in below if line["level"] in ("debug", "info")] == []
+    quieter = ("debug", "info")
+    assert [
+        (name, line) for name, found in logged.items() for line in found if line["level"] in quieter
+    ] == []
