@@ -25,7 +25,7 @@ def _exec(argv: list[str]) -> None:
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from programs.limits import files_needed, raise_open_files
 
-    logging.basicConfig(level=logging.INFO, format="antwort gateway: %(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="antwort gateway: %(message)s")
     raise_open_files(files_needed(settings))
     os.environ.setdefault("ANTWORT_GATEWAY_WORKERS", str(args.workers or settings.gateway_workers))
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -54,7 +54,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 def _sim(args: argparse.Namespace, settings: Settings) -> int:
     from programs.simulator import SimConfig, serve
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
     config = SimConfig(
         ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, default_tokens=args.tokens
     )

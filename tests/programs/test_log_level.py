@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
 from programs import cli
+from programs.supervisor import free_port
 
 
 def test_the_level_is_read_in_any_case_and_an_unknown_one_refused(
@@ -42,3 +45,25 @@ def test_a_worker_refuses_an_unknown_loglevel_naming_the_levels(redis_url: str) 
     )  # fmt: skip
     assert ran.returncode == 2
     assert "invalid choice: 'LOUD' (choose from 'DEBUG', 'INFO', 'WARNING'" in ran.stderr
+
+
+def test_antwort_sim_logs_at_antwort_log_level() -> None:
+    port = free_port()
+    env = {**os.environ, "ANTWORT_LOG_LEVEL": "warning"}
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "programs.cli", "sim", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the simulator did not start"
+                time.sleep(0.05)
+    finally:
+        sim.terminate()
+        output, _ = sim.communicate(timeout=30)
+    assert output == ""  # not its INFO line "… listening on …"
