@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from app.config import Settings
 from programs import cli
 from programs.supervisor import free_port
+from tests.support.sentinel import wait_for
 
 
 def test_the_level_is_read_in_any_case_and_an_unknown_one_refused(
@@ -54,15 +54,15 @@ def test_antwort_sim_logs_at_antwort_log_level() -> None:
         [sys.executable, "-m", "programs.cli", "sim", "--port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+    def serving() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the simulator did not start"
-                time.sleep(0.05)
+        wait_for(serving, timeout=30, what="the simulator")
     finally:
         sim.terminate()
         output, _ = sim.communicate(timeout=30)
