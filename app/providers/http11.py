@@ -17,7 +17,9 @@ It sits behind ``ANTWORT_LEAN_HTTP`` (on by default; off: httpx's own transport 
 server), and a canary test pins the httpx and httpcore versions it was measured and tested with.
 
 Connections are kept alive and reused per origin. One that the server closed while idle is
-noticed (it reads as ready) and dropped before a request is sent on it.
+noticed (it reads as ready) and dropped before a request is sent on it; one idle for
+:data:`~app.keepalive.KEEPALIVE_EXPIRY_SECONDS` is dropped unused, before the server's own
+timeout could close it under a request (:mod:`app.keepalive`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import http.client
 import select
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 
 import httpx
+
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 
 _READ_SIZE = 65_536
 _Origin = tuple[str, int]
@@ -38,9 +43,16 @@ _Origin = tuple[str, int]
 class Http11Transport(httpx.BaseTransport):
     """``http://`` requests over :class:`http.client.HTTPConnection`, pooled per origin."""
 
-    def __init__(self, *, max_idle_per_origin: int = 64):
+    def __init__(
+        self,
+        *,
+        max_idle_per_origin: int = 64,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY_SECONDS,
+    ):
         self._max_idle = max_idle_per_origin
-        self._idle: dict[_Origin, list[http.client.HTTPConnection]] = {}
+        self._keepalive_expiry = keepalive_expiry
+        self._idle: dict[_Origin, list[tuple[http.client.HTTPConnection, float]]] = {}
+        """Per origin, each idle connection with the time it was checked in."""
         self._lock = threading.Lock()
         self._closed = False
 
@@ -92,7 +104,7 @@ class Http11Transport(httpx.BaseTransport):
             self._closed = True
             idle, self._idle = self._idle, {}
         for conns in idle.values():
-            for conn in conns:
+            for conn, _ in conns:
                 conn.close()
 
     def _checkout(self, origin: _Origin) -> http.client.HTTPConnection | None:
@@ -102,16 +114,19 @@ class Http11Transport(httpx.BaseTransport):
                 conns = self._idle.get(origin)
                 if not conns:
                     return None
-                conn = conns.pop()
-            if conn.sock is not None and not _readable(conn.sock):
+                conn, since = conns.pop()
+            is_fresh = time.monotonic() - since < self._keepalive_expiry
+            if is_fresh and conn.sock is not None and not _readable(conn.sock):
                 return conn
-            conn.close()  # closed by the server (EOF reads as ready), or sent us stray bytes
+            # Idle too long (the server may be closing it), closed by the server (EOF reads as
+            # ready), or it sent us stray bytes.
+            conn.close()
 
     def _checkin(self, origin: _Origin, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             conns = self._idle.setdefault(origin, [])
             if not self._closed and len(conns) < self._max_idle:
-                conns.append(conn)
+                conns.append((conn, time.monotonic()))
                 return
         conn.close()
 

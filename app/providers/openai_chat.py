@@ -19,6 +19,7 @@ from app.errors import (
     MODEL_REFUSED_PROMPT,
     UpstreamError,
 )
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.protocol.response import InputTokensDetails, OutputTokensDetails, Usage
 from app.providers.chunks import (
     Chunk,
@@ -49,7 +50,11 @@ def model_http_client(
     return httpx.Client(
         timeout=timeout or httpx.Timeout(300.0, connect=10.0),
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        limits=httpx.Limits(
+            max_connections=256,
+            max_keepalive_connections=64,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+        ),
         mounts=lean_mounts() if lean_http else None,
     )
 

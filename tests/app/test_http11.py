@@ -18,10 +18,12 @@ import httpx
 import pytest
 
 from app.errors import UpstreamError
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.providers.chunks import TextDelta
 from app.providers.http11 import Http11Transport, _Frames, lean_mounts
 from app.providers.openai_chat import ChatCompletionsProvider, model_http_client
 from app.providers.translate import ModelRequest
+from tests.support.idle_close import closing_idle_connections
 from tests.support.serving import serving
 
 
@@ -223,12 +225,39 @@ def test_http11_drops_an_idle_connection_the_server_closed_meanwhile(server: _Se
     transport = Http11Transport()
     with httpx.Client(transport=transport) as client:
         assert client.post(f"{server.url}/echo", content="a").text == "echo:a"
-        [[idle]] = transport._idle.values()
+        [[(idle, _)]] = transport._idle.values()
         assert idle.sock is not None
         idle.sock.shutdown(socket.SHUT_RD)  # reads as EOF, as a server's close would
         assert client.post(f"{server.url}/echo", content="b").text == "echo:b"
 
     assert len({port for port, _, _ in server.requests}) == 2
+
+
+@pytest.mark.parametrize("lean_http", [True, False], ids=["lean", "httpx"])
+def test_a_connection_idle_for_the_keepalive_expiry_is_not_reused(
+    server: _Server, lean_http: bool
+) -> None:
+    """A server closing idle connections soon after 4 s never sees a model call on one.
+
+    uvicorn (vLLM's server), Node and Hypercorn close a connection idle for 5 s; a call sent on
+    it as they do is reset unread. Before, the lean transport reused a connection however long
+    it idled, and httpx's own up to 5 s: the call failed and the provider retried it after
+    half a second.
+    """
+    idle_seconds = KEEPALIVE_EXPIRY_SECONDS + 0.5
+    with (
+        closing_idle_connections(server.server_address[1], idle_seconds=idle_seconds) as proxy,
+        model_http_client(lean_http=lean_http) as client,
+    ):
+        url = f"http://127.0.0.1:{proxy.port}/echo"
+        assert client.post(url, content="a").text == "echo:a"
+        assert client.post(url, content="b").text == "echo:b"
+        assert proxy.connections == 1  # kept alive while in use
+        time.sleep(idle_seconds + 0.2)
+        assert client.post(url, content="c").text == "echo:c"
+
+    assert proxy.resets == 0
+    assert proxy.connections == 2
 
 
 def test_http11_reuses_a_connection_whose_descriptor_is_past_1024(

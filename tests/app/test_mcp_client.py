@@ -13,6 +13,7 @@ import pytest
 
 from app.config import Settings
 from app.errors import UpstreamError
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.tools.base import McpToolRef, ToolCall, ToolDefinition, ToolKind
 from app.tools.mcp.client import (
     IDEMPOTENCY_META_KEY,
@@ -25,6 +26,7 @@ from app.tools.mcp.executor import McpExecutor
 from app.tools.mcp.security import Sealer, allowed_addresses
 from app.tools.mcp.servers import McpServers
 from app.tools.mcp.target import ServerTarget
+from tests.support.idle_close import closing_idle_connections
 from tests.support.mcp_servers import (
     PIXEL_PNG,
     RunningServer,
@@ -235,6 +237,37 @@ def test_eight_parallel_calls_share_one_session(
         thread.join(30)
     assert results == ["together"] * 8
     assert client.session_count() == 1
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["configured", "pinned"])
+def test_a_connection_idle_for_the_keepalive_expiry_is_not_reused(
+    http_server: RunningServer, pinned: bool
+) -> None:
+    """A server closing idle connections soon after 4 s never sees a call on one.
+
+    uvicorn (the MCP SDK's servers), Node and Hypercorn close a connection idle for 5 s; a call
+    sent on it as they do is reset unread. Before, httpx kept connections for 5 s: such a call
+    failed ("closed the connection"), and the SDK ended its session with every call on it (in
+    the wide soak, one MCP call in some 19,000).
+    """
+    idle_seconds = KEEPALIVE_EXPIRY_SECONDS + 0.5
+    port = int(http_server.url.split(":")[2].split("/")[0])
+    mcp = McpClient(address_policy=(lambda host: ["127.0.0.1"]) if pinned else None)
+    try:
+        with closing_idle_connections(port, idle_seconds=idle_seconds) as proxy:
+            tgt = target(
+                f"http://127.0.0.1:{proxy.port}/mcp", is_configured=not pinned, timeout_seconds=10
+            )
+            for text in ("a", "b"):
+                assert (
+                    mcp.call_tool(tgt, "echo", {"text": text}).content[0]["text"] == f"unit: {text}"
+                )
+            time.sleep(idle_seconds + 0.2)
+            assert mcp.call_tool(tgt, "echo", {"text": "c"}).content[0]["text"] == "unit: c"
+            assert proxy.resets == 0
+            assert mcp.session_count() == 1
+    finally:
+        mcp.close()
 
 
 def test_sse_and_stdio_transports(client: McpClient) -> None:

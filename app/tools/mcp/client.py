@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from app.errors import UpstreamError
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.tools.mcp.target import ServerTarget
 
 if TYPE_CHECKING:
@@ -457,6 +458,15 @@ def httpx2_host(url: str) -> str:
     return str(httpx2.URL(url).host)
 
 
+def _limits() -> Any:
+    """Httpx's default pool bounds, with idle connections dropped early (:mod:`app.keepalive`)."""
+    import httpx2
+
+    return httpx2.Limits(
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS
+    )
+
+
 def _pinned_transport(policy: AddressPolicy) -> Any:
     """An HTTP transport that connects only to addresses ``policy`` allows, checked at connect.
 
@@ -503,7 +513,7 @@ def _pinned_transport(policy: AddressPolicy) -> Any:
         async def sleep(self, seconds: float) -> None:
             await self.inner.sleep(seconds)
 
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport = httpx2.AsyncHTTPTransport(trust_env=False, limits=_limits())
     transport._pool._network_backend = PinnedBackend()
     return transport
 
@@ -538,6 +548,7 @@ async def _transport(
             headers=headers,
             timeout=timeout or httpx2.Timeout(connect_timeout, read=read_timeout),
             auth=auth,
+            limits=_limits(),
             transport=None if policy is None else _pinned_transport(policy),
             trust_env=policy is None,
         )
