@@ -221,6 +221,39 @@ def test_a_dropped_session_reconnects(client: McpClient) -> None:
         again.stop()
 
 
+@pytest.mark.parametrize("handshake_era", [True, False], ids=["2025-era", "2026-07-28"])
+def test_a_session_the_server_forgot_is_started_again(
+    client: McpClient, handshake_era: bool
+) -> None:
+    """A server that restarted (or expired the session) answers its requests 404.
+
+    The next call starts a new session and is sent there, once. Before, a 2025-era session (no
+    listen stream to end it) answered every call "Session not found" while it was in use.
+    """
+    port = free_port()
+    servers: list[RunningServer] = []
+
+    def restart(name: str) -> None:
+        if servers:
+            servers[-1].stop()
+        servers.append(
+            start_server("streamable-http", name=name, port=port, handshake_era=handshake_era)
+        )
+
+    tgt = target(f"http://127.0.0.1:{port}/mcp")
+    try:
+        restart("first")
+        assert client.call_tool(tgt, "echo", {"text": "a"}).content[0]["text"] == "first: a"
+        restart("second")
+        assert client.call_tool(tgt, "echo", {"text": "b"}).content[0]["text"] == "second: b"
+        restart("third")
+        assert "echo" in [tool.name for tool in client.list_tools(tgt)]
+        assert client.call_tool(tgt, "echo", {"text": "c"}).content[0]["text"] == "third: c"
+        assert client.session_count() == 1
+    finally:
+        servers[-1].stop()
+
+
 def test_eight_parallel_calls_share_one_session(
     client: McpClient, http_server: RunningServer
 ) -> None:

@@ -24,8 +24,10 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
@@ -193,15 +195,18 @@ def start_server(
     port: int | None = None,
     any_host: bool = False,
     runs_file: str | None = None,
+    handshake_era: bool = False,
 ) -> RunningServer:
     """Start a server over ``streamable-http`` or ``sse`` and wait until it accepts connections.
 
     ``any_host``: accept requests whatever their ``Host`` header (for names pinned to loopback).
     ``runs_file``: where ``counted`` logs its runs.
+    ``handshake_era``: answer as a 2025-era server (``initialize``, no ``server/discover``).
     """
     port = port or free_port()
     argv = ["-m", "tests.support.mcp_servers", "--transport", transport, "--port", str(port)]
     argv += ["--name", name, *(["--any-host"] if any_host else [])]
+    argv += ["--handshake-era"] if handshake_era else []
     path = "/mcp" if transport == "streamable-http" else "/sse"
     env = {RUNS_FILE_VARIABLE: runs_file} if runs_file else {}
     return _started(argv, port, path, env=env)
@@ -262,6 +267,55 @@ def running(
         server.stop()
 
 
+class _HandshakeEra:
+    """ASGI middleware: the server as a 2025-era one, which knows no ``server/discover``.
+
+    It answers the probe as those servers answer any request but ``initialize`` without a
+    session (400, "Missing session ID"), so the client falls back to the ``initialize``
+    handshake, and the session is the 2025 kind: no ``subscriptions/listen`` stream.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers", ())) if scope["type"] == "http" else {}
+        if scope["type"] != "http" or scope["method"] != "POST" or b"mcp-session-id" in headers:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        with contextlib.suppress(ValueError, AttributeError):
+            request = json.loads(body)
+            if request.get("method") == "server/discover":
+                error = {"code": -32600, "message": "Bad Request: Missing session ID"}
+                reply = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": reply.encode()})
+                return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 def main() -> None:
     """Run one test server in the foreground."""
     parser = argparse.ArgumentParser()
@@ -269,6 +323,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--name", default="srv")
     parser.add_argument("--any-host", action="store_true", help="accept any Host header")
+    parser.add_argument(
+        "--handshake-era", action="store_true", help="answer as a 2025-era server (no discover)"
+    )
     args = parser.parse_args()
     server = build_server(args.name)
     security = (
@@ -278,6 +335,9 @@ def main() -> None:
         server.run("stdio")
     elif args.transport == "sse":
         server.run("sse", host="127.0.0.1", port=args.port, transport_security=security)
+    elif args.handshake_era:
+        app = server.streamable_http_app(transport_security=security, host="127.0.0.1")
+        uvicorn.run(_HandshakeEra(app), host="127.0.0.1", port=args.port, log_level="warning")
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.port, transport_security=security)
 

@@ -86,9 +86,17 @@ class CallOutcome:
 
 
 @dataclass(slots=True)
+class _Forgotten:
+    """Set when the server answered this session's request with 404: it no longer knows it."""
+
+    is_set: bool = False
+
+
+@dataclass(slots=True)
 class _Session:
     client: Any
     stop: asyncio.Event
+    forgotten: _Forgotten
     task: asyncio.Task[None] | None = None
     alive: bool = True
     busy: int = 0
@@ -212,18 +220,19 @@ class McpClient:
         cached = self._pool.listings.get(target.key)
         if cached is not None and cached.expires > time.monotonic():
             return cached.tools
-        async with self._using(target) as session:
-            try:
-                tools: list[ListedTool] = []
-                cursor: str | None = None
-                for _ in range(100):  # a server that pages forever cannot hang us
-                    page = await session.client.session.list_tools(params=_page(cursor))
-                    tools.extend(_listed(tool) for tool in page.tools)
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        break
-            except Exception as exc:  # the SDK raises transport errors of many kinds
-                raise self._failure(target, exc) from None
+
+        async def list_all(session: _Session) -> list[ListedTool]:
+            tools: list[ListedTool] = []
+            cursor: str | None = None
+            for _ in range(100):  # a server that pages forever cannot hang us
+                page = await session.client.session.list_tools(params=_page(cursor))
+                tools.extend(_listed(tool) for tool in page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            return tools
+
+        tools = await self._on_session(target, list_all)
         self._pool.listings[target.key] = _Listing(
             tools=tools, expires=time.monotonic() + self.list_ttl_seconds
         )
@@ -236,21 +245,41 @@ class McpClient:
         arguments: dict[str, Any],
         meta: dict[str, Any] | None,
     ) -> CallOutcome:
-        async with self._using(target) as session:
-            try:
-                result = await session.client.call_tool(
-                    name,
-                    arguments,
-                    read_timeout_seconds=target.timeout_seconds,
-                    meta=cast("RequestParamsMeta", meta),
-                )
-            except Exception as exc:  # the SDK raises transport errors of many kinds
-                raise self._failure(target, exc) from None
+
+        async def call(session: _Session) -> Any:
+            return await session.client.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=target.timeout_seconds,
+                meta=cast("RequestParamsMeta", meta),
+            )
+
+        result = await self._on_session(target, call)
         return CallOutcome(
             content=[block.model_dump(mode="json", exclude_none=True) for block in result.content],
             structured=result.structured_content,
             is_error=bool(result.is_error),
         )
+
+    async def _on_session(self, target: ServerTarget, use: Callable[[_Session], Awaitable[T]]) -> T:
+        """``use`` on the target's session; on a new session if the server had forgotten it.
+
+        A server forgets a session when it restarts, or expires or evicts it, and answers its
+        requests with 404; the client must then start a new one (MCP, Streamable HTTP, "Session
+        Management"). A 2026-07-28 session learns it as its listen stream ends; a 2025-era one
+        has no such stream, and would answer every call "Session not found" for good. The
+        request the server refused was not run, so it is sent once more, on a new session.
+        """
+        for is_last in (False, True):
+            async with self._using(target) as session:
+                try:
+                    return await use(session)
+                except Exception as exc:  # the SDK raises transport errors of many kinds
+                    if not session.forgotten.is_set or is_last:
+                        raise self._failure(target, exc) from None
+            logger.info("MCP server %s forgot its session; starting a new one", target.label)
+            self._retire(target.key, session)
+        raise AssertionError("unreachable")
 
     def _failure(self, target: ServerTarget, exc: BaseException) -> UpstreamError:
         """An SDK error as ours; a connection that failed leaves the pool."""
@@ -343,9 +372,10 @@ class McpClient:
                 # asyncio.timeout, not wait_for: wait_for (Python 3.11) runs the connect in a
                 # task of its own, and the SDK's scopes must be left in the task that entered
                 # them (else every close fails and keeps the session).
+                forgotten = _Forgotten()
                 async with asyncio.timeout(self.connect_timeout_seconds):
-                    client = await self._connect(stack, target)
-                session = _Session(client=client, stop=asyncio.Event())
+                    client = await self._connect(stack, target, forgotten)
+                session = _Session(client=client, stop=asyncio.Event(), forgotten=forgotten)
                 session.task = asyncio.current_task()
                 self._pool.sessions[target.key] = session
                 self._pool.opening.pop(target.key, None)
@@ -364,7 +394,9 @@ class McpClient:
                 if self._pool.sessions.get(target.key) is session:
                     del self._pool.sessions[target.key]
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, target: ServerTarget) -> Any:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, target: ServerTarget, forgotten: _Forgotten
+    ) -> Any:
         from mcp import Client
 
         async def on_message(message: Any) -> None:
@@ -372,7 +404,7 @@ class McpClient:
                 self._pool.listings.pop(target.key, None)
 
         policy = None if target.is_configured else self._policy
-        transport = await _transport(stack, target, self.connect_timeout_seconds, policy)
+        transport = await _transport(stack, target, self.connect_timeout_seconds, policy, forgotten)
         client = Client(
             transport,
             cache=None,
@@ -410,6 +442,13 @@ class McpClient:
         if session is not None:
             session.alive = False
             session.stop.set()
+
+    def _retire(self, key: str, session: _Session) -> None:
+        """Close ``session``, and take it from the pool if a newer one has not replaced it."""
+        if self._pool.sessions.get(key) is session:
+            del self._pool.sessions[key]
+        session.alive = False
+        session.stop.set()
 
     async def _close_all(self) -> None:
         sessions = list(self._pool.sessions.values())
@@ -523,8 +562,12 @@ async def _transport(
     target: ServerTarget,
     connect_timeout: float,
     policy: AddressPolicy | None,
+    forgotten: _Forgotten,
 ) -> Any:
-    """The SDK transport for a target (entered HTTP clients are closed with ``stack``)."""
+    """The SDK transport for a target (entered HTTP clients are closed with ``stack``).
+
+    ``forgotten`` is set when the server answers a request of the session with 404.
+    """
     import httpx2
     from mcp import StdioServerParameters, stdio_client
     from mcp.client.sse import sse_client
@@ -541,6 +584,10 @@ async def _transport(
     assert target.url is not None
     read_timeout = max(300.0, target.timeout_seconds)
 
+    async def notice_forgotten(response: Any) -> None:
+        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            forgotten.is_set = True
+
     def http_client(
         headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
     ) -> Any:
@@ -549,6 +596,7 @@ async def _transport(
             timeout=timeout or httpx2.Timeout(connect_timeout, read=read_timeout),
             auth=auth,
             limits=_limits(),
+            event_hooks={"response": [notice_forgotten]},
             transport=None if policy is None else _pinned_transport(policy),
             trust_env=policy is None,
         )
