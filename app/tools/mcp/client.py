@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sys
 import threading
@@ -33,6 +34,7 @@ from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.tools.mcp.target import ServerTarget
 
 if TYPE_CHECKING:
+    import httpx2
     from mcp_types import RequestParamsMeta
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,8 @@ TIMEOUT_CODE = -32001
 """The JSON-RPC code the SDK gives a request that timed out."""
 CLOSED_CODE = -32000
 """The JSON-RPC code the SDK gives a request whose connection closed."""
+UNANSWERED_CODE = -32098
+"""The JSON-RPC code of a request whose own connection failed before the server answered."""
 IDEMPOTENCY_META_KEY = "antwort/idempotency_key"
 """The ``_meta`` entry of a ``tools/call`` request that carries the call's idempotency key."""
 
@@ -291,6 +295,8 @@ class McpClient:
                 return McpTimeoutError(
                     f"MCP server '{target.label}' did not answer within {seconds:g} s."
                 )
+            if exc.code == UNANSWERED_CODE and self._is_alive(target):  # the session carries on
+                return McpUnavailableError(f"MCP server '{target.label}': {exc.message}")
             if exc.code == CLOSED_CODE or not self._is_alive(target):
                 self._drop(target.key)
                 return McpUnavailableError(f"MCP server '{target.label}' closed the connection.")
@@ -506,6 +512,55 @@ def _limits() -> Any:
     )
 
 
+def _failing_alone(inner: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTransport:
+    """``inner``, with a request whose connection failed before any answer failing alone.
+
+    The SDK (2.3) ends the whole session when one request's HTTP exchange fails before the
+    server answered (python-sdk#3522): every call in flight on the session fails with it, calls
+    the server is running among them. Here such a failure of a JSON-RPC request (a call, a
+    listing) is answered to the SDK as the server would refuse it: a JSON-RPC error for that
+    request alone (:data:`UNANSWERED_CODE`), which the session carries on past. The handshake
+    and notifications fail as before; so does anything once an answer has begun.
+    """
+    import httpx2
+
+    class FailingAlone(httpx2.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            try:
+                return await inner.handle_async_request(request)
+            except httpx2.TransportError as exc:
+                request_id = _request_id(request)
+                if request_id is None:
+                    raise
+                message = f"the connection failed before it answered: {_describe(exc)}"
+                error = {"code": UNANSWERED_CODE, "message": message}
+                return httpx2.Response(
+                    502, json={"jsonrpc": "2.0", "id": request_id, "error": error}, request=request
+                )
+
+        async def aclose(self) -> None:
+            await inner.aclose()
+
+    return FailingAlone()
+
+
+def _request_id(request: Any) -> Any:
+    """The id of the JSON-RPC request a POST carries, unless it is part of the handshake."""
+    if request.method != "POST":
+        return None
+    try:
+        message = json.loads(request.content)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(message, dict) or message.get("method") in _HANDSHAKE_METHODS:
+        return None
+    return message.get("id")  # None for a notification
+
+
+_HANDSHAKE_METHODS = frozenset({"initialize", "server/discover"})
+"""Left to fail as they do: the SDK reads a failed discover probe as an older server."""
+
+
 def _pinned_transport(policy: AddressPolicy) -> Any:
     """An HTTP transport that connects only to addresses ``policy`` allows, checked at connect.
 
@@ -589,15 +644,23 @@ async def _transport(
             forgotten.is_set = True
 
     def http_client(
-        headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+        headers: dict[str, str] | None = None,
+        timeout: Any = None,
+        auth: Any = None,
+        *,
+        fails_alone: bool = False,
     ) -> Any:
+        transport = (
+            httpx2.AsyncHTTPTransport(trust_env=True, limits=_limits())
+            if policy is None
+            else _pinned_transport(policy)
+        )
         return httpx2.AsyncClient(
             headers=headers,
             timeout=timeout or httpx2.Timeout(connect_timeout, read=read_timeout),
             auth=auth,
-            limits=_limits(),
             event_hooks={"response": [notice_forgotten]},
-            transport=None if policy is None else _pinned_transport(policy),
+            transport=_failing_alone(transport) if fails_alone else transport,
             trust_env=policy is None,
         )
 
@@ -609,7 +672,7 @@ async def _transport(
             sse_read_timeout=read_timeout,
             httpx_client_factory=http_client,
         )
-    http = http_client(headers)
+    http = http_client(headers, fails_alone=True)
     await stack.enter_async_context(http)
     return streamable_http_client(target.url, http_client=http)
 
