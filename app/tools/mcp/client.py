@@ -13,6 +13,11 @@ user's own token makes a session of its own: unbounded, they held a connection e
 Listings are cached per key for a TTL and dropped when the server announces
 ``tools/list_changed`` (a ``subscriptions/listen`` stream on 2026-07-28 connections, the
 ``notifications/tools/list_changed`` message on older ones).
+
+A server that forgot a session (it restarted, or expired it) answers its requests 404: the
+session is started again and the request sent once more, there. A request whose own HTTP
+connection failed before the server answered fails alone; the session and the other calls in
+flight on it carry on (:func:`_failing_alone`).
 """
 
 from __future__ import annotations
@@ -504,7 +509,7 @@ def httpx2_host(url: str) -> str:
 
 
 def _limits() -> Any:
-    """Httpx's default pool bounds, with idle connections dropped early (:mod:`app.keepalive`)."""
+    """The pool bounds httpx sets by default; idle connections dropped early (app.keepalive)."""
     import httpx2
 
     return httpx2.Limits(
