@@ -1,4 +1,4 @@
-"""How long the fleet reuses an idle connection to a model server or an MCP server.
+"""How long the fleet reuses an idle connection: to a model server, an MCP server, a fetched site.
 
 A server closes a keep-alive connection that stayed idle for its own timeout: 5 s for uvicorn
 (vLLM's OpenAI server, the MCP Python SDK's servers), Node's http server and Hypercorn. A

@@ -1,15 +1,20 @@
 """The internal tool registry: initialize on worker start, shut down on worker stop."""
 
+import http.server
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 from app.tools.internal import Registry, load_registry
-from app.tools.internal.builtins import evaluate
+from app.tools.internal.builtins import HttpFetch, evaluate
 from app.tools.internal.host import HostedExecutor
+from tests.support.idle_close import closing_idle_connections
+from tests.support.serving import serving
 
 
 def test_registry_leaves_out_a_tool_whose_initialize_raises(
@@ -146,3 +151,38 @@ def test_hosted_calls_reuse_a_host_across_threads_and_a_new_one_follows_a_kill()
     assert (failed.output, failed.is_error) == ("Error: failing_tool exploded", True)
     assert (after.call_id, after.output) == ("d", "fast_echo done")
     executor.close()
+
+
+class _Pages(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keeps connections alive
+
+    def do_GET(self) -> None:
+        body = b"a page"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_http_fetch_does_not_reuse_a_connection_idle_for_the_keepalive_expiry() -> None:
+    """A site closing idle connections soon after 4 s never sees a fetch on one (app.keepalive)."""
+    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+    pages.daemon_threads = True
+    idle_seconds = KEEPALIVE_EXPIRY_SECONDS + 0.5
+    fetch = HttpFetch(allowed_hosts=["127.0.0.1"], max_bytes=1000)
+    with (
+        serving(pages),
+        closing_idle_connections(pages.server_address[1], idle_seconds=idle_seconds) as proxy,
+    ):
+        url = f"http://127.0.0.1:{proxy.port}/"
+        call = ToolCall(id="f", name="http_fetch", arguments=json.dumps({"url": url}))
+        assert "a page" in str(fetch.execute(call).output)
+        time.sleep(idle_seconds + 0.2)
+        result = fetch.execute(call)
+        fetch.shutdown()
+    assert not result.is_error, result.output
+    assert proxy.resets == 0

@@ -19,6 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from app.config import Settings
+from app.keepalive import KEEPALIVE_EXPIRY_SECONDS
 from app.tools.base import ToolCall, ToolDefinition, ToolKind, ToolResult
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -266,6 +267,11 @@ class HttpFetch:
                 self.max_bytes = settings.fetch_max_bytes
         self._client = httpx.Client(
             timeout=httpx.Timeout(10.0, connect=5.0),
+            limits=httpx.Limits(  # httpx's default bounds; idle connections dropped early
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+            ),
             follow_redirects=False,
             transport=self._transport,
             headers={"User-Agent": "antwort-http-fetch/1"},
