@@ -314,16 +314,18 @@ def test_a_call_whose_connection_failed_before_any_answer_fails_alone(
     port = int(http_server.url.split(":")[2].split("/")[0])
     mcp = McpClient()
     try:
-        with closing_idle_connections(port, idle_seconds=0.5) as proxy:
+        # Margins of 1.5 s each way: the running call is sent well within the proxy's idle
+        # limit, and the lost one well past it yet well within the client's 4 s keep-alive.
+        with closing_idle_connections(port, idle_seconds=1.5) as proxy:
             tgt = target(f"http://127.0.0.1:{proxy.port}/mcp", timeout_seconds=10)
             warm = [mcp.submit_call(tgt, "slow", {"seconds": 0.3}) for _ in range(3)]
             assert [call.result().content[0]["text"] for call in warm] == ["slept 0.3"] * 3
-            running_call = mcp.submit_call(tgt, "slow", {"seconds": 3})
-            time.sleep(1.0)  # the pooled connections idle: the proxy resets the next request
+            running_call = mcp.submit_call(tgt, "slow", {"seconds": 5})
+            time.sleep(2.5)  # the other pooled connections idle: the proxy resets the next request
             with pytest.raises(UpstreamError) as lost:
                 mcp.call_tool(tgt, "echo", {"text": "lost"})
             assert proxy.resets == 1
-            assert running_call.result().content[0]["text"] == "slept 3.0"
+            assert running_call.result().content[0]["text"] == "slept 5.0"
             assert "the connection failed before it answered" in str(lost.value)
             assert mcp.call_tool(tgt, "echo", {"text": "x"}).content[0]["text"] == "unit: x"
             assert mcp.session_count() == 1
