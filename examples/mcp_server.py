@@ -24,6 +24,7 @@ import argparse
 import datetime as dt
 from typing import Annotated, TypedDict
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
@@ -33,6 +34,8 @@ from starlette.responses import JSONResponse, Response
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 PATH = "/mcp"
+GRACEFUL_SHUTDOWN_SECONDS = 3
+"""On SIGTERM, how long calls in flight may finish before open streams are cut."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -118,12 +121,21 @@ def main(argv: list[str] | None = None) -> None:
         help="a Host header name to accept besides loopback (repeatable)",
     )
     args = parser.parse_args(argv)
-    build_server().run(
-        "streamable-http",
-        host=args.host,
-        port=args.port,
+    server = build_server()
+    app = server.streamable_http_app(
         streamable_http_path=PATH,
         transport_security=transport_security(args.host, args.allowed_host),
+        host=args.host,
+    )
+    # What MCPServer.run("streamable-http") does, with a bound on the graceful shutdown: uvicorn
+    # otherwise waits on SIGTERM until every open stream ends, and each fleet worker keeps a
+    # change-notification stream open per session, so the server would never stop by itself.
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=server.settings.log_level.lower(),
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
 
 

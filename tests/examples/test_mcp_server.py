@@ -13,6 +13,8 @@ import httpx
 import pytest
 from mcp import Client
 
+from app.tools.mcp.client import McpClient
+from app.tools.mcp.target import ServerTarget
 from tests.support.mcp_servers import RunningServer, start_example_server
 
 
@@ -113,3 +115,22 @@ def test_example_server_allowed_host_keeps_dns_rebinding_protection() -> None:
         f"127.0.0.1:{port}": 200,
         f"attacker.example:{port}": 421,
     }
+
+
+def test_a_sigterm_stops_the_server_while_a_fleet_worker_holds_a_session() -> None:
+    """uvicorn waits on SIGTERM until every open stream ends; a fleet session keeps one open.
+
+    The fleet's MCP client holds a change-notification stream for each session. Before, the
+    example server then never stopped on SIGTERM (compose waited out its grace period and killed
+    it); now the streams are cut after a short grace.
+    """
+    server = start_example_server()
+    client = McpClient()
+    try:
+        target = ServerTarget(label="example", url=server.url, is_configured=True)
+        assert client.call_tool(target, "add", {"a": 1, "b": 2}).structured == {"sum": 3}
+        server.process.terminate()
+        server.process.wait(timeout=15)  # the grace is 3 s
+    finally:
+        server.stop()
+        client.close()
