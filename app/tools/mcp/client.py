@@ -449,10 +449,9 @@ class McpClient:
             await session.stop.wait()
 
     def _drop(self, key: str) -> None:
-        session = self._pool.sessions.pop(key, None)
+        session = self._pool.sessions.get(key)
         if session is not None:
-            session.alive = False
-            session.stop.set()
+            self._retire(key, session)
 
     def _retire(self, key: str, session: _Session) -> None:
         """Close ``session``, and take it from the pool if a newer one has not replaced it."""
