@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fleet import ROOT
+from programs.supervisor import wait_for_port
 
 _STAND_IN = """
 import json, sys, uvicorn
@@ -58,18 +59,13 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 
 
 def _serve(argv: list[str], port: int) -> subprocess.Popen[bytes]:
-    import socket
-
     process = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return process
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"{argv[0]} did not start")
+    try:
+        wait_for_port(port, timeout=30.0, what=argv[0])
+    except SystemExit:
+        process.kill()
+        raise
+    return process
 
 
 class _Retries(logging.Handler):

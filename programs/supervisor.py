@@ -107,8 +107,8 @@ def run(settings: Settings) -> int:
                     child.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
                 )
                 if child.name == "redis":
-                    _wait_for_port(int(env["ANTWORT_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]))
-            _wait_for_port(settings.port, timeout=60.0, what="the gateway")
+                    wait_for_port(int(env["ANTWORT_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]))
+            wait_for_port(settings.port, timeout=60.0, what="the gateway")
             print(
                 f"antwort: fleet up — gateway on http://{settings.host}:{settings.port}/v1"
                 + (
@@ -156,7 +156,8 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _wait_for_port(port: int, timeout: float = 10.0, what: str = "embedded Redis") -> None:
+def wait_for_port(port: int, timeout: float = 10.0, what: str = "embedded Redis") -> None:
+    """Return once ``port`` on loopback accepts a connection; exit naming ``what`` if it won't."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
