@@ -279,8 +279,11 @@ class _HandshakeEra:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        headers = dict(scope.get("headers", ())) if scope["type"] == "http" else {}
-        if scope["type"] != "http" or scope["method"] != "POST" or b"mcp-session-id" in headers:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or b"mcp-session-id" in dict(scope["headers"])
+        ):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
