@@ -5,13 +5,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+QUEUE_UNAVAILABLE_MESSAGE = "The server cannot reach its task queue right now; please retry."
+"""What a client is told (503) when its request's work could not be queued."""
+
+QUEUE_FULL_MESSAGE = "The server's task queue is out of memory right now; please retry later."
+"""What a client is told (503) when the broker refused its request's work for memory."""
+
 
 class QueueUnavailableError(Exception):
     """The fleet's queues cannot be reached now (the broker is away): a send to retry later."""
 
+    client_message = QUEUE_UNAVAILABLE_MESSAGE
+    """What the client whose request it was is told, with a 503."""
 
-QUEUE_UNAVAILABLE_MESSAGE = "The server cannot reach its task queue right now; please retry."
-"""What a client is told (503) when its request's work could not be queued."""
+
+class QueueFullError(QueueUnavailableError):
+    """The broker's Redis refused the message for memory (at ``maxmemory``, ``noeviction``).
+
+    Also a send to retry later: Redis takes writes again once expiries and deletes free room.
+    """
+
+    client_message = QUEUE_FULL_MESSAGE
 
 
 class Dispatcher(Protocol):

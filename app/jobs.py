@@ -39,7 +39,7 @@ import redis
 
 from app.aead import MissingSecretError
 from app.config import Settings
-from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
+from app.dispatch import Dispatcher, QueueUnavailableError
 from app.errors import (
     AppError,
     InvalidRequestError,
@@ -192,7 +192,8 @@ def _enqueue(queue: JobQueue, kind: JobKind, job_id: str) -> None:
     try:
         queue.enqueue_job(kind, job_id)
     except QueueUnavailableError as exc:
-        raise retry_later(QUEUE_UNAVAILABLE_MESSAGE) from exc
+        logger.warning("answered 503, the %s job was not queued: %s", kind, exc)
+        raise retry_later(exc.client_message) from exc
     except Exception as exc:
         logger.exception("could not enqueue the %s job", kind)
         raise ServerError(f"The server could not queue the {_named(kind)}.") from exc

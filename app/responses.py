@@ -16,7 +16,7 @@ from app import cooperation, references, validation
 from app.choices import check_forced_tool_kept, check_tool_choice
 from app.config import Settings
 from app.conversation import History, chain_history, conversation_history
-from app.dispatch import QUEUE_UNAVAILABLE_MESSAGE, Dispatcher, QueueUnavailableError
+from app.dispatch import Dispatcher, QueueUnavailableError
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, retry_later
 from app.fairness import FairShare
 from app.ids import check_response_id
@@ -547,7 +547,8 @@ def _enqueue_first_turn(
     """Watch and queue the first turn, or park it behind the tenant's running responses.
 
     A send that fails fails the stored response, so that the client's retry is the only run of
-    it: a broker that cannot be reached is a 503 to retry, anything else a 500.
+    it: a broker that cannot be reached, or refuses the message for memory, is a 503 to retry,
+    anything else a 500.
     """
     store = fair.store
     try:
@@ -557,7 +558,8 @@ def _enqueue_first_turn(
             store, response_id, code="server_error", message="The fleet could not be reached."
         )
         if isinstance(exc, QueueUnavailableError):
-            raise retry_later(QUEUE_UNAVAILABLE_MESSAGE) from exc
+            logger.warning("answered 503, %s was not queued: %s", response_id, exc)
+            raise retry_later(exc.client_message) from exc
         logger.exception("could not enqueue the response")
         raise ServerError("The server could not queue the response.") from exc
 

@@ -11,7 +11,7 @@ from celery import Celery, chord, signature
 from kombu.exceptions import OperationalError
 
 from app.config import Settings
-from app.dispatch import QueueUnavailableError
+from app.dispatch import QueueFullError, QueueUnavailableError
 from broker.publish import Publisher, make_publisher, send_options
 from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
 
@@ -22,11 +22,20 @@ def broker_sends(what: str) -> Iterator[None]:
 
     Either publisher has ridden out a short outage by then: the direct one as every Redis
     command of the fleet does (``redis_outage_seconds``), Celery's with its publish retry policy.
+    A message the broker's Redis refused for memory is a :class:`QueueFullError` (kombu's
+    publish wraps Redis's refusal in an ``OperationalError``).
     """
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
-        raise QueueUnavailableError(f"could not queue {what}: {exc}") from exc
+    except (redis.ConnectionError, redis.TimeoutError, redis.OutOfMemoryError) as exc:
+        raise _unqueued(what, exc) from exc
+    except OperationalError as exc:
+        raise _unqueued(what, exc.__cause__ or exc) from exc
+
+
+def _unqueued(what: str, exc: BaseException) -> QueueUnavailableError:
+    error = QueueFullError if isinstance(exc, redis.OutOfMemoryError) else QueueUnavailableError
+    return error(f"could not queue {what}: {exc}")
 
 
 class CeleryDispatcher:

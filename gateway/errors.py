@@ -73,10 +73,21 @@ def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Resp
     return render(retry_later("The server cannot reach its store right now; please retry."))
 
 
+def _render_full(exc: redis.OutOfMemoryError) -> Response:
+    """Redis refused a write for memory (at its ``maxmemory``, ``noeviction``): a 503 to retry.
+
+    Redis takes writes again once expiries and deletes free room; nothing is wrong with the
+    request. Logged without a traceback, as :func:`_render_unavailable`.
+    """
+    logger.warning("answered 503, the store is out of memory: %r", exc)
+    return render(retry_later("The server's store is out of memory right now; please retry later."))
+
+
 def register(app: Flask) -> None:
     """Install the handlers: ours, the store's, werkzeug's HTTP errors, and a last resort."""
     app.register_error_handler(AppError, render)
     app.register_error_handler(redis.ConnectionError, _render_unavailable)
     app.register_error_handler(redis.TimeoutError, _render_unavailable)
+    app.register_error_handler(redis.OutOfMemoryError, _render_full)
     app.register_error_handler(HTTPException, _render_http)
     app.register_error_handler(Exception, _render_unexpected)

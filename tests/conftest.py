@@ -20,6 +20,7 @@ from app.keys import CLUSTER_SHARDS, Keys
 from app.store import ResponseStore
 from programs.supervisor import embedded_redis_argv, free_port
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
+from tests.support.private_redis import PrivateRedis
 from tests.support.recording import Recorder, RecordingSimulator, recording_simulator
 from tests.support.recording import base_url as sim_base_url
 from tests.support.sockets import ConnectOrigins, connections_to, redis_port
@@ -170,6 +171,15 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     client = redis.Redis.from_url(redis_url)
     delete_prefix(client, prefix)
     client.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A ``redis-server`` of this test's own, to stop, fill or break (the shared one never)."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from app.store.base import StoreBase, text
+
+logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 1.0
 """How often a worker marks itself alive."""
@@ -137,12 +142,19 @@ class Fleet(StoreBase):
         return sum(int(count) for count in pipe.execute())
 
     def record_failure(self, kind: str, code: str) -> None:
-        """Remember a failure for ``antwort status`` (the newest :data:`FAILURES_KEPT`)."""
+        """Remember a failure for ``antwort status`` (the newest :data:`FAILURES_KEPT`).
+
+        Best effort: a failure already stored is not undone by its count's write failing (a
+        Redis out of memory refuses the ``LPUSH`` that the failure's own script got past).
+        """
         entry = json.dumps({"at": time.time(), "kind": kind, "code": code})
         pipe = self.redis.pipeline(transaction=False)
         pipe.lpush(self.keys.failures, entry)
         pipe.ltrim(self.keys.failures, 0, FAILURES_KEPT - 1)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("a %s failure (%s) was not recorded: %r", kind, code, exc)
 
     def recent_failures(self) -> list[dict[str, Any]]:
         """The failures remembered, newest first."""

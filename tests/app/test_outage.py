@@ -7,7 +7,6 @@ machine's shared Redis is never touched.
 import json
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,17 +23,9 @@ from app.store.status import ResponseStatus
 from broker.celery_app import make_celery
 from tests.app.test_lease import lapse_claim
 from tests.app.test_relay import Follower, _MutedKeys, complete, delta, new_response
-from tests.support.chaos import PrivateRedis
 from tests.support.dispatch import RecordingDispatcher
+from tests.support.private_redis import PrivateRedis
 from tests.support.responses import stored_response
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

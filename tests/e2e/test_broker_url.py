@@ -19,7 +19,7 @@ import redis
 from tests.conftest import delete_prefix
 from tests.e2e.conftest import Fleet
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
-from tests.support.chaos import PrivateRedis
+from tests.support.private_redis import PrivateRedis
 
 
 @contextlib.contextmanager

@@ -25,7 +25,6 @@ from tests.support.chaos import (
     ChaosFleet,
     ChaosModel,
     Outcome,
-    PrivateRedis,
     cancel_race,
     conversation_kill,
     gateway_kill,
@@ -36,6 +35,7 @@ from tests.support.chaos import (
     start_fleet,
     tool_kill,
 )
+from tests.support.private_redis import PrivateRedis
 
 RECOVERY_MAX = 30.0
 """Seconds from a fault to the next event (and to ``/readyz`` dropping a dead worker)."""

@@ -21,8 +21,8 @@ import redis
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
-from tests.support.chaos import running_redis
 from tests.support.cluster import ClusterUnavailableError, LocalCluster, cluster_binaries
+from tests.support.private_redis import running_redis
 from tests.support.sentinel import SentinelSet
 from tests.support.tls import make_certificates
 

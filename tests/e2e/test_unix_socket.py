@@ -17,7 +17,7 @@ import redis
 
 from programs.supervisor import embedded_redis_argv
 from tests.e2e.own_fleet import assert_a_chord_and_a_stream_complete, small_fleet
-from tests.support.chaos import running_redis
+from tests.support.private_redis import running_redis
 
 PASSWORD = "p@ss word"
 

@@ -13,6 +13,7 @@ from openai.types import ErrorObject
 from werkzeug.test import TestResponse
 
 from app.config import Settings
+from app.dispatch import Dispatcher
 from gateway.factory import create_app
 from tests.support.dispatch import RecordingDispatcher, RecordingJobQueue
 from tests.support.hub import stop_hub
@@ -31,15 +32,19 @@ def make_app(
 ) -> Iterator[Callable[..., Flask]]:
     """A gateway on this test's Redis prefix that queues nothing; settings as keywords.
 
+    ``queue_with``: a dispatcher that does queue, instead.
+
     A ``client`` given is the gateway's own: closed, with its pool, after its hub stops (which
     uses it last).
     """
     apps: list[tuple[Flask, redis.Redis | None]] = []
 
-    def make(*, client: redis.Redis | None = None, **overrides: Any) -> Flask:
+    def make(
+        *, client: redis.Redis | None = None, queue_with: Dispatcher | None = None, **overrides: Any
+    ) -> Flask:
         app = create_app(
             make_settings(**overrides),
-            dispatcher=dispatcher,
+            dispatcher=queue_with or dispatcher,
             redis_client=client or redis_client,
             job_queue=RecordingJobQueue(),
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,13 +30,13 @@ from typing import Any
 
 import httpx
 import psutil
-import redis
 
 from programs.simulator.behaviour import SimConfig
 from programs.simulator.server import SimulatorServer, _Handler
-from programs.supervisor import embedded_redis_argv, free_port
+from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, fleet_env, wait_ready
 from tests.support.mcp_servers import RunningServer, start_server
+from tests.support.private_redis import PrivateRedis
 
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "response.cancelled"}
@@ -86,75 +85,6 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
                 child.kill()
     proc.kill()
     proc.wait(timeout=15)
-
-
-def redis_started(url: str, server: subprocess.Popen[bytes], *, seconds: float = 20) -> bool:
-    """Wait until the ``redis-server`` ``server`` answers at ``url``: True; False if it exited.
-
-    Raises:
-        RuntimeError: it neither answered nor exited within ``seconds``.
-    """
-    deadline = time.monotonic() + seconds
-    with redis.Redis.from_url(url, socket_connect_timeout=0.5) as client:
-        while True:
-            with contextlib.suppress(redis.RedisError):
-                if client.ping():
-                    return True
-            if server.poll() is not None:
-                return False
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server at {url} did not answer in {seconds} s")
-            time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def running_redis(argv: list[str], url: str, log: Path) -> Iterator[bool]:
-    """Run the ``redis-server`` of ``argv`` (its output to ``log``) for the block; whether it
-    answered at ``url`` (False: it exited, see the log). Stopped after (SIGTERM)."""
-    with open(log, "wb") as out:
-        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield redis_started(url, server)
-    finally:
-        server.terminate()
-        server.wait(15)
-
-
-class PrivateRedis:
-    """A ``redis-server`` of our own with AOF (``appendfsync always``) in ``directory``."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _argv(self) -> list[str]:
-        binary = shutil.which("redis-server")
-        argv = (
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
-            if binary
-            else embedded_redis_argv(self.port, str(self.directory))
-        )
-        return [*argv, "--appendonly", "yes", "--appendfsync", "always", "--save", ""]
-
-    def start(self) -> None:
-        """Start (again, on the same AOF) and wait until it answers (bounded)."""
-        log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(self._argv(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        if not redis_started(self.url, self.proc):
-            raise RuntimeError(f"private redis-server did not start on {self.port}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop the server (SIGTERM: it writes the AOF out and exits)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
 
 
 # -- the model with a kill switch --------------------------------------------------------------
