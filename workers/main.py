@@ -11,9 +11,12 @@ import ctypes.util
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from typing import get_args
+
+import redis
 
 from app.config import LogLevel, Settings
 from app.fleet import QUEUES, make_store
@@ -71,6 +74,8 @@ def _heartbeat(queues: list[str], hostname: str, metrics_url: str, threads: int)
             if beats % _FORGET_EVERY == 0:
                 store.forget_metrics_urls(QUEUES)
                 store.forget_worker_threads(QUEUES)
+        except redis.RedisError as exc:  # Redis away, or full: its message says all, each beat
+            logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)
@@ -195,6 +200,20 @@ def main(argv: list[str] | None = None) -> None:
 def _run_worker(
     queues: list[str], *, pool: str, concurrency: int, hostname: str, args: argparse.Namespace
 ) -> None:
+    """Run Celery's worker; exit with its code when it stopped for an error.
+
+    (``Celery.worker_main`` drops that code: a worker that died of an unrecoverable error, such
+    as a broker refusing its consumer's start, exited 0, and a supervisor restarting only failed
+    processes left it down.) The code is read off the worker as it stops.
+    """
+    from celery import signals
+
+    codes: list[int | None] = []
+
+    def stopped(sender: object, **_: object) -> None:
+        codes.append(getattr(sender, "exitcode", None))
+
+    signals.worker_shutdown.connect(stopped, weak=False)
     quiet = ["--quiet"] if settings.log_format == "json" else []  # no banner among the JSON
     celery.worker_main(
         [
@@ -209,6 +228,8 @@ def _run_worker(
             "--without-mingle",
         ]
     )
+    if codes and codes[-1]:
+        sys.exit(codes[-1])
 
 
 if __name__ == "__main__":
