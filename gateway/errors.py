@@ -67,9 +67,10 @@ def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Resp
     """Redis away longer than the outage a command rides out, or no pooled connection in time.
 
     A 503 the client may retry (the SDKs do), not a 500: nothing is wrong with the request or
-    the fleet's code. Logged without a traceback, as a burst may answer thousands of them.
+    the fleet's code. Logged without a traceback, as a burst may answer thousands of them, but
+    with the error's message (redis-py's ``repr`` of an error is its kind alone).
     """
-    logger.warning("answered 503, the store is unavailable: %r", exc)
+    logger.warning("answered 503, the store is unavailable: %s: %s", type(exc).__name__, exc)
     return render(retry_later("The server cannot reach its store right now; please retry."))
 
 
@@ -79,7 +80,7 @@ def _render_full(exc: redis.OutOfMemoryError) -> Response:
     Redis takes writes again once expiries and deletes free room; nothing is wrong with the
     request. Logged without a traceback, as :func:`_render_unavailable`.
     """
-    logger.warning("answered 503, the store is out of memory: %r", exc)
+    logger.warning("answered 503, the store is out of memory: %s: %s", type(exc).__name__, exc)
     return render(retry_later("The server's store is out of memory right now; please retry later."))
 
 

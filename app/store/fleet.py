@@ -154,7 +154,9 @@ class Fleet(StoreBase):
         try:
             pipe.execute()
         except redis.RedisError as exc:
-            logger.warning("a %s failure (%s) was not recorded: %r", kind, code, exc)
+            logger.warning(
+                "a %s failure (%s) was not recorded: %s: %s", kind, code, type(exc).__name__, exc
+            )
 
     def recent_failures(self) -> list[dict[str, Any]]:
         """The failures remembered, newest first."""

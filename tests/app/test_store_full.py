@@ -24,7 +24,7 @@ def store(private_redis: PrivateRedis) -> Iterator[ResponseStore]:
 
 
 def test_a_response_is_failed_when_redis_refuses_its_failure_count(
-    private_redis: PrivateRedis, store: ResponseStore
+    private_redis: PrivateRedis, store: ResponseStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The failure's script gets through (Redis lets a script finish once it has written);
     the count kept for ``antwort status`` is refused (a plain ``LPUSH``). Failing the response
@@ -41,3 +41,5 @@ def test_a_response_is_failed_when_redis_refuses_its_failure_count(
     stored = store.load(rid)
     assert stored is not None and stored.response.status is ResponseStatus.FAILED
     assert store.recent_failures() == []  # refused, and only that
+    assert "not recorded: OutOfMemoryError: " in caplog.text
+    assert "command not allowed when used memory" in caplog.text

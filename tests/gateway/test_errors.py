@@ -123,6 +123,7 @@ def test_errors_a_request_that_gets_no_pooled_connection_in_time_is_503_to_retry
     assert (error.type, error.code) == ("server_error", "service_unavailable")
     assert answer.headers["Retry-After"] == "1"
     assert "Traceback" not in caplog.text
+    assert "ConnectionError: No connection available" in caplog.text  # the cause, not its kind
     assert web.get("/v1/responses/resp_x").status_code == 404  # served again once freed
 
 

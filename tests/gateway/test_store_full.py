@@ -128,3 +128,4 @@ def test_any_write_refused_for_memory_is_503_to_retry(
     assert error.message == "The server's store is out of memory right now; please retry later."
     assert answer.headers["Retry-After"] == "1"
     assert "Traceback" not in caplog.text
+    assert "OutOfMemoryError: command not allowed when used memory" in caplog.text
