@@ -5,8 +5,8 @@ parses replies and packs commands with hiredis's C code whenever it can import `
 (a pinned dependency), and ``ANTWORT_HIREDIS=0`` makes it not importable here, so redis-py,
 kombu's Redis transport included, stays on its pure-Python parser and packer. That must happen
 before anything imports ``redis``: every process of the fleet imports this package before
-anything else that does (``gateway/__init__``, ``workers/__init__``; tests/app/test_hiredis.py holds
-them to it).
+anything else that does (``gateway/__init__``, ``workers/__init__``;
+tests/app/test_hiredis.py holds them to it).
 """
 
 from __future__ import annotations
