@@ -8,9 +8,6 @@ from typing import Protocol
 QUEUE_UNAVAILABLE_MESSAGE = "The server cannot reach its task queue right now; please retry."
 """What a client is told (503) when its request's work could not be queued."""
 
-QUEUE_FULL_MESSAGE = "The server's task queue is out of memory right now; please retry later."
-"""What a client is told (503) when the broker refused its request's work for memory."""
-
 
 class QueueUnavailableError(Exception):
     """The fleet's queues cannot be reached now (the broker is away): a send to retry later."""
@@ -19,13 +16,18 @@ class QueueUnavailableError(Exception):
     """What the client whose request it was is told, with a 503."""
 
 
-class QueueFullError(QueueUnavailableError):
-    """The broker's Redis refused the message for memory (at ``maxmemory``, ``noeviction``).
+class QueueRefusedError(QueueUnavailableError):
+    """The broker's Redis is up but refuses writes for now: a send to retry later.
 
-    Also a send to retry later: Redis takes writes again once expiries and deletes free room.
+    Out of memory, unable to save to its disk, too few replicas (:mod:`app.refusals`).
     """
 
-    client_message = QUEUE_FULL_MESSAGE
+    def __init__(self, detail: str, client_message: str):
+        super().__init__(detail, client_message)  # both in args: it pickles
+        self.client_message = client_message
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class Dispatcher(Protocol):

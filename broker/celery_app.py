@@ -54,6 +54,10 @@ def make_celery(settings: Settings, *, include: Sequence[str] = ()) -> Celery:
         result_backend_transport_options=transport,
         visibility_timeout=settings.task_visibility_timeout_seconds,
         broker_connection_retry_on_startup=True,
+        # A Redis that refuses writes for now (app.refusals) refuses the consumer's BRPOP, or
+        # its queue declare: the consumer connects again until Redis takes them. Without it the
+        # worker stopped, "Unrecoverable error" (tests/workers/test_redis_refusals.py).
+        broker_channel_error_retry=True,
         # Celery's own sends (chords, ``ANTWORT_FAST_PUBLISH=0``) ride out an outage as the
         # fleet's Redis clients do (app.fleet.outage_retry)
         task_publish_retry_policy={

@@ -11,7 +11,8 @@ from celery import Celery, chord, signature
 from kombu.exceptions import OperationalError
 
 from app.config import Settings
-from app.dispatch import QueueFullError, QueueUnavailableError
+from app.dispatch import QueueRefusedError, QueueUnavailableError
+from app.refusals import queue_message, refusal_of
 from broker.publish import Publisher, make_publisher, send_options
 from broker.routing import INFERENCE_QUEUE, RUN_TOOL_CALL, RUN_TURN, tool_task_id, turn_task_id
 
@@ -22,20 +23,22 @@ def broker_sends(what: str) -> Iterator[None]:
 
     Either publisher has ridden out a short outage by then: the direct one as every Redis
     command of the fleet does (``redis_outage_seconds``), Celery's with its publish retry policy.
-    A message the broker's Redis refused for memory is a :class:`QueueFullError` (kombu's
-    publish wraps Redis's refusal in an ``OperationalError``).
+    A message the broker's Redis refused (out of memory, unable to save to its disk: see
+    :mod:`app.refusals`) is a :class:`QueueRefusedError`; kombu's publish wraps the refusal in an
+    ``OperationalError``.
     """
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError, redis.OutOfMemoryError) as exc:
-        raise _unqueued(what, exc) from exc
-    except OperationalError as exc:
-        raise _unqueued(what, exc.__cause__ or exc) from exc
-
-
-def _unqueued(what: str, exc: BaseException) -> QueueUnavailableError:
-    error = QueueFullError if isinstance(exc, redis.OutOfMemoryError) else QueueUnavailableError
-    return error(f"could not queue {what}: {exc}")
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise QueueUnavailableError(f"could not queue {what}: {exc}") from exc
+    except (redis.ResponseError, OperationalError) as exc:
+        cause = exc.__cause__ if isinstance(exc, OperationalError) and exc.__cause__ else exc
+        why = refusal_of(cause)
+        if why is not None:
+            raise QueueRefusedError(f"could not queue {what}: {cause}", queue_message(why)) from exc
+        if isinstance(exc, OperationalError):
+            raise QueueUnavailableError(f"could not queue {what}: {exc}") from exc
+        raise
 
 
 class CeleryDispatcher:

@@ -9,6 +9,7 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from app.errors import AppError, ServerError, retry_later
+from app.refusals import refusal_of, store_message
 
 logger = logging.getLogger(__name__)
 
@@ -74,14 +75,17 @@ def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Resp
     return render(retry_later("The server cannot reach its store right now; please retry."))
 
 
-def _render_full(exc: redis.OutOfMemoryError) -> Response:
-    """Redis refused a write for memory (at its ``maxmemory``, ``noeviction``): a 503 to retry.
+def _render_refused(exc: redis.ResponseError) -> Response:
+    """Redis refused a write for now: a 503 to retry, logged as :func:`_render_unavailable` is.
 
-    Redis takes writes again once expiries and deletes free room; nothing is wrong with the
-    request. Logged without a traceback, as :func:`_render_unavailable`.
+    Out of memory, unable to save to its disk, too few replicas (:mod:`app.refusals`). Any
+    other error Redis answered is ours: a 500, its traceback logged.
     """
-    logger.warning("answered 503, the store is out of memory: %s: %s", type(exc).__name__, exc)
-    return render(retry_later("The server's store is out of memory right now; please retry later."))
+    why = refusal_of(exc)
+    if why is None:
+        return _render_unexpected(exc)
+    logger.warning("answered 503, the store %s: %s: %s", why, type(exc).__name__, exc)
+    return render(retry_later(store_message(why)))
 
 
 def register(app: Flask) -> None:
@@ -89,6 +93,6 @@ def register(app: Flask) -> None:
     app.register_error_handler(AppError, render)
     app.register_error_handler(redis.ConnectionError, _render_unavailable)
     app.register_error_handler(redis.TimeoutError, _render_unavailable)
-    app.register_error_handler(redis.OutOfMemoryError, _render_full)
+    app.register_error_handler(redis.ResponseError, _render_refused)
     app.register_error_handler(HTTPException, _render_http)
     app.register_error_handler(Exception, _render_unexpected)

@@ -176,7 +176,9 @@ def key_prefix(redis_url: str) -> Iterator[str]:
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A ``redis-server`` of this test's own, to stop, fill or break (the shared one never)."""
-    server = PrivateRedis(tmp_path)
+    directory = tmp_path / "private-redis"
+    directory.mkdir()
+    server = PrivateRedis(directory)
     server.start()
     yield server
     server.stop()

@@ -11,7 +11,6 @@ import ctypes.util
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from typing import get_args
@@ -200,20 +199,6 @@ def main(argv: list[str] | None = None) -> None:
 def _run_worker(
     queues: list[str], *, pool: str, concurrency: int, hostname: str, args: argparse.Namespace
 ) -> None:
-    """Run Celery's worker; exit with its code when it stopped for an error.
-
-    (``Celery.worker_main`` drops that code: a worker that died of an unrecoverable error, such
-    as a broker refusing its consumer's start, exited 0, and a supervisor restarting only failed
-    processes left it down.) The code is read off the worker as it stops.
-    """
-    from celery import signals
-
-    codes: list[int | None] = []
-
-    def stopped(sender: object, **_: object) -> None:
-        codes.append(getattr(sender, "exitcode", None))
-
-    signals.worker_shutdown.connect(stopped, weak=False)
     quiet = ["--quiet"] if settings.log_format == "json" else []  # no banner among the JSON
     celery.worker_main(
         [
@@ -228,8 +213,6 @@ def _run_worker(
             "--without-mingle",
         ]
     )
-    if codes and codes[-1]:
-        sys.exit(codes[-1])
 
 
 if __name__ == "__main__":

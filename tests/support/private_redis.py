@@ -76,30 +76,51 @@ class PrivateRedis:
         if not redis_started(self.url, self.proc):
             raise RuntimeError(f"private redis-server did not start on {self.port}")
 
-    def refuse_writes(self) -> None:
-        """Hold more than ``maxmemory`` (``noeviction``): refuse every write that grows Redis.
+    def refuse_writes(self, why: str = "memory") -> None:
+        """Make Redis refuse writes as it does in production; ``why``:
 
-        (The limit put below what it holds, rather than values written up to it: a Redis filled
-        to its limit takes small writes again whenever a client's buffers shrink.)
+        - ``memory``: it holds more than its ``maxmemory`` (``noeviction``) and refuses every
+          write that would grow it, ``OOM``. (The limit is put below what it holds, rather than
+          values written up to it: a Redis filled to its limit takes small writes again whenever
+          a client's buffers shrink.)
+        - ``disk``: a snapshot failed (its directory removed; a save point set), so it refuses
+          every write, ``MISCONF``. Its files are gone: it cannot :meth:`start` again.
+        - ``replicas``: ``min-replicas-to-write 1`` with no replica: every write, ``NOREPLICAS``.
         """
         with redis.Redis.from_url(self.url) as client:
-            used = int(client.info("memory")["used_memory"])
-            client.config_set("maxmemory-policy", "noeviction")
-            client.config_set("maxmemory", str(used // 2))
+            if why == "memory":
+                used = int(client.info("memory")["used_memory"])
+                client.config_set("maxmemory-policy", "noeviction")
+                client.config_set("maxmemory", str(used // 2))
+            elif why == "disk":
+                shutil.rmtree(self.directory)
+                client.config_set("save", "3600 1")
+                client.bgsave()
+                while client.info("persistence")["rdb_bgsave_in_progress"]:
+                    time.sleep(0.01)
+            elif why == "replicas":
+                client.config_set("min-replicas-to-write", "1")
+            else:
+                raise ValueError(f"no way to refuse writes for {why!r}")
             try:
                 client.set("antwort-test:probe", "x")
-            except redis.OutOfMemoryError:
+            except redis.ResponseError:
                 return
-            raise AssertionError("Redis still takes writes past its maxmemory")
+            raise AssertionError(f"Redis still takes writes ({why})")
 
     def take_writes(self) -> None:
-        """No ``maxmemory`` again: Redis takes writes (:meth:`refuse_writes` undone)."""
+        """Redis takes writes again, whatever :meth:`refuse_writes` did (as an operator would)."""
         with redis.Redis.from_url(self.url) as client:
             client.config_set("maxmemory", "0")
+            client.config_set("save", "")  # no save point: a failed snapshot no longer stops writes
+            client.config_set("min-replicas-to-write", "0")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the server (SIGTERM: it writes the AOF out and exits)."""
         if self.proc is not None and self.proc.poll() is None:
+            client = redis.Redis.from_url(self.url, socket_timeout=2)
+            with contextlib.suppress(redis.RedisError), client:  # a save point: it saves first
+                client.config_set("save", "")
             self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=15)

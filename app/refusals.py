@@ -1,0 +1,58 @@
+"""Redis refusing writes for a while: why, in words a client may read.
+
+A Redis that is up may still refuse every write that would change its data until an operator
+(or time) fixes its state, each with its own error:
+
+- ``OOM``: at its ``maxmemory`` with ``noeviction``, every write that would grow it (deletes and
+  expiries make room);
+- ``MISCONF``: it could not save to its disk (an RDB snapshot or the AOF failed: a full or
+  failing disk), every write (``stop-writes-on-bgsave-error``);
+- ``NOREPLICAS``: fewer replicas in reach than ``min-replicas-to-write``, every write;
+- ``READONLY``: a replica (a URL that names a demoted master), every write;
+- ``MASTERDOWN``: a replica that lost its master (``replica-serve-stale-data no``), everything.
+
+None is the request's fault or the fleet's code's: the client is told to retry (503), a worker's
+consumer connects again (``broker_channel_error_retry``), and the fleet carries on when Redis
+takes writes again.
+"""
+
+from __future__ import annotations
+
+import re
+
+import redis
+
+_CODES = re.compile(r"(?:^|caused error: )(MISCONF|NOREPLICAS) ")
+"""A refusal redis-py has no class for, by its code: first, or after a pipeline's preamble
+("Command # 1 (…) of pipeline caused error: ")."""
+
+_WHY = {
+    "OOM": "is out of memory",
+    "MISCONF": "cannot save to its disk",
+    "NOREPLICAS": "has too few replicas in reach",
+    "READONLY": "is a read-only replica",
+    "MASTERDOWN": "has lost its master",
+}
+
+
+def refusal_of(exc: BaseException) -> str | None:
+    """Why Redis refused the command, as "The server's store …" goes on; None: not a refusal."""
+    if isinstance(exc, redis.OutOfMemoryError):
+        return _WHY["OOM"]
+    if isinstance(exc, redis.ReadOnlyError):
+        return _WHY["READONLY"]
+    if isinstance(exc, redis.exceptions.MasterDownError):
+        return _WHY["MASTERDOWN"]
+    if isinstance(exc, redis.ResponseError) and (found := _CODES.search(str(exc))):
+        return _WHY[found.group(1)]
+    return None
+
+
+def store_message(why: str) -> str:
+    """What a client is told (503) when the store refused its request's write."""
+    return f"The server's store {why} right now; please retry later."
+
+
+def queue_message(why: str) -> str:
+    """What a client is told (503) when the broker refused its request's work."""
+    return f"The server's task queue {why} right now; please retry later."
