@@ -18,9 +18,14 @@ takes writes again.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import redis
+
+from app.errors import ServiceUnavailableError, retry_later
+
+logger = logging.getLogger(__name__)
 
 _CODES = re.compile(r"(?:^|caused error: )(MISCONF|NOREPLICAS) ")
 """A refusal redis-py has no class for, by its code: first, or after a pipeline's preamble
@@ -45,6 +50,27 @@ def refusal_of(exc: BaseException) -> str | None:
         return _WHY["MASTERDOWN"]
     if isinstance(exc, redis.ResponseError) and (found := _CODES.search(str(exc))):
         return _WHY[found.group(1)]
+    return None
+
+
+STORE_UNAVAILABLE_MESSAGE = "The server cannot reach its store right now; please retry."
+"""What a client is told (503) when Redis stayed away past the outage a command rides out."""
+
+
+def store_error(exc: BaseException) -> ServiceUnavailableError | None:
+    """The 503 to retry a store error means (Redis away, or refusing), logged in one line.
+
+    None: any other error, a bug of ours. The gateway answers the 503 over HTTP, a WebSocket
+    session as an ``error`` event.
+    """
+    why = refusal_of(exc)
+    if why is not None:
+        logger.warning("answered 503, the store %s: %s: %s", why, type(exc).__name__, exc)
+        return retry_later(store_message(why))
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        # or no pooled connection in time (app.fleet's pools wait 30 s for one)
+        logger.warning("answered 503, the store is unavailable: %s: %s", type(exc).__name__, exc)
+        return retry_later(STORE_UNAVAILABLE_MESSAGE)
     return None
 
 

@@ -69,6 +69,7 @@ from app.errors import AppError, InvalidRequestError, NotFoundError, ServerError
 from app.limits import Caller
 from app.protocol.events import TERMINAL_EVENT_TYPES
 from app.protocol.json_text import load_json
+from app.refusals import store_error
 from app.relay import EventHub, Keepalive, each_event, follow_event_batches
 from app.responses import create_response
 from app.steering import (
@@ -263,7 +264,16 @@ def parse_create_event(event: Any) -> CreateMessage:
     return CreateMessage(body, generate)
 
 
-def _unexpected() -> ServerError:
+def _unexpected(exc: Exception) -> AppError:
+    """What a session answers an error that is no :class:`AppError`.
+
+    A store away or refusing writes is a 503 to retry, as over HTTP
+    (:func:`app.refusals.store_error`); anything else a 500, its traceback logged.
+    """
+    error = store_error(exc)
+    if error is not None:
+        return error
+    logger.exception("unexpected error in a WebSocket session")
     return ServerError("The server had an error while processing your request.")
 
 
@@ -528,12 +538,11 @@ class SocketSession:
             except AppError as error:
                 self.forget(message.previous)
                 self._send(transport, error_message(error, lane))
-            except Exception:  # the socket's boundary: an `error` event, never a 500 in the stream
+            except Exception as exc:  # the socket's boundary: an `error` event, never a 500
                 if self._send_failed:
                     return False  # the client left while its events went out: not an error
-                logger.exception("unexpected error in a WebSocket session")
                 self.forget(message.previous)
-                self._send(transport, error_message(_unexpected(), lane))
+                self._send(transport, error_message(_unexpected(exc), lane))
         except Exception:  # sending failed: the client left
             return False
         return True

@@ -8,8 +8,8 @@ import redis
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from app.errors import AppError, ServerError, retry_later
-from app.refusals import refusal_of, store_message
+from app.errors import AppError, ServerError
+from app.refusals import store_error
 
 logger = logging.getLogger(__name__)
 
@@ -64,35 +64,22 @@ def _render_unexpected(exc: Exception) -> Response:
     return render(ServerError("The server had an error while processing your request."))
 
 
-def _render_unavailable(exc: redis.ConnectionError | redis.TimeoutError) -> Response:
-    """Redis away longer than the outage a command rides out, or no pooled connection in time.
+def _render_store_error(exc: redis.RedisError) -> Response:
+    """A store away or refusing writes for now: a 503 to retry, logged in one line.
 
-    A 503 the client may retry (the SDKs do), not a 500: nothing is wrong with the request or
-    the fleet's code. Logged without a traceback, as a burst may answer thousands of them, but
-    with the error's message (redis-py's ``repr`` of an error is its kind alone).
+    Redis away past the outage a command rides out, no pooled connection in time, or Redis
+    refusing writes (:mod:`app.refusals`). Not a 500: nothing is wrong with the request or the
+    fleet's code, and the SDKs retry a 503. One line, without a traceback, as a burst may answer
+    thousands of them. Any other error Redis answered is ours: a 500, its traceback logged.
     """
-    logger.warning("answered 503, the store is unavailable: %s: %s", type(exc).__name__, exc)
-    return render(retry_later("The server cannot reach its store right now; please retry."))
-
-
-def _render_refused(exc: redis.ResponseError) -> Response:
-    """Redis refused a write for now: a 503 to retry, logged as :func:`_render_unavailable` is.
-
-    Out of memory, unable to save to its disk, too few replicas (:mod:`app.refusals`). Any
-    other error Redis answered is ours: a 500, its traceback logged.
-    """
-    why = refusal_of(exc)
-    if why is None:
-        return _render_unexpected(exc)
-    logger.warning("answered 503, the store %s: %s: %s", why, type(exc).__name__, exc)
-    return render(retry_later(store_message(why)))
+    error = store_error(exc)
+    return render(error) if error is not None else _render_unexpected(exc)
 
 
 def register(app: Flask) -> None:
     """Install the handlers: ours, the store's, werkzeug's HTTP errors, and a last resort."""
     app.register_error_handler(AppError, render)
-    app.register_error_handler(redis.ConnectionError, _render_unavailable)
-    app.register_error_handler(redis.TimeoutError, _render_unavailable)
-    app.register_error_handler(redis.ResponseError, _render_refused)
+    for store_errors in (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+        app.register_error_handler(store_errors, _render_store_error)
     app.register_error_handler(HTTPException, _render_http)
     app.register_error_handler(Exception, _render_unexpected)

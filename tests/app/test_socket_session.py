@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+import redis
 
 from app import cooperation, socket_session
 from app.config import Settings
 from app.errors import AppError, InvalidRequestError
+from app.keys import Keys
 from app.limits import Caller
 from app.protocol.json_text import load_json
 from app.relay import EventHub
@@ -24,6 +26,7 @@ from tests.app import test_relay
 from tests.app.test_cooperation import RecordingTurns, waiting
 from tests.app.test_run import FakeModel, answer
 from tests.support.cycles import left_in_cycles
+from tests.support.private_redis import PrivateRedis
 from tests.support.sentinel import wait_for
 
 
@@ -357,6 +360,45 @@ def test_session_unexpected_error_is_an_error_event_and_the_session_goes_on(
     error = transport.sent[0]
     assert (error["status"], error["error"]["type"]) == (500, "server_error")
     assert "secret" not in error["error"]["message"]
+
+
+@pytest.mark.parametrize("why", ["disk", "replicas"])
+def test_session_a_store_refusing_writes_is_a_503_to_retry_and_the_session_goes_on(
+    private_redis: PrivateRedis,
+    hub: EventHub,
+    make_settings: Callable[..., Settings],
+    caplog: pytest.LogCaptureFixture,
+    why: str,
+) -> None:
+    """Redis refuses the create's write (its disk, its replicas): an ``error`` event with
+    status 503 saying why, as the gateway answers over HTTP, no traceback; the next message is
+    served once Redis takes writes. It was a 500, "The server had an error".
+    """
+    client = redis.Redis.from_url(private_redis.url)
+    store = ResponseStore(client, keys=Keys("t:"), ttl_seconds=3600, stream_maxlen=1000)
+    config = make_settings(keepalive_seconds=0.2)
+    dispatcher = ThreadDispatcher(RunDeps(store=store, provider=answer("Noted."), settings=config))
+    session = SocketSession(store=store, hub=hub, dispatcher=dispatcher, settings=config)
+
+    class Recovering(ScriptedTransport):
+        def send(self, data: str) -> None:
+            super().send(data)
+            private_redis.take_writes()  # the error went out: an operator fixes Redis
+
+    transport = Recovering(create(input="one", store=False), create(input="two", store=False))
+    private_redis.refuse_writes(why)
+    try:
+        serve(session, transport)
+    finally:
+        for thread in dispatcher.threads:
+            thread.join(timeout=10)
+        client.close()
+
+    [error] = transport.errors()
+    assert (error["status"], error["error"]["code"]) == (503, "service_unavailable")
+    assert error["error"]["message"].startswith("The server's store ")
+    assert "Traceback" not in caplog.text
+    assert len(transport.finals()) == 1
 
 
 class HeldModel(FakeModel):
