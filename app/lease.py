@@ -366,9 +366,9 @@ class Sweeper:
             logger.warning("a sweep waited on Redis; sweeping again in %g s", self._lease_seconds)
             self._hold_until = time.monotonic() + self._lease_seconds
             return []
-        except redis.RedisError:
+        except redis.RedisError as exc:  # away, or refusing (app.refusals): its message says all
             self._was_away = True
-            logger.warning("sweep failed; trying again", exc_info=True)
+            logger.warning("sweep failed; trying again: %s: %s", type(exc).__name__, exc)
             return []
 
     def run_forever(self) -> None:

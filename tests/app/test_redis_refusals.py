@@ -1,4 +1,4 @@
-"""A Redis at its ``maxmemory`` (``noeviction``) under the engine: failures still land.
+"""A Redis that refuses writes for now (``app.refusals``) under the engine.
 
 A private ``redis-server`` is made to refuse writes; the machine's shared Redis is never touched.
 """
@@ -9,9 +9,11 @@ import pytest
 import redis
 
 from app.keys import Keys
+from app.lease import Sweeper
 from app.run import fail_response
 from app.store import ResponseStore
 from app.store.status import ResponseStatus
+from tests.support.dispatch import RecordingDispatcher
 from tests.support.private_redis import PrivateRedis
 from tests.support.responses import stored_response
 
@@ -43,3 +45,27 @@ def test_a_response_is_failed_when_redis_refuses_its_failure_count(
     assert store.recent_failures() == []  # refused, and only that
     assert "not recorded: OutOfMemoryError: " in caplog.text
     assert "command not allowed when used memory" in caplog.text
+
+
+@pytest.mark.parametrize("why", ["disk", "memory"])
+def test_a_sweep_redis_refuses_is_logged_in_one_line_and_tried_again(
+    private_redis: PrivateRedis, store: ResponseStore, caplog: pytest.LogCaptureFixture, why: str
+) -> None:
+    """Refused for its disk, Redis refuses even the sweeper's ``PING``; out of memory, its
+    watch's writes. Either way one warning line a second, saying why, not a traceback: it was
+    a 30-line traceback every second. The next sweep after Redis takes writes holds off a
+    lease, as after an outage.
+    """
+    sweeper = Sweeper(store, RecordingDispatcher(), lease_seconds=3)
+    stored_response(store, status=ResponseStatus.QUEUED)
+    store.redis.zadd(store.keys.active, {"resp_watched": 0})  # a watch long due: a sweep writes
+    private_redis.refuse_writes(why)
+
+    assert sweeper.tick() == []
+
+    [record] = [r for r in caplog.records if r.getMessage().startswith("sweep failed")]
+    assert record.exc_info is None
+    assert "Error: " in record.getMessage()
+    private_redis.take_writes()
+    assert sweeper.tick() == []
+    assert "Redis is back" in caplog.text
