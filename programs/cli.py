@@ -137,7 +137,16 @@ def main(argv: list[str] | None = None) -> int:
             name = "_".join(str(part) for part in error["loc"]).upper()
             print(f"antwort: {f'ANTWORT_{name}: ' if name else ''}{error['msg']}", file=sys.stderr)
         return 2
-    return int(args.run(args, settings))
+    try:
+        return int(args.run(args, settings))
+    except Exception as exc:
+        import redis  # here: app, imported above, settles ANTWORT_HIREDIS before redis is
+
+        if not isinstance(exc, redis.RedisError):
+            raise
+        # Redis away, or refusing (app.refusals: a failed disk refuses even PING): one line
+        print(f"antwort: the fleet's Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
