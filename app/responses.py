@@ -547,8 +547,8 @@ def _enqueue_first_turn(
     """Watch and queue the first turn, or park it behind the tenant's running responses.
 
     A send that fails fails the stored response, so that the client's retry is the only run of
-    it: a broker that cannot be reached, or refuses the message for memory, is a 503 to retry,
-    anything else a 500.
+    it: a broker that cannot be reached, or refuses writes for now (:mod:`app.refusals`), is a
+    503 to retry, anything else a 500.
     """
     store = fair.store
     try:
