@@ -28,6 +28,7 @@ import redis
 
 from app.dispatch import Dispatcher
 from app.fairness import FairShare
+from app.refusals import described
 from app.store import LeaseRequest, OpenedTurn, ResponseStore, StoredResponse
 from app.store.base import text
 from app.store.scripts import LuaScript, key
@@ -368,7 +369,7 @@ class Sweeper:
             return []
         except redis.RedisError as exc:  # away, or refusing (app.refusals): its message says all
             self._was_away = True
-            logger.warning("sweep failed; trying again: %s: %s", type(exc).__name__, exc)
+            logger.warning("sweep failed; trying again: %s", described(exc))
             return []
 
     def run_forever(self) -> None:

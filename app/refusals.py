@@ -40,6 +40,15 @@ _WHY = {
 }
 
 
+def described(exc: BaseException) -> str:
+    """A Redis error for a log line: its kind and its message.
+
+    redis-py's ``repr`` of an error is its kind alone ("network:ConnectionError"), which never
+    says why; a traceback a second says it thirty lines at a time.
+    """
+    return f"{type(exc).__name__}: {exc}"
+
+
 def refusal_of(exc: BaseException) -> str | None:
     """Why Redis refused the command, as "The server's store …" goes on; None: not a refusal."""
     if isinstance(exc, redis.OutOfMemoryError):
@@ -65,11 +74,11 @@ def store_error(exc: BaseException) -> ServiceUnavailableError | None:
     """
     why = refusal_of(exc)
     if why is not None:
-        logger.warning("answered 503, the store %s: %s: %s", why, type(exc).__name__, exc)
+        logger.warning("answered 503, the store %s: %s", why, described(exc))
         return retry_later(store_message(why))
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         # or no pooled connection in time (app.fleet's pools wait 30 s for one)
-        logger.warning("answered 503, the store is unavailable: %s: %s", type(exc).__name__, exc)
+        logger.warning("answered 503, the store is unavailable: %s", described(exc))
         return retry_later(STORE_UNAVAILABLE_MESSAGE)
     return None
 

@@ -142,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         import redis  # here: app, imported above, settles ANTWORT_HIREDIS before redis is
 
+        from app.refusals import described
+
         if not isinstance(exc, redis.RedisError):
             raise
         # Redis away, or refusing (app.refusals: a failed disk refuses even PING): one line
-        print(f"antwort: the fleet's Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"antwort: the fleet's Redis: {described(exc)}", file=sys.stderr)
         return 1
 
 

@@ -19,6 +19,7 @@ import redis
 
 from app.config import LogLevel, Settings
 from app.fleet import QUEUES, make_store
+from app.refusals import described
 from app.store.fleet import HEARTBEAT_SECONDS
 from app.telemetry import logs, tracing
 from app.tools.sandbox.executor import check_sandbox
@@ -74,7 +75,7 @@ def _heartbeat(queues: list[str], hostname: str, metrics_url: str, threads: int)
                 store.forget_metrics_urls(QUEUES)
                 store.forget_worker_threads(QUEUES)
         except redis.RedisError as exc:  # Redis away, or full: its message says all, each beat
-            logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
+            logger.warning("worker heartbeat failed: %s", described(exc))
         except Exception:
             logger.warning("worker heartbeat failed", exc_info=True)
         time.sleep(HEARTBEAT_SECONDS)

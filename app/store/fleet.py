@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from app.refusals import described
 from app.store.base import StoreBase, text
 
 logger = logging.getLogger(__name__)
@@ -154,9 +155,7 @@ class Fleet(StoreBase):
         try:
             pipe.execute()
         except redis.RedisError as exc:
-            logger.warning(
-                "a %s failure (%s) was not recorded: %s: %s", kind, code, type(exc).__name__, exc
-            )
+            logger.warning("a %s failure (%s) was not recorded: %s", kind, code, described(exc))
 
     def recent_failures(self) -> list[dict[str, Any]]:
         """The failures remembered, newest first."""
