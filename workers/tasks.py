@@ -16,6 +16,7 @@ from app.fairness import FairShare
 from app.fleet import make_run_deps, make_tool_deps
 from app.jobs import job_ttl_seconds
 from app.lease import QueuedWatch, run_sweeper
+from app.refusals import described, refusal_of
 from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError, ResponseStore
 from app.token_count import fail_count, run_count
@@ -131,16 +132,29 @@ def _advance(deps: RunDeps, response_id: str, turn: int) -> StepOutcome:
         message = f"Turn {turn} was started {exc.deliveries - 1} times and never finished."
         fail_response(deps.store, response_id, code="worker_lost", message=message)
         return StepOutcome.FAILED
-    except Exception:  # the task boundary: whatever broke, the response must not hang
-        logger.exception("turn %d of %s crashed", turn, response_id)
+    except Exception as exc:  # the task boundary: whatever broke, the response must not hang
         fail_response(
-            deps.store, response_id, code="server_error", message="The turn failed on the worker."
+            deps.store, response_id, code="server_error", message=_failed(exc, turn, response_id)
         )
         return StepOutcome.FAILED
     # "skipped" needs no second look: a run hands its lease over before it queues what follows
     # (app.run's _hand_off), so a turn finds the lease held only while another run of that same
     # turn is alive, and that run carries the response on (tests/workers/test_turn_task.py).
     return outcome
+
+
+def _failed(exc: Exception, turn: int, response_id: str) -> str:
+    """What the client is told when turn ``turn`` of ``response_id`` broke on the worker.
+
+    A store that refuses writes for now (:mod:`app.refusals`: out of memory, say) is named, and
+    logged in one line; anything else is a bug of ours, logged with its traceback.
+    """
+    why = refusal_of(exc)
+    if why is None:
+        logger.exception("turn %d of %s crashed", turn, response_id)
+        return "The turn failed on the worker."
+    logger.warning("turn %d of %s failed, the store %s: %s", turn, response_id, why, described(exc))
+    return f"The turn failed on the worker: the server's store {why}."
 
 
 @shared_task(name=RUN_TOOL_CALL, bind=True, max_retries=_BUSY_RETRIES)

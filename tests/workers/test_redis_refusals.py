@@ -10,12 +10,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from app.config import Settings
+from app.keys import Keys
+from app.lease import LeaseKeeper
+from app.responses import create_response
+from app.run import RunDeps, StepOutcome
+from app.store import ResponseStore
 from broker.celery_app import make_celery
 from broker.routing import RUN_TOOL_CALL
 from tests.support.celery_apps import close_celery
+from tests.support.dispatch import RecordingDispatcher
+from tests.support.model import ScriptedModel, text
 from tests.support.private_redis import PrivateRedis
+from workers.tasks import _advance
 
 
 @pytest.fixture
@@ -127,3 +136,40 @@ def test_a_worker_started_while_redis_refuses_writes_starts_once_it_takes_them(
 
     _consumes(private_redis, log)
     assert worker.poll() is None
+
+
+def test_a_turn_redis_refuses_fails_its_response_saying_why(
+    private_redis: PrivateRedis,
+    make_settings: Callable[..., Settings],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Out of memory, Redis refuses the turn's writes; the response fails, and its error says
+    why (the failure's own script gets through). It said only "The turn failed on the worker.",
+    and the log had a traceback for what is no bug of ours.
+    """
+    client = redis.Redis.from_url(private_redis.url)
+    store = ResponseStore(client, keys=Keys("t:"), ttl_seconds=3600, stream_maxlen=1000)
+    settings = make_settings()
+    fleet = RecordingDispatcher()
+    response, _ = create_response(store, fleet, settings, {"input": "go"})
+    deps = RunDeps(
+        store=store,
+        provider=ScriptedModel(text("done")),
+        settings=settings,
+        dispatcher=fleet,
+        leases=LeaseKeeper(store, lease_seconds=30),
+    )
+    private_redis.refuse_writes()
+
+    assert _advance(deps, response.id, 0) is StepOutcome.FAILED
+
+    failed = store.get(response.id).response
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.code == "server_error"
+    assert failed.error.message == (
+        "The turn failed on the worker: the server's store is out of memory."
+    )
+    [record] = [r for r in caplog.records if f"turn 0 of {response.id}" in r.getMessage()]
+    assert record.exc_info is None
+    assert "OutOfMemoryError: " in record.getMessage()
+    client.close()
