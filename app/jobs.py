@@ -53,6 +53,7 @@ from app.inbox import Inbox
 from app.lease import QueuedWatch
 from app.limits import HOLD_SECONDS, Caller
 from app.protocol.request import CreateResponseRequest
+from app.refusals import described
 from app.relay import EventHub
 from app.store import ResponseStore
 from app.store.base import text
@@ -458,8 +459,8 @@ def _renew(
             if store.redis.get(lease) not in (token, token.encode()):
                 return  # it lapsed (this worker stalled): the job may run elsewhere now
             store.redis.pexpire(lease, milliseconds)
-        except redis.RedisError:
-            logger.warning("could not renew a job's lease", exc_info=True)
+        except redis.RedisError as exc:
+            logger.warning("could not renew a job's lease; trying again: %s", described(exc))
 
 
 def push_result(store: ResponseStore, kind: JobKind, job_id: str, result: dict[str, Any]) -> None:

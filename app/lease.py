@@ -152,8 +152,10 @@ class LeaseKeeper:
                     return
                 try:
                     self.renew(held)
-                except redis.RedisError:
-                    logger.warning("could not renew %d leases; trying again", len(held))
+                except redis.RedisError as exc:
+                    logger.warning(
+                        "could not renew %d leases; trying again: %s", len(held), described(exc)
+                    )
 
     def renew(self, held: dict[str, tuple[str, int]]) -> None:
         """Extend the ``held`` leases, all in one round trip however many the process holds."""
