@@ -92,6 +92,7 @@ class CeleryDispatcher:
                 [response_id, call_id],
                 task_id=tool_task_id(response_id, call_id),
                 queue=queue,
+                ignore_result=True,  # as a chord's members: nobody waits on it
                 link=dict(callback),
             )
             return
