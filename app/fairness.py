@@ -31,8 +31,6 @@ its ``placed`` list, and a wake-up on its channel), which queues it.
 
 from __future__ import annotations
 
-import time
-
 from app.config import Settings
 from app.dispatch import Dispatcher
 from app.protocol.response import ResponseStatus
@@ -124,7 +122,7 @@ class FairShare:
 
     def hold_job(self, tenant: str, kind: str, job_id: str) -> None:
         """The job is still waited for: its place (if it has one) is kept another while."""
-        until = int((time.time() + JOB_PLACE_SECONDS) * 1000)
+        until = int((self.store.now() + JOB_PLACE_SECONDS) * 1000)
         member = _job_member(kind, job_id)
         self.store.redis.zadd(self.store.keys.tenant_jobs(tenant), {member: until}, xx=True)
 
@@ -175,7 +173,7 @@ class FairShare:
         """Run the script with the cap ``mode`` means now (a create's keeps its mode)."""
         keys, redis = self.store.keys, self.store.redis
         live_threads = self.store.live_threads(INFERENCE) if mode == AUTO else 0
-        now = time.time()
+        now = self.store.now()
         running = keys.tenant_running(tenant)
         ended: tuple[str, ...] = ()
         if keys.is_sharded:  # the responses' `active` sets are in other slots: ask them first

@@ -92,7 +92,7 @@ class LeaseKeeper:
             lease=LeaseRequest(
                 token=token,
                 milliseconds=int(self._lease_seconds * 1000),
-                deadline=time.time() + self._lease_seconds,
+                deadline=self._store.now() + self._lease_seconds,
             ),
             counts_start=counts_start,
             on_taken=hold,
@@ -159,7 +159,7 @@ class LeaseKeeper:
 
     def renew(self, held: dict[str, tuple[str, int]]) -> None:
         """Extend the ``held`` leases, all in one round trip however many the process holds."""
-        keys, now = self._store.keys, time.time()
+        keys, now = self._store.keys, self._store.now()
         pipe = self._store.redis.pipeline(transaction=False)
         for response_id, (token, _turn) in held.items():
             self._renew(
@@ -245,7 +245,7 @@ def sweep(
 
 def _lapsed(store: ResponseStore, watches: list[str]) -> list[str]:
     """Members of sorted sets of watches (one, or a cluster's one per shard) whose time passed."""
-    now = time.time()
+    now = store.now()
     pipe = store.redis.pipeline(transaction=False)
     for watch in watches:
         pipe.zrangebyscore(watch, "-inf", now)
@@ -294,7 +294,7 @@ def _resend_queued(
         logger.error("turn 0 of %s never started; queued %d times", response_id, resends)
         return False
     logger.warning("turn 0 of %s never started; enqueuing it again", response_id)
-    store.watch_queued(response_id, until=time.time() + queued.next_wait(resends))
+    store.watch_queued(response_id, until=store.now() + queued.next_wait(resends))
     _enqueue_again(dispatcher, stored)
     return True
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,9 +90,11 @@ def _reset(milliseconds: int) -> str:
 class RateLimiter:
     """Admits a tenant's requests and responses against its limits."""
 
-    def __init__(self, store: ResponseStore, *, clock: Callable[[], float] = time.time):
+    def __init__(self, store: ResponseStore, *, clock: Callable[[], float] | None = None):
         self.store = store
-        self.clock = clock
+        self.clock = store.now if clock is None else clock
+        """Epoch seconds (the fleet's clock, :meth:`ResponseStore.now`: every gateway's minute
+        is the same minute)."""
 
     def admit_request(self, tenant: Tenant) -> dict[str, str]:
         """Count one request; its ``x-ratelimit-*`` headers (none when the tenant has no limit).
@@ -334,7 +335,7 @@ def charge_usage(
     *,
     before: int,
     after: int,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
 ) -> int:
     """Charge a response's tenant for the tokens its usage grew by beyond its reservation.
 
@@ -355,7 +356,7 @@ def charge_tokens(
     charge: Mapping[str, Any] | None,
     tokens: int,
     *,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
 ) -> int:
     """Charge ``tokens`` to the tenant of ``charge`` (:data:`TOKEN_CHARGE_EXTRA`; None: nothing).
 
@@ -368,7 +369,7 @@ def charge_tokens(
     store.script(CHARGE)(
         ChargeCall(
             tokens_ledger=store.keys.token_ledger(str(charge["tenant"])),
-            now_ms=int(clock() * 1000),
+            now_ms=int((store.now() if clock is None else clock()) * 1000),
             window_ms=WINDOW_MS,
             tokens=tokens,
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -347,7 +346,7 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
         extra["trace"] = trace_headers
     fair = FairShare(store, settings, tenants=caller.tenants())
     # in case its message is lost (a parked response is watched when the fair share starts it)
-    watch_until = None if fair.is_on else time.time() + settings.queued_grace_seconds
+    watch_until = None if fair.is_on else store.now() + settings.queued_grace_seconds
     logged = store.create(
         response,
         inputs=prepared.inputs,
@@ -420,7 +419,9 @@ def prepare_response(  # noqa: PLR0913 - optional keywords, as create_response's
         [tool.model_dump(mode="json") for tool in request.tools],
     )
     check_forced_tool_kept(request, tools.tools)
-    response = _new_response(request, model, tools=tools.tools, response_id=response_id)
+    response = _new_response(
+        request, model, tools=tools.tools, response_id=response_id, created_at=int(store.now())
+    )
     # the kinds' extra: secrets, sealed (never in plain)
     extra = {**_extra(request, settings), **tools.extra}
     extra.update(_kept_by_protocol(store, settings, response))
@@ -627,11 +628,16 @@ def _compact_threshold(request: CreateResponseRequest, settings: Settings) -> in
 
 
 def _new_response(
-    request: CreateResponseRequest, model: str, *, tools: list[dict[str, Any]], response_id: str
+    request: CreateResponseRequest,
+    model: str,
+    *,
+    tools: list[dict[str, Any]],
+    response_id: str,
+    created_at: int,
 ) -> ResponseObject:
     return ResponseObject(
         id=response_id,
-        created_at=int(time.time()),
+        created_at=created_at,
         status=ResponseStatus.QUEUED,
         model=model,
         previous_response_id=request.previous_response_id,

@@ -905,7 +905,7 @@ def apply_step(
         longest = max(
             run.tool.timeout_seconds or deps.settings.tool_timeout_seconds for run in batch
         )
-        state.waiting_until = time.time() + longest + deps.settings.lease_seconds
+        state.waiting_until = deps.store.now() + longest + deps.settings.lease_seconds
         if not commit(deps.store, state, events=events):
             return StepOutcome.SKIPPED
         _hand_off(deps, state, state.waiting_until)
@@ -916,7 +916,7 @@ def apply_step(
     if isinstance(step, NextTurn):
         if not commit(deps.store, state, events=events):
             return StepOutcome.SKIPPED
-        _hand_off(deps, state, time.time() + deps.settings.lease_seconds)
+        _hand_off(deps, state, deps.store.now() + deps.settings.lease_seconds)
         _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
         return StepOutcome.CONTINUING
     assert_never(step)
@@ -983,7 +983,7 @@ def finalize(
     events: Sequence[Event] = (),
 ) -> StepOutcome:
     """Commit the output and the response's final status in one write (after ``events``)."""
-    update: dict[str, Any] = {"completed_at": int(time.time())}
+    update: dict[str, Any] = {"completed_at": int(store.now())}
     if isinstance(step, Complete):
         update["status"] = ResponseStatus.COMPLETED
     elif isinstance(step, PauseForClient):

@@ -12,7 +12,6 @@ response's terminal event; its model call ends with the last event it streamed.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -69,7 +68,7 @@ def response_timeline(store: ResponseStore, response_id: str, *, tenant: str) ->
         "status": response.status,
         "model": response.model,
         "started_at": started,
-        "now": time.time(),
+        "now": store.now(),
         "events": len(facts.events),
         "bars": [asdict(bar) for bar in bars],
     }

@@ -6,7 +6,6 @@ Read by ``antwort status`` (:mod:`programs.status`) and by the gateway's console
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -19,7 +18,7 @@ from broker.telemetry import read_message
 
 def fleet_status(store: ResponseStore) -> dict[str, Any]:
     """The fleet's state as one JSON-able dict."""
-    now = time.time()
+    now = store.now()
     depths = store.queue_depths(QUEUES)
     urls = store.metrics_urls()
     return {

@@ -19,7 +19,9 @@ hold every invariant that spans keys. The parts, by responsibility:
 * :mod:`~app.store.fleet` — delivery counts and worker heartbeats;
 * :mod:`~app.store.conversations` — conversations and their items (a response that belongs to
   one adds its items with its final write);
-* :mod:`~app.store.timeline` — the stamps and event times the console's timeline reads.
+* :mod:`~app.store.timeline` — the stamps and event times the console's timeline reads;
+* :mod:`~app.store.clock` — the fleet's one clock, Redis's (:meth:`ResponseStore.now`), for any
+  time one process sets and another compares with its own.
 
 :class:`ResponseStore` is all of them over one client. The keyspace is :mod:`app.keys`.
 """

@@ -11,6 +11,7 @@ import redis
 
 from app import cooperation
 from app.keys import Keys
+from app.store.clock import RedisClock
 from app.store.scripts import BoundScript, LuaScript, counted, key
 
 if TYPE_CHECKING:
@@ -54,7 +55,13 @@ class StoreBase:
         self.ttl_seconds = ttl_seconds
         self.unstored_ttl_seconds = unstored_ttl_seconds
         self.stream_maxlen = stream_maxlen
+        self.clock = RedisClock(client)
+        """The fleet's one clock (:mod:`app.store.clock`): :meth:`now`."""
         self._scripts: dict[str, BoundScript[Any]] = {}
+
+    def now(self) -> float:
+        """Epoch seconds on the fleet's clock, Redis's: for any time another process reads."""
+        return self.clock.now()
 
     @property
     def history_ttl(self) -> int:

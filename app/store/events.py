@@ -271,7 +271,7 @@ class EventLog(StoreBase):
                 active_statuses=_ACTIVE,
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
-                lease_deadline=fence.deadline(),
+                lease_deadline=fence.deadline(self.now()),
                 response_id=response_id,
                 once_field=call.field,
                 once_token=call.token,

@@ -17,7 +17,6 @@ failure) pass :data:`NO_FENCE` and are not checked.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 
@@ -33,9 +32,9 @@ class Fence:
     """The turn the run took the lease for: a terminal write takes the turn's count of starts
     with it (``load_turn.lua``), as giving the lease back does (None: no run's lease)."""
 
-    def deadline(self) -> float:
-        """Epoch seconds: the sweeper's look at the response, should a lease taken now lapse."""
-        return time.time() + self.milliseconds / 1000
+    def deadline(self, now: float) -> float:
+        """Epoch seconds: the sweeper's look, should a lease taken ``now`` (the store's) lapse."""
+        return now + self.milliseconds / 1000
 
 
 NO_FENCE = Fence(token="", milliseconds=0)

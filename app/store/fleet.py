@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,7 +65,7 @@ class Fleet(StoreBase):
     def heartbeat_worker(self, queue: str, hostname: str, *, threads: int = 0) -> None:
         """Mark a worker on ``queue`` alive now, with its ``threads`` (0: not said)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(self.keys.workers(queue), {hostname: time.time()})
+        pipe.zadd(self.keys.workers(queue), {hostname: self.now()})
         if threads:
             pipe.hset(self.keys.worker_threads(queue), hostname, threads)
         pipe.execute()
@@ -74,7 +73,7 @@ class Fleet(StoreBase):
     def live_threads(self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS) -> int:
         """The threads of ``queue``'s live workers, together (one that said none counts 1)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zrangebyscore(self.keys.workers(queue), time.time() - within_seconds, "+inf")
+        pipe.zrangebyscore(self.keys.workers(queue), self.now() - within_seconds, "+inf")
         pipe.hgetall(self.keys.worker_threads(queue))
         alive, threads = pipe.execute()
         counts = {text(name): int(count) for name, count in threads.items()}
@@ -82,9 +81,7 @@ class Fleet(StoreBase):
 
     def live_workers(self, queue: str, *, within_seconds: float = LIVE_WITHIN_SECONDS) -> int:
         """How many workers on ``queue`` sent a heartbeat recently."""
-        return int(
-            self.redis.zcount(self.keys.workers(queue), time.time() - within_seconds, "+inf")
-        )
+        return int(self.redis.zcount(self.keys.workers(queue), self.now() - within_seconds, "+inf"))
 
     def register_metrics_url(self, process: str, url: str) -> None:
         """Say where a worker process serves its metrics (``process``: hostname[/child pid])."""
@@ -119,7 +116,7 @@ class Fleet(StoreBase):
     ) -> dict[str, float]:
         """The hostnames of ``queue``'s live workers → their last heartbeat (epoch seconds)."""
         raw = self.redis.zrangebyscore(
-            self.keys.workers(queue), time.time() - within_seconds, "+inf", withscores=True
+            self.keys.workers(queue), self.now() - within_seconds, "+inf", withscores=True
         )
         return {text(entry[0]): float(entry[1]) for entry in raw if isinstance(entry, tuple)}
 
@@ -148,7 +145,7 @@ class Fleet(StoreBase):
         Best effort: a failure already stored is not undone by its count's write failing (a
         Redis out of memory refuses the ``LPUSH`` that the failure's own script got past).
         """
-        entry = json.dumps({"at": time.time(), "kind": kind, "code": code})
+        entry = json.dumps({"at": self.now(), "kind": kind, "code": code})
         pipe = self.redis.pipeline(transaction=False)
         pipe.lpush(self.keys.failures, entry)
         pipe.ltrim(self.keys.failures, 0, FAILURES_KEPT - 1)
@@ -163,7 +160,7 @@ class Fleet(StoreBase):
 
     def mark_cancelled(self, response_id: str) -> None:
         """Note when a client cancelled the response (for the cancel latency metric)."""
-        self.redis.set(self.keys.cancelled_at(response_id), repr(time.time()), ex=3600)
+        self.redis.set(self.keys.cancelled_at(response_id), repr(self.now()), ex=3600)
 
     def mark_steered(self, response_id: str) -> None:
         """Ask the response to stop before its next model call (``response.steer``).
@@ -175,4 +172,4 @@ class Fleet(StoreBase):
     def cancelled_since(self, response_id: str) -> float | None:
         """Seconds since the client's cancel, when one was noted."""
         raw = self.redis.get(self.keys.cancelled_at(response_id))
-        return None if raw is None else max(0.0, time.time() - float(text(raw)))
+        return None if raw is None else max(0.0, self.now() - float(text(raw)))

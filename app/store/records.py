@@ -392,7 +392,7 @@ class Records(ConversationBlocks):
                 response_id=rid,
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
-                lease_deadline=fence.deadline(),
+                lease_deadline=fence.deadline(self.now()),
                 appends_to_conversation=appends,
                 conversation_ttl=self.ttl_seconds,
                 owner=new.owner,
@@ -451,7 +451,7 @@ class Records(ConversationBlocks):
                 extra=to_json(extra).decode(),
                 lease_token=fence.token,
                 lease_ms=fence.milliseconds,
-                lease_deadline=fence.deadline(),
+                lease_deadline=fence.deadline(self.now()),
                 response_id=response_id,
             )
         )

@@ -9,7 +9,6 @@ call is under the sweeper's watch (``Keys.running_calls``) until it ends or its 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -140,7 +139,7 @@ class ToolCalls(StoreBase):
                 running=self.keys.running_calls_of(response_id),
                 token=token,
                 claim_ms=_milliseconds(claim_seconds),
-                deadline=time.time() + claim_seconds,
+                deadline=self.now() + claim_seconds,
                 starts_ttl=self.ttl_seconds,
                 counts_start=counts_start,
                 active_statuses=_ACTIVE,
@@ -182,7 +181,7 @@ class ToolCalls(StoreBase):
             watch=self.keys.running_calls_of(response_id),
             token=token,
             lease_ms=_milliseconds(ttl_seconds),
-            deadline=time.time() + ttl_seconds,
+            deadline=self.now() + ttl_seconds,
             member=self.keys.running_call(response_id, call_id),
         )
 

@@ -26,6 +26,7 @@ from tests.support.chaos import (
     ChaosModel,
     Outcome,
     cancel_race,
+    clock_ahead_kill,
     conversation_kill,
     gateway_kill,
     inference_kill,
@@ -35,6 +36,7 @@ from tests.support.chaos import (
     start_fleet,
     tool_kill,
 )
+from tests.support.faketime import libfaketime
 from tests.support.private_redis import PrivateRedis
 
 RECOVERY_MAX = 30.0
@@ -101,6 +103,15 @@ def test_chaos_inference_worker_sigkill_in_a_long_conversation_response_keeps_it
     chaos: ChaosFleet,
 ) -> None:
     _assert_targets(conversation_kill(chaos, bound=BOUND), chaos)
+
+
+@pytest.mark.skipif(libfaketime() is None, reason="needs Debian's faketime")
+def test_chaos_inference_worker_whose_clock_is_ahead_sigkill_mid_stream_recovers_within_seconds(
+    chaos: ChaosFleet,
+) -> None:
+    """The fleet keeps time by Redis's clock (``app.store.clock``): the dead worker's lease
+    lapses for the sweepers when it does, not ten minutes later, when its clock said."""
+    _assert_targets(clock_ahead_kill(chaos, bound=BOUND), chaos)
 
 
 def test_chaos_tool_worker_sigkill_mid_call_recovers_within_seconds(chaos: ChaosFleet) -> None:

@@ -35,6 +35,7 @@ from programs.simulator.behaviour import SimConfig
 from programs.simulator.server import SimulatorServer, _Handler
 from programs.supervisor import free_port
 from tests.e2e.conftest import Fleet, fleet_env, wait_ready
+from tests.support.faketime import clock_off
 from tests.support.mcp_servers import RunningServer, start_server
 from tests.support.private_redis import PrivateRedis
 
@@ -650,6 +651,18 @@ def _readyz_lag(
     return None
 
 
+def _killed_mid_stream(chaos: ChaosFleet, tag: str, *, bound: float) -> tuple[Watch, Kill]:
+    """Create a text turn followed by a client; the inference worker streaming it is killed
+    20 chunks in. The client watches until ``bound`` after the kill."""
+    chaos.model.arm(tag, after_chunks=20)
+    response_id = chaos.create(TEXT.format(tag=tag, delay=25))
+    watch = Watch(chaos.gateways[-1:], response_id, deadline=time.monotonic() + 30 + bound)
+    _wait(lambda: bool(chaos.model.kills(tag)), within=30, what="the kill")
+    (kill,) = chaos.model.kills(tag)
+    watch.deadline = kill.at + bound
+    return watch, kill
+
+
 def inference_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
     """SIGKILL the inference worker streaming a turn, 20 chunks in; another one takes over."""
     tag = uuid.uuid4().hex[:10]
@@ -661,18 +674,52 @@ def inference_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
     # /readyz counts every live worker (and no dead one of an earlier run) before the kill
     _wait(lambda: chaos.readyz_workers() == alive, within=45, what="/readyz counting the workers")
     before = chaos.readyz_workers()
-    chaos.model.arm(tag, after_chunks=20)
-    response_id = chaos.create(TEXT.format(tag=tag, delay=25))
-    watch = Watch(chaos.gateways[-1:], response_id, deadline=time.monotonic() + 30 + bound)
-    _wait(lambda: bool(chaos.model.kills(tag)), within=30, what="the kill")
-    (kill,) = chaos.model.kills(tag)
-    watch.deadline = kill.at + bound
+    watch, kill = _killed_mid_stream(chaos, tag, bound=bound)
     lag = _readyz_lag(chaos, before, kill.at, kill.at + bound)
     outcome = judge(
         chaos, watch, scenario="inference-kill", fault_at=kill.at, baseline=baseline, within=bound,
         readyz_lag=lag, measure_readyz=True,
     )  # fmt: skip
     outcome.dead = _dead(chaos, killed={kill.pid})
+    chaos.model.disarm(tag)
+    return [outcome]
+
+
+CLOCK_AHEAD = "+600s"
+"""How far ahead the clock of :func:`clock_ahead_kill`'s worker runs (``faketime``)."""
+
+
+def clock_ahead_kill(chaos: ChaosFleet, *, bound: float) -> list[Outcome]:
+    """SIGKILL an inference worker whose clock runs ten minutes ahead, mid-turn; the fleet's
+    other workers, whose clocks are true, take over as from any other.
+
+    The true workers step aside while it takes the turn, and come back for the rescue. Its
+    host's clock is played by ``libfaketime`` (:func:`~tests.support.faketime.clock_off`).
+    """
+    tag = uuid.uuid4().hex[:10]
+    baseline = chaos.baseline(TEXT.format(tag=tag, delay=0))
+    true_clocks = sorted(name for name in chaos.fleet.procs if name.startswith("inference"))
+    for name in true_clocks:
+        chaos.fleet.stop(name)
+    ahead = "inference-clock-ahead"
+    worker = [sys.executable, "-m", "workers.main", "--queues=inference", "--loglevel=WARNING"]
+    chaos.fleet.spawn(ahead, worker, **clock_off(CLOCK_AHEAD))
+    try:
+        _wait(lambda: chaos.readyz_workers() == 1, within=45, what="the worker ahead beating")
+        watch, kill = _killed_mid_stream(chaos, tag, bound=bound)
+        for name in true_clocks:
+            chaos.fleet.start_worker(name)
+        outcome = judge(
+            chaos, watch, scenario="clock-ahead-kill", fault_at=kill.at, baseline=baseline,
+            within=bound,
+        )  # fmt: skip
+    finally:
+        chaos.fleet.procs.pop(ahead).kill()  # never revived: the fleet's clocks are true again
+        chaos.fleet.specs.pop(ahead)
+        for name in true_clocks:
+            if name not in chaos.fleet.procs:
+                chaos.fleet.start_worker(name)
+    outcome.dead = _dead(chaos)
     chaos.model.disarm(tag)
     return [outcome]
 
