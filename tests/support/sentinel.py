@@ -148,12 +148,6 @@ class SentinelSet:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=15)
 
-    def fail_over(self) -> None:
-        """A failover an operator asks for (``SENTINEL FAILOVER``): the replica is promoted,
-        and the master, still up, becomes its replica (its clients' writes get ``READONLY``)."""
-        with self.client(self.sentinel_ports[0]) as client:
-            client.sentinel_failover(MASTER_NAME)
-
     def wait_failover(self, timeout: float = 30) -> float:
         """Wait until the sentinels name the replica master and it takes writes; seconds taken."""
         started = time.monotonic()
