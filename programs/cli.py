@@ -137,15 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             name = "_".join(str(part) for part in error["loc"]).upper()
             print(f"antwort: {f'ANTWORT_{name}: ' if name else ''}{error['msg']}", file=sys.stderr)
         return 2
+    import redis  # here: app, imported above, settles ANTWORT_HIREDIS before redis is
+
+    from app.refusals import described
+
     try:
         return int(args.run(args, settings))
-    except Exception as exc:
-        import redis  # here: app, imported above, settles ANTWORT_HIREDIS before redis is
-
-        from app.refusals import described
-
-        if not isinstance(exc, redis.RedisError):
-            raise
+    except redis.RedisError as exc:
         # Redis away, or refusing (app.refusals: a failed disk refuses even PING): one line
         print(f"antwort: the fleet's Redis: {described(exc)}", file=sys.stderr)
         return 1
