@@ -69,7 +69,14 @@ class Settings(BaseSettings):
     least 1); 0: off, every response queued at once. The gateways decide; the workers start
     parked responses with the cap the gateways last used (``app.fairness``)."""
 
-    @field_validator("tenant_max_running", mode="before")
+    tenant_max_tool_calls: int | None = Field(default=None, ge=0)
+    """Fair share of each tool queue: tool calls of one tenant there at once (queued on it or
+    running); a response whose calls find no place waits parked in Redis, in order, and goes on
+    as the tenant's calls there end, so one tenant's tool calls cannot hold up another's. Unset:
+    automatic, off while the fleet has one tenant, else half the live threads of the queue's
+    workers (at least 1); 0: off. The gateways decide for each response they create."""
+
+    @field_validator("tenant_max_running", "tenant_max_tool_calls", mode="before")
     @classmethod
     def _auto_is_unset(cls, value: object) -> object:
         """``auto`` or an empty value (compose passes one through) mean unset."""

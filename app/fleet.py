@@ -355,11 +355,12 @@ def _kind_context(settings: Settings, store: ResponseStore) -> KindContext:
     return KindContext(settings=settings, redis=store.redis, keys=store.keys)
 
 
-def make_tool_deps(settings: Settings) -> ToolDeps:
+def make_tool_deps(settings: Settings, *, dispatcher: Dispatcher | None = None) -> ToolDeps:
     """Everything a tool worker needs: the executors of every kind this build ships.
 
     Every internal tool is initialized here; one whose ``initialize`` raises is logged and left
-    out, so the worker still starts.
+    out, so the worker still starts. ``dispatcher``: queues the turns of responses that get a
+    place on a tool queue when a call ends (:mod:`app.tool_share`).
     """
     store = make_store(settings)
     executors = ExecutorRegistry(KINDS.make_executors(_kind_context(settings, store)))
@@ -370,4 +371,5 @@ def make_tool_deps(settings: Settings) -> ToolDeps:
         settings=settings,
         internal_tools=internal.registry if isinstance(internal, InternalExecutor) else None,
         kinds=KINDS,
+        dispatcher=dispatcher,
     )

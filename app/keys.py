@@ -397,3 +397,30 @@ class Keys:
         if self.shards > 1:
             return [f"{self.prefix}{{{shard}}}tenants:cap" for shard in range(self.shards)]
         return [self.fair_share_cap_of("")]
+
+    def tenant_tool_places(self, tenant: str, queue: str) -> str:
+        """Sorted set: the tenant's tool calls with a place on ``queue`` (``app.fairness``)."""
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:tools:{queue}:running"
+
+    def tenant_tool_parked(self, tenant: str, queue: str) -> str:
+        """Sorted set: the tenant's responses waiting for a place on ``queue``, by arrival."""
+        return f"{self.prefix}{self._tag(tenant)}tenant:{tenant}:tools:{queue}:parked"
+
+    def tool_parked_tenants_of(self, tenant: str) -> str:
+        """Set: ``<queue> <tenant>`` of tenants with responses parked for a tool queue's place.
+
+        One Redis has one; a cluster one per shard, in the slot of the tenant's other keys
+        (:attr:`tool_parked_tenant_sets`: the sweeper reads them all).
+        """
+        return f"{self.prefix}{self._tag(tenant)}tenants:tools:parked"
+
+    @property
+    def tool_parked_tenant_sets(self) -> list[str]:
+        """Every :meth:`tool_parked_tenants_of` set."""
+        if self.shards > 1:
+            return [f"{self.prefix}{{{s}}}tenants:tools:parked" for s in range(self.shards)]
+        return [self.tool_parked_tenants_of("")]
+
+    def tool_share_mode_of(self, tenant: str) -> str:
+        """String with TTL: the tool share the gateways last applied, ``auto`` or a number."""
+        return f"{self.prefix}{self._tag(tenant)}tenants:toolcap"

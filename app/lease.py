@@ -35,6 +35,7 @@ from app.store.scripts import LuaScript, key
 from app.store.status import ResponseStatus
 from app.store.turns import RENEW_LEASE, RenewLeaseCall
 from app.telemetry import metrics, tracing
+from app.tool_share import ToolShare
 
 logger = logging.getLogger(__name__)
 
@@ -332,6 +333,7 @@ class Sweeper:
         *,
         lease_seconds: float,
         fair: FairShare | None = None,
+        tools: ToolShare | None = None,
         queued: QueuedWatch = QueuedWatch(),
     ):
         self._store = store
@@ -339,6 +341,9 @@ class Sweeper:
         self._lease_seconds = lease_seconds
         self._fair = fair
         """Tenants' fair share: each sweep starts the parked responses that got a place."""
+        self._tools = tools
+        """Tenants' places on the tool queues: each sweep goes on with the parked responses
+        that got one (places of ended responses are free)."""
         self._queued = queued
         self._hold_until = 0.0
         self._was_away = False
@@ -364,6 +369,8 @@ class Sweeper:
             )
             if self._fair is not None:
                 self._fair.release_all(self._dispatcher)
+            if self._tools is not None:
+                self._tools.release_all(self._dispatcher)
             return swept
         except StaleSweepError:
             logger.warning("a sweep waited on Redis; sweeping again in %g s", self._lease_seconds)
@@ -388,6 +395,9 @@ def run_sweeper(
     lease_seconds: float,
     queued: QueuedWatch,
     fair: FairShare | None = None,
+    tools: ToolShare | None = None,
 ) -> None:
     """Sweep forever (a daemon thread of each inference worker; see :class:`Sweeper`)."""
-    Sweeper(store, dispatcher, lease_seconds=lease_seconds, fair=fair, queued=queued).run_forever()
+    Sweeper(
+        store, dispatcher, lease_seconds=lease_seconds, fair=fair, tools=tools, queued=queued
+    ).run_forever()

@@ -55,6 +55,7 @@ from app.store import ResponseStore, StoredEvent, StoredResponse
 from app.store.status import CANCEL
 from app.telemetry import metrics, tracing
 from app.tenancy import OPEN_TENANT, Tenant
+from app.tool_share import TOOL_SHARE_EXTRA, tool_share_mode
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.presenters import PresenterIndex
 from app.tools.registry import KINDS
@@ -344,7 +345,11 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     trace_headers = tracing.carrier()
     if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
         extra["trace"] = trace_headers
-    fair = FairShare(store, settings, tenants=caller.tenants())
+    tenants = caller.tenants()
+    tool_share = tool_share_mode(settings.tenant_max_tool_calls, tenants)
+    if tool_share is not None:  # its calls take places on the tool queues (app.tool_share)
+        extra[TOOL_SHARE_EXTRA] = tool_share
+    fair = FairShare(store, settings, tenants=tenants)
     # in case its message is lost (a parked response is watched when the fair share starts it)
     watch_until = None if fair.is_on else store.now() + settings.queued_grace_seconds
     logged = store.create(

@@ -122,6 +122,7 @@ from app.store import (
 from app.store.status import COMMIT, FAIL, FINISH, Transition
 from app.summary import compaction_turn
 from app.telemetry import metrics, tracing
+from app.tool_share import TOOL_SHARE_EXTRA, ToolShare
 from app.tools.base import ToolResult
 from app.tools.kinds import StepInput, ToolKinds
 from app.tools.registry import KINDS
@@ -909,9 +910,12 @@ def apply_step(
         if not commit(deps.store, state, events=events):
             return StepOutcome.SKIPPED
         _hand_off(deps, state, state.waiting_until)
-        _dispatcher(deps).enqueue_tools(
-            state.response.id, [(run.call.id, run.queue) for run in batch], then_turn=state.turn
-        )
+        calls = [(run.call.id, run.queue) for run in batch]
+        mode = state.extra.get(TOOL_SHARE_EXTRA)
+        if mode is not None:  # the tenant's places on the tool queues (app.tool_share)
+            calls = _placed(deps, state, calls, str(mode))
+        if calls:
+            _dispatcher(deps).enqueue_tools(state.response.id, calls, then_turn=state.turn)
         return StepOutcome.WAITING
     if isinstance(step, NextTurn):
         if not commit(deps.store, state, events=events):
@@ -920,6 +924,23 @@ def apply_step(
         _dispatcher(deps).enqueue_turn(state.response.id, state.turn)
         return StepOutcome.CONTINUING
     assert_never(step)
+
+
+def _placed(
+    deps: RunDeps, state: RunState, calls: list[tuple[str, str]], mode: str
+) -> list[tuple[str, str]]:
+    """The calls of a batch that got a place on their queues; none: the response parks.
+
+    Parked after its lease was given back: the release that queues its turn again finds the
+    lease free. Until then the sweeper's watch stands (``waiting_until``).
+    """
+    share = ToolShare(deps.store)
+    granted = set(share.take(state.owner, state.response.id, state.turn, calls, mode))
+    if not granted:
+        call_id, queue = calls[0]
+        share.park(_dispatcher(deps), state.owner, state.response.id, state.turn, call_id, queue)
+        return []
+    return [call for call in calls if call[0] in granted]
 
 
 def _hand_off(deps: RunDeps, state: RunState, wait_until: float) -> None:

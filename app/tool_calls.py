@@ -34,12 +34,17 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from enum import StrEnum
 
+from redis import RedisError
+
 from app.config import Settings
 from app.conversation import history_of
+from app.dispatch import Dispatcher, QueueUnavailableError
 from app.errors import AppError
 from app.protocol.response import ACTIVE_STATUSES
+from app.refusals import described
 from app.store import RedeliveredTooOftenError, ResponseStore, StoredResponse
 from app.telemetry import metrics, tracing
+from app.tool_share import TOOL_SHARE_EXTRA, ToolShare
 from app.tools.base import (
     ExecutorRegistry,
     SubmittingExecutor,
@@ -72,6 +77,9 @@ class ToolDeps:
     """The internal tools behind the executors, shut down when the worker stops."""
     kinds: ToolKinds = KINDS
     """The tool kinds: how a call's item is read, and which tool it calls."""
+    dispatcher: Dispatcher | None = None
+    """Queues again the turns of responses parked for a place on a tool queue
+    (:mod:`app.tool_share`); None: the sweeper does, on its next look."""
 
 
 class CallOutcome(StrEnum):
@@ -129,12 +137,38 @@ def run_tool_call(
         call, tool = found
         call = dataclasses.replace(call, idempotency_key=idempotency_key(response_id, call.id))
         if claimed:
-            return _run_claimed(deps, response_id, call, tool, token=token)
+            ran = _run_claimed(deps, response_id, call, tool, token=token)
+            _give_place_back(deps, opened.stored, call_id, tool)
+            return ran
         within = _timeout(deps, tool) + CLAIM_GRACE_SECONDS
         outcome = _await_other_delivery(store, response_id, call_id, within=within)
         if outcome is not None:
             return outcome
     return CallOutcome.BUSY
+
+
+def _give_place_back(
+    deps: ToolDeps, stored: StoredResponse | None, call_id: str, tool: ToolDefinition | None
+) -> None:
+    """The call ran: its place in its tenant's share of the queue goes to who waits for one.
+
+    Only a response created with the tool share on holds one (:mod:`app.tool_share`). A worker
+    without a dispatcher leaves it to the sweeper's next look.
+    """
+    if stored is None or stored.extra.get(TOOL_SHARE_EXTRA) is None or tool is None:
+        return
+    queue = deps.kinds.queue_of(tool)
+    if queue is None or deps.dispatcher is None:
+        return
+    try:
+        ToolShare(deps.store).end(deps.dispatcher, stored.owner, queue, stored.response.id, call_id)
+    except (RedisError, QueueUnavailableError) as exc:  # its result is stored: the call is done
+        logger.warning(
+            "call %s of %s could not give its place back (the sweeper will): %s",
+            call_id,
+            stored.response.id,
+            described(exc),
+        )
 
 
 def _find_call(

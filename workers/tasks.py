@@ -21,6 +21,7 @@ from app.run import RunDeps, StepOutcome, advance_response, fail_response
 from app.store import RedeliveredTooOftenError, ResponseStore
 from app.token_count import fail_count, run_count
 from app.tool_calls import CallOutcome, ToolDeps, run_tool_call
+from app.tool_share import ToolShare
 from broker.dispatch import make_dispatcher
 from broker.routing import COMPACT, COUNT_INPUT_TOKENS, RUN_TOOL_CALL, RUN_TURN
 
@@ -46,7 +47,8 @@ def get_tool_deps() -> ToolDeps:
     global _tool_deps
     with _deps_lock:
         if _tool_deps is None:
-            _tool_deps = make_tool_deps(Settings())
+            settings = Settings()
+            _tool_deps = make_tool_deps(settings, dispatcher=make_dispatcher(current_app, settings))
         return _tool_deps
 
 
@@ -75,6 +77,7 @@ def start_sweeper(dispatcher: Dispatcher) -> None:
         kwargs={
             "lease_seconds": deps.settings.lease_seconds,
             "fair": FairShare(deps.store, deps.settings),
+            "tools": ToolShare(deps.store),
             "queued": QueuedWatch(
                 grace_seconds=deps.settings.queued_grace_seconds,
                 max_resends=deps.settings.max_task_deliveries,

@@ -1,6 +1,7 @@
-"""A tenant's fair share of the fleet: the operands of ``fair_share.lua`` (``app.fairness``).
+"""A tenant's fair share of the fleet: the operands of ``fair_share.lua`` and ``tool_share.lua``.
 
-On a cluster, :func:`ended_responses` is read first (and by ``app.limits`` too).
+(``app.fairness``.) On a cluster, :func:`ended_responses` is read first (and by ``app.limits``
+too).
 """
 
 from __future__ import annotations
@@ -48,6 +49,35 @@ class FairShareCall:
 
 
 FAIR_SHARE = LuaScript("fair_share", FairShareCall)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolShareCall:
+    """The operands of ``tool_share.lua``: a tenant's places on one tool queue."""
+
+    running: str = key()
+    """Sorted set: the places, ``<response id> <call id>``."""
+    active: str = key()
+    parked: str = key()
+    """Sorted set: the responses waiting, ``<response id> <turn> <call id>``, by arrival."""
+    parked_tenants: str = key()
+    arrivals: str = key()
+    mode_key: str = key()
+    action: str
+    """``take``, ``park`` or ``release``."""
+    cap: int
+    mode: str = ""
+    now_ms: int
+    response_id: str = ""
+    turn: int = 0
+    entry: str
+    """The tenant and queue as a member of ``parked_tenants`` (``app.fairness``)."""
+    watches_active: bool = True
+    calls: tuple[str, ...] = counted()
+    ended: tuple[str, ...] = counted()
+
+
+TOOL_SHARE = LuaScript("tool_share", ToolShareCall)
 
 
 def ended_responses(client: Any, keys: Keys, response_ids: list[str]) -> tuple[str, ...]:

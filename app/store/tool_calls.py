@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.store.base import StoreBase, text
-from app.store.records import StoredResponse, stored_response
+from app.store.records import StoredResponse, stored_with_owner
 from app.store.scripts import LuaScript, key
 from app.store.status import ACTIVE_STATUSES, packed
 from app.store.timeline import call_end_field, call_run_field
@@ -152,7 +152,7 @@ class ToolCalls(StoreBase):
         return OpenedCall(
             starts=int(starts),
             claim=_CLAIM_OUTCOMES[int(claim)],
-            stored=stored_response([*fields[:4], fields[5]]),
+            stored=stored_with_owner([*fields[:4], *fields[5:7]]),
         )
 
     def renew_tool_claim(

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,7 @@ import redis
 from programs.supervisor import free_port
 from tests.conftest import delete_prefix
 from tests.e2e.conftest import Fleet, fleet_env, wait_ready
-from tests.e2e.helpers import assert_error_body, wait_for_status
+from tests.e2e.helpers import assert_error_body, tool_runs, wait_for_status
 from tests.e2e.test_metrics import scrape, value, worker_urls
 from tests.e2e.test_websocket import open_socket, receive_response, socket_error
 
@@ -216,10 +217,16 @@ def fleet_of_two_tenants(
     sim_url: str,
     process_environ: dict[str, str],
     log_dir: Path,
+    *,
+    prefix: str | None = None,
+    tool_threads: int | None = None,
     **settings: str,
 ) -> Iterator[str]:
-    """A gateway and an inference worker of their own, keys for two tenants, ``settings``."""
-    prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
+    """A gateway and an inference worker of their own, keys for two tenants, ``settings``.
+
+    ``tool_threads``: an internal-tools worker of that many threads too. ``prefix``: the keys'.
+    """
+    prefix = prefix or f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
     port = free_port()
     env = fleet_env(
         {k: v for k, v in process_environ.items() if k != "ANTWORT_TENANT_MAX_RUNNING"},
@@ -233,6 +240,8 @@ def fleet_of_two_tenants(
     fleet = Fleet(base_url=f"http://127.0.0.1:{port}", env=env, log_dir=log_dir)
     fleet.spawn("gateway", [sys.executable, "-m", "programs.cli", "gateway"])
     fleet.start_worker("worker")
+    if tool_threads is not None:
+        fleet.start_worker("tools", "tools.internal", f"--concurrency={tool_threads}")
     try:
         wait_ready(fleet.base_url)
         yield fleet.base_url
@@ -340,3 +349,77 @@ def test_tenancy_e2e_a_flood_of_jobs_waits_its_turn_too(default_fair_fleet: str)
     for thread in flood:
         thread.join(timeout=60)
     assert len(counted) == 2 and counted[0] > 0 and counted[0] == counted[1]
+
+
+@dataclass(frozen=True)
+class ToolFairFleet:
+    base_url: str
+    prefix: str
+    counters: redis.Redis
+
+
+@pytest.fixture
+def tool_fair_fleet(
+    redis_url: str,
+    sim_url: str,
+    process_environ: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ToolFairFleet]:
+    """The fair shares as they are by default (unset), with an internal-tools worker of 4
+    threads: 2 per tenant on its queue."""
+    prefix = f"antwort-e2e-fair-{uuid.uuid4().hex[:8]}:"
+    with fleet_of_two_tenants(
+        redis_url,
+        sim_url,
+        {k: v for k, v in process_environ.items() if k != "ANTWORT_TENANT_MAX_TOOL_CALLS"},
+        tmp_path_factory.mktemp("f"),
+        prefix=prefix,
+        tool_threads=4,
+        ANTWORT_INTERNAL_TOOL_MODULES="tests.support.tools",
+    ) as base_url:
+        counters = redis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            yield ToolFairFleet(base_url, prefix, counters)
+        finally:
+            counters.close()
+
+
+def test_tenancy_e2e_a_flood_of_tool_calls_leaves_another_tenant_a_thread(
+    tool_fair_fleet: ToolFairFleet,
+) -> None:
+    """A's one response calls a tool four times at once and holds each call (their gates stay
+    shut) on a tools worker of four threads; B's call runs meanwhile, on a thread A's share
+    left free. Before the tool share A's four calls took every thread, and B's waited for them
+    (seen in the tools' own counters, not the clock)."""
+    fleet = tool_fair_fleet
+    a, b = sdk(fleet.base_url, "ka"), sdk(fleet.base_url, "kb")
+    tag = uuid.uuid4().hex  # call ids hash the input
+    flood = a.responses.create(
+        model="antwort-sim",
+        input=" ".join(f'[call counted_gated {{"note": "{n} {tag}"}}]' for n in "abcd"),
+        tools=[{"type": "internal", "name": "counted_gated"}],  # type: ignore[list-item]
+        background=True,
+    )
+    deadline = time.monotonic() + 40  # the gates' own 50 s would end the calls anyway
+    calls: list[str] = []
+    while len(calls) < 4 or sum(tool_runs(fleet.counters, fleet.prefix, c)[0] for c in calls) < 2:
+        current = a.responses.retrieve(flood.id)
+        assert current.status == "in_progress", current.output
+        assert time.monotonic() < deadline, "A's calls never started"
+        calls = [item.call_id for item in current.output if item.type == "function_call"]  # type: ignore[union-attr]
+        time.sleep(0.05)
+
+    theirs = b.responses.create(
+        model="antwort-sim",
+        input="[call fast_echo {}]",
+        tools=[{"type": "internal", "name": "fast_echo"}],  # type: ignore[list-item]
+    )
+
+    assert theirs.status == "completed" and theirs.output_text == "Tool results: fast_echo done"
+    runs = [tool_runs(fleet.counters, fleet.prefix, call) for call in calls]
+    assert sorted(runs) == [(0, 0), (0, 0), (1, 0), (1, 0)]  # A's two places, its calls held
+    for call in calls:
+        fleet.counters.set(f"{fleet.prefix}test:gate:{call}", 1)
+    current = wait_for_status(a, flood.id, ["completed", "failed"], timeout=60)
+    assert current.status == "completed", current.error
+    assert current.output_text == "Tool results: " + "; ".join(["counted_gated done"] * 4)

@@ -23,7 +23,9 @@ local member = ARGV[8]
 local run_field = ARGV[9]
 local run_stamp = ARGV[10]
 
-local fields = redis.call('HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'history')
+local fields = redis.call(
+  'HMGET', record, 'object', 'ver', 'turn', 'extra', 'status', 'history', 'owner'
+)
 if redis.call('HEXISTS', results, call_id) == 1 then return {0, 2, fields} end
 local status = fields[5]
 if not status or not has_status(active_statuses, status) then return {0, 3, fields} end
