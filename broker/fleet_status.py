@@ -32,28 +32,40 @@ def fleet_status(store: ResponseStore) -> dict[str, Any]:
 def _fair_share(store: ResponseStore) -> dict[str, Any]:
     """The cap the gateways last applied (``app.fairness``) and how many responses wait parked.
 
+    ``parked``: for a place on the fleet; ``parked_for_tools``: for a place on a tool queue
+    (:mod:`app.tool_share`).
+
     ``mode`` None: no gateway capped a response in the last day (one tenant, or set off).
     """
     keys = store.keys
+    caps_count, parked_count = len(keys.fair_share_caps), len(keys.parked_tenant_sets)
     pipe = store.redis.pipeline(transaction=False)
     for cap_key in keys.fair_share_caps:
         pipe.get(cap_key)
-    for parked_tenants in keys.parked_tenant_sets:
+    for parked_tenants in [*keys.parked_tenant_sets, *keys.tool_parked_tenant_sets]:
         pipe.smembers(parked_tenants)
     answers = pipe.execute()
-    caps, parked_sets = answers[: len(keys.fair_share_caps)], answers[len(keys.fair_share_caps) :]
+    caps = answers[:caps_count]
+    parked_sets = answers[caps_count : caps_count + parked_count]
+    tool_parked_sets = answers[caps_count + parked_count :]
     raw = next((cap for cap in caps if cap is not None), None)
     mode = None if raw is None else text(raw)
     threads = store.live_threads(INFERENCE)
     tenants = sorted({text(name) for members in parked_sets for name in members})
+    queue_tenants = sorted({text(entry) for members in tool_parked_sets for entry in members})
     pipe = store.redis.pipeline(transaction=False)
     for tenant in tenants:
         pipe.zcard(keys.tenant_parked(tenant))
+    for entry in queue_tenants:
+        queue, tenant = entry.split(" ", 1)
+        pipe.zcard(keys.tenant_tool_parked(tenant, queue))
+    counts = [int(count) for count in pipe.execute()] if tenants or queue_tenants else []
     return {
         "mode": mode,
         "cap": None if mode is None else cap_of(mode, threads),
         "live_inference_threads": threads,
-        "parked": sum(int(count) for count in pipe.execute()) if tenants else 0,
+        "parked": sum(counts[: len(tenants)]),
+        "parked_for_tools": sum(counts[len(tenants) :]),
     }
 
 

@@ -48,9 +48,14 @@ def render(status: dict[str, Any]) -> str:
 def _fair_share_line(fair: dict[str, Any]) -> str:
     threads = f"{fair['live_inference_threads']} live inference threads"
     if fair["mode"] is None:
-        return f"fair share: not applied ({threads})"
-    how = "auto, " if fair["mode"] == "auto" else ""
-    return f"fair share: {how}{fair['cap']} responses a tenant ({threads}); {fair['parked']} parked"
+        line = f"fair share: not applied ({threads})"
+    else:
+        how = "auto, " if fair["mode"] == "auto" else ""
+        line = f"fair share: {how}{fair['cap']} responses a tenant ({threads}); "
+        line += f"{fair['parked']} parked"
+    if fair.get("parked_for_tools"):  # app.tool_share: each response created says if it applies
+        line += f"; {fair['parked_for_tools']} waiting for a place on a tool queue"
+    return line
 
 
 def print_status(store: ResponseStore, *, as_json: bool) -> None:
