@@ -118,6 +118,26 @@ def test_chaos_tool_worker_sigkill_mid_call_recovers_within_seconds(chaos: Chaos
     _assert_targets(tool_kill(chaos, bound=BOUND), chaos)
 
 
+@pytest.mark.timeout(240)  # a fleet of its own to start
+def test_chaos_tool_worker_sigkill_mid_call_under_a_tool_share_of_one_recovers_within_seconds(
+    private_redis: PrivateRedis,
+    chaos_model: ChaosModel,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """One place a tenant on each tool queue (``app.tool_share``): the killed call holds the
+    tenant's only place, so its run again must take that place over, not wait for it."""
+    fleet = start_fleet(
+        private_redis,
+        chaos_model,
+        tmp_path_factory.mktemp("chaos-tool-share"),
+        settings={"ANTWORT_TENANT_MAX_TOOL_CALLS": "1"},
+    )
+    try:
+        _assert_targets(tool_kill(fleet, bound=BOUND), fleet)
+    finally:
+        fleet.stop()
+
+
 @pytest.mark.timeout(240)  # a fleet of its own to start, then three kills and their rescues
 def test_chaos_poison_turn_fails_after_max_deliveries(
     private_redis: PrivateRedis,
