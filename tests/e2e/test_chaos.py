@@ -30,6 +30,7 @@ from tests.support.chaos import (
     conversation_kill,
     gateway_kill,
     inference_kill,
+    parked_tool_restart,
     poison_turn,
     problems,
     redis_restart,
@@ -118,24 +119,36 @@ def test_chaos_tool_worker_sigkill_mid_call_recovers_within_seconds(chaos: Chaos
     _assert_targets(tool_kill(chaos, bound=BOUND), chaos)
 
 
-@pytest.mark.timeout(240)  # a fleet of its own to start
-def test_chaos_tool_worker_sigkill_mid_call_under_a_tool_share_of_one_recovers_within_seconds(
-    private_redis: PrivateRedis,
-    chaos_model: ChaosModel,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """One place a tenant on each tool queue (``app.tool_share``): the killed call holds the
-    tenant's only place, so its run again must take that place over, not wait for it."""
+@pytest.fixture(scope="module")
+def tool_share_fleet(
+    private_redis: PrivateRedis, chaos_model: ChaosModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChaosFleet]:
+    """The fleet with one place a tenant on each tool queue (``app.tool_share``)."""
     fleet = start_fleet(
         private_redis,
         chaos_model,
         tmp_path_factory.mktemp("chaos-tool-share"),
         settings={"ANTWORT_TENANT_MAX_TOOL_CALLS": "1"},
     )
-    try:
-        _assert_targets(tool_kill(fleet, bound=BOUND), fleet)
-    finally:
-        fleet.stop()
+    yield fleet
+    fleet.stop()
+
+
+def test_chaos_tool_worker_sigkill_mid_call_under_a_tool_share_of_one_recovers_within_seconds(
+    tool_share_fleet: ChaosFleet,
+) -> None:
+    """The killed call holds the tenant's only place: its run again must take that place
+    over, not wait for it."""
+    tool_share_fleet.heal()
+    _assert_targets(tool_kill(tool_share_fleet, bound=BOUND), tool_share_fleet)
+
+
+def test_chaos_redis_restart_under_a_response_parked_for_a_tool_place_ends_both(
+    tool_share_fleet: ChaosFleet,
+) -> None:
+    """The places and the line live in Redis: restarted on its AOF, it still has them."""
+    tool_share_fleet.heal()
+    _assert_targets(parked_tool_restart(tool_share_fleet, bound=BOUND), tool_share_fleet)
 
 
 @pytest.mark.timeout(240)  # a fleet of its own to start, then three kills and their rescues

@@ -30,7 +30,10 @@ from typing import Any
 
 import httpx
 import psutil
+import redis
 
+from app.keys import Keys
+from app.tenancy import OPEN_TENANT
 from programs.simulator.behaviour import SimConfig
 from programs.simulator.server import SimulatorServer, _Handler
 from programs.supervisor import free_port
@@ -859,6 +862,55 @@ def cancel_race(
 
 
 REDIS_OUTAGE_SECONDS = 5.0
+
+
+def parked_tool_restart(
+    chaos: ChaosFleet, *, bound: float, outage: float = REDIS_OUTAGE_SECONDS
+) -> list[Outcome]:
+    """On a fleet with one place a tenant on each tool queue (``ANTWORT_TENANT_MAX_TOOL_CALLS=1``):
+    one response's 4 s MCP call holds the place, a second response waits parked for it; stop
+    Redis under them and start it again on its AOF. Both complete, each call run once.
+
+    Recovery is measured from Redis being back to each client's next event.
+    """
+    tags = [uuid.uuid4().hex[:10] for _ in range(2)]
+    baselines = [chaos.baseline(TOOL.format(tag=tag, seconds=0), mcp=True) for tag in tags]
+    done_before = [chaos.runs(tag) for tag in tags]
+    ids = [chaos.create(TOOL.format(tag=tags[0], seconds=4), mcp=True)]
+    _wait(lambda: chaos.runs(tags[0])[0] > done_before[0][0], within=30, what="the MCP call")
+    ids.append(chaos.create(TOOL.format(tag=tags[1], seconds=0), mcp=True))
+    far = time.monotonic() + 60 + bound
+    watches = [Watch(chaos.gateways[-1:], rid, deadline=far) for rid in ids]
+    _wait(lambda: _parked_for_tools(chaos) == 1, within=30, what="the second response parked")
+    chaos.redis.stop()
+    time.sleep(outage)
+    chaos.redis.start()
+    back_at = time.monotonic()
+    outcomes = []
+    for watch, baseline, tag, before in zip(watches, baselines, tags, done_before, strict=True):
+        watch.deadline = back_at + bound
+        outcome = judge(
+            chaos, watch, scenario="parked-tool-restart", fault_at=back_at, baseline=baseline,
+            within=bound,
+        )  # fmt: skip
+        started, ended, _ = chaos.runs(tag)
+        outcome.tool_starts, outcome.tool_ends = started - before[0], ended - before[1]
+        outcome.max_tool_starts = 1  # no worker died: each call runs once
+        outcomes.append(outcome)
+    dead = _dead(chaos)
+    for outcome in outcomes:
+        outcome.dead = dead
+    return outcomes
+
+
+def _parked_for_tools(chaos: ChaosFleet) -> int:
+    """Responses of the open tenant waiting for a place on the MCP tools' queue."""
+    client = redis.Redis.from_url(chaos.redis.url)
+    try:
+        keys = Keys(chaos.fleet.env["ANTWORT_KEY_PREFIX"])
+        return int(client.zcard(keys.tenant_tool_parked(OPEN_TENANT, "tools.mcp")))
+    finally:
+        client.close()
 
 
 def redis_restart(
