@@ -28,7 +28,6 @@ import base64
 import json
 import os
 import socket
-import time
 import uuid
 from typing import Any, Protocol
 
@@ -38,6 +37,7 @@ from celery import Celery, signature
 from app.config import Settings
 from app.fleet import make_redis
 from app.telemetry import tracing
+from broker import telemetry
 from broker.telemetry import SENT_AT
 
 _EMPTY_EMBED = {"errbacks": None, "chain": None, "chord": None}
@@ -173,7 +173,7 @@ class TaskPublisher:
                 "replaced_task_nesting": 0,
                 "stamped_headers": None,
                 "stamps": {},
-                SENT_AT: time.time(),
+                SENT_AT: telemetry.now(),
                 **tracing.carrier(),  # the current span's context (nothing when tracing is off)
             },
             "properties": {

@@ -14,20 +14,47 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from celery import signals
 
 from app.telemetry import tracing
 
 SENT_AT = "antwort_sent_at"
-"""Header: when the message was sent (epoch seconds)."""
+"""Header: when the message was sent (epoch seconds, on the fleet's clock: :func:`now`)."""
+
+_clock: Callable[[], float] = time.time
+
+
+def use_clock(clock: Callable[[], float]) -> None:
+    """Stamp sends and task starts by ``clock`` from now on: the fleet's, Redis's.
+
+    A gateway's and a worker's entry point give their store's (``ResponseStore.now``,
+    :mod:`app.store.clock`): a message sent on one host and taken on another is then timed on
+    one clock, whatever the hosts' own say. Unset (tests, tools): the host's.
+    """
+    global _clock
+    _clock = clock
+
+
+def now() -> float:
+    """Epoch seconds on the clock stamps use (:func:`use_clock`).
+
+    The host's own while Redis's time cannot be read: a stamp is for watching (the queue wait,
+    a message's age), and must never fail a send or a task.
+    """
+    try:
+        return _clock()
+    except redis.RedisError:
+        return time.time()
 
 
 def stamp(headers: dict[str, Any]) -> None:
     """Mark a message's headers with the time of its send."""
-    headers[SENT_AT] = time.time()
+    headers[SENT_AT] = now()
 
 
 def _before_publish(headers: dict[str, Any] | None = None, **_: Any) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from app.config import Settings
+from app.fleet import make_store
 from app.telemetry import logs, tracing
+from broker import telemetry
 from broker.telemetry import instrument_celery
 from gateway.factory import create_app
 
@@ -12,3 +14,5 @@ logs.configure(settings.log_format, settings.log_level.upper())
 if tracing.setup("antwort-gateway"):
     instrument_celery()
 application = create_app(settings)
+# the sends it stamps on the fleet's clock, which the workers time their starts by
+telemetry.use_clock(make_store(settings).now)

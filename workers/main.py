@@ -23,6 +23,7 @@ from app.refusals import described
 from app.store.fleet import HEARTBEAT_SECONDS
 from app.telemetry import logs, tracing
 from app.tools.sandbox.executor import check_sandbox
+from broker import telemetry
 from broker.celery_app import make_celery
 from broker.dispatch import make_dispatcher
 from broker.telemetry import instrument_celery
@@ -131,6 +132,8 @@ def install_telemetry(pool: str, hostname: str) -> None:
             servers.pop().stop()
 
     signals.setup_logging.connect(setup_logging, weak=False)
+    # a message's send and its start on one clock, the fleet's, whatever each host's says
+    telemetry.use_clock(make_store(settings).now)
     TaskRecorder().install()
     if pool == "prefork":
         signals.worker_process_init.connect(serve_child_metrics, weak=False)

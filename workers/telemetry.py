@@ -23,6 +23,7 @@ from app.config import Settings
 from app.store import ResponseStore
 from app.telemetry import logs, stamps, tracing
 from app.telemetry import metrics as m
+from broker import telemetry
 from broker.routing import RUN_TOOL_CALL, RUN_TURN
 from broker.telemetry import SENT_AT
 
@@ -97,7 +98,7 @@ class TaskRecorder:
         delivery = request.delivery_info or {}
         sent_at = request.get(SENT_AT)
         queue = str(delivery.get("routing_key") or "unknown")
-        now = time.time()
+        now = telemetry.now()  # the clock the send was stamped by (the fleet's)
         if isinstance(sent_at, int | float):
             m.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, now - sent_at))
         if delivery.get("redelivered"):
