@@ -404,7 +404,7 @@ def test_tenancy_e2e_a_flood_of_tool_calls_leaves_another_tenant_a_thread(
     calls: list[str] = []
     while len(calls) < 4 or sum(tool_runs(fleet.counters, fleet.prefix, c)[0] for c in calls) < 2:
         current = a.responses.retrieve(flood.id)
-        assert current.status == "in_progress", current.output
+        assert current.status in ("queued", "in_progress"), current.output  # not ended
         assert time.monotonic() < deadline, "A's calls never started"
         calls = [item.call_id for item in current.output if item.type == "function_call"]  # type: ignore[union-attr]
         time.sleep(0.05)
