@@ -868,7 +868,7 @@ def parked_tool_restart(
     chaos: ChaosFleet, *, bound: float, outage: float = REDIS_OUTAGE_SECONDS
 ) -> list[Outcome]:
     """On a fleet with one place a tenant on each tool queue (``ANTWORT_TENANT_MAX_TOOL_CALLS=1``):
-    one response's 4 s MCP call holds the place, a second response waits parked for it; stop
+    one response's 10 s MCP call holds the place, a second response waits parked for it; stop
     Redis under them and start it again on its AOF. Both complete, each call run once.
 
     Recovery is measured from Redis being back to each client's next event.
@@ -876,7 +876,8 @@ def parked_tool_restart(
     tags = [uuid.uuid4().hex[:10] for _ in range(2)]
     baselines = [chaos.baseline(TOOL.format(tag=tag, seconds=0), mcp=True) for tag in tags]
     done_before = [chaos.runs(tag) for tag in tags]
-    ids = [chaos.create(TOOL.format(tag=tags[0], seconds=4), mcp=True)]
+    # long enough that the second response parks before it ends, however busy the machine
+    ids = [chaos.create(TOOL.format(tag=tags[0], seconds=10), mcp=True)]
     _wait(lambda: chaos.runs(tags[0])[0] > done_before[0][0], within=30, what="the MCP call")
     ids.append(chaos.create(TOOL.format(tag=tags[1], seconds=0), mcp=True))
     far = time.monotonic() + 60 + bound
