@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from app.config import Settings
-from app.fleet import make_store
 from app.telemetry import logs, tracing
 from broker import telemetry
 from broker.telemetry import instrument_celery
@@ -15,4 +14,4 @@ if tracing.setup("antwort-gateway"):
     instrument_celery()
 application = create_app(settings)
 # the sends it stamps on the fleet's clock, which the workers time their starts by
-telemetry.use_clock(make_store(settings).now)
+telemetry.use_clock(application.extensions["antwort"].store.now)

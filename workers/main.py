@@ -20,6 +20,7 @@ import redis
 from app.config import LogLevel, Settings
 from app.fleet import QUEUES, make_store
 from app.refusals import described
+from app.store import ResponseStore
 from app.store.fleet import HEARTBEAT_SECONDS
 from app.telemetry import logs, tracing
 from app.tools.sandbox.executor import check_sandbox
@@ -62,8 +63,9 @@ _FORGET_EVERY = 30
 """Heartbeats between two clean-ups of the metrics URLs of workers that are gone."""
 
 
-def _heartbeat(queues: list[str], hostname: str, metrics_url: str, threads: int) -> None:
-    store = make_store(settings)
+def _heartbeat(
+    store: ResponseStore, queues: list[str], hostname: str, metrics_url: str, threads: int
+) -> None:
     beats = 0
     while True:
         try:
@@ -106,9 +108,10 @@ def install_tool_lifecycle(pool: str) -> None:
         signals.worker_shutdown.connect(stop, weak=False)
 
 
-def install_telemetry(pool: str, hostname: str) -> None:
+def install_telemetry(pool: str, hostname: str, store: ResponseStore) -> None:
     """Log as ``ANTWORT_LOG_FORMAT`` says, record every task; prefork children serve metrics.
 
+    Tasks' starts are stamped on ``store``'s clock, the fleet's (:mod:`broker.telemetry`).
     With prefork each pool child runs tasks, so each serves its metrics on a port of its own
     (:func:`workers.telemetry.child_port`) and registers it under ``hostname/pid``.
     """
@@ -133,7 +136,7 @@ def install_telemetry(pool: str, hostname: str) -> None:
 
     signals.setup_logging.connect(setup_logging, weak=False)
     # a message's send and its start on one clock, the fleet's, whatever each host's says
-    telemetry.use_clock(make_store(settings).now)
+    telemetry.use_clock(store.now)
     TaskRecorder().install()
     if pool == "prefork":
         signals.worker_process_init.connect(serve_child_metrics, weak=False)
@@ -182,10 +185,11 @@ def main(argv: list[str] | None = None) -> None:
     concurrency = args.concurrency or (settings.inference_concurrency if pool == "threads" else 2)
     hostname = f"{'+'.join(queues)}@{socket.gethostname()}.{os.getpid()}"
     metrics = MetricsServer(settings, port=settings.metrics_port)
-    install_telemetry(pool, hostname)
+    store = make_store(settings)  # the heartbeat's, and the clock its stamps are read off
+    install_telemetry(pool, hostname, store)
     install_tracing(f"antwort-{'+'.join(queues)}")
     threading.Thread(
-        target=_heartbeat, args=(queues, hostname, metrics.url, concurrency), daemon=True
+        target=_heartbeat, args=(store, queues, hostname, metrics.url, concurrency), daemon=True
     ).start()
     if "inference" in queues:
         from workers.tasks import start_sweeper
