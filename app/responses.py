@@ -17,7 +17,7 @@ from app.config import Settings
 from app.conversation import History, chain_history, conversation_history
 from app.dispatch import Dispatcher, QueueUnavailableError
 from app.errors import InvalidRequestError, NotFoundError, ServerError, quoted, retry_later
-from app.fairness import FairShare
+from app.fairness import FairShare, mode_of
 from app.ids import check_response_id
 from app.keys import Keys
 from app.limits import TOKEN_CHARGE_EXTRA, Caller
@@ -55,7 +55,7 @@ from app.store import ResponseStore, StoredEvent, StoredResponse
 from app.store.status import CANCEL
 from app.telemetry import metrics, tracing
 from app.tenancy import OPEN_TENANT, Tenant
-from app.tool_share import TOOL_SHARE_EXTRA, tool_share_mode
+from app.tool_share import TOOL_SHARE_EXTRA
 from app.tools.kinds import RequestContext, ToolKinds
 from app.tools.presenters import PresenterIndex
 from app.tools.registry import KINDS
@@ -346,7 +346,7 @@ def create_response(  # noqa: PLR0913 - optional keywords, each a caller's own
     if trace_headers:  # a turn queued again later (the sweeper) joins the response's trace
         extra["trace"] = trace_headers
     tenants = caller.tenants()
-    tool_share = tool_share_mode(settings.tenant_max_tool_calls, tenants)
+    tool_share = mode_of(settings.tenant_max_tool_calls, tenants)  # as the fair share's cap
     if tool_share is not None:  # its calls take places on the tool queues (app.tool_share)
         extra[TOOL_SHARE_EXTRA] = tool_share
     fair = FairShare(store, settings, tenants=tenants)

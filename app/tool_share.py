@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.dispatch import Dispatcher
-from app.fairness import AUTO, cap_of, mode_of
+from app.fairness import AUTO, cap_of
 from app.store import ResponseStore
 from app.store.base import text
 from app.store.fair_share import TOOL_SHARE, ToolShareCall, ended_responses
@@ -38,9 +38,10 @@ TOOL_SHARE_EXTRA = "tool_share"
 """A response's extra: the tool share its gateway applied (``auto`` or a number; absent: off)."""
 
 
-def tool_share_mode(setting: int | None, tenants: int) -> str | None:
-    """What a gateway applies to a new response's calls: a number, ``auto``, or None (off)."""
-    return mode_of(setting, tenants)
+def queue_and_tenant(entry: str) -> tuple[str, str]:
+    """The queue and the tenant of a member of ``Keys.tool_parked_tenants_of``'s set."""
+    queue, tenant = entry.split(" ", 1)
+    return queue, tenant
 
 
 class ToolShare:
@@ -99,23 +100,15 @@ class ToolShare:
         self, dispatcher: Dispatcher, tenant: str, queue: str, response_id: str, call_id: str
     ) -> list[str]:
         """A call ended: its place goes to the tenant's first parked response; ids queued."""
-        return self.release(dispatcher, tenant, queue, ended_call=(response_id, call_id))
+        return self._release(dispatcher, tenant, queue, "release", response_id, 0, call_id)
 
-    def release(
-        self,
-        dispatcher: Dispatcher,
-        tenant: str,
-        queue: str,
-        *,
-        ended_call: tuple[str, str] | None = None,
-    ) -> list[str]:
+    def release(self, dispatcher: Dispatcher, tenant: str, queue: str) -> list[str]:
         """Queue again the turns of the tenant's responses parked for ``queue`` that got a place.
 
         The cap is that of the mode the gateways last applied (kept in Redis; none kept:
         automatic). Returns the ids of the responses whose turns were queued.
         """
-        response_id, call_id = ended_call or ("", "")
-        return self._release(dispatcher, tenant, queue, "release", response_id, 0, call_id)
+        return self._release(dispatcher, tenant, queue, "release", "", 0, "")
 
     def _release(  # noqa: PLR0913 - the script's operands, by name
         self,
@@ -154,7 +147,7 @@ class ToolShare:
         entries = sorted({text(entry) for members in pipe.execute() for entry in members})
         queued: list[str] = []
         for entry in entries:
-            queue, tenant = entry.split(" ", 1)
+            queue, tenant = queue_and_tenant(entry)
             queued += self.release(dispatcher, tenant, queue)
         return queued
 

@@ -13,6 +13,7 @@ from app.fairness import INFERENCE, cap_of
 from app.fleet import QUEUES
 from app.store import ResponseStore
 from app.store.base import text
+from app.tool_share import queue_and_tenant
 from broker.telemetry import read_message
 
 
@@ -57,7 +58,7 @@ def _fair_share(store: ResponseStore) -> dict[str, Any]:
     for tenant in tenants:
         pipe.zcard(keys.tenant_parked(tenant))
     for entry in queue_tenants:
-        queue, tenant = entry.split(" ", 1)
+        queue, tenant = queue_and_tenant(entry)
         pipe.zcard(keys.tenant_tool_parked(tenant, queue))
     counts = [int(count) for count in pipe.execute()] if tenants or queue_tenants else []
     return {

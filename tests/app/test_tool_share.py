@@ -12,17 +12,15 @@ import pytest
 from app.config import Settings
 from app.lease import Sweeper
 from app.limits import Caller, RateLimiter
-from app.protocol import events as ev
-from app.protocol.response import ResponseStatus
 from app.responses import create_response
 from app.run import RunDeps, advance_response
 from app.store import ResponseStore
-from app.store.status import FAIL
 from app.tenancy import Tenant
 from app.tool_calls import ToolDeps, run_tool_call
 from app.tool_share import TOOL_SHARE_EXTRA, ToolShare
 from app.tools.base import ExecutorRegistry
 from app.tools.internal import InternalExecutor, load_registry
+from tests.app.test_fairness import end
 from tests.support.dispatch import RecordingDispatcher
 from tests.support.model import ScriptedModel, calls, text
 
@@ -100,13 +98,6 @@ def make_fleet(
         return Fleet(store=store, settings=make_settings(**settings), tenants=tenants)
 
     return make
-
-
-def end(store: ResponseStore, response_id: str) -> None:
-    failed = store.get(response_id).response.model_copy(update={"status": ResponseStatus.FAILED})
-    assert store.write(
-        failed, transition=FAIL, events=[ev.response_event("response.failed", failed)]
-    )
 
 
 def test_tool_share_a_tenants_calls_take_at_most_its_places_and_the_rest_wait_parked(
